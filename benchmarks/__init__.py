@@ -1,0 +1,1 @@
+"""pynumabind benchmarks: bound vs unbound, and the cost of binding."""

@@ -1,0 +1,98 @@
+"""pynumabind: bind each GPU worker's CPUs and memory to the right NUMA node.
+
+Typical use, first thing in a worker process::
+
+    import pynumabind
+    binding = pynumabind.bind_current_process(rank)
+
+Importing this package is cheap: submodules (and pynvml) load on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any, Dict, Tuple
+
+__version__ = "0.1.0"
+
+# public name -> (submodule, attribute)
+_EXPORTS: Dict[str, Tuple[str, str]] = {
+    # errors
+    "PynumabindError": ("errors", "PynumabindError"),
+    "ListParseError": ("errors", "ListParseError"),
+    "ConfigError": ("errors", "ConfigError"),
+    "TopologyError": ("errors", "TopologyError"),
+    "PlanError": ("errors", "PlanError"),
+    "LibnumaUnavailableError": ("errors", "LibnumaUnavailableError"),
+    "NumaSyscallError": ("errors", "NumaSyscallError"),
+    "BindError": ("errors", "BindError"),
+    # parsers
+    "parse_cpulist": ("cpulist", "parse_cpulist"),
+    "format_cpulist": ("cpulist", "format_cpulist"),
+    "parse_nodelist": ("cpulist", "parse_nodelist"),
+    "format_nodelist": ("cpulist", "format_nodelist"),
+    "parse_cpumask": ("cpulist", "parse_cpumask"),
+    "format_cpumask": ("cpulist", "format_cpumask"),
+    # topology
+    "Topology": ("topology", "Topology"),
+    "NumaNode": ("topology", "NumaNode"),
+    "Cpu": ("topology", "Cpu"),
+    "Gpu": ("topology", "Gpu"),
+}
+
+__all__ = [
+    "BindError",
+    "ConfigError",
+    "Cpu",
+    "Gpu",
+    "LibnumaUnavailableError",
+    "ListParseError",
+    "NumaNode",
+    "NumaSyscallError",
+    "PlanError",
+    "PynumabindError",
+    "Topology",
+    "TopologyError",
+    "__version__",
+    "format_cpulist",
+    "format_cpumask",
+    "format_nodelist",
+    "parse_cpulist",
+    "parse_cpumask",
+    "parse_nodelist",
+]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .cpulist import (
+        format_cpulist,
+        format_cpumask,
+        format_nodelist,
+        parse_cpulist,
+        parse_cpumask,
+        parse_nodelist,
+    )
+    from .errors import (
+        BindError,
+        ConfigError,
+        LibnumaUnavailableError,
+        ListParseError,
+        NumaSyscallError,
+        PlanError,
+        PynumabindError,
+        TopologyError,
+    )
+    from .topology import Cpu, Gpu, NumaNode, Topology
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module_name, attribute = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module 'pynumabind' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(f".{module_name}", __name__), attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

@@ -1,0 +1,99 @@
+"""Exception hierarchy.
+
+Every error pynumabind raises derives from :class:`PynumabindError`, so a
+launcher can catch one type.  Errors about bad *input* also derive from
+``ValueError`` and errors from the kernel also derive from ``OSError``, so
+callers who already handle those keep working.  The library never calls
+``sys.exit`` and never lets libnuma print: failures surface here.
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+import os
+from typing import AbstractSet, Optional
+
+__all__ = [
+    "BindError",
+    "ConfigError",
+    "LibnumaUnavailableError",
+    "ListParseError",
+    "NumaSyscallError",
+    "PlanError",
+    "PynumabindError",
+    "TopologyError",
+    "format_ids",
+]
+
+
+def format_ids(ids: Optional[AbstractSet[int]]) -> str:
+    """Render a set of ids compactly for messages (``0-3,8``); ``-`` when empty."""
+    if ids is None:
+        return "none"
+    if not ids:
+        return "-"
+    out: list[str] = []
+    ordered = sorted(ids)
+    start = prev = ordered[0]
+    for value in ordered[1:]:
+        if value == prev + 1:
+            prev = value
+            continue
+        out.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = value
+    out.append(str(start) if start == prev else f"{start}-{prev}")
+    return ",".join(out)
+
+
+class PynumabindError(Exception):
+    """Base class of every error raised by pynumabind."""
+
+
+class ListParseError(PynumabindError, ValueError):
+    """A CPU list, node list or cpumask could not be parsed.
+
+    Carries the offending ``token`` and its character ``position`` in ``text``
+    so a user can find the mistake in a long override string.
+    """
+
+    def __init__(self, message: str, *, text: str, token: str, position: int) -> None:
+        shown = text if len(text) <= 80 else text[:77] + "..."
+        super().__init__(f"{message}: {token!r} at position {position} in {shown!r}")
+        self.text = text
+        self.token = token
+        self.position = position
+
+
+class ConfigError(PynumabindError, ValueError):
+    """A configuration value (argument or environment variable) is invalid."""
+
+
+class TopologyError(PynumabindError):
+    """The machine's topology could not be read or is inconsistent."""
+
+
+class PlanError(PynumabindError, ValueError):
+    """No valid plan exists for the request (unknown node, empty intersection...)."""
+
+
+class LibnumaUnavailableError(PynumabindError, OSError):
+    """libnuma.so.1 could not be loaded; the message names the package to install."""
+
+
+class NumaSyscallError(PynumabindError, OSError):
+    """A memory-policy syscall failed.
+
+    ``errno`` is the kernel's error number, ``operation`` says what was
+    attempted (``set_mempolicy(MPOL_BIND)``) and ``nodes`` which nodes it named.
+    """
+
+    def __init__(self, err: int, operation: str, nodes: Optional[AbstractSet[int]] = None) -> None:
+        name = _errno.errorcode.get(err, str(err))
+        where = f" with nodes {format_ids(nodes)}" if nodes is not None else ""
+        super().__init__(err, f"{operation}{where} failed: {name} ({os.strerror(err)})")
+        self.operation = operation
+        self.nodes = frozenset(nodes) if nodes is not None else None
+
+
+class BindError(PynumabindError):
+    """Applying a plan failed and, with ``on_error="raise"``, was rolled back."""

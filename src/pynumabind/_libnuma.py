@@ -1,0 +1,496 @@
+"""Thin, typed binding over libnuma (the shim built by ``_libnuma_build``).
+
+Responsibilities, and nothing more:
+
+* load ``libnuma.so.1`` lazily, on first use, with an error that names the
+  package to install when it is missing;
+* convert between libnuma bitmasks / kernel node masks and ``frozenset[int]``,
+  freeing every bitmask allocated here;
+* call the raw memory-policy syscall wrappers libnuma exports and turn
+  ``-1``/errno into :class:`~pynumabind.errors.NumaSyscallError`;
+* probe optional kernel and library features instead of assuming them.
+
+Deliberately *not* used: libnuma's void setters (``numa_set_membind`` and
+friends report errors only by printing to stderr) and the load-time
+snapshots ``numa_all_cpus_ptr``/``numa_all_nodes_ptr`` (stale after any
+affinity change).  Allowed CPUs come from ``sched_getaffinity`` and allowed
+memory nodes from ``get_mempolicy(MPOL_F_MEMS_ALLOWED)``, read fresh.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import mmap
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+from .errors import LibnumaUnavailableError, NumaSyscallError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Set as AbstractSet
+else:
+    from typing import AbstractSet
+
+log = logging.getLogger(__name__)
+
+LIBRARY_NAME = "libnuma.so.1"
+
+# Memory policy modes (linux/mempolicy.h).
+MPOL_DEFAULT = 0
+MPOL_PREFERRED = 1
+MPOL_BIND = 2
+MPOL_INTERLEAVE = 3
+MPOL_LOCAL = 4
+MPOL_PREFERRED_MANY = 5
+MPOL_WEIGHTED_INTERLEAVE = 6
+
+# Mode flags, or-ed into the mode.
+MPOL_F_NUMA_BALANCING = 1 << 13
+MPOL_F_RELATIVE_NODES = 1 << 14
+MPOL_F_STATIC_NODES = 1 << 15
+MPOL_MODE_FLAGS = MPOL_F_NUMA_BALANCING | MPOL_F_RELATIVE_NODES | MPOL_F_STATIC_NODES
+
+# get_mempolicy flags.
+MPOL_F_NODE = 1 << 0
+MPOL_F_ADDR = 1 << 1
+MPOL_F_MEMS_ALLOWED = 1 << 2
+
+# mbind / move_pages flags.
+MPOL_MF_STRICT = 1 << 0
+MPOL_MF_MOVE = 1 << 1
+MPOL_MF_MOVE_ALL = 1 << 2
+
+MODE_NAMES: Dict[int, str] = {
+    MPOL_DEFAULT: "MPOL_DEFAULT",
+    MPOL_PREFERRED: "MPOL_PREFERRED",
+    MPOL_BIND: "MPOL_BIND",
+    MPOL_INTERLEAVE: "MPOL_INTERLEAVE",
+    MPOL_LOCAL: "MPOL_LOCAL",
+    MPOL_PREFERRED_MANY: "MPOL_PREFERRED_MANY",
+    MPOL_WEIGHTED_INTERLEAVE: "MPOL_WEIGHTED_INTERLEAVE",
+}
+
+_INSTALL_HINT = (
+    "install the libnuma runtime: 'apt-get install libnuma1' on Debian/Ubuntu, "
+    "'dnf install numactl-libs' on RHEL/Fedora, 'zypper install libnuma1' on SUSE"
+)
+
+_BITS_PER_LONG = 8 * 8  # x86-64/aarch64 (LP64); checked against ffi at load
+
+_lock = threading.Lock()
+_state: Dict[str, Any] = {}
+
+
+def _ffi() -> Any:
+    """The cffi FFI object: the generated out-of-line module when installed.
+
+    An editable (development) install does not run cffi's generation step;
+    then the same declarations are parsed at run time (in-line ABI mode),
+    which costs a few milliseconds once but behaves identically.
+    """
+    cached = _state.get("ffi")
+    if cached is not None:
+        return cached
+    try:
+        from ._libnuma_ffi import ffi
+    except ImportError:
+        from ._libnuma_build import ffibuilder as ffi
+
+        log.debug("pynumabind._libnuma_ffi not generated; parsing declarations at run time")
+    _state["ffi"] = ffi
+    return ffi
+
+
+def load(name: Optional[str] = None) -> Any:
+    """Return the loaded libnuma, loading it on first call.
+
+    ``name`` overrides the shared object name (tests use it to exercise the
+    missing-library error); loads with a different name are not cached.
+    """
+    if name is None:
+        cached = _state.get("lib")
+        if cached is not None:
+            return cached
+    ffi = _ffi()
+    target = name or LIBRARY_NAME
+    try:
+        lib = ffi.dlopen(target)
+    except OSError as exc:
+        raise LibnumaUnavailableError(f"cannot load {target} ({exc}); {_INSTALL_HINT}") from exc
+    if ffi.sizeof("unsigned long") * 8 != _BITS_PER_LONG:  # pragma: no cover
+        raise LibnumaUnavailableError("pynumabind supports only LP64 platforms")
+    # libnuma's defaults are already 0; set them anyway so that nothing a
+    # caller did earlier can make a libnuma warning call exit().
+    lib.numa_exit_on_error = 0
+    lib.numa_exit_on_warn = 0
+    if name is None:
+        with _lock:
+            _state.setdefault("lib", lib)
+        return _state["lib"]
+    return lib
+
+
+def available() -> bool:
+    """True when libnuma loads and the kernel answers get_mempolicy."""
+    try:
+        return int(load().numa_available()) >= 0
+    except LibnumaUnavailableError:
+        return False
+
+
+def possible_node_bits() -> int:
+    """Width of a node mask the kernel accepts (>= its nr_node_ids)."""
+    return max(int(load().numa_num_possible_nodes()), _BITS_PER_LONG)
+
+
+def possible_cpu_bits() -> int:
+    """Width of a CPU mask covering every possible CPU id."""
+    return max(int(load().numa_num_possible_cpus()), _BITS_PER_LONG)
+
+
+# ---------------------------------------------------------------- bitmasks
+
+
+def bitmask_to_set(bmp: Any) -> frozenset[int]:
+    """Read a ``struct bitmask *`` word by word (cheaper than per-bit calls)."""
+    if bmp == _ffi().NULL:
+        raise ValueError("NULL bitmask")
+    return words_to_set(bmp.maskp[i] for i in range((int(bmp.size) + 63) // 64))
+
+
+def words_to_set(words: Any) -> frozenset[int]:
+    """Bits set in a little-endian sequence of 64-bit words."""
+    out: List[int] = []
+    for index, word in enumerate(words):
+        value = int(word)
+        base = index * 64
+        while value:
+            low = value & -value
+            out.append(base + low.bit_length() - 1)
+            value ^= low
+    return frozenset(out)
+
+
+def set_to_words(ids: AbstractSet[int], nbits: int) -> List[int]:
+    """Little-endian 64-bit words of an ``nbits`` wide mask holding ``ids``."""
+    words = [0] * ((nbits + 63) // 64)
+    for i in ids:
+        if i < 0 or i >= nbits:
+            raise ValueError(f"id {i} does not fit in a {nbits}-bit mask")
+        words[i // 64] |= 1 << (i % 64)
+    return words
+
+
+@contextlib.contextmanager
+def allocated_bitmask(nbits: int, ids: AbstractSet[int] = frozenset()) -> Iterator[Any]:
+    """A libnuma bitmask of ``nbits`` holding ``ids``, freed on exit."""
+    lib = load()
+    bmp = lib.numa_bitmask_alloc(nbits)
+    if bmp == _ffi().NULL:  # libnuma exits on OOM in old versions; be safe
+        raise MemoryError("numa_bitmask_alloc failed")
+    try:
+        for i in ids:
+            if i < 0 or i >= nbits:
+                raise ValueError(f"id {i} does not fit in a {nbits}-bit mask")
+            lib.numa_bitmask_setbit(bmp, i)
+        yield bmp
+    finally:
+        lib.numa_bitmask_free(bmp)
+
+
+def _take_bitmask(bmp: Any) -> Optional[frozenset[int]]:
+    """Convert and free a bitmask libnuma returned; ``None`` for NULL."""
+    if bmp == _ffi().NULL:
+        return None
+    try:
+        return bitmask_to_set(bmp)
+    finally:
+        load().numa_bitmask_free(bmp)
+
+
+# ------------------------------------------------------- topology queries
+
+
+def max_node() -> int:
+    return int(load().numa_max_node())
+
+
+def node_to_cpus(node: int) -> frozenset[int]:
+    """CPUs of ``node`` according to libnuma (reads sysfs cpumap)."""
+    ffi = _ffi()
+    lib = load()
+    if node < 0 or not os.path.isdir(f"/sys/devices/system/node/node{node}"):
+        # libnuma would print a warning and claim every CPU for a missing node.
+        raise NumaSyscallError(22, "numa_node_to_cpus", {node} if node >= 0 else None)
+    with allocated_bitmask(possible_cpu_bits()) as bmp:
+        if lib.numa_node_to_cpus(node, bmp) < 0:
+            raise NumaSyscallError(ffi.errno, "numa_node_to_cpus", {node})
+        return bitmask_to_set(bmp)
+
+
+def node_of_cpu(cpu: int) -> int:
+    ffi = _ffi()
+    node = int(load().numa_node_of_cpu(cpu))
+    if node < 0:
+        raise NumaSyscallError(ffi.errno or 22, f"numa_node_of_cpu({cpu})")
+    return node
+
+
+def node_memory(node: int) -> Tuple[int, int]:
+    """(total, free) bytes of ``node``."""
+    ffi = _ffi()
+    free = ffi.new("long long *")
+    total = int(load().numa_node_size64(node, free))
+    if total < 0:
+        raise NumaSyscallError(ffi.errno or 22, "numa_node_size64", {node})
+    return total, int(free[0])
+
+
+def distance(a: int, b: int) -> Optional[int]:
+    """SLIT distance, or ``None`` when libnuma cannot tell."""
+    value = int(load().numa_distance(a, b))
+    return value or None
+
+
+def parse_cpustring_all(text: str) -> Optional[frozenset[int]]:
+    """libnuma's own numactl-style CPU parser; ``None`` when it rejects.
+
+    For differential tests only: libnuma prints a warning on stderr for
+    out-of-range ids, which normal pynumabind use never triggers.
+    """
+    return _take_bitmask(load().numa_parse_cpustring_all(text.encode()))
+
+
+def parse_nodestring_all(text: str) -> Optional[frozenset[int]]:
+    """libnuma's own node-string parser; ``None`` when it rejects (tests only)."""
+    return _take_bitmask(load().numa_parse_nodestring_all(text.encode()))
+
+
+# ------------------------------------------------------------ mem policy
+
+
+@dataclass(frozen=True)
+class MemPolicy:
+    """A memory policy as the kernel reports it."""
+
+    mode: int
+    nodes: frozenset[int]
+    flags: int = 0
+
+    @property
+    def mode_name(self) -> str:
+        return MODE_NAMES.get(self.mode, f"mode {self.mode}")
+
+
+def _node_array(nodes: AbstractSet[int]) -> Tuple[Any, int]:
+    nbits = possible_node_bits()
+    try:
+        words = set_to_words(nodes, nbits)
+    except ValueError as exc:
+        raise NumaSyscallError(22, f"node mask ({exc})", nodes) from None
+    return _ffi().new("unsigned long[]", words), nbits
+
+
+def get_mempolicy() -> MemPolicy:
+    """The calling thread's memory policy."""
+    ffi = _ffi()
+    nbits = possible_node_bits()
+    mode = ffi.new("int *")
+    mask = ffi.new("unsigned long[]", (nbits + 63) // 64)
+    if load().get_mempolicy(mode, mask, nbits + 1, ffi.NULL, 0) < 0:
+        raise NumaSyscallError(ffi.errno, "get_mempolicy")
+    raw = int(mode[0])
+    return MemPolicy(raw & ~MPOL_MODE_FLAGS, words_to_set(mask), raw & MPOL_MODE_FLAGS)
+
+
+def get_mems_allowed() -> frozenset[int]:
+    """Memory nodes this thread may use (cpuset ``mems``), read fresh."""
+    ffi = _ffi()
+    nbits = possible_node_bits()
+    mask = ffi.new("unsigned long[]", (nbits + 63) // 64)
+    if load().get_mempolicy(ffi.NULL, mask, nbits + 1, ffi.NULL, MPOL_F_MEMS_ALLOWED) < 0:
+        raise NumaSyscallError(ffi.errno, "get_mempolicy(MPOL_F_MEMS_ALLOWED)")
+    return words_to_set(mask)
+
+
+def set_mempolicy(mode: int, nodes: AbstractSet[int] = frozenset(), flags: int = 0) -> None:
+    """Set the calling thread's policy; raises with errno on failure."""
+    ffi = _ffi()
+    operation = f"set_mempolicy({MODE_NAMES.get(mode, mode)})"
+    if mode in (MPOL_DEFAULT, MPOL_LOCAL):
+        result = load().set_mempolicy(mode | flags, ffi.NULL, 0)
+        node_arg: Optional[AbstractSet[int]] = None
+    else:
+        array, nbits = _node_array(nodes)
+        result = load().set_mempolicy(mode | flags, array, nbits + 1)
+        node_arg = nodes
+    if result < 0:
+        raise NumaSyscallError(ffi.errno, operation, node_arg)
+
+
+def _buffer_pointer(buffer: Any) -> Any:
+    return _ffi().from_buffer(buffer)
+
+
+def mbind(buffer: Any, mode: int, nodes: AbstractSet[int] = frozenset(), flags: int = 0) -> None:
+    """Apply a policy to the pages of ``buffer`` (a writable, page-aligned buffer)."""
+    ffi = _ffi()
+    pointer = _buffer_pointer(buffer)
+    try:
+        if mode in (MPOL_DEFAULT, MPOL_LOCAL):
+            result = load().mbind(pointer, len(buffer), mode, ffi.NULL, 0, flags)
+        else:
+            array, nbits = _node_array(nodes)
+            result = load().mbind(pointer, len(buffer), mode, array, nbits + 1, flags)
+        if result < 0:
+            raise NumaSyscallError(ffi.errno, f"mbind({MODE_NAMES.get(mode, mode)})", nodes)
+    finally:
+        ffi.release(pointer)
+
+
+def migrate_pages(pid: int, from_nodes: AbstractSet[int], to_nodes: AbstractSet[int]) -> int:
+    """Move ``pid``'s pages from ``from_nodes`` to ``to_nodes``.
+
+    Returns the number of pages that could not be moved (the kernel's count).
+    """
+    ffi = _ffi()
+    old, nbits = _node_array(from_nodes)
+    new, _ = _node_array(to_nodes)
+    result = int(load().migrate_pages(pid, nbits + 1, old, new))
+    if result < 0:
+        raise NumaSyscallError(ffi.errno, f"migrate_pages(pid {pid})", to_nodes)
+    return result
+
+
+def page_addresses(buffer: Any) -> Tuple[Any, List[Any]]:
+    """Pointer to ``buffer`` and the address of each page in it.
+
+    The caller must ``release`` the returned pointer (see :func:`page_nodes`).
+    """
+    ffi = _ffi()
+    pointer = _buffer_pointer(buffer)
+    size = mmap.PAGESIZE
+    start = int(ffi.cast("uintptr_t", pointer))
+    first = start - start % size
+    pages = [ffi.cast("void *", addr) for addr in range(first, start + len(buffer), size)]
+    return pointer, pages
+
+
+def page_nodes(buffer: Any) -> List[int]:
+    """NUMA node of each page of ``buffer`` (move_pages with nodes=NULL).
+
+    A negative entry is ``-errno`` for that page (``-ENOENT``: not present).
+    """
+    ffi = _ffi()
+    pointer, pages = page_addresses(buffer)
+    try:
+        if not pages:
+            return []
+        array = ffi.new("void *[]", pages)
+        status = ffi.new("int[]", len(pages))
+        if load().move_pages(0, len(pages), array, ffi.NULL, status, 0) < 0:
+            raise NumaSyscallError(ffi.errno, "move_pages(query)")
+        return [int(s) for s in status]
+    finally:
+        ffi.release(pointer)
+
+
+def move_buffer_pages(buffer: Any, node: int) -> List[int]:
+    """Move every page of ``buffer`` to ``node``; per-page status as above."""
+    ffi = _ffi()
+    pointer, pages = page_addresses(buffer)
+    try:
+        if not pages:
+            return []
+        array = ffi.new("void *[]", pages)
+        targets = ffi.new("int[]", [node] * len(pages))
+        status = ffi.new("int[]", len(pages))
+        if load().move_pages(0, len(pages), array, targets, status, MPOL_MF_MOVE) < 0:
+            raise NumaSyscallError(ffi.errno, "move_pages", {node})
+        return [int(s) for s in status]
+    finally:
+        ffi.release(pointer)
+
+
+# ---------------------------------------------------------------- probes
+
+
+@dataclass(frozen=True)
+class Features:
+    """What this kernel and libnuma support.
+
+    ``None`` means the probe could not tell (for example because a seccomp
+    filter denied the probing syscall).
+    """
+
+    libnuma_loaded: bool
+    numa_available: bool
+    preferred_many: Optional[bool]
+    weighted_interleave: Optional[bool]
+    symbols: Dict[str, bool] = field(default_factory=dict)
+
+
+OPTIONAL_SYMBOLS: Sequence[str] = (
+    "numa_parse_cpustring_all",
+    "numa_parse_nodestring_all",
+    "numa_has_preferred_many",
+    "numa_has_home_node",
+)
+
+
+def _probe_mode(mode: int) -> Optional[bool]:
+    """Try ``mode`` with mbind on a scratch page: no thread state changes."""
+    try:
+        nodes = get_mems_allowed()
+    except NumaSyscallError:
+        return None
+    if not nodes:
+        return None
+    scratch = mmap.mmap(-1, mmap.PAGESIZE)
+    try:
+        mbind(scratch, mode, nodes)
+        return True
+    except NumaSyscallError as exc:
+        if exc.errno == 22:  # EINVAL: unknown mode
+            return False
+        return None
+    finally:
+        scratch.close()
+
+
+def has_symbol(name: str) -> bool:
+    """Whether the loaded libnuma exports ``name`` (older ones lack some)."""
+    lib = load()
+    # The generated module raises ffi.error, the in-line FFI AttributeError.
+    missing = (AttributeError, getattr(_ffi(), "error", AttributeError))
+    try:
+        getattr(lib, name)
+    except missing:
+        return False
+    return True
+
+
+def probe_features() -> Features:
+    """Probe optional features once; results are cached."""
+    cached = _state.get("features")
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
+    try:
+        lib = load()
+    except LibnumaUnavailableError:
+        return Features(False, False, None, None, {})
+    symbols: Dict[str, bool] = {}
+    for name in OPTIONAL_SYMBOLS:
+        symbols[name] = has_symbol(name)
+    features = Features(
+        libnuma_loaded=True,
+        numa_available=int(lib.numa_available()) >= 0,
+        preferred_many=_probe_mode(MPOL_PREFERRED_MANY),
+        weighted_interleave=_probe_mode(MPOL_WEIGHTED_INTERLEAVE),
+        symbols=symbols,
+    )
+    _state["features"] = features
+    return features

@@ -1,0 +1,175 @@
+"""The libnuma shim against the real libnuma and kernel of this machine."""
+
+from __future__ import annotations
+
+import errno
+import glob
+import mmap
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pynumabind import _libnuma
+from pynumabind.cpulist import parse_cpulist
+from pynumabind.errors import LibnumaUnavailableError, NumaSyscallError
+
+SYS_NODE = "/sys/devices/system/node"
+
+
+def _sys_nodes() -> dict[int, frozenset[int]]:
+    out = {}
+    for path in glob.glob(f"{SYS_NODE}/node[0-9]*"):
+        with open(f"{path}/cpulist") as handle:
+            out[int(path.rsplit("node", 1)[1])] = parse_cpulist(handle.read())
+    return out
+
+
+def test_library_loads_and_numa_is_available() -> None:
+    assert _libnuma.available()
+
+
+def test_node_and_cpu_queries_agree_with_sysfs() -> None:
+    nodes = _sys_nodes()
+    assert nodes, "this machine exposes no NUMA nodes in sysfs"
+    assert _libnuma.max_node() == max(nodes)
+    for node, cpus in nodes.items():
+        assert _libnuma.node_to_cpus(node) == cpus
+        for cpu in cpus:
+            assert _libnuma.node_of_cpu(cpu) == node
+        total, free = _libnuma.node_memory(node)
+        with open(f"{SYS_NODE}/node{node}/meminfo") as handle:
+            memtotal_kb = next(int(line.split()[3]) for line in handle if "MemTotal" in line)
+        assert total == memtotal_kb * 1024
+        assert 0 <= free <= total
+        with open(f"{SYS_NODE}/node{node}/distance") as handle:
+            row = [int(x) for x in handle.read().split()]
+        assert [_libnuma.distance(node, other) for other in sorted(nodes)] == row
+
+
+def test_node_to_cpus_of_missing_node_raises_without_printing(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    missing = max(_sys_nodes()) + 7
+    with pytest.raises(NumaSyscallError) as info:
+        _libnuma.node_to_cpus(missing)
+    assert info.value.errno == errno.EINVAL
+    assert str(missing) in str(info.value)
+    assert capfd.readouterr().err == ""
+
+
+@pytest.mark.parametrize("nbits_source", ["cpus", "nodes"])
+def test_bitmask_round_trip_up_to_possible_ids(nbits_source: str) -> None:
+    nbits = (
+        _libnuma.possible_cpu_bits() if nbits_source == "cpus" else _libnuma.possible_node_bits()
+    )
+    samples = [
+        frozenset(),
+        frozenset({0}),
+        frozenset({nbits - 1}),
+        frozenset(range(0, nbits, 3)),
+        frozenset(range(nbits)),
+        frozenset({63, 64, 127, 128}) & frozenset(range(nbits)),
+    ]
+    lib = _libnuma.load()
+    for ids in samples:
+        with _libnuma.allocated_bitmask(nbits, ids) as bmp:
+            assert int(bmp.size) >= nbits
+            assert _libnuma.bitmask_to_set(bmp) == ids
+            assert int(lib.numa_bitmask_weight(bmp)) == len(ids)
+            for i in (0, nbits - 1):
+                assert bool(lib.numa_bitmask_isbitset(bmp, i)) == (i in ids)
+        assert _libnuma.words_to_set(_libnuma.set_to_words(ids, nbits)) == ids
+
+
+def test_bitmask_rejects_ids_outside_width() -> None:
+    with pytest.raises(ValueError, match="does not fit"):
+        with _libnuma.allocated_bitmask(64, {64}):
+            pass
+
+
+def test_allowed_cpus_and_mems_match_proc_status() -> None:
+    with open("/proc/self/status") as handle:
+        status = dict(line.rstrip("\n").split(":\t", 1) for line in handle if ":\t" in line)
+    assert frozenset(os.sched_getaffinity(0)) == parse_cpulist(status["Cpus_allowed_list"])
+    assert _libnuma.get_mems_allowed() == parse_cpulist(status["Mems_allowed_list"])
+
+
+def test_empty_bind_mask_maps_to_einval_with_context() -> None:
+    with pytest.raises(NumaSyscallError) as info:
+        _libnuma.set_mempolicy(_libnuma.MPOL_BIND, frozenset())
+    assert info.value.errno == errno.EINVAL
+    assert "set_mempolicy(MPOL_BIND)" in str(info.value)
+    assert info.value.nodes == frozenset()
+    assert isinstance(info.value, OSError)
+
+
+def test_node_beyond_mask_width_is_a_clear_error() -> None:
+    with pytest.raises(NumaSyscallError, match="does not fit"):
+        _libnuma.set_mempolicy(_libnuma.MPOL_BIND, {_libnuma.possible_node_bits() + 5})
+
+
+def test_set_and_get_mempolicy_round_trip() -> None:
+    node = min(_libnuma.get_mems_allowed())
+    before = _libnuma.get_mempolicy()
+    try:
+        for mode in (_libnuma.MPOL_BIND, _libnuma.MPOL_PREFERRED, _libnuma.MPOL_INTERLEAVE):
+            _libnuma.set_mempolicy(mode, {node})
+            policy = _libnuma.get_mempolicy()
+            assert (policy.mode, policy.nodes) == (mode, frozenset({node}))
+        _libnuma.set_mempolicy(_libnuma.MPOL_LOCAL)
+        assert _libnuma.get_mempolicy().mode == _libnuma.MPOL_LOCAL
+    finally:
+        _libnuma.set_mempolicy(before.mode, before.nodes, before.flags)
+    assert _libnuma.get_mempolicy() == before
+
+
+def test_mbind_and_page_queries_see_touched_pages() -> None:
+    node = min(_libnuma.get_mems_allowed())
+    buffer = mmap.mmap(-1, 4 * mmap.PAGESIZE)
+    try:
+        assert set(_libnuma.page_nodes(buffer)) == {-errno.ENOENT}  # not yet touched
+        _libnuma.mbind(buffer, _libnuma.MPOL_BIND, {node})
+        buffer[:] = b"\x01" * len(buffer)
+        assert _libnuma.page_nodes(buffer) == [node] * 4
+        assert _libnuma.move_buffer_pages(buffer, node) == [node] * 4
+    finally:
+        buffer.close()
+
+
+def test_migrate_pages_on_self_returns_count() -> None:
+    nodes = _libnuma.get_mems_allowed()
+    assert _libnuma.migrate_pages(0, nodes, nodes) == 0
+
+
+def test_feature_probe_reports_kernel_support() -> None:
+    features = _libnuma.probe_features()
+    assert features.libnuma_loaded and features.numa_available
+    release = tuple(int(x) for x in os.uname().release.split(".")[:2])
+    # MPOL_PREFERRED_MANY arrived in 5.15, weighted interleave in 6.9.
+    assert features.preferred_many is (release >= (5, 15))
+    assert features.weighted_interleave is (release >= (6, 9))
+    assert features.symbols["numa_parse_cpustring_all"] is True
+    # The probe must leave the thread's policy alone.
+    assert _libnuma.get_mempolicy().mode == _libnuma.MPOL_DEFAULT
+
+
+def test_missing_library_names_the_package_to_install() -> None:
+    with pytest.raises(LibnumaUnavailableError) as info:
+        _libnuma.load("libnuma-does-not-exist.so.1")
+    message = str(info.value)
+    assert "libnuma1" in message and "numactl-libs" in message
+    assert "libnuma-does-not-exist.so.1" in message
+
+
+def test_import_does_not_load_libnuma_or_pynvml() -> None:
+    code = (
+        "import sys, pynumabind; "
+        "print(sorted(m for m in sys.modules if m.startswith(('pynvml', 'numpy', '_cffi'))))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "[]"
+    assert result.stderr == ""

@@ -1,0 +1,127 @@
+"""Shared plumbing: run settings, worker subprocesses, setups, logging to the terminal."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, Optional
+
+__all__ = ["Settings", "Setup", "run_worker", "say", "worker_env"]
+
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def say(message: str) -> None:
+    """Progress for the person running the suite (stderr, so stdout stays clean)."""
+    print(message, file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Sizes and repetitions.  ``quick`` keeps the whole suite under a minute on 2 cores."""
+
+    quick: bool
+    install_numactl: bool = True
+    build_dir: Optional[str] = None
+
+    # overhead
+    @property
+    def startup_reps(self) -> int:
+        return 7 if self.quick else 25
+
+    @property
+    def apply_reps(self) -> int:
+        return 200 if self.quick else 2000
+
+    # locality
+    @property
+    def bandwidth_bytes(self) -> int:
+        return (64 if self.quick else 256) << 20
+
+    @property
+    def bandwidth_reps(self) -> int:
+        return 5 if self.quick else 15
+
+    @property
+    def latency_steps(self) -> int:
+        return 1_000_000 if self.quick else 4_000_000
+
+    @property
+    def latency_reps(self) -> int:
+        return 5 if self.quick else 11
+
+    # jitter
+    @property
+    def jitter_iterations(self) -> int:
+        return 1000 if self.quick else 5000
+
+    @property
+    def jitter_work(self) -> int:
+        """Loop trips per iteration (~0.2 ms on a 2020s core)."""
+        return 200_000
+
+    # gpu
+    @property
+    def gpu_bytes(self) -> int:
+        return (64 if self.quick else 256) << 20
+
+    @property
+    def gpu_reps(self) -> int:
+        return 5 if self.quick else 20
+
+
+@dataclass(frozen=True)
+class Setup:
+    """How the measured process is placed: CPUs (``None``: untouched) and memory policy."""
+
+    name: str
+    cpus: Optional[frozenset[int]] = None
+    policy: Optional[str] = None  # "bind", "interleave", "preferred" or None (default policy)
+    mems: frozenset[int] = frozenset()
+    cpu_node: Optional[int] = None
+    mem_node: Optional[int] = None
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "name": self.name,
+            "cpus": None if self.cpus is None else sorted(self.cpus),
+            "policy": self.policy,
+            "mems": sorted(self.mems),
+            "cpu_node": self.cpu_node,
+            "mem_node": self.mem_node,
+        }
+
+
+def worker_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """The environment of a worker: this package importable, BLAS/OpenMP pools single-threaded."""
+    env = dict(os.environ)
+    paths: Iterable[str] = [PACKAGE_PARENT, *filter(None, env.get("PYTHONPATH", "").split(":"))]
+    env["PYTHONPATH"] = ":".join(dict.fromkeys(paths))
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        env.setdefault(name, "1")
+    env.update(extra or {})
+    return env
+
+
+def run_worker(setup: Setup, task: Dict[str, Any], timeout: float) -> Dict[str, Any]:
+    """Run one measurement in a fresh interpreter; its JSON result (``error`` on failure)."""
+    spec = json.dumps({"setup": setup.to_dict(), "task": task})
+    argv = [sys.executable, "-m", "benchmarks.worker", spec]
+    try:
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout, env=worker_env(), check=False
+        )
+    except subprocess.TimeoutExpired:
+        return {"setup": setup.to_dict(), "error": f"worker timed out after {timeout:.0f} s"}
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        tail = done.stderr.strip()[-800:]
+        return {
+            "setup": setup.to_dict(),
+            "error": f"worker exited {done.returncode}: {tail or 'no output'}",
+        }
+    result: Dict[str, Any] = json.loads(lines[-1])
+    return result

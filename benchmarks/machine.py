@@ -1,0 +1,307 @@
+"""What machine the numbers came from: CPU, kernel, Python, NUMA nodes, virtualization.
+
+Results embed this so runs from different machines can be compared.  Every
+reader takes a ``root`` so tests can point it at a fake tree; nothing here
+runs a shell or a subprocess.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import platform
+import re
+import sys
+from dataclasses import asdict, dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+from pynumabind.cpulist import parse_cpulist
+
+__all__ = [
+    "NodeInfo",
+    "Virtualization",
+    "detect_virtualization",
+    "l3_cache_bytes",
+    "machine_info",
+    "read_nodes",
+    "topology_snapshot",
+]
+
+# CPUID leaf 0x40000000 vendor signatures (what systemd-detect-virt also matches).
+CPUID_SIGNATURES: Dict[str, str] = {
+    "KVMKVMKVM": "kvm",
+    "TCGTCGTCGTCG": "qemu-tcg",
+    "Microsoft Hv": "microsoft",
+    "VMwareVMware": "vmware",
+    "XenVMMXenVMM": "xen",
+    "bhyve bhyve": "bhyve",
+    "QNXQVMBSQG": "qnx",
+    "ACRNACRNACRN": "acrn",
+    "VBoxVBoxVBox": "oracle",
+    "Linux KVM Hv": "kvm",
+    "SRESRESRESRE": "sre",
+    "Apple VZ": "apple",
+}
+
+# DMI vendor / product strings (substring, lower case) -> hypervisor.
+DMI_VENDORS: Tuple[Tuple[str, str], ...] = (
+    ("qemu", "qemu"),
+    ("kvm", "kvm"),
+    ("amazon ec2", "amazon"),
+    ("vmware", "vmware"),
+    ("virtualbox", "oracle"),
+    ("innotek", "oracle"),
+    ("xen", "xen"),
+    ("bochs", "bochs"),
+    ("parallels", "parallels"),
+    ("google compute engine", "google"),
+    ("bhyve", "bhyve"),
+    ("microsoft corporation virtual machine", "microsoft"),
+)
+
+
+def _read(path: str) -> Optional[str]:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+# ------------------------------------------------------------------ nodes
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One NUMA node as sysfs shows it."""
+
+    id: int
+    cpus: frozenset[int]
+    memory_kb: Optional[int]
+
+    @property
+    def has_memory(self) -> bool:
+        return bool(self.memory_kb)
+
+
+def read_nodes(sys_root: str = "/sys") -> List[NodeInfo]:
+    """NUMA nodes from ``/sys/devices/system/node`` (one pseudo node 0 if absent)."""
+    base = os.path.join(sys_root, "devices/system/node")
+    nodes: List[NodeInfo] = []
+    for path in glob.glob(os.path.join(base, "node[0-9]*")):
+        match = re.search(r"node(\d+)$", path)
+        if match is None:
+            continue
+        cpus = parse_cpulist((_read(os.path.join(path, "cpulist")) or "").strip())
+        meminfo = _read(os.path.join(path, "meminfo")) or ""
+        found = re.search(r"MemTotal:\s+(\d+)\s*kB", meminfo)
+        nodes.append(NodeInfo(int(match.group(1)), cpus, int(found.group(1)) if found else None))
+    if not nodes:
+        # A kernel without CONFIG_NUMA: the whole machine is node 0.
+        online = (_read(os.path.join(sys_root, "devices/system/cpu/online")) or "0").strip()
+        nodes.append(NodeInfo(0, parse_cpulist(online), None))
+    return sorted(nodes, key=lambda n: n.id)
+
+
+def l3_cache_bytes(sys_root: str = "/sys", cpu: int = 0) -> Optional[int]:
+    """Size of ``cpu``'s largest (last-level) cache from sysfs, in bytes."""
+    best: Optional[Tuple[int, int]] = None
+    pattern = os.path.join(sys_root, f"devices/system/cpu/cpu{cpu}/cache/index[0-9]*")
+    for index in glob.glob(pattern):
+        level = (_read(os.path.join(index, "level")) or "").strip()
+        kind = (_read(os.path.join(index, "type")) or "Unified").strip()
+        size = (_read(os.path.join(index, "size")) or "").strip()
+        if not level.isdigit() or kind == "Instruction":
+            continue
+        parsed = parse_size(size)
+        if parsed is None:
+            continue
+        key = (int(level), parsed)
+        if best is None or key > best:
+            best = key
+    return None if best is None else best[1]
+
+
+def parse_size(text: str) -> Optional[int]:
+    """sysfs cache sizes: ``32768K``, ``1M``, ``512`` -> bytes; ``None`` if unreadable."""
+    match = re.fullmatch(r"(\d+)\s*([KMG]?)B?", text.strip(), flags=re.IGNORECASE)
+    if match is None:
+        return None
+    scale = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[match.group(2).upper()]
+    return int(match.group(1)) * scale
+
+
+# --------------------------------------------------------- virtualization
+
+
+@dataclass(frozen=True)
+class Virtualization:
+    """Whether we run under a hypervisor, which one, and what that means for the numbers."""
+
+    virtualized: bool
+    hypervisor: Optional[str]
+    emulated: bool  # QEMU TCG: the CPU is software-emulated
+    container: Optional[str]
+    evidence: Tuple[str, ...]
+
+    @property
+    def verdict(self) -> str:
+        if self.emulated:
+            return (
+                "QEMU TCG guest (software-emulated CPU): timings and NUMA effects measured "
+                "here mean nothing; use them only to check that the suite runs"
+            )
+        if self.virtualized:
+            name = self.hypervisor or "unknown hypervisor"
+            return (
+                f"virtual machine ({name}): the guest's NUMA nodes and caches may not match "
+                "the host's; numbers are indicative only"
+            )
+        return "bare metal (no hypervisor detected): numbers are representative of this machine"
+
+    def to_dict(self) -> Dict[str, Any]:
+        out = asdict(self)
+        out["evidence"] = list(self.evidence)
+        out["verdict"] = self.verdict
+        return out
+
+
+def detect_virtualization(
+    root: str = "/", cpuid_signature: Optional[str] = None, environ: Optional[Dict[str, str]] = None
+) -> Virtualization:
+    """systemd-detect-virt's checks, done by reading files (no shell, no subprocess).
+
+    ``cpuid_signature`` is the vendor string of CPUID leaf 0x40000000, when
+    the caller could read it (the compiled benchmark kernel does on x86);
+    it is the most specific evidence and the only one that tells a QEMU TCG
+    guest from a KVM one.
+    """
+    env = dict(os.environ if environ is None else environ)
+    evidence: List[str] = []
+    hypervisor: Optional[str] = None
+    emulated = False
+
+    def path(rel: str) -> str:
+        return os.path.join(root, rel.lstrip("/"))
+
+    signature = (cpuid_signature or "").strip("\0 ")
+    if signature:
+        evidence.append(f"cpuid 0x40000000 signature {signature!r}")
+        for known, name in CPUID_SIGNATURES.items():
+            if signature.startswith(known.strip()):
+                hypervisor = name
+                break
+        emulated = hypervisor == "qemu-tcg"
+
+    cpuinfo = _read(path("/proc/cpuinfo")) or ""
+    flags_line = re.search(r"^(?:flags|Features)\s*:(.*)$", cpuinfo, flags=re.MULTILINE)
+    if flags_line and "hypervisor" in flags_line.group(1).split():
+        evidence.append("/proc/cpuinfo has the 'hypervisor' flag")
+        hypervisor = hypervisor or "unknown"
+    model = re.search(r"^model name\s*:\s*(.*)$", cpuinfo, flags=re.MULTILINE)
+    if model and "TCG" in model.group(1):
+        evidence.append(f"CPU model {model.group(1).strip()!r} names QEMU TCG")
+        hypervisor, emulated = "qemu-tcg", True
+
+    xen_type = _read(path("/sys/hypervisor/type"))
+    if xen_type:
+        evidence.append(f"/sys/hypervisor/type is {xen_type.strip()!r}")
+        hypervisor = hypervisor if hypervisor not in (None, "unknown") else xen_type.strip()
+
+    for rel in (
+        "/sys/class/dmi/id/sys_vendor",
+        "/sys/class/dmi/id/product_name",
+        "/sys/class/dmi/id/board_vendor",
+        "/sys/class/dmi/id/bios_vendor",
+    ):
+        value = (_read(path(rel)) or "").strip()
+        lowered = value.lower()
+        for needle, name in DMI_VENDORS:
+            if needle in lowered:
+                evidence.append(f"{rel} is {value!r}")
+                if hypervisor in (None, "unknown"):
+                    hypervisor = name
+                break
+
+    compatible = _read(path("/proc/device-tree/hypervisor/compatible"))
+    if compatible:
+        evidence.append(f"device tree hypervisor node {compatible.strip(chr(0))!r}")
+        hypervisor = hypervisor if hypervisor not in (None, "unknown") else "device-tree"
+
+    if env.get("PYNUMABIND_IN_GUEST") == "1":
+        evidence.append("PYNUMABIND_IN_GUEST=1 (the project's QEMU TCG test guest)")
+        hypervisor, emulated = "qemu-tcg", True
+
+    container: Optional[str] = None
+    if os.path.exists(path("/.dockerenv")):
+        container = "docker"
+    elif os.path.exists(path("/run/.containerenv")):
+        container = "podman"
+    else:
+        environ1 = _read(path("/proc/1/environ")) or ""
+        for item in environ1.split("\0"):
+            if item.startswith("container="):
+                container = item.split("=", 1)[1] or "unknown"
+    if container:
+        evidence.append(f"container: {container}")
+
+    return Virtualization(
+        virtualized=hypervisor is not None,
+        hypervisor=hypervisor,
+        emulated=emulated,
+        container=container,
+        evidence=tuple(evidence),
+    )
+
+
+# ------------------------------------------------------------ the machine
+
+
+def cpu_model(root: str = "/") -> str:
+    cpuinfo = _read(os.path.join(root, "proc/cpuinfo")) or ""
+    for key in ("model name", "Model", "cpu model", "Processor"):
+        match = re.search(rf"^{key}\s*:\s*(.*)$", cpuinfo, flags=re.MULTILINE)
+        if match:
+            return match.group(1).strip()
+    return platform.processor() or "unknown"
+
+
+def machine_info(root: str = "/") -> Dict[str, Any]:
+    """CPU model, kernel, Python, memory: enough to tell machines apart."""
+    meminfo = _read(os.path.join(root, "proc/meminfo")) or ""
+    total = re.search(r"MemTotal:\s+(\d+)\s*kB", meminfo)
+    uname = platform.uname()
+    return {
+        "hostname": uname.node,
+        "cpu_model": cpu_model(root),
+        "logical_cpus": os.cpu_count(),
+        "allowed_cpus": len(os.sched_getaffinity(0)),
+        "memory_total_kb": int(total.group(1)) if total else None,
+        "kernel": uname.release,
+        "machine": uname.machine,
+        "python": sys.version.split()[0],
+        "python_implementation": platform.python_implementation(),
+        "l3_cache_bytes": l3_cache_bytes(os.path.join(root, "sys")),
+    }
+
+
+def topology_snapshot(sys_root: str = "/sys") -> Dict[str, Any]:
+    """pynumabind's own topology snapshot when discovery is available, else sysfs node lists."""
+    try:
+        from pynumabind import Topology
+
+        data: Dict[str, Any] = Topology.detect().to_dict()
+        return {"source": "pynumabind.Topology.detect", "topology": data}
+    except Exception as exc:  # discovery missing or failing must not stop the suite
+        nodes = read_nodes(sys_root)
+        from pynumabind.cpulist import format_cpulist
+
+        return {
+            "source": "sysfs",
+            "why": f"Topology.detect() unavailable: {type(exc).__name__}: {exc}",
+            "nodes": [
+                {"id": n.id, "cpus": format_cpulist(n.cpus), "memory_kb": n.memory_kb}
+                for n in nodes
+            ],
+            "allowed_cpus": format_cpulist(os.sched_getaffinity(0)),
+        }

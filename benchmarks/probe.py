@@ -1,0 +1,168 @@
+"""Measurements that must start in a pristine interpreter: ``python -m benchmarks.probe WHAT``.
+
+Nothing from pynumabind is imported at module level, so ``cold`` times the
+package's first import, discovery, planning and binding exactly as a
+freshly spawned worker pays them.  Prints one JSON object on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+WATCHED_MODULES = ("pynvml", "numpy", "torch", "cffi", "_cffi_backend")
+
+
+def loaded(names: Tuple[str, ...] = WATCHED_MODULES) -> List[str]:
+    return sorted(n for n in names if n in sys.modules)
+
+
+def probe_import() -> Dict[str, Any]:
+    start = time.perf_counter()
+    import pynumabind  # noqa: F401
+
+    return {"import_s": time.perf_counter() - start, "modules_after_import": loaded()}
+
+
+def probe_cold(rank: int) -> Dict[str, Any]:
+    """First import, then the first ``bind_current_process(rank)``: detect, plan, apply."""
+    start = time.perf_counter()
+    import pynumabind
+
+    imported = time.perf_counter()
+    out: Dict[str, Any] = {"import_s": imported - start, "modules_after_import": loaded()}
+    binding = pynumabind.bind_current_process(rank)
+    out["bind_s"] = time.perf_counter() - imported
+    out["modules_after_bind"] = loaded()
+    out["binding"] = _describe(binding)
+    return out
+
+
+def _describe(binding: Any) -> Dict[str, Any]:
+    """What the binding did, in JSON terms (duck-typed: the binder's API may grow)."""
+    plan = getattr(binding, "plan", None)
+    described: Dict[str, Any] = {"repr": repr(binding)[:400]}
+    if plan is not None and hasattr(plan, "to_dict"):
+        described["plan"] = plan.to_dict()
+    return described
+
+
+# ------------------------------------------------------------------- warm
+
+_POLICY_MODES = {"bind": "MPOL_BIND", "interleave": "MPOL_INTERLEAVE", "local": "MPOL_LOCAL"}
+
+
+def _mode_for(policy: str, mems: frozenset[int]) -> Optional[int]:
+    """The set_mempolicy mode a plan's policy turns into (``None``: policy left alone)."""
+    from pynumabind import _libnuma
+
+    if policy == "none":
+        return None
+    if policy == "preferred":
+        return _libnuma.MPOL_PREFERRED if len(mems) <= 1 else _libnuma.MPOL_PREFERRED_MANY
+    return int(getattr(_libnuma, _POLICY_MODES[policy]))
+
+
+def _timed(reps: int, body: Callable[[], Any], undo: Callable[[Any], None]) -> List[float]:
+    samples: List[float] = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        token = body()
+        samples.append((time.perf_counter() - start) * 1e6)
+        undo(token)
+    return samples
+
+
+def probe_warm(rank: int, reps: int, extra_threads: int) -> Dict[str, Any]:
+    """``apply_plan(plan)`` again and again, against the raw syscalls it stands for.
+
+    Raw = list this process's threads, ``sched_setaffinity`` each, then
+    ``set_mempolicy`` once: the minimum any in-process binder must do.
+    Both run with ``extra_threads`` idle threads alive, because binding
+    every thread (not only the caller) is part of the job.
+    """
+    import pynumabind
+    from pynumabind import _libnuma
+    from pynumabind.cpulist import format_cpulist
+
+    stop = threading.Event()
+    idle = [threading.Thread(target=stop.wait, daemon=True) for _ in range(extra_threads)]
+    for thread in idle:
+        thread.start()
+    out: Dict[str, Any] = {"threads": len(os.listdir("/proc/self/task")), "reps": reps}
+    original_cpus = frozenset(os.sched_getaffinity(0))
+    try:
+        plan, apply_plan = _plan_and_applier(pynumabind, rank)
+    except Exception as exc:
+        plan, apply_plan = None, None
+        out["apply_unavailable"] = f"{type(exc).__name__}: {exc}"
+    if plan is not None and apply_plan is not None:
+        cpus = plan.cpus if plan.cpus is not None else original_cpus
+        mems = frozenset(plan.mems)
+        policy = str(getattr(plan.policy, "value", plan.policy))
+        out["plan"] = plan.to_dict() if hasattr(plan, "to_dict") else repr(plan)
+        out["apply_us"] = _timed(reps, lambda: apply_plan(plan), lambda b: b.restore())
+    else:  # what a node-0 binding would be
+        node0 = _libnuma.node_to_cpus(0) & original_cpus
+        cpus, mems, policy = node0 or original_cpus, frozenset({0}), "bind"
+    mode = _mode_for(policy, mems)
+
+    def raw() -> None:
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                os.sched_setaffinity(int(tid), cpus)
+            except ProcessLookupError:  # the thread ended meanwhile
+                pass
+        if mode is not None:
+            _libnuma.set_mempolicy(mode, mems)
+
+    def raw_undo(_: Any) -> None:
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                os.sched_setaffinity(int(tid), original_cpus)
+            except ProcessLookupError:
+                pass
+        _libnuma.set_mempolicy(_libnuma.MPOL_DEFAULT)
+
+    out["raw"] = {"cpus": format_cpulist(cpus), "mems": format_cpulist(mems), "policy": policy}
+    out["raw_us"] = _timed(reps, raw, raw_undo)
+    stop.set()
+    return out
+
+
+def _plan_and_applier(pynumabind: Any, rank: int) -> Tuple[Any, Callable[[Any], Any]]:
+    """The plan ``bind_current_process(rank)`` applies, and ``binder.apply_plan``."""
+    from pynumabind import binder
+
+    binding = pynumabind.bind_current_process(rank)
+    plan = getattr(binding, "plan", None)
+    binding.restore()
+    if plan is None:
+        raise AttributeError("the Binding has no .plan to re-apply")
+    return plan, binder.apply_plan
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    what = args[0]
+    try:
+        if what == "import":
+            result = probe_import()
+        elif what == "cold":
+            result = probe_cold(int(args[1]))
+        elif what == "warm":
+            result = probe_warm(int(args[1]), int(args[2]), int(args[3]))
+        else:
+            raise SystemExit(f"unknown probe {what!r}")
+    except Exception as exc:  # reported as data: the suite goes on
+        result = {"error": f"{type(exc).__name__}: {exc}"}
+    sys.stdout.write(json.dumps(result) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,395 @@
+"""Render a results JSON into ``results.md`` (pasteable into the README) and PNG plots.
+
+``render_markdown`` is pure (dict in, text out) so it is testable without
+running anything; ``render_plots`` needs matplotlib (the ``bench`` extra).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Optional
+
+from .stats import Summary
+
+__all__ = ["render_markdown", "render_plots", "write_reports"]
+
+
+def _s(data: Optional[Dict[str, Any]], digits: int = 3) -> str:
+    if not data:
+        return "n/a"
+    return Summary.from_dict(data).text(digits)
+
+
+def _range(data: Optional[Dict[str, Any]], digits: int = 3) -> str:
+    if not data:
+        return ""
+    return f"{data['min']:.{digits}g}–{data['max']:.{digits}g}"
+
+
+def _ratio_text(r: Dict[str, Any]) -> str:
+    return f"×{r['value']:.3g} [{r['low']:.3g}–{r['high']:.3g}]"
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(header: List[str], rows: List[List[Any]]) -> List[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+def _placement(data: Optional[Dict[str, int]]) -> str:
+    if not data:
+        return ""
+    total = sum(data.values()) or 1
+    return ", ".join(f"node {k}: {100 * v / total:.0f}%" for k, v in data.items())
+
+
+def render_markdown(results: Dict[str, Any]) -> str:
+    machine = results.get("machine", {})
+    virt = results.get("virtualization", {})
+    lines: List[str] = ["## Benchmark results", ""]
+    nodes = results.get("topology", {})
+    node_text = _nodes_text(nodes)
+    lines += [
+        f"Machine: {machine.get('cpu_model', '?')}, {machine.get('logical_cpus', '?')} logical "
+        f"CPUs, {node_text}; Linux {machine.get('kernel', '?')}, Python "
+        f"{machine.get('python', '?')}; libnuma cffi module: {results.get('ffi_mode', '?')}.",
+        f"Run: {results.get('created', '?')}, {'quick' if results.get('quick') else 'full'} "
+        "suite (`python -m benchmarks`). Figures are median [IQR] over repeated runs.",
+        "",
+        f"> **{virt.get('verdict', 'virtualization unknown')}**",
+        "",
+    ]
+    benches = results.get("benchmarks", {})
+    if "overhead" in benches:
+        lines += _overhead_md(benches["overhead"])
+    if "locality" in benches:
+        lines += _locality_md(benches["locality"])
+    if "jitter" in benches:
+        lines += _jitter_md(benches["jitter"])
+    if "gpu" in benches:
+        lines += _gpu_md(benches["gpu"])
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _nodes_text(snapshot: Dict[str, Any]) -> str:
+    if snapshot.get("source") == "sysfs":
+        nodes = snapshot.get("nodes", [])
+    else:
+        nodes = snapshot.get("topology", {}).get("nodes", [])
+    parts = [f"node {n['id']}: CPUs {n.get('cpus') or '-'}" for n in nodes]
+    return f"{len(nodes)} NUMA node{'s' if len(nodes) != 1 else ''} ({'; '.join(parts)})"
+
+
+def _overhead_md(data: Dict[str, Any]) -> List[str]:
+    out = ["### Cost of binding", ""]
+    imp = data.get("import", {})
+    rows: List[List[Any]] = [
+        [
+            "`import pynumabind` (`-X importtime`, cumulative)",
+            _s(imp.get("importtime_cumulative")),
+            "heavy modules loaded: " + (", ".join(imp.get("modules_after_import") or []) or "none"),
+        ]
+    ]
+    cold = data.get("bind", {}).get("cold", {})
+    if "bind" in cold:
+        rows.append(
+            [
+                "`bind_current_process(0)` cold: detect + plan + apply, no NVML",
+                _s(cold["bind"]),
+                f"first import before it: {_s(cold.get('import'))}",
+            ]
+        )
+    else:
+        rows.append(["`bind_current_process(0)` cold", "n/a", cold.get("error", "not measured")])
+    for warm in data.get("bind", {}).get("warm", []):
+        threads = warm.get("threads", "?")
+        raw = warm.get("raw", {}).get("summary")
+        if "apply" in warm:
+            rows.append(
+                [
+                    f"`apply_plan()` warm, {threads} threads",
+                    _s(warm["apply"]),
+                    f"vs raw syscalls {_s(raw)}: {_ratio_text(warm['ratio'])}",
+                ]
+            )
+        else:
+            rows.append(
+                [
+                    f"raw syscalls (setaffinity per thread + set_mempolicy), {threads} threads",
+                    _s(raw),
+                    "apply_plan unavailable: "
+                    + str(warm.get("apply_unavailable", warm.get("error"))),
+                ]
+            )
+    out += _table(["What", "Time", "Notes"], rows)
+    out.append("")
+    numactl = data.get("numactl", {})
+    startup = data.get("startup", {})
+    out += [
+        f"Starting a process, bound to node {startup.get('node', 0)} (wall time per start):",
+        "",
+    ]
+    base = next(
+        (
+            c
+            for c in startup.get("commands", [])
+            if c["label"] == "python -c pass" and "summary" in c
+        ),
+        None,
+    )
+    srows: List[List[Any]] = []
+    for command in startup.get("commands", []):
+        if "summary" not in command:
+            srows.append([f"`{command['label']}`", "failed", command.get("error", "")[:120], ""])
+            continue
+        vs = ""
+        if base is not None and command is not base and command["label"] != "true":
+            vs = f"×{command['summary']['median'] / base['summary']['median']:.2f}"
+        srows.append(
+            [f"`{command['label']}`", _s(command["summary"]), _range(command["summary"]), vs]
+        )
+    out += _table(["Command", "Median [IQR]", "Min–max", "vs `python -c pass`"], srows)
+    if not numactl.get("available", False):
+        out += ["", f"numactl unavailable: {numactl.get('status', 'unknown')}."]
+    ratios = startup.get("ratios", [])
+    if ratios:
+        out += ["", "Ratios of medians [quartile range]:", ""]
+        out += [f"- `{r['numerator']}` / `{r['denominator']}`: {_ratio_text(r)}" for r in ratios]
+    out.append("")
+    return out
+
+
+def _locality_md(data: Dict[str, Any]) -> List[str]:
+    out = ["### Memory locality", ""]
+    if not data.get("available", False):
+        return [*out, f"Unavailable: {data.get('reason')}", ""]
+    out += [
+        f"Copy bandwidth: {data.get('threads')} threads, numpy copy, read + write bytes counted. "
+        f"Latency: dependent pointer chase, {data.get('latency_note', '')}.",
+        "",
+    ]
+    remote = data.get("remote", {})
+    if not remote.get("available", False):
+        out += [f"**Remote memory: unavailable** — {remote.get('reason')}.", ""]
+    rows: List[List[Any]] = []
+    ratios = {(r["numerator"], r["metric"]): r for r in data.get("ratios", [])}
+    for entry in data.get("setups", []):
+        bw = entry.get("bandwidth", {})
+        lat = entry.get("latency", {})
+        vs = [
+            f"{metric[:3]} {_ratio_text(ratios[(entry['name'], metric)])}"
+            for metric in ("bandwidth", "latency")
+            if (entry["name"], metric) in ratios
+        ]
+        rows.append(
+            [
+                entry["name"],
+                _s(bw.get("summary"))
+                if "summary" in bw
+                else bw.get("error", bw.get("unavailable")),
+                _s(lat.get("summary"))
+                if "summary" in lat
+                else lat.get("error", lat.get("unavailable")),
+                _placement(bw.get("placement")),
+                "; ".join(vs) or ("reference" if entry.get("kind") == "local" else ""),
+            ]
+        )
+    out += _table(["Setup", "Copy bandwidth", "Latency", "Pages on", "vs local"], rows)
+    out.append("")
+    return out
+
+
+def _jitter_md(data: Dict[str, Any]) -> List[str]:
+    out = [
+        "### Jitter",
+        "",
+        f"{data.get('iterations')} iterations of a fixed CPU-bound loop (C); the bound worker owns "
+        f"CPU {data.get('worker_cpu')}; load: {data.get('load')} "
+        f"({', '.join(map(str, data.get('load_cpus', []))) or 'none'}).",
+        "",
+    ]
+    if data.get("note"):
+        out += [data["note"], ""]
+    rows: List[List[Any]] = []
+    for run in data.get("runs", []):
+        if "summary" not in run:
+            rows.append([run["name"], run.get("error", "failed"), "", "", "", "", ""])
+            continue
+        s = run["summary"]
+        rows.append(
+            [
+                run["name"],
+                _s(s),
+                f"{s['p99']:.3g}",
+                f"{s['max']:.3g}",
+                f"{run['cv']:.3f}" if run.get("cv") is not None else "",
+                run.get("migrations", ""),
+                ",".join(map(str, run.get("cpus_used", []))),
+            ]
+        )
+    out += _table(
+        ["Run", "Iteration [IQR]", "p99 (us)", "max (us)", "CV", "Migrations", "CPUs"], rows
+    )
+    out.append("")
+    return out
+
+
+def _gpu_md(data: Dict[str, Any]) -> List[str]:
+    out = ["### GPU host<->device copies (pinned memory)", ""]
+    if not data.get("available", False):
+        return [*out, f"Skipped: {data.get('reason')}", ""]
+    rows: List[List[Any]] = []
+    for gpu in data.get("gpus", []):
+        for row in gpu.get("setups", []):
+            rows.append(
+                [
+                    f"GPU {gpu['index']} ({gpu.get('name')}, node {gpu.get('numa_node')})",
+                    row["name"],
+                    _s(row.get("h2d")) if "h2d" in row else row.get("error", ""),
+                    _s(row.get("d2h")) if "d2h" in row else "",
+                ]
+            )
+        if gpu.get("note"):
+            rows.append([f"GPU {gpu['index']}", gpu["note"], "", ""])
+    out += _table(["GPU", "Worker", "Host→device", "Device→host"], rows)
+    out.append("")
+    return out
+
+
+# ----------------------------------------------------------------- plots
+
+
+def render_plots(results: Dict[str, Any], directory: str) -> List[str]:
+    """Write PNG plots; returns their paths.  Needs matplotlib (the ``bench`` extra)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written: List[str] = []
+    benches = results.get("benchmarks", {})
+    virt = results.get("virtualization", {})
+    subtitle = (
+        f"{results.get('machine', {}).get('cpu_model', '?')} — "
+        f"{'VM: indicative only' if virt.get('virtualized') else 'bare metal'}"
+        f"{' (TCG: meaningless)' if virt.get('emulated') else ''}"
+    )
+
+    def bars(ax: Any, labels: List[str], summaries: List[Dict[str, Any]], unit: str) -> None:
+        y = list(range(len(labels)))
+        medians = [s["median"] for s in summaries]
+        low = [s["median"] - s["q1"] for s in summaries]
+        high = [s["q3"] - s["median"] for s in summaries]
+        ax.barh(y, medians, xerr=[low, high], color="#4c72b0", alpha=0.85, capsize=4)
+        ax.scatter([s["min"] for s in summaries], y, marker="|", color="black", s=80, zorder=3)
+        ax.scatter([s["max"] for s in summaries], y, marker="|", color="black", s=80, zorder=3)
+        ax.set_yticks(y)
+        ax.set_yticklabels(labels, fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlabel(f"{unit} (bar: median, error bar: IQR, ticks: min/max)")
+        ax.grid(axis="x", alpha=0.3)
+
+    overhead = benches.get("overhead", {})
+    commands = [c for c in overhead.get("startup", {}).get("commands", []) if "summary" in c]
+    if commands:
+        fig, ax = plt.subplots(figsize=(10, 0.55 * len(commands) + 1.6))
+        bars(ax, [c["label"] for c in commands], [c["summary"] for c in commands], "ms")
+        ax.set_title(
+            f"Process start: numactl wrappers vs in-process binding\n{subtitle}", fontsize=10
+        )
+        fig.tight_layout()
+        written.append(_save(fig, directory, "overhead.png"))
+        plt.close(fig)
+
+    locality = benches.get("locality", {})
+    setups = locality.get("setups", [])
+    if setups:
+        fig, axes = plt.subplots(1, 2, figsize=(12, 0.6 * len(setups) + 1.8))
+        for ax, metric, unit in ((axes[0], "bandwidth", "GB/s"), (axes[1], "latency", "ns")):
+            chosen = [e for e in setups if "summary" in e.get(metric, {})]
+            if chosen:
+                bars(ax, [e["name"] for e in chosen], [e[metric]["summary"] for e in chosen], unit)
+            ax.set_title(
+                "copy bandwidth (higher is better)"
+                if metric == "bandwidth"
+                else "pointer-chase latency (lower is better)",
+                fontsize=10,
+            )
+        if not locality.get("remote", {}).get("available", False):
+            fig.text(
+                0.5,
+                0.01,
+                "remote memory unavailable: single memory node",
+                ha="center",
+                fontsize=9,
+                color="darkred",
+            )
+        fig.suptitle(f"Memory locality — {subtitle}", fontsize=10)
+        fig.tight_layout(rect=(0, 0.04, 1, 0.95))
+        written.append(_save(fig, directory, "locality.png"))
+        plt.close(fig)
+
+    jitter = benches.get("jitter", {})
+    runs = [r for r in jitter.get("runs", []) if r.get("samples")]
+    if runs:
+        fig, ax = plt.subplots(figsize=(10, 5))
+        for run in runs:
+            values = sorted(run["samples"])
+            n = len(values)
+            ax.plot(
+                values,
+                [1 - i / n for i in range(n)],
+                label=run["name"],
+                linestyle="-" if run["bound"] else "--",
+            )
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("iteration time (us, log)")
+        ax.set_ylabel("fraction of iterations slower (log)")
+        ax.set_title(f"Jitter: tail of iteration times\n{subtitle}", fontsize=10)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        written.append(_save(fig, directory, "jitter.png"))
+        plt.close(fig)
+
+    gpu = benches.get("gpu", {})
+    rows = [
+        (f"GPU {g['index']} {d}: {r['name']}", r[d])
+        for g in gpu.get("gpus", [])
+        for r in g.get("setups", [])
+        for d in ("h2d", "d2h")
+        if d in r
+    ]
+    if rows:
+        fig, ax = plt.subplots(figsize=(10, 0.45 * len(rows) + 1.6))
+        bars(ax, [label for label, _ in rows], [s for _, s in rows], "GB/s")
+        ax.set_title(f"Pinned host<->device copies\n{subtitle}", fontsize=10)
+        fig.tight_layout()
+        written.append(_save(fig, directory, "gpu.png"))
+        plt.close(fig)
+    return written
+
+
+def _save(fig: Any, directory: str, name: str) -> str:
+    path = os.path.join(directory, name)
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def write_reports(results: Dict[str, Any], directory: str) -> List[str]:
+    """results.md always; PNGs when matplotlib is importable (else a note in the list)."""
+    os.makedirs(directory, exist_ok=True)
+    md_path = os.path.join(directory, "results.md")
+    with open(md_path, "w", encoding="utf-8") as handle:
+        handle.write(render_markdown(results))
+    written = [md_path]
+    try:
+        written += render_plots(results, directory)
+    except ImportError as exc:
+        written.append(f"(no PNG plots: {exc}; install the 'bench' extra)")
+    return written

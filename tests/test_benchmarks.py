@@ -1,0 +1,365 @@
+"""The benchmark suite's pure parts, and the JSON shape of its tiniest real measurements.
+
+No timing is asserted anywhere: numbers belong in benchmark reports.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shlex
+import statistics
+from pathlib import Path
+
+import pytest
+from benchmarks import report
+from benchmarks.__main__ import main as bench_main
+from benchmarks.__main__ import write_results
+from benchmarks.ckernels import load_kernels
+from benchmarks.common import Setup, run_worker
+from benchmarks.jitter import count_migrations
+from benchmarks.locality import locality_ratios, locality_setups, setup_kind
+from benchmarks.machine import (
+    NodeInfo,
+    detect_virtualization,
+    l3_cache_bytes,
+    parse_size,
+    read_nodes,
+)
+from benchmarks.overhead import parse_importtime, startup_commands
+from benchmarks.stats import Summary, quantile, ratio, summarize
+
+# ------------------------------------------------------------- statistics
+
+
+def test_summary_of_known_values() -> None:
+    s = summarize([5, 1, 4, 2, 3], "ms")
+    assert (s.n, s.median, s.q1, s.q3, s.min, s.max) == (5, 3.0, 2.0, 4.0, 1.0, 5.0)
+    assert s.iqr == 2.0
+    assert s.mean == 3.0
+    assert math.isclose(s.stdev, statistics.stdev([1, 2, 3, 4, 5]))
+    assert s.p99 is None
+    assert summarize([5, 1, 4, 2, 3], "ms", tail=True).p99 == pytest.approx(4.96)
+
+
+@pytest.mark.parametrize("data", [[7.0], [1, 2], [3, 1, 2, 10, 4, 4, 0.5], list(range(101))])
+def test_quantiles_match_the_standard_library(data: list[float]) -> None:
+    ordered = sorted(data)
+    if len(ordered) >= 2:
+        expected = statistics.quantiles(ordered, n=4, method="inclusive")
+        got = [quantile(ordered, q) for q in (0.25, 0.5, 0.75)]
+        assert got == pytest.approx(expected)
+    assert quantile(ordered, 0.0) == ordered[0]
+    assert quantile(ordered, 1.0) == ordered[-1]
+
+
+def test_summarize_rejects_what_cannot_be_summarized() -> None:
+    with pytest.raises(ValueError, match="empty"):
+        summarize([], "ms")
+    with pytest.raises(ValueError, match="finite"):
+        summarize([1.0, float("nan")], "ms")
+    with pytest.raises(ValueError):
+        quantile([1.0], 1.5)
+
+
+def test_summary_round_trips_and_scales() -> None:
+    s = summarize([1.0, 2.0, 4.0, 8.0], "ms", tail=True)
+    assert Summary.from_dict(json.loads(json.dumps(s.to_dict()))) == s
+    us = s.scaled(1000, "us")
+    assert (us.median, us.min, us.unit) == (s.median * 1000, 1000.0, "us")
+    assert "ms" in s.text()
+    with pytest.raises(ValueError):
+        s.scaled(0, "x")
+
+
+def test_ratio_of_medians_with_quartile_range() -> None:
+    slow = summarize([10, 11, 12, 13, 14], "ms")
+    fast = summarize([5, 5.5, 6, 6.5, 7], "ms")
+    r = ratio("slow", slow, "fast", fast)
+    assert r.value == pytest.approx(12 / 6)
+    assert r.low == pytest.approx(11 / 6.5)
+    assert r.high == pytest.approx(13 / 5.5)
+    assert r.clear
+    overlap = ratio("a", summarize([1, 2, 3], "ms"), "b", summarize([1.5, 2, 2.5], "ms"))
+    assert not overlap.clear
+    with pytest.raises(ValueError, match="cannot divide"):
+        ratio("a", slow, "b", summarize([1.0], "us"))
+
+
+# ----------------------------------------------------------- machine facts
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_parse_size_and_l3_from_a_sysfs_tree(tmp_path: Path) -> None:
+    assert parse_size("32768K") == 32 << 20
+    assert parse_size("1M") == 1 << 20
+    assert parse_size("512") == 512
+    assert parse_size("lots") is None
+    cache = tmp_path / "devices/system/cpu/cpu0/cache"
+    for index, (level, kind, size) in enumerate(
+        [
+            (1, "Data", "48K"),
+            (1, "Instruction", "32K"),
+            (2, "Unified", "1024K"),
+            (3, "Unified", "32768K"),
+        ]
+    ):
+        _write(cache / f"index{index}/level", f"{level}\n")
+        _write(cache / f"index{index}/type", f"{kind}\n")
+        _write(cache / f"index{index}/size", f"{size}\n")
+    assert l3_cache_bytes(str(tmp_path)) == 32 << 20
+    assert l3_cache_bytes(str(tmp_path / "nothing")) is None
+
+
+def test_read_nodes_from_a_sysfs_tree(tmp_path: Path) -> None:
+    base = tmp_path / "devices/system/node"
+    _write(base / "node0/cpulist", "0-3\n")
+    _write(base / "node0/meminfo", "Node 0 MemTotal:       1024 kB\n")
+    _write(base / "node1/cpulist", "4-7\n")
+    _write(base / "node1/meminfo", "Node 1 MemTotal:       2048 kB\n")
+    _write(base / "node2/cpulist", "\n")  # a Grace-style memory-only node
+    _write(base / "node2/meminfo", "Node 2 MemTotal:       4096 kB\n")
+    nodes = read_nodes(str(tmp_path))
+    assert [(n.id, n.cpus, n.memory_kb) for n in nodes] == [
+        (0, frozenset(range(4)), 1024),
+        (1, frozenset(range(4, 8)), 2048),
+        (2, frozenset(), 4096),
+    ]
+    _write(tmp_path / "flat/devices/system/cpu/online", "0-1\n")
+    assert read_nodes(str(tmp_path / "flat")) == [NodeInfo(0, frozenset({0, 1}), None)]
+
+
+CPUINFO = "processor\t: 0\nmodel name\t: {model}\nflags\t\t: fpu sse2 {extra}\n"
+
+
+def _root(tmp_path: Path, model: str = "AMD EPYC", extra: str = "") -> Path:
+    _write(tmp_path / "proc/cpuinfo", CPUINFO.format(model=model, extra=extra))
+    return tmp_path
+
+
+def test_virtualization_bare_metal(tmp_path: Path) -> None:
+    virt = detect_virtualization(str(_root(tmp_path)), environ={})
+    assert not virt.virtualized and not virt.emulated
+    assert "bare metal" in virt.verdict
+
+
+def test_virtualization_kvm_is_indicative(tmp_path: Path) -> None:
+    virt = detect_virtualization(
+        str(_root(tmp_path, extra="hypervisor")), cpuid_signature="KVMKVMKVM\0\0\0", environ={}
+    )
+    assert (virt.virtualized, virt.hypervisor, virt.emulated) == (True, "kvm", False)
+    assert "indicative only" in virt.verdict
+    assert virt.to_dict()["verdict"] == virt.verdict
+
+
+@pytest.mark.parametrize(
+    ("model", "signature", "env"),
+    [
+        ("QEMU TCG CPU version 2.5+", None, {}),
+        ("AMD EPYC", "TCGTCGTCGTCG", {}),
+        ("AMD EPYC", None, {"PYNUMABIND_IN_GUEST": "1"}),
+    ],
+)
+def test_virtualization_tcg_means_nothing(
+    tmp_path: Path, model: str, signature: str | None, env: dict[str, str]
+) -> None:
+    virt = detect_virtualization(
+        str(_root(tmp_path, model=model, extra="hypervisor")),
+        cpuid_signature=signature,
+        environ=env,
+    )
+    assert virt.emulated and virt.hypervisor == "qemu-tcg"
+    assert "mean nothing" in virt.verdict
+
+
+def test_virtualization_from_dmi_and_container(tmp_path: Path) -> None:
+    root = _root(tmp_path)
+    _write(root / "sys/class/dmi/id/sys_vendor", "QEMU\n")
+    _write(root / ".dockerenv", "")
+    virt = detect_virtualization(str(root), environ={})
+    assert virt.hypervisor == "qemu" and virt.container == "docker"
+    assert any("sys_vendor" in e for e in virt.evidence)
+
+
+# ------------------------------------------------------- setups and ratios
+
+
+def test_locality_setups_cover_every_node_pair() -> None:
+    nodes = [
+        NodeInfo(0, frozenset({0, 1}), 1024),
+        NodeInfo(1, frozenset({2, 3}), 1024),
+        NodeInfo(2, frozenset(), 4096),  # memory only
+    ]
+    setups = locality_setups(nodes, frozenset(range(4)), frozenset({0, 1, 2}))
+    kinds = [setup_kind(s) for s in setups]
+    assert kinds.count("unbound") == 1
+    assert kinds.count("local") == 2
+    assert kinds.count("remote") == 4  # (0,1) (0,2) (1,0) (1,2)
+    assert kinds.count("interleaved") == 2
+    pairs = {(s.cpu_node, s.mem_node) for s in setups if s.policy == "bind"}
+    assert pairs == {(c, m) for c in (0, 1) for m in (0, 1, 2)}
+    assert all(s.cpus and s.cpus <= frozenset(range(4)) for s in setups if s.policy)
+
+
+def test_locality_setups_on_one_node_have_no_remote() -> None:
+    setups = locality_setups([NodeInfo(0, frozenset({0, 1}), 1)], frozenset({0, 1}), frozenset({0}))
+    assert [setup_kind(s) for s in setups] == ["unbound", "local", "interleaved"]
+
+
+def test_locality_ratios_compare_against_the_local_setup() -> None:
+    def entry(name: str, kind: str, cpu: int | None, bw: list[float]) -> dict[str, object]:
+        return {
+            "name": name,
+            "kind": kind,
+            "cpu_node": cpu,
+            "bandwidth": {"summary": summarize(bw, "GB/s").to_dict()},
+            "latency": {"error": "no compiler"},
+        }
+
+    entries = [
+        entry("unbound", "unbound", None, [8, 9, 10]),
+        entry("local 0", "local", 0, [10, 10, 10]),
+        entry("remote 0/1", "remote", 0, [5, 5, 5]),
+    ]
+    ratios = locality_ratios(entries)
+    assert [(r["numerator"], r["metric"], r["value"]) for r in ratios] == [
+        ("unbound", "bandwidth", 0.9),
+        ("remote 0/1", "bandwidth", 0.5),
+    ]
+
+
+def test_count_migrations() -> None:
+    assert count_migrations([]) == 0
+    assert count_migrations([1, 1, 1]) == 0
+    assert count_migrations([0, 1, 1, 0]) == 2
+    assert count_migrations([0, -1, 1]) == 1  # unknown CPUs are skipped
+
+
+def test_parse_importtime() -> None:
+    text = (
+        "import time: self [us] | cumulative | imported package\n"
+        "import time:       120 |        120 |     typing\n"
+        "import time:       345 |        987 |   pynumabind\n"
+        "import time:        10 |         10 | pynumabind_extra\n"
+    )
+    assert parse_importtime(text, "pynumabind") == 987.0
+    assert parse_importtime(text, "numpy") is None
+
+
+def test_startup_commands_quote_paths_for_the_shell_wrapper() -> None:
+    commands = dict(startup_commands("/opt/my tools/numactl", 1, "4, 5"))
+    wrapper = commands["sh -c 'exec numactl ... python -c pass'"]
+    assert wrapper[:2] == ["sh", "-c"]
+    words = shlex.split(wrapper[2])
+    assert words[:4] == ["exec", "/opt/my tools/numactl", "--cpunodebind=1", "--membind=1"]
+    assert commands["numactl true"][:3] == [
+        "/opt/my tools/numactl",
+        "--cpunodebind=1",
+        "--membind=1",
+    ]
+    assert "numactl true" not in dict(startup_commands(None, 0, "0"))
+
+
+# ------------------------------------------- real kernels, real worker JSON
+
+
+def test_chase_links_every_line_into_one_cycle() -> None:
+    np = pytest.importorskip("numpy")
+    kernels, why = load_kernels()
+    if kernels is None:
+        pytest.skip(why)
+    lines = 4096
+    buffer = np.zeros(lines * 8, dtype=np.uint64)
+    kernels.chase_init(int(buffer.ctypes.data), lines, seed=3)
+    assert kernels.chase_cycle_length(int(buffer.ctypes.data), lines + 10) == lines
+    targets = {int(buffer[i * 8]) for i in range(lines)}
+    assert len(targets) == lines  # a permutation: every line is pointed at exactly once
+    assert kernels.chase_run(int(buffer.ctypes.data), 1000) > 0
+
+
+def test_bound_worker_reports_its_binding_and_samples() -> None:
+    """The tiniest real measurement, through the same worker process the suite uses."""
+    cpu = max(os.sched_getaffinity(0))
+    setup = Setup(name="bound", cpus=frozenset({cpu}), policy="bind", mems=frozenset({0}))
+    result = run_worker(setup, {"kind": "spin", "iterations": 20, "work": 1000}, timeout=60)
+    assert "error" not in result, result.get("error")
+    assert result["setup"] == setup.to_dict()
+    assert result["applied"] == {
+        "affinity": [cpu],
+        "mempolicy": "MPOL_BIND",
+        "mempolicy_nodes": [0],
+    }
+    assert result["unit"] == "us" and len(result["samples"]) == 20
+    if result["kernel"] == "C":
+        assert set(result["cpus"]) == {cpu}  # the loop really ran where it was bound
+
+
+def test_latency_worker_json_shape() -> None:
+    pytest.importorskip("numpy")
+    task = {"kind": "latency", "bytes": 1 << 20, "steps": 10_000, "reps": 3}
+    result = run_worker(Setup(name="unbound"), task, timeout=60)
+    assert "error" not in result, result.get("error")
+    if "unavailable" in result:
+        pytest.skip(result["unavailable"])
+    assert result["unit"] == "ns" and len(result["samples"]) == 3
+    assert result["bytes"] == 1 << 20
+    assert sum(result["placement"].values()) > 0
+    assert all(key.isdigit() for key in result["placement"])  # every sampled page is on a node
+
+
+# --------------------------------------------------------------- reports
+
+
+def _document() -> dict[str, object]:
+    bw = summarize([10, 11, 12], "GB/s").to_dict()
+    lat = summarize([90, 100, 110], "ns").to_dict()
+    return {
+        "schema": 1,
+        "created": "2026-01-01T00:00:00Z",
+        "quick": True,
+        "ffi_mode": "test",
+        "machine": {"cpu_model": "Test CPU", "logical_cpus": 2, "kernel": "6.x", "python": "3.x"},
+        "virtualization": detect_virtualization("/nonexistent", environ={}).to_dict(),
+        "topology": {"source": "sysfs", "nodes": [{"id": 0, "cpus": "0-1", "memory_kb": 1}]},
+        "benchmarks": {
+            "locality": {
+                "available": True,
+                "threads": 2,
+                "latency_note": "x",
+                "remote": {"available": False, "reason": "only one NUMA node"},
+                "setups": [
+                    {
+                        "name": "local: cpus node 0, memory node 0",
+                        "kind": "local",
+                        "cpu_node": 0,
+                        "bandwidth": {"summary": bw, "placement": {"0": 4}},
+                        "latency": {"summary": lat},
+                    }
+                ],
+                "ratios": [],
+            },
+            "gpu": {"available": False, "reason": "torch is not installed"},
+        },
+    }
+
+
+def test_markdown_states_remote_unavailable_and_gpu_skip() -> None:
+    text = report.render_markdown(_document())
+    assert "**Remote memory: unavailable**" in text
+    assert "| local: cpus node 0, memory node 0 | 11 [10.5–11.5] GB/s | 100 [95–105] ns |" in text
+    assert "Skipped: torch is not installed" in text
+    assert "bare metal" in text
+
+
+def test_write_and_render_round_trip(tmp_path: Path) -> None:
+    paths = write_results(_document(), str(tmp_path))
+    assert json.loads(Path(paths[0]).read_text())["schema"] == 1
+    assert bench_main(["--render", paths[0], "--out", str(tmp_path / "rendered")]) == 0
+    assert (tmp_path / "rendered/results.md").read_text() == report.render_markdown(_document())
+    pytest.importorskip("matplotlib")
+    assert (tmp_path / "rendered/locality.png").stat().st_size > 1000

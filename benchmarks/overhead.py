@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -47,11 +48,10 @@ def ensure_numactl(install: bool) -> Tuple[Optional[str], str]:
         return None, "numactl is not installed and cannot be (needs root and apt-get)"
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     say("  overhead: numactl missing; apt-get install -y numactl")
-    attempts: List[List[str]] = [
-        [apt, "install", "-y", "-q", "numactl"],
-        [apt, "update", "-q"],
-        [apt, "install", "-y", "-q", "numactl"],
-    ]
+    wait_for_lock = ["-o", "DPkg::Lock::Timeout=120"]  # others may be running apt right now
+    install_argv = [apt, *wait_for_lock, "install", "-y", "-q", "numactl"]
+    update_argv = [apt, *wait_for_lock, "update", "-q"]
+    attempts: List[List[str]] = [install_argv, update_argv, install_argv]
     detail = ""
     for argv in attempts:
         try:
@@ -62,7 +62,7 @@ def ensure_numactl(install: bool) -> Tuple[Optional[str], str]:
             detail = str(exc)
             continue
         detail = done.stderr.strip()[-300:]
-        if argv[1] == "install" and done.returncode == 0:
+        if "install" in argv and done.returncode == 0:
             break
     found = shutil.which("numactl")
     if found:
@@ -100,11 +100,15 @@ def startup_commands(numactl: Optional[str], node: int, cpus: str) -> List[Tuple
         ("python -c pass", [python, "-c", "pass"]),
         ("python -c 'import pynumabind'", [python, "-c", "import pynumabind"]),
         ("python, raw syscalls via pynumabind._libnuma", [python, "-c", raw]),
-        (
-            f"python -c 'import pynumabind; pynumabind.bind_current_process({node})'",
-            [python, "-c", f"import pynumabind; pynumabind.bind_current_process({node})"],
-        ),
+        (BIND_LABEL, [python, "-c", "import pynumabind; pynumabind.bind_current_process(0)"]),
     ]
+    if importlib.util.find_spec("pynumabind.__main__") is not None:
+        commands.append(
+            (
+                EXEC_LABEL,
+                [python, "-m", "pynumabind", "exec", "--rank", "0", "--", python, "-c", "pass"],
+            )
+        )
     if numactl:
         inner = shlex.join([numactl, *bind, python, "-c", "pass"])
         commands += [
@@ -115,15 +119,18 @@ def startup_commands(numactl: Optional[str], node: int, cpus: str) -> List[Tuple
     return commands
 
 
+BIND_LABEL = "python -c 'import pynumabind; pynumabind.bind_current_process(0)'"
+EXEC_LABEL = "python -m pynumabind exec --rank 0 -- python -c pass"
 STARTUP_RATIOS: Tuple[Tuple[str, str], ...] = (
     ("numactl true", "true"),
     ("numactl python -c pass", "python -c pass"),
     ("sh -c 'exec numactl ... python -c pass'", "python -c pass"),
     ("python -c 'import pynumabind'", "python -c pass"),
     ("python, raw syscalls via pynumabind._libnuma", "python -c pass"),
-    ("BIND", "python -c pass"),
-    ("BIND", "numactl python -c pass"),
-    ("BIND", "sh -c 'exec numactl ... python -c pass'"),
+    (BIND_LABEL, "python -c pass"),
+    (BIND_LABEL, "numactl python -c pass"),
+    (BIND_LABEL, "sh -c 'exec numactl ... python -c pass'"),
+    (EXEC_LABEL, "numactl python -c pass"),
 )
 
 
@@ -145,10 +152,8 @@ def run_startup(settings: Settings, numactl: Optional[str]) -> Dict[str, Any]:
             elif rep:
                 samples[label].append(elapsed * 1e3)
     summaries = {label: summarize(s, "ms") for label, s in samples.items() if s}
-    bind_label = next(label for label, _ in commands if "bind_current_process" in label)
     ratios: List[Dict[str, Any]] = []
-    for wanted, bottom in STARTUP_RATIOS:
-        top = bind_label if wanted == "BIND" else wanted
+    for top, bottom in STARTUP_RATIOS:
         if top in summaries and bottom in summaries:
             ratios.append(ratio(top, summaries[top], bottom, summaries[bottom]).to_dict())
     return {

@@ -17,7 +17,8 @@ from benchmarks import report
 from benchmarks.__main__ import main as bench_main
 from benchmarks.__main__ import write_results
 from benchmarks.ckernels import load_kernels
-from benchmarks.common import Setup, run_worker
+from benchmarks.common import Settings, Setup, run_worker
+from benchmarks.gpu import run_gpu
 from benchmarks.jitter import count_migrations
 from benchmarks.locality import locality_ratios, locality_setups, setup_kind
 from benchmarks.machine import (
@@ -363,3 +364,22 @@ def test_write_and_render_round_trip(tmp_path: Path) -> None:
     assert (tmp_path / "rendered/results.md").read_text() == report.render_markdown(_document())
     pytest.importorskip("matplotlib")
     assert (tmp_path / "rendered/locality.png").stat().st_size > 1000
+
+
+def test_gpu_benchmark_skips_without_cuda(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch present but no CUDA device: a clear skip, not a failure (fake torch, real probe)."""
+    fake = tmp_path / "torch"
+    fake.mkdir()
+    (fake / "__init__.py").write_text(
+        "__version__ = '0.0-fake'\n"
+        "class cuda:\n"
+        "    is_available = staticmethod(lambda: False)\n"
+        "    device_count = staticmethod(lambda: 0)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    result = run_gpu(Settings(quick=True))
+    assert result == {
+        "available": False,
+        "reason": "torch 0.0-fake has no usable CUDA device: GPU benchmark skipped",
+    }

@@ -33,6 +33,27 @@ def parse_importtime(stderr: str, module: str) -> Optional[float]:
     return None
 
 
+def importtime_descendants(stderr: str, module: str) -> List[Tuple[str, float]]:
+    """Modules imported *because of* ``module`` with their self time (us), largest first.
+
+    ``-X importtime`` prints a module's imports before the module itself,
+    indented deeper, so they are the deeper lines right above it.
+    """
+    pattern = re.compile(r"^import time:\s*(\d+)\s*\|\s*(\d+)\s*\|( *)(\S+)\s*$")
+    parsed = [m for m in map(pattern.match, stderr.splitlines()) if m]
+    for index, match in enumerate(parsed):
+        if match.group(4) != module:
+            continue
+        depth = len(match.group(3))
+        found: List[Tuple[str, float]] = []
+        for earlier in reversed(parsed[:index]):
+            if len(earlier.group(3)) <= depth:
+                break
+            found.append((earlier.group(4), float(earlier.group(1))))
+        return sorted(found, key=lambda item: -item[1])
+    return []
+
+
 def ensure_numactl(install: bool) -> Tuple[Optional[str], str]:
     """numactl's path, installing it with apt when missing and allowed; else ``None`` and why.
 
@@ -193,6 +214,7 @@ def run_import(settings: Settings) -> Dict[str, Any]:
     """``-X importtime`` of pynumabind, and which heavy modules the import pulls in."""
     env = worker_env()
     cumulative: List[float] = []
+    descendants: List[Tuple[str, float]] = []
     for _ in range(settings.startup_reps):
         done = subprocess.run(
             [sys.executable, "-X", "importtime", "-c", "import pynumabind"],
@@ -205,9 +227,13 @@ def run_import(settings: Settings) -> Dict[str, Any]:
         value = parse_importtime(done.stderr, "pynumabind")
         if value is not None:
             cumulative.append(value / 1e3)
+            descendants = importtime_descendants(done.stderr, "pynumabind")
     probe = _probe(["import"], env)
     out: Dict[str, Any] = {
         "importtime_cumulative": summarize(cumulative, "ms").to_dict() if cumulative else None,
+        "imported_by_pynumabind": [
+            {"module": name, "self_ms": us / 1e3} for name, us in descendants[:8]
+        ],
         "modules_after_import": probe.get("modules_after_import"),
         "pynvml_imported": "pynvml" in probe.get("modules_after_import", []),
         "numpy_imported": "numpy" in probe.get("modules_after_import", []),

@@ -91,7 +91,9 @@ def _overhead_md(data: Dict[str, Any]) -> List[str]:
         [
             "`import pynumabind` (`-X importtime`, cumulative)",
             _s(imp.get("importtime_cumulative")),
-            "heavy modules loaded: " + (", ".join(imp.get("modules_after_import") or []) or "none"),
+            "heavy modules loaded: "
+            + (", ".join(imp.get("modules_after_import") or []) or "none")
+            + _pulled_in(imp.get("imported_by_pynumabind") or []),
         ]
     ]
     cold = data.get("bind", {}).get("cold", {})
@@ -161,6 +163,14 @@ def _overhead_md(data: Dict[str, Any]) -> List[str]:
         out += [f"- `{r['numerator']}` / `{r['denominator']}`: {_ratio_text(r)}" for r in ratios]
     out.append("")
     return out
+
+
+def _pulled_in(modules: List[Dict[str, Any]]) -> str:
+    """The standard-library modules the import pulled in (not loaded by ``site`` already)."""
+    if not modules:
+        return ""
+    top = ", ".join(f"{m['module']} {m['self_ms']:.2g} ms" for m in modules[:4])
+    return f"; pulled in (self time): {top}"
 
 
 def _locality_md(data: Dict[str, Any]) -> List[str]:

@@ -28,7 +28,7 @@ from benchmarks.machine import (
     parse_size,
     read_nodes,
 )
-from benchmarks.overhead import parse_importtime, startup_commands
+from benchmarks.overhead import importtime_descendants, parse_importtime, startup_commands
 from benchmarks.stats import Summary, quantile, ratio, summarize
 
 # ------------------------------------------------------------- statistics
@@ -383,3 +383,21 @@ def test_gpu_benchmark_skips_without_cuda(tmp_path: Path, monkeypatch: pytest.Mo
         "available": False,
         "reason": "torch 0.0-fake has no usable CUDA device: GPU benchmark skipped",
     }
+
+
+def test_importtime_descendants_are_the_deeper_lines_above() -> None:
+    text = (
+        "import time:       100 |        100 | site\n"
+        "import time:        50 |         50 |     re._parser\n"
+        "import time:       300 |        350 |   re\n"
+        "import time:       900 |        900 |   typing\n"
+        "import time:        40 |       1290 | pynumabind\n"
+        "import time:         5 |          5 | json\n"
+    )
+    assert importtime_descendants(text, "pynumabind") == [
+        ("typing", 900.0),
+        ("re", 300.0),
+        ("re._parser", 50.0),
+    ]
+    assert importtime_descendants(text, "json") == []
+    assert importtime_descendants(text, "absent") == []

@@ -63,7 +63,6 @@ from __future__ import annotations
 import itertools
 import operator
 import re
-from collections.abc import Iterable as IterableABC
 from collections.abc import Mapping
 from typing import AbstractSet, Iterable, List, Optional, Sequence, Tuple, Union
 
@@ -431,12 +430,16 @@ def _parse_mask_words(words: object, max_id: int, word_bits: int) -> frozenset[i
     shown = _token(repr(words))
     # bytes iterate as small ints and sets or mappings have no word order:
     # reading any of them as NVML words would give a silently wrong set.
-    if isinstance(words, (bytes, bytearray, memoryview, AbstractSet, Mapping)) or not isinstance(
-        words, IterableABC
-    ):
+    if isinstance(words, (bytes, bytearray, memoryview, AbstractSet, Mapping)):
         raise _wrong_type(words, "a cpumask as str or as a sequence of int words")
+    try:
+        # iter(), not isinstance(Iterable): pynvml's nvmlDeviceGetCpuAffinity
+        # returns a ctypes array, which iterates by the sequence protocol only.
+        iterator = iter(words)  # type: ignore[call-overload]
+    except TypeError:
+        raise _wrong_type(words, "a cpumask as str or as a sequence of int words") from None
     out: List[int] = []
-    for index, word in enumerate(words):
+    for index, word in enumerate(iterator):
         if word_bits * index > max_id + 1 + _MASK_SLACK_BITS:
             raise ListParseError(
                 f"mask of more than {index} words is wider than ids up to {max_id} need",

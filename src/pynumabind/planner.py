@@ -554,11 +554,12 @@ def _place(topology: Topology, request: _Request, rank: int) -> _Rank:
         state.device = topology.gpus[device]
         if request.explicit_device[rank]:
             state.reasons.append(f"rank {rank} uses GPU {device} (given)")
-        elif request.nprocs > len(topology.gpus) and rank >= len(topology.gpus):
+        elif request.nprocs > len(topology.gpus):
             sharing = [r for r in range(request.nprocs) if request.devices[r] == device]
             state.warn(
-                f"{request.nprocs} ranks for {len(topology.gpus)} GPUs: rank {rank} wraps "
-                f"around to GPU {device}, shared by ranks {format_ids(frozenset(sharing))}"
+                f"{request.nprocs} ranks for {len(topology.gpus)} GPUs: devices wrap around "
+                f"(rank % {len(topology.gpus)}); rank {rank} uses GPU {device}, shared by "
+                f"ranks {format_ids(frozenset(sharing))}"
             )
         else:
             state.reasons.append(f"rank {rank} uses GPU {device} (rank order)")
@@ -651,7 +652,7 @@ def _exclusive(
     """Split ``cores`` among ``ranks``: disjoint whole cores when there are enough."""
     if len(cores) >= ranks:
         slices = [_union(cores[a:b]) for a, b in _balanced(len(cores), ranks)]
-        sizes = sorted({b - a for a, b in _balanced(len(cores), ranks)})
+        sizes = sorted({b - a for a, b in _balanced(len(cores), ranks)}, reverse=True)
         return (
             slices,
             (
@@ -715,7 +716,7 @@ def _core_complex(
     described = ", ".join(format_ids(_union(g)) for g in groups)
     if len(groups) >= ranks:
         slices = [_union(_union(g) for g in groups[a:b]) for a, b in _balanced(len(groups), ranks)]
-        sizes = sorted({b - a for a, b in _balanced(len(groups), ranks)})
+        sizes = sorted({b - a for a, b in _balanced(len(groups), ranks)}, reverse=True)
         return (
             slices,
             [
@@ -863,13 +864,12 @@ def _slice_group(
 # ------------------------------------------------------------------ memory
 
 
-def _nearest_memory_node(topology: Topology, node: int) -> Optional[Tuple[int, Optional[int]]]:
+def _nearest_memory_nodes(topology: Topology, node: int) -> List[Tuple[int, Optional[int]]]:
+    """Allowed nodes with memory by distance from ``node``; ties: CPU nodes, then id."""
     candidates = [
         n for n, info in topology.nodes.items() if info.has_memory and n in topology.allowed_mems
     ]
-    if not candidates:
-        return None
-    ranked = sorted(
+    return sorted(
         ((n, topology.distance(node, n)) for n in candidates),
         key=lambda item: (
             item[1] is None,
@@ -878,7 +878,6 @@ def _nearest_memory_node(topology: Topology, node: int) -> Optional[Tuple[int, O
             item[0],
         ),
     )
-    return ranked[0]
 
 
 def _memory_nodes(topology: Topology, state: _Rank, base: frozenset[int]) -> frozenset[int]:
@@ -895,16 +894,20 @@ def _memory_nodes(topology: Topology, state: _Rank, base: frozenset[int]) -> fro
             if not info.has_memory
             else f"has memory outside the allowed mems {format_ids(topology.allowed_mems)}"
         )
-        nearest = _nearest_memory_node(topology, n)
-        if nearest is None:
+        ranked = _nearest_memory_nodes(topology, n)
+        if not ranked:
             state.warn(f"node {n} {why} and no allowed node has memory")
             continue
-        other, distance = nearest
+        other, distance = ranked[0]
         shown = "unknown" if distance is None else str(distance)
-        state.reasons.append(
+        text = (
             f"node {n} {why}; its memory node is the nearest allowed node with memory, "
             f"{other} (distance {shown})"
         )
+        ties = frozenset(m for m, d in ranked if d == distance)
+        if len(ties) > 1:
+            text += f"; nodes {format_ids(ties)} tie, CPU nodes first, then the lowest id"
+        state.reasons.append(text)
         out.add(other)
     return frozenset(out)
 

@@ -2,20 +2,68 @@
 
 Pure functions, no I/O.  Three text formats reach the library:
 
-* the Linux *cpulist* that sysfs prints and users type (``0-3,8-11``,
-  including the kernel's group form ``0-31:4/8``);
-* numactl-style lists (``all``, ``!0-3``, ``+0-1``) so users can reuse their
-  numactl strings; these need a reference set;
-* hex *cpumasks*, as the kernel prints them (32-bit words, most significant
-  first) and as NVML returns them (64-bit integers, least significant first).
+* the Linux *cpulist* that sysfs prints and users type (``0-3,8-11``),
+  including the kernel's group form ``first-last:used/group`` (from each
+  ``group`` ids starting at ``first``, the first ``used``; ``0-7:2/4`` is
+  ``0,1,4,5``);
+* numactl-style lists so users can reuse their numactl strings: ``all``,
+  a leading ``!`` (complement within ``universe=``, the machine's CPUs or
+  nodes) and a leading ``+`` (indices into ``allowed=``, this process's
+  CPUs or nodes: ``+0-1`` is its first two).  Without the reference set
+  these raise, because no answer would be right;
+* hex *cpumasks*, as the kernel prints them (comma-separated 32-bit words,
+  most significant first: ``Cpus_allowed``, sysfs ``cpumap``/``local_cpus``)
+  and as NVML returns them (64-bit integers, least significant first).
 
-The work is bounded by ``max_id`` (default 65535) before any set is built,
-so hostile input such as ``0-4294967295`` is rejected cheaply.
+Grammar of a list: ``ws* ['!'] ['+'] body ws*`` where ``body`` is ``all``
+or comma-separated items ``N``, ``N-M`` or ``N-M:U/G``, each item with
+optional whitespace (space, tab, newline, VT, FF, CR: C's ``isspace``, not
+Unicode's) around it.  Numbers are ASCII decimal; leading zeros are
+decimal (``010`` is 10), as in the kernel.  An empty (or blank) string is
+the empty set.
+
+Bad input raises :class:`~pynumabind.errors.ListParseError` (a
+``ValueError``) naming the offending token and its position, whatever the
+input's type.  Work and memory are O(len(text) + max_id): numbers are
+length-checked before conversion, ids are bounded by ``max_id`` (default
+65535) before any set is built, the ranges a group form expands to are
+limited to ``2 * (max_id + 1)`` in all, and pending ranges are merged as
+they accumulate.
+
+Deliberate differences from the kernel's ``bitmap_parselist``: we reject
+empty items (``0,,1``, ``,0``, ``0,``) and whitespace used as a separator
+(``0 1``), which the kernel skips; we do not support its ``N`` (last bit)
+token or ``all:U/G``; ``all`` is lower case and means ``universe``.
+
+Deliberate differences from libnuma 2.0.16's ``numa_parse_cpustring_all``
+and ``numa_parse_nodestring_all`` (which read numbers with ``strtoul(s,
+&end, 0)``; each is pinned by a test in ``tests/test_cpulist_libnuma.py``):
+
+* libnuma reads ``010`` as octal 8 (``08`` is an error) and ``0x1`` as hex;
+  we read decimal, as the kernel and sysfs do;
+* libnuma accepts a sign before any number (``-0`` is 0, ``0,+1`` is
+  ``{0, 1}``, ``0--0`` is ``{0}``); we reject signs;
+* libnuma accepts whitespace before any number (``0-\\t1``) but none after
+  (``0 ``, ``0\\n``); we accept it around items and the whole string
+  (sysfs files end in a newline) but not inside an item;
+* libnuma turns a descending range ``1-0`` into ``{1}``; we reject it;
+* libnuma accepts ``all`` as the last item (``0,all``); we only alone;
+* libnuma truncates ids to 32 bits (``4294967296`` is CPU 0, and a range
+  ending there loops ~2**32 times); we reject ids above ``max_id``;
+* libnuma rejects the group form; we accept it, as the kernel does;
+* libnuma rejects ids that are not possible on this machine; we only
+  bound them by ``max_id`` and leave checking them against the topology to
+  the caller, which can say which CPUs or nodes exist;
+* ``!`` in libnuma complements within ``0 .. configured - 1``; ours within
+  ``universe``.
 """
 
 from __future__ import annotations
 
+import itertools
+import operator
 import re
+from collections.abc import Mapping
 from typing import AbstractSet, Iterable, List, Optional, Sequence, Tuple, Union
 
 from .errors import ListParseError
@@ -32,68 +80,69 @@ __all__ = [
 
 DEFAULT_MAX_ID = 65535
 
-_ITEM = re.compile(r"(\d+)(?:-(\d+)(?::(\d+)/(\d+))?)?\Z")
-_HEX_WORD = re.compile(r"[0-9a-fA-F]{1,8}\Z")
+# C isspace() in the C locale: what the kernel and libnuma skip.  str.strip()
+# without arguments would also strip Unicode spaces such as U+0085 and U+00A0.
+_WHITESPACE = " \t\n\v\f\r"
+
+# [0-9], not \d: \d and int() also accept non-ASCII digits such as U+0663.
+_ITEM = re.compile(r"([0-9]+)(?:-([0-9]+)(?::([0-9]+)/([0-9]+))?)?")
+# One item, with the whitespace around it and the comma after it (group 5).
+_ITEM_AT = re.compile(
+    r"[ \t\n\v\f\r]*([0-9]+)(?:-([0-9]+)(?::([0-9]+)/([0-9]+))?)?[ \t\n\v\f\r]*(,|\Z)"
+)
+_SINGLE_WITH_GROUP = re.compile(r"[0-9]+:")
+_HEX_WORD = re.compile(r"[0-9a-fA-F]{1,8}")
+
+# Kernel group parameters are unsigned int; larger ones overflow there too.
+_GROUP_LIMIT = 2**32 - 1
+# Longest token quoted in an error, so a 1 MB item gives a short message.
+_TOKEN_CHARS = 64
+# Zero words a mask may carry beyond max_id (Mems_allowed is 1024 bits wide
+# even on a one-node machine).
+_MASK_SLACK_BITS = 2048
 
 Interval = Tuple[int, int]
 
 
+def _token(text: str) -> str:
+    return text if len(text) <= _TOKEN_CHARS else text[: _TOKEN_CHARS - 3] + "..."
+
+
 def _fail(message: str, text: str, token: str, position: int) -> ListParseError:
-    return ListParseError(message, text=text, token=token, position=position)
+    return ListParseError(message, text=text, token=_token(token), position=position)
 
 
-def _parse_number(digits: str, text: str, position: int, max_id: int) -> int:
-    # Check the length first: int() on a huge digit string is itself costly.
-    if len(digits) > len(str(max_id)) + 1 or int(digits) > max_id:
-        raise _fail(f"id exceeds the maximum {max_id}", text, digits, position)
-    return int(digits)
+def _check_max_id(max_id: int) -> None:
+    if not isinstance(max_id, int) or isinstance(max_id, bool) or max_id < 0:
+        raise ValueError(f"max_id must be a non-negative int, not {max_id!r}")
 
 
-def _parse_item(
-    item: str, text: str, position: int, max_id: int, budget: List[int]
-) -> List[Interval]:
-    """Parse one comma-separated item into inclusive intervals."""
-    match = _ITEM.match(item)
-    if match is None:
-        what = "negative id" if item.startswith("-") else "malformed item"
-        if not item:
-            what = "empty item"
-        raise _fail(what, text, item, position)
-    first = _parse_number(match.group(1), text, position, max_id)
-    if match.group(2) is None:
-        return [(first, first)]
-    last = _parse_number(match.group(2), text, position + match.start(2), max_id)
-    if last < first:
-        raise _fail("descending range", text, item, position)
-    if match.group(3) is None:
-        return [(first, last)]
-    used = int(match.group(3)) if len(match.group(3)) < 7 else max_id + 1
-    group = int(match.group(4)) if len(match.group(4)) < 7 else max_id + 1
-    if group == 0 or used == 0 or used > group or group > max_id + 1:
-        raise _fail("bad group form (want used/group with 0 < used <= group)", text, item, position)
-    count = (last - first) // group + 1
-    budget[0] -= count
-    if budget[0] < 0:
-        raise _fail("list expands to too many ranges", text, item, position)
-    return [(start, min(start + used - 1, last)) for start in range(first, last + 1, group)]
+def _wrong_type(value: object, expected: str) -> ListParseError:
+    shown = _token(repr(value))
+    return ListParseError(
+        f"expected {expected}, not {type(value).__name__}", text=shown, token=shown, position=0
+    )
 
 
-def _parse_plain(text: str, body: str, offset: int, max_id: int) -> List[Interval]:
-    """Parse a plain cpulist body that starts at character ``offset`` of ``text``."""
-    intervals: List[Interval] = []
-    # At most ~4 ranges per id plus one per input character: linear in input.
-    budget = [len(text) + 4 * (max_id + 1)]
-    position = offset
-    for raw in body.split(","):
-        stripped = raw.strip()
-        lead = len(raw) - len(raw.lstrip())
-        intervals.extend(_parse_item(stripped, text, position + lead, max_id, budget))
-        position += len(raw) + 1
-    return intervals
+def _number(text: str, start: int, end: int, limit: int) -> int:
+    """Value of the ASCII digits ``text[start:end]``, or ``limit + 1`` when larger."""
+    return _value(text[start:end], limit)
 
 
-def _to_set(intervals: Iterable[Interval]) -> frozenset[int]:
-    """Merge intervals before expanding so duplicates cost nothing."""
+def _value(digits: str, limit: int) -> int:
+    """Value of ASCII ``digits``, or ``limit + 1`` when larger.
+
+    Leading zeros are dropped and the length checked first, so a megabyte of
+    digits costs one scan and never reaches int().
+    """
+    digits = digits.lstrip("0")
+    if len(digits) > len(str(limit)):
+        return limit + 1
+    return int(digits) if digits else 0
+
+
+def _merge(intervals: List[Interval]) -> List[Interval]:
+    """Sort and coalesce inclusive intervals (touching ones too)."""
     merged: List[Interval] = []
     for lo, hi in sorted(intervals):
         if merged and lo <= merged[-1][1] + 1:
@@ -101,10 +150,121 @@ def _to_set(intervals: Iterable[Interval]) -> frozenset[int]:
                 merged[-1] = (merged[-1][0], hi)
         else:
             merged.append((lo, hi))
-    out: set[int] = set()
-    for lo, hi in merged:
-        out.update(range(lo, hi + 1))
-    return frozenset(out)
+    return merged
+
+
+def _item_error(text: str, start: int, stop: int, limit: int, limit_message: str) -> ListParseError:
+    """Why the item in ``text[start:stop]`` was rejected (the slow path, run once)."""
+    raw = text[start:stop]
+    core = raw.strip(_WHITESPACE)
+    at = start + len(raw) - len(raw.lstrip(_WHITESPACE))
+    match = _ITEM.fullmatch(core)
+    if match is None:
+        if not core:
+            what = "empty item"
+        elif core[0] == "-":
+            what = "negative id"
+        elif core[0] == "+":
+            what = "signed id"
+        elif _SINGLE_WITH_GROUP.match(core):
+            what = "group form needs a range (N-M:used/group), as in the kernel"
+        else:
+            what = "malformed item (want N, N-M or N-M:used/group)"
+        return _fail(what, text, core, at)
+    first = _number(core, match.start(1), match.end(1), limit)
+    if first > limit:
+        return _fail(limit_message, text, match.group(1), at)
+    if match.group(2) is not None:
+        last = _number(core, match.start(2), match.end(2), limit)
+        if last > limit:
+            return _fail(limit_message, text, match.group(2), at + match.start(2))
+        if last < first:
+            return _fail("descending range", text, core, at)
+    if match.group(3) is not None:
+        used = _number(core, match.start(3), match.end(3), _GROUP_LIMIT)
+        group = _number(core, match.start(4), match.end(4), _GROUP_LIMIT)
+        if used > _GROUP_LIMIT or group > _GROUP_LIMIT:
+            return _fail("group size overflows 32 bits", text, core, at)
+        if group == 0 or used > group:
+            return _fail(
+                "bad group form (want used/group with group > 0 and used <= group)",
+                text,
+                core,
+                at,
+            )
+        return _fail(
+            f"group forms expand to more than {_group_budget(limit)} ranges in all",
+            text,
+            core,
+            at,
+        )
+    raise AssertionError(f"item {_token(core)!r} was rejected for no reason")  # pragma: no cover
+
+
+def _group_budget(limit: int) -> int:
+    """Ranges all group forms of one list may expand to: twice the most a set has."""
+    return 2 * (limit + 1)
+
+
+def _parse_items(
+    text: str,
+    start: int,
+    end: int,
+    *,
+    limit: int,
+    limit_message: str,
+) -> List[int]:
+    """Ids of the comma-separated items in ``text[start:end]`` (sorted, unique).
+
+    Every id must be ``<= limit``; ``limit_message`` says why when one is not.
+    Runs are collected as (first, last) pairs and merged whenever the list has
+    doubled since the last merge: a merged list holds at most
+    ``(limit + 2) // 2`` runs, so memory stays O(limit) for any input length
+    and time O(n log n).  Group forms are the one way a short item makes many
+    runs, so together they may make at most :func:`_group_budget` of them.
+    Any item the fast path does not accept goes to :func:`_item_error`.
+    """
+    runs: List[Interval] = []
+    merge_at = 4096
+    budget = _group_budget(limit)
+    digits = len(str(limit))
+    match_item = _ITEM_AT.match
+    pos = start
+    while True:
+        match = match_item(text, pos, end)
+        if match is None:
+            comma = text.find(",", pos, end)
+            raise _item_error(text, pos, end if comma < 0 else comma, limit, limit_message)
+        first_text, last_text, used_text, group_text = match.group(1, 2, 3, 4)
+        # int() only on short digit strings (a megabyte of digits would be slow).
+        first = int(first_text) if len(first_text) <= digits else _value(first_text, limit)
+        if last_text is None:
+            last = first
+        else:
+            last = int(last_text) if len(last_text) <= digits else _value(last_text, limit)
+        if last > limit or first > last:
+            raise _item_error(text, pos, match.start(5), limit, limit_message)
+        if used_text is None:
+            runs.append((first, last))
+        else:
+            used = int(used_text) if len(used_text) <= 10 else _GROUP_LIMIT + 1
+            group = int(group_text) if len(group_text) <= 10 else _GROUP_LIMIT + 1
+            if group > _GROUP_LIMIT or group == 0 or used > group:
+                raise _item_error(text, pos, match.start(5), limit, limit_message)
+            if used == group:
+                runs.append((first, last))
+            elif used:
+                budget -= (last - first) // group + 1
+                if budget < 0:
+                    raise _item_error(text, pos, match.start(5), limit, limit_message)
+                runs.extend((lo, min(lo + used - 1, last)) for lo in range(first, last + 1, group))
+        if len(runs) > merge_at:
+            runs = _merge(runs)
+            merge_at = 2 * len(runs) + 4096
+        if match.group(5) != ",":
+            break
+        pos = match.end()
+    return list(itertools.chain.from_iterable(range(lo, hi + 1) for lo, hi in _merge(runs)))
 
 
 def _parse_list(
@@ -115,46 +275,44 @@ def _parse_list(
     max_id: int,
 ) -> frozenset[int]:
     if not isinstance(text, str):
-        raise ListParseError(
-            f"{kind} list must be a string, not {type(text).__name__}",
-            text=repr(text),
-            token=repr(text),
-            position=0,
-        )
-    body = text.strip()
-    offset = len(text) - len(text.lstrip())
-    invert = body.startswith("!")
-    if invert:
-        body, offset = body[1:], offset + 1
-        if universe is None:
-            raise _fail(f"'!' needs the machine's {kind}s (universe=)", text, "!", offset - 1)
-    relative = body.startswith("+")
-    if relative:
-        body, offset = body[1:], offset + 1
-        if allowed is None:
-            raise _fail(f"'+' needs the allowed {kind}s (allowed=)", text, "+", offset - 1)
-    if body.strip() == "all":
-        if universe is None:
-            raise _fail(f"'all' needs the machine's {kind}s (universe=)", text, "all", offset)
-        ids: frozenset[int] = frozenset(universe)
-        if relative:
-            raise _fail("'+' cannot be combined with 'all'", text, "+all", offset - 1)
-    elif body == "" and not invert and not relative:
+        raise _wrong_type(text, f"a {kind} list as str")
+    _check_max_id(max_id)
+    start = len(text) - len(text.lstrip(_WHITESPACE))
+    end = len(text.rstrip(_WHITESPACE))
+    if start >= end:
         return frozenset()
-    else:
-        ids = _to_set(_parse_plain(text, body, offset, max_id))
+    invert = text[start] == "!"
+    if invert:
+        if universe is None:
+            raise _fail(f"'!' needs the machine's {kind}s (universe=)", text, "!", start)
+        start += 1
+    relative = start < end and text[start] == "+"
+    if relative:
+        if allowed is None:
+            raise _fail(f"'+' needs the allowed {kind}s (allowed=)", text, "+", start)
+        start += 1
+    if text[start:end].strip(_WHITESPACE) == "all":
         if relative:
             assert allowed is not None
-            ordered = sorted(allowed)
-            beyond = [i for i in ids if i >= len(ordered)]
-            if beyond:
-                raise _fail(
-                    f"relative index beyond the {len(ordered)} allowed {kind}s",
-                    text,
-                    str(min(beyond)),
-                    offset,
-                )
-            ids = frozenset(ordered[i] for i in ids)
+            ids: frozenset[int] = frozenset(allowed)
+        elif universe is None:
+            at = start + text[start:end].index("all")
+            raise _fail(f"'all' needs the machine's {kind}s (universe=)", text, "all", at)
+        else:
+            ids = frozenset(universe)
+    elif relative:
+        assert allowed is not None
+        ordered = sorted(allowed)
+        limit = min(max_id, len(ordered) - 1)
+        if len(ordered) - 1 <= max_id:
+            message = f"relative index beyond the {len(ordered)} allowed {kind}s"
+        else:
+            message = f"relative index exceeds the maximum {max_id}"
+        indices = _parse_items(text, start, end, limit=limit, limit_message=message)
+        ids = frozenset(ordered[i] for i in indices)
+    else:
+        message = f"id exceeds the maximum {max_id}"
+        ids = frozenset(_parse_items(text, start, end, limit=max_id, limit_message=message))
     if invert:
         assert universe is not None
         ids = frozenset(universe) - ids
@@ -171,7 +329,9 @@ def parse_cpulist(
     """Parse a cpulist (``0-3,8-11``, ``0-31:4/8``) or numactl-style CPU string.
 
     ``universe`` (all of the machine's CPUs) enables ``all`` and ``!``;
-    ``allowed`` (this process's CPUs) enables ``+`` (indices into it).
+    ``allowed`` (this process's CPUs) enables ``+`` (indices into it, in
+    ascending order).  Ids are not checked against ``universe``: the caller
+    knows the topology and can name the CPUs that do exist.
     """
     return _parse_list(text, "CPU", universe, allowed, max_id)
 
@@ -187,11 +347,25 @@ def parse_nodelist(
     return _parse_list(text, "node", universe, allowed, max_id)
 
 
+def _checked_ids(ids: Iterable[int]) -> List[int]:
+    """Sorted unique ids; ValueError for anything but non-negative ints."""
+    out = set()
+    for value in ids:
+        if isinstance(value, bool):
+            raise ValueError(f"id {value!r} is not an integer")
+        try:
+            number = operator.index(value)
+        except TypeError:
+            raise ValueError(f"id {value!r} is not an integer") from None
+        if number < 0:
+            raise ValueError(f"negative id {number} cannot be formatted")
+        out.add(number)
+    return sorted(out)
+
+
 def format_cpulist(ids: Iterable[int]) -> str:
     """Canonical cpulist, byte-identical to the kernel's ``%*pbl`` (no newline)."""
-    ordered = sorted(set(ids))
-    if ordered and ordered[0] < 0:
-        raise ValueError(f"negative id {ordered[0]} cannot be formatted")
+    ordered = _checked_ids(ids)
     parts: List[str] = []
     i = 0
     while i < len(ordered):
@@ -206,6 +380,99 @@ def format_cpulist(ids: Iterable[int]) -> str:
 format_nodelist = format_cpulist
 
 
+def _set_bits(value: int, base: int, out: List[int]) -> None:
+    """Append ``base + b`` for every set bit ``b`` of ``value``, ascending."""
+    while value:
+        low = value & -value
+        out.append(base + low.bit_length() - 1)
+        value ^= low
+
+
+def _parse_mask_text(text: str, max_id: int) -> frozenset[int]:
+    start = len(text) - len(text.lstrip(_WHITESPACE))
+    end = len(text.rstrip(_WHITESPACE))
+    if start >= end:
+        return frozenset()
+    if text[start : start + 2] in ("0x", "0X"):
+        start += 2
+    words = text.count(",", start, end) + 1
+    if 32 * (words - 1) > max_id + 1 + _MASK_SLACK_BITS:
+        raise _fail(
+            f"mask of {words} words is wider than ids up to {max_id} need",
+            text,
+            text[start : start + 8],
+            start,
+        )
+    out: List[int] = []
+    pos = start
+    for index in range(words):
+        comma = text.find(",", pos, end)
+        word_end = end if comma < 0 else comma
+        if _HEX_WORD.fullmatch(text, pos, word_end) is None:
+            what = "empty mask word" if pos == word_end else "malformed mask word"
+            raise _fail(f"{what} (want 1-8 hex digits)", text, text[pos:word_end], pos)
+        value = int(text[pos:word_end], 16)
+        if value:
+            base = 32 * (words - 1 - index)
+            if base + value.bit_length() - 1 > max_id:
+                raise _fail(
+                    f"id {base + value.bit_length() - 1} exceeds the maximum {max_id}",
+                    text,
+                    text[pos:word_end],
+                    pos,
+                )
+            _set_bits(value, base, out)
+        pos = word_end + 1
+    return frozenset(out)
+
+
+def _parse_mask_words(words: object, max_id: int, word_bits: int) -> frozenset[int]:
+    shown = _token(repr(words))
+    # bytes iterate as small ints and sets or mappings have no word order:
+    # reading any of them as NVML words would give a silently wrong set.
+    if isinstance(words, (bytes, bytearray, memoryview, AbstractSet, Mapping)):
+        raise _wrong_type(words, "a cpumask as str or as a sequence of int words")
+    try:
+        # iter(), not isinstance(Iterable): pynvml's nvmlDeviceGetCpuAffinity
+        # returns a ctypes array, which iterates by the sequence protocol only.
+        iterator = iter(words)  # type: ignore[call-overload]
+    except TypeError:
+        raise _wrong_type(words, "a cpumask as str or as a sequence of int words") from None
+    out: List[int] = []
+    for index, word in enumerate(iterator):
+        if word_bits * index > max_id + 1 + _MASK_SLACK_BITS:
+            raise ListParseError(
+                f"mask of more than {index} words is wider than ids up to {max_id} need",
+                text=shown,
+                token=_token(repr(word)),
+                position=index,
+            )
+        value = -1
+        if not isinstance(word, bool):
+            try:
+                value = operator.index(word)
+            except TypeError:
+                pass
+        if value < 0 or value >> word_bits:
+            raise ListParseError(
+                f"mask word is not an unsigned {word_bits}-bit integer",
+                text=shown,
+                token=_token(repr(word)),
+                position=index,
+            )
+        if value:
+            base = word_bits * index
+            if base + value.bit_length() - 1 > max_id:
+                raise ListParseError(
+                    f"id {base + value.bit_length() - 1} exceeds the maximum {max_id}",
+                    text=shown,
+                    token=_token(repr(word)),
+                    position=index,
+                )
+            _set_bits(value, base, out)
+    return frozenset(out)
+
+
 def parse_cpumask(
     mask: Union[str, Sequence[int]], *, max_id: int = DEFAULT_MAX_ID, word_bits: int = 64
 ) -> frozenset[int]:
@@ -213,82 +480,43 @@ def parse_cpumask(
 
     A string is the kernel's form: comma-separated 32-bit hex words, most
     significant first (``/proc/self/status`` Cpus_allowed, sysfs
-    ``local_cpus``).  A sequence of integers is NVML's form: ``word_bits``-bit
-    words, least significant first.
+    ``local_cpus``), optionally after ``0x``; blank is the empty set.  A
+    sequence of integers is NVML's form: ``word_bits``-bit words, least
+    significant first.  For a sequence, ``position`` in an error is the
+    index of the offending word.
     """
-    ids: set[int] = set()
+    _check_max_id(max_id)
+    if not isinstance(word_bits, int) or isinstance(word_bits, bool) or word_bits <= 0:
+        raise ValueError(f"word_bits must be a positive int, not {word_bits!r}")
     if isinstance(mask, str):
-        text = mask
-        body = text.strip()
-        offset = len(text) - len(text.lstrip())
-        if body[:2] in ("0x", "0X"):
-            body, offset = body[2:], offset + 2
-        words = body.split(",")
-        if len(words) * 32 > max_id + 1 + 32 * 64:
-            raise _fail("mask wider than the id bound allows", text, body[:16], offset)
-        position = offset
-        for index, word in enumerate(words):
-            if not _HEX_WORD.match(word):
-                raise _fail("malformed mask word", text, word, position)
-            value = int(word, 16)
-            base = 32 * (len(words) - 1 - index)
-            while value:
-                low = value & -value
-                bit = base + low.bit_length() - 1
-                if bit > max_id:
-                    raise _fail(f"id {bit} exceeds the maximum {max_id}", text, word, position)
-                ids.add(bit)
-                value ^= low
-            position += len(word) + 1
-        return frozenset(ids)
-    text = repr(list(mask)) if not isinstance(mask, (bytes, bytearray)) else repr(mask)
-    for index, word_value in enumerate(mask):
-        if (
-            not isinstance(word_value, int)
-            or isinstance(word_value, bool)
-            or word_value < 0
-            or word_value >> word_bits
-        ):
-            raise _fail(
-                f"mask word is not an unsigned {word_bits}-bit integer",
-                text,
-                repr(word_value),
-                index,
-            )
-        value = word_value
-        base = word_bits * index
-        while value:
-            low = value & -value
-            bit = base + low.bit_length() - 1
-            if bit > max_id:
-                raise _fail(f"id {bit} exceeds the maximum {max_id}", text, repr(word_value), index)
-            ids.add(bit)
-            value ^= low
-    return frozenset(ids)
+        return _parse_mask_text(mask, max_id)
+    return _parse_mask_words(mask, max_id, word_bits)
 
 
 def format_cpumask(ids: Iterable[int], nbits: Optional[int] = None) -> str:
-    """Kernel-style hex mask (``%*pb``) of a bitmap ``nbits`` wide.
+    """Kernel-style hex mask (``%*pb``) of a bitmap ``nbits`` wide (no newline).
 
-    The kernel prints the first 32-bit chunk only as wide as ``nbits`` needs
-    and every further chunk as 8 digits; ``nbits`` defaults to the smallest
-    width that holds the set.
+    The kernel prints the most significant 32-bit chunk only as many hex
+    digits wide as ``nbits % 32`` needs, every further chunk as 8 digits,
+    lower case; ``nbits`` is ``nr_cpu_ids`` for cpumaps and MAX_NUMNODES for
+    ``Mems_allowed``.  It defaults to the smallest width that holds the set.
     """
-    ordered = sorted(set(ids))
-    if ordered and ordered[0] < 0:
-        raise ValueError(f"negative id {ordered[0]} cannot be formatted")
+    ordered = _checked_ids(ids)
     if nbits is None:
         nbits = ordered[-1] + 1 if ordered else 1
+    elif not isinstance(nbits, int) or isinstance(nbits, bool) or nbits < 0:
+        raise ValueError(f"nbits must be a non-negative int, not {nbits!r}")
     if ordered and ordered[-1] >= nbits:
         raise ValueError(f"id {ordered[-1]} does not fit in a {nbits}-bit mask")
-    value = 0
+    chunks = (nbits + 31) // 32
+    if not chunks:
+        return ""
+    raw = bytearray(4 * chunks)
     for i in ordered:
-        value |= 1 << i
-    chunks: List[str] = []
-    first_bits = nbits % 32 or 32
-    top = ((nbits + 31) // 32 - 1) * 32
-    width = (first_bits + 3) // 4
-    for base in range(top, -1, -32):
-        chunks.append(format((value >> base) & 0xFFFFFFFF, f"0{width}x"))
-        width = 8
-    return ",".join(chunks)
+        raw[i >> 3] |= 1 << (i & 7)
+    first_width = ((nbits % 32 or 32) + 3) // 4
+    total = first_width + 8 * (chunks - 1)
+    digits = format(int.from_bytes(raw, "little"), "x").rjust(total, "0")
+    return ",".join(
+        [digits[:first_width], *(digits[k : k + 8] for k in range(first_width, total, 8))]
+    )

@@ -1,0 +1,554 @@
+"""Example and golden tests for the pure planner.
+
+Golden values for the real machines were derived by hand from the raw
+published outputs in /work/shared/topologies (see tests/topology_builders.py
+for the encodings); the arithmetic is written next to each expectation.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import pytest
+
+from pynumabind.cpulist import format_cpulist, parse_cpulist
+from pynumabind.errors import ConfigError, PlanError
+from pynumabind.planner import parse_cpus_override, parse_nodes_override, plan, plan_all
+from pynumabind.planning import CpuMode, MemoryPolicy, Plan
+from topology_builders import (
+    dgx_a100_nps4,
+    dgx_h100,
+    gb200_tray,
+    gpu,
+    make_topology,
+    mi300x_unknown_gpu_node,
+    threadripper_memoryless,
+)
+
+MODES = ["node", "socket", "exclusive", "core-complex", "none"]
+
+
+def cpus_of(plans: List[Plan]) -> List[Optional[str]]:
+    return [None if p.cpus is None else format_cpulist(p.cpus) for p in plans]
+
+
+def mems_of(plans: List[Plan]) -> List[str]:
+    return [format_cpulist(p.mems) for p in plans]
+
+
+def any_reason(p: Plan, *needles: str) -> bool:
+    return any(all(n in r for n in needles) for r in p.reasons)
+
+
+# ----------------------------------------------------------- DGX H100
+
+H100_NODE0 = "0-55,112-167"
+H100_NODE1 = "56-111,168-223"
+
+
+def test_dgx_h100_node_mode_golden() -> None:
+    plans = plan_all(dgx_h100())
+    assert len(plans) == 8  # one rank per visible GPU
+    assert cpus_of(plans) == [H100_NODE0] * 4 + [H100_NODE1] * 4
+    assert mems_of(plans) == ["0"] * 4 + ["1"] * 4
+    assert [p.node for p in plans] == [0] * 4 + [1] * 4
+    assert [p.device.pci_bus_id for p in plans if p.device] == [
+        f"0000:{b}:00.0" for b in ["18", "2A", "3A", "5D", "9A", "AB", "BA", "DB"]
+    ]
+    assert all(p.policy is MemoryPolicy.PREFERRED and p.mode is CpuMode.NODE for p in plans)
+    assert any_reason(plans[5], "GPU 5 (0000:AB:00.0) is on NUMA node 1", "sysfs numa_node")
+    assert all(p.warnings == () for p in plans)
+
+
+def test_dgx_h100_socket_mode_equals_node_mode() -> None:
+    # One NUMA node per socket: the package is the node.
+    plans = plan_all(dgx_h100(), mode="socket")
+    assert cpus_of(plans) == [H100_NODE0] * 4 + [H100_NODE1] * 4
+    assert mems_of(plans) == ["0"] * 4 + ["1"] * 4
+
+
+@pytest.mark.parametrize("mode", ["exclusive", "core-complex"])
+def test_dgx_h100_exclusive_golden(mode: str) -> None:
+    # 56 cores per node / 4 ranks = 14 whole cores each; sibling of N is N+112.
+    # core-complex: one L3 per socket, so fewer groups (1) than ranks (4) ->
+    # exclusive within the group: identical slices.
+    plans = plan_all(dgx_h100(), mode=mode)
+    assert cpus_of(plans) == [
+        "0-13,112-125",
+        "14-27,126-139",
+        "28-41,140-153",
+        "42-55,154-167",
+        "56-69,168-181",
+        "70-83,182-195",
+        "84-97,196-209",
+        "98-111,210-223",
+    ]
+    assert mems_of(plans) == ["0"] * 4 + ["1"] * 4
+    if mode == "core-complex":
+        assert any_reason(plans[0], "fewer L3 groups (1")
+
+
+def test_dgx_h100_none_mode_binds_memory_only() -> None:
+    plans = plan_all(dgx_h100(), mode="none", memory="bind")
+    assert cpus_of(plans) == [None] * 8
+    assert mems_of(plans) == ["0"] * 4 + ["1"] * 4
+    assert all(p.policy is MemoryPolicy.BIND for p in plans)
+
+
+def test_dgx_h100_restricted_cpuset_partial() -> None:
+    # A container holding cores 0-15 and their siblings of socket 0.
+    topo = dgx_h100(allowed_cpus="0-15,112-127")
+    p0 = plan(topo, 0)
+    assert format_cpulist(p0.cpus or ()) == "0-15,112-127"
+    ex = [plan(topo, r, mode="exclusive") for r in range(4)]
+    # 16 allowed cores / 4 ranks = 4 cores each.
+    assert cpus_of(ex) == ["0-3,112-115", "4-7,116-119", "8-11,120-123", "12-15,124-127"]
+
+
+def test_dgx_h100_node_outside_cpuset_is_a_clear_error() -> None:
+    topo = dgx_h100(allowed_cpus=H100_NODE0)
+    assert plan(topo, 3).cpus == parse_cpulist(H100_NODE0)  # own rank unaffected
+    with pytest.raises(PlanError) as info:
+        plan(topo, 4)
+    message = str(info.value)
+    assert "rank 4" in message and "node(s) 1" in message
+    assert H100_NODE1 in message and H100_NODE0 in message
+    with pytest.raises(PlanError):
+        plan_all(topo)
+
+
+def test_dgx_h100_more_ranks_than_gpus_wraps_with_warning() -> None:
+    plans = plan_all(dgx_h100(), nprocs=16)
+    assert [p.device.index for p in plans if p.device] == list(range(8)) * 2
+    assert all(p.warnings for p in plans)
+    assert "shared by ranks 1,9" in plans[9].warnings[0]
+    ex = plan_all(dgx_h100(), nprocs=16, mode="exclusive")
+    # 8 ranks on node 0 (ranks 0-3 and 8-11): 56 cores / 8 = 7 each, in rank order.
+    node0 = [p for p in ex if p.node == 0]
+    assert [p.rank for p in node0] == [0, 1, 2, 3, 8, 9, 10, 11]
+    assert format_cpulist(node0[4].cpus or ()) == "28-34,140-146"
+
+
+def test_dgx_h100_gpu_memory_without_gpu_node_warns() -> None:
+    p = plan(dgx_h100(), 0, gpu_memory=True)
+    assert p.mems == frozenset({0})
+    assert any("no NUMA memory node" in w for w in p.warnings)
+
+
+def test_dgx_h100_restricted_mems_falls_back_to_nearest_allowed() -> None:
+    p = plan(dgx_h100(allowed_mems="0"), 6, memory="bind")
+    assert p.mems == frozenset({0})
+    assert any_reason(p, "node 1 has memory outside the allowed mems 0", "0 (distance 21)")
+
+
+# ------------------------------------------------------- DGX A100 NPS4
+
+A100_NODE_OF_GPU = [3, 3, 1, 1, 7, 7, 5, 5]
+
+
+def test_dgx_a100_node_mode_golden() -> None:
+    plans = plan_all(dgx_a100_nps4())
+    assert [p.node for p in plans] == A100_NODE_OF_GPU
+    assert cpus_of(plans) == [
+        "48-63,176-191",
+        "48-63,176-191",
+        "16-31,144-159",
+        "16-31,144-159",
+        "112-127,240-255",
+        "112-127,240-255",
+        "80-95,208-223",
+        "80-95,208-223",
+    ]
+    assert mems_of(plans) == [str(n) for n in A100_NODE_OF_GPU]
+    assert any_reason(plans[0], "GPU 0 (0000:07:00.0) is on NUMA node 3")
+
+
+def test_dgx_a100_socket_mode_spans_the_nps4_nodes() -> None:
+    plans = plan_all(dgx_a100_nps4(), mode="socket")
+    # GPUs 0-3 are on nodes 3 and 1 of package 0 (nodes 0-3); 4-7 on package 1.
+    assert cpus_of(plans) == ["0-63,128-191"] * 4 + ["64-127,192-255"] * 4
+    assert mems_of(plans) == ["0-3"] * 4 + ["4-7"] * 4
+    assert [p.node for p in plans] == A100_NODE_OF_GPU
+
+
+@pytest.mark.parametrize("mode", ["exclusive", "core-complex"])
+def test_dgx_a100_exclusive_golden(mode: str) -> None:
+    # Two ranks per node, 16 cores -> 8 each; core-complex: 4 CCX of 4
+    # cores -> 2 whole CCX each, the same CPUs.
+    plans = plan_all(dgx_a100_nps4(), mode=mode)
+    assert cpus_of(plans) == [
+        "48-55,176-183",
+        "56-63,184-191",
+        "16-23,144-151",
+        "24-31,152-159",
+        "112-119,240-247",
+        "120-127,248-255",
+        "80-87,208-215",
+        "88-95,216-223",
+    ]
+
+
+def test_dgx_a100_core_complex_differs_from_exclusive_with_three_ranks() -> None:
+    topo = dgx_a100_nps4()
+    # Three ranks forced onto node 3 (CCX: 48-51, 52-55, 56-59, 60-63).
+    ex = plan_all(topo, mode="exclusive", nodes="3,3,3")
+    # 16 cores / 3 ranks = 6/5/5 contiguous cores, crossing CCX boundaries.
+    assert cpus_of(ex) == ["48-53,176-181", "54-58,182-186", "59-63,187-191"]
+    cc = plan_all(topo, mode="core-complex", nodes="3,3,3")
+    # 4 groups / 3 ranks = 2/1/1 whole groups.
+    assert cpus_of(cc) == ["48-55,176-183", "56-59,184-187", "60-63,188-191"]
+    assert any_reason(cc[0], "4 L3 groups", "2/1 whole group(s)")
+
+
+def test_dgx_a100_core_complex_more_ranks_than_groups() -> None:
+    # 5 ranks, 4 equal CCX: D'Hondt gives the first CCX two ranks.
+    cc = plan_all(dgx_a100_nps4(), mode="core-complex", nodes=[3] * 5)
+    assert cpus_of(cc) == [
+        "48-49,176-177",
+        "50-51,178-179",
+        "52-55,180-183",
+        "56-59,184-187",
+        "60-63,188-191",
+    ]
+    assert any_reason(cc[0], "fewer L3 groups (4", "2/1/1/1")
+
+
+def test_dgx_a100_interleave_default_is_the_ranks_nodes() -> None:
+    plans = plan_all(dgx_a100_nps4(), mode="socket", memory="interleave")
+    assert mems_of(plans) == ["0-3"] * 4 + ["4-7"] * 4
+    p = plan(dgx_a100_nps4(), 0, memory="interleave", interleave_nodes="0-7")
+    assert p.mems == frozenset(range(8))
+
+
+# ------------------------------------------------------------- GB200
+
+
+@pytest.mark.parametrize("with_affinity", [True, False])
+def test_gb200_node_mode_uses_the_grace_node(with_affinity: bool) -> None:
+    plans = plan_all(gb200_tray(with_affinity=with_affinity))
+    assert cpus_of(plans) == ["0-71", "0-71", "72-143", "72-143"]
+    assert mems_of(plans) == ["0", "0", "1", "1"]
+    assert [p.node for p in plans] == [0, 0, 1, 1]
+    assert any_reason(plans[0], "NUMA node 2 (nvml numa_node), a CPU-less memory node")
+    if with_affinity:
+        assert any_reason(plans[2], "CPU affinity 72-143 (nvml)", "node(s) 1")
+    else:
+        assert any_reason(plans[2], "node 18 has no CPUs; nearest CPU node is 1 (distance 80)")
+
+
+def test_gb200_gpu_memory_adds_the_hbm_node() -> None:
+    plans = plan_all(gb200_tray(), gpu_memory=True)
+    assert mems_of(plans) == ["0,2", "0,10", "1,18", "1,26"]
+
+
+def test_gb200_gpu_memory_outside_allowed_mems_warns() -> None:
+    topo = gb200_tray(allowed_mems="0-1")
+    p = plan(topo, 1, gpu_memory=True)
+    assert p.mems == frozenset({0})
+    assert any("GPU memory node 10 is outside the allowed mems 0-1" in w for w in p.warnings)
+
+
+@pytest.mark.parametrize("mode", ["exclusive", "core-complex"])
+def test_gb200_exclusive_golden(mode: str) -> None:
+    # 72 cores (no SMT), 2 GPUs per Grace -> 36 each.
+    plans = plan_all(gb200_tray(), mode=mode)
+    assert cpus_of(plans) == ["0-35", "36-71", "72-107", "108-143"]
+
+
+def test_gb200_socket_mode() -> None:
+    plans = plan_all(gb200_tray(), mode="socket")
+    assert cpus_of(plans) == ["0-71", "0-71", "72-143", "72-143"]
+
+
+def test_gb200_distance_tie_is_explained_and_deterministic() -> None:
+    topo = gb200_tray(
+        with_affinity=False, distance=lambda a, b: 10 if a == b else (40 if a < 2 and b < 2 else 80)
+    )
+    plans = plan_all(topo)
+    assert [p.node for p in plans] == [0, 0, 0, 0]
+    assert any_reason(plans[3], "nodes 0-1 tie at distance 80, the lowest id wins")
+
+
+def test_gb200_nodes_override_naming_a_memory_only_node_is_rejected() -> None:
+    with pytest.raises(PlanError, match=r"node\(s\) 2, which have no CPUs"):
+        plan(gb200_tray(), 0, nodes="2,0,1,1")
+    # Memory-only nodes are fine when only memory is planned.
+    p = plan(gb200_tray(), 0, mode="none", nodes="2,0,1,1", memory="bind")
+    assert p.cpus is None and p.mems == frozenset({2})
+
+
+def test_gb200_without_gpus_spreads_over_cpu_nodes_only() -> None:
+    plans = plan_all(gb200_tray(gpus=()))
+    assert len(plans) == 2  # nodes 0 and 1; the 32 CPU-less nodes get no rank
+    assert cpus_of(plans) == ["0-71", "72-143"]
+
+
+# ------------------------------------------------------------- MI300X
+
+
+def test_mi300x_gpu_without_node_is_left_unbound_with_warning() -> None:
+    plans = plan_all(mi300x_unknown_gpu_node(), mode="exclusive")
+    p3 = plans[3]
+    assert p3.cpus is None and p3.node is None and p3.mems == frozenset()
+    assert p3.policy is MemoryPolicy.NONE
+    assert any("no NUMA node (kfd reports none)" in w for w in p3.warnings)
+    # Node 0 now has 3 ranks: 56 cores -> 19/19/18.
+    assert cpus_of(plans[:3]) == ["0-18,112-130", "19-37,131-149", "38-55,150-167"]
+    assert cpus_of(plans[4:]) == [
+        "56-69,168-181",
+        "70-83,182-195",
+        "84-97,196-209",
+        "98-111,210-223",
+    ]
+
+
+def test_mi300x_unknown_node_with_affinity_uses_it() -> None:
+    topo = mi300x_unknown_gpu_node(affinity_for_unknown="0-55,112-167")
+    p3 = plan(topo, 3)
+    assert p3.node == 0 and p3.cpus == parse_cpulist("0-55,112-167")
+    assert any_reason(p3, "CPU affinity 0-55,112-167 (kfd)")
+    ex = plan_all(topo, mode="exclusive")
+    assert cpus_of(ex[:4]) == ["0-13,112-125", "14-27,126-139", "28-41,140-153", "42-55,154-167"]
+
+
+def test_mi300x_unknown_node_interleave_nodes_still_apply() -> None:
+    p = plan(mi300x_unknown_gpu_node(), 3, memory="interleave", interleave_nodes=[0, 1])
+    assert p.cpus is None and p.mems == frozenset({0, 1})
+    assert p.policy is MemoryPolicy.INTERLEAVE
+
+
+# ----------------------------------------------------- memory-less nodes
+
+
+def test_threadripper_memoryless_nodes_get_nearest_memory() -> None:
+    plans = plan_all(threadripper_memoryless())
+    assert cpus_of(plans) == ["0-5,24-29", "6-11,30-35", "12-17,36-41", "18-23,42-47"]
+    # Nodes 0 and 3 have no memory; 1 and 2 tie at distance 12 -> node 1.
+    assert mems_of(plans) == ["1", "1", "2", "1"]
+    assert any_reason(plans[0], "node 0 has no memory", "1 (distance 12)", "nodes 1-2 tie")
+
+
+def test_no_gpus_spread_in_balanced_blocks() -> None:
+    topo = threadripper_memoryless()
+    assert [p.node for p in plan_all(topo, nprocs=2)] == [0, 2]
+    assert [p.node for p in plan_all(topo, nprocs=6)] == [0, 0, 1, 2, 2, 3]
+    # Two ranks per node with CCX of 3 cores: one CCX each.
+    cc = plan_all(topo, nprocs=8, mode="core-complex")
+    assert cpus_of(cc[:2]) == ["0-2,24-26", "3-5,27-29"]
+
+
+def test_no_gpus_default_nprocs_counts_allowed_cpu_nodes() -> None:
+    topo = threadripper_memoryless(allowed_cpus="6-17,30-41")
+    plans = plan_all(topo)
+    assert [p.node for p in plans] == [1, 2]
+
+
+# ------------------------------------------------------- small machines
+
+
+def tiny(**kw: object) -> object:
+    spec = dict(nodes={0: "0-3"}, smt_adjacent=True, l3=None)
+    spec.update(kw)
+    return make_topology(**spec)  # type: ignore[arg-type]
+
+
+def test_exclusive_more_ranks_than_cores_splits_threads_then_shares() -> None:
+    topo = tiny()
+    three = plan_all(topo, nprocs=3, mode="exclusive")
+    assert cpus_of(three) == ["0-1", "2", "3"]
+    assert any_reason(three[0], "more ranks (3) than allowed cores (2)")
+    assert three[0].warnings
+    five = plan_all(topo, nprocs=5, mode="exclusive")
+    assert cpus_of(five) == ["0-1", "0-1", "0-1", "2-3", "2-3"]
+    assert any_reason(five[0], "ranks share cores")
+
+
+def test_core_complex_without_l3_falls_back_to_exclusive() -> None:
+    plans = plan_all(tiny(), nprocs=2, mode="core-complex")
+    assert cpus_of(plans) == ["0-1", "2-3"]
+    assert any_reason(plans[0], "L3 cache groups unknown; falling back to exclusive")
+
+
+def test_gpu_affinity_spanning_two_nodes() -> None:
+    topo = make_topology(
+        {0: "0-3", 1: "4-7"},
+        gpus=[gpu(0, None, local_cpus="2-7", source="nvml"), gpu(1, 0)],
+    )
+    p = plan(topo, 0)
+    assert p.cpus == frozenset(range(8)) and p.node == 1  # node 1 holds 4 of 6
+    assert p.mems == frozenset({0, 1})
+    # Exclusive slices one node: the primary.
+    ex = plan_all(topo, mode="exclusive")
+    assert cpus_of(ex) == ["4-7", "0-3"]
+
+
+def test_bogus_gpu_node_is_treated_as_unknown() -> None:
+    topo = make_topology({0: "0-3"}, gpus=[gpu(0, 7)])
+    p = plan(topo, 0)
+    assert p.cpus is None
+    assert any("reports NUMA node 7" in w for w in p.warnings)
+
+
+def test_memory_policies() -> None:
+    topo = dgx_h100()
+    assert plan(topo, 0, memory="bind").policy is MemoryPolicy.BIND
+    local = plan(topo, 0, memory="local")
+    assert local.policy is MemoryPolicy.LOCAL and local.mems == frozenset()
+    none = plan(topo, 0, memory="none")
+    assert none.policy is MemoryPolicy.NONE and none.mems == frozenset()
+    assert plan(topo, 0, memory=MemoryPolicy.INTERLEAVE).mems == frozenset({0})
+
+
+def test_interleave_nodes_validation() -> None:
+    topo = gb200_tray()
+    with pytest.raises(ConfigError, match="only meaningful with memory='interleave'"):
+        plan(topo, 0, interleave_nodes="0-1")
+    with pytest.raises(PlanError, match="does not have"):
+        plan(topo, 0, memory="interleave", interleave_nodes="40")
+    with pytest.raises(PlanError, match="without memory"):
+        plan(topo, 0, memory="interleave", interleave_nodes="3")
+    with pytest.raises(PlanError, match="outside the allowed mems"):
+        plan(gb200_tray(allowed_mems="0-1"), 0, memory="interleave", interleave_nodes="2")
+
+
+def test_invalid_mode_and_policy() -> None:
+    with pytest.raises(ConfigError, match="invalid mode 'numa'"):
+        plan(dgx_h100(), 0, mode="numa")
+    with pytest.raises(ConfigError, match="invalid memory policy"):
+        plan(dgx_h100(), 0, memory="strict")
+
+
+# ---------------------------------------------------------- rank range
+
+
+def test_rank_range() -> None:
+    topo = dgx_h100()
+    with pytest.raises(PlanError, match="rank 8 out of range: there are 8 local ranks"):
+        plan(topo, 8)
+    with pytest.raises(PlanError, match="0 <= rank"):
+        plan(topo, -1)
+    with pytest.raises(ConfigError):
+        plan(topo, True)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="at least 1"):
+        plan_all(topo, nprocs=0)
+    assert plan(topo, 11, nprocs=12).device.index == 3  # type: ignore[union-attr]
+
+
+# ------------------------------------------------------------ devices
+
+
+def test_explicit_device() -> None:
+    topo = dgx_h100()
+    p = plan(topo, 0, device=6)
+    assert p.device is not None and p.device.index == 6 and p.node == 1
+    assert any_reason(p, "rank 0 uses GPU 6 (given)")
+    with pytest.raises(ConfigError, match="device 8 out of range"):
+        plan(topo, 0, device=8)
+    with pytest.raises(ConfigError, match="no GPUs"):
+        plan(threadripper_memoryless(), 0, device=0)
+    plans = plan_all(topo, nprocs=2, devices=[7, 0])
+    assert [p.node for p in plans] == [1, 0]
+
+
+def test_explicit_device_exclusive_matches_plan_all_with_that_mapping() -> None:
+    topo = dgx_h100()
+    mine = plan(topo, 0, mode="exclusive", device=4)
+    everyone = plan_all(topo, mode="exclusive", devices=[4, 1, 2, 3, 4, 5, 6, 7])
+    assert mine == everyone[0]
+    # Node 1 now has ranks 0,4,5,6,7: 56 cores / 5 = 12/11/11/11/11.
+    assert format_cpulist(mine.cpus or ()) == "56-67,168-179"
+
+
+# ----------------------------------------------------------- overrides
+
+
+def test_nodes_override_forms() -> None:
+    topo = dgx_h100()
+    a = plan_all(topo, nodes="1,1,0,0")
+    assert [p.node for p in a] == [1, 1, 0, 0]  # nprocs from the override
+    assert any_reason(a[0], "nodes override puts rank 0 on node(s) 1 instead of the detected 0")
+    b = plan_all(topo, nodes=[1, 1, 0, 0])
+    assert a == b
+    c = plan_all(topo, nodes="0-1;0-1", mode="exclusive")
+    # Both ranks share nodes 0-1: 112 cores -> 56 each.
+    assert cpus_of(c) == [H100_NODE0, H100_NODE1]
+    assert mems_of(c) == ["0-1", "0-1"]  # a nodes override names the memory nodes too
+
+
+def test_nodes_override_errors() -> None:
+    topo = dgx_h100()
+    with pytest.raises(PlanError, match=r"rank 1 names NUMA node\(s\) 5"):
+        plan(topo, 0, nodes="0,5")
+    with pytest.raises(ConfigError, match="has 2 entries but there are 4 local ranks"):
+        plan(topo, 0, nprocs=4, nodes="0,1")
+    with pytest.raises(ConfigError, match="not '\\|'"):
+        plan(topo, 0, nodes="0|1")
+    with pytest.raises(ConfigError, match="empty entry for rank 1"):
+        plan(topo, 0, nodes="0,,1")
+    with pytest.raises(ConfigError, match="entry for rank 1 at position 2"):
+        plan(topo, 0, nodes="0,x")
+    with pytest.raises(ConfigError, match="equal or disjoint"):
+        plan_all(topo, nodes="0;0-1", mode="exclusive")
+    with pytest.raises(PlanError, match="intersection is empty"):
+        plan(dgx_h100(allowed_cpus=H100_NODE0), 0, nodes="1")
+
+
+def test_cpus_override_forms_and_errors() -> None:
+    topo = dgx_h100()
+    plans = plan_all(topo, cpus="0-7;8-15", mode="exclusive")
+    assert cpus_of(plans) == ["0-7", "8-15"]
+    assert [p.node for p in plans] == [0, 0]
+    seq = plan_all(topo, cpus=["0-7", frozenset(range(8, 16))])
+    assert cpus_of(seq) == ["0-7", "8-15"]
+    rel = plan(dgx_h100(allowed_cpus="100-120"), 0, cpus="+0-3")
+    assert format_cpulist(rel.cpus or ()) == "100-103"
+    with pytest.raises(PlanError, match=r"CPU\(s\) 300, which are not online"):
+        plan(topo, 0, cpus="300")
+    with pytest.raises(
+        ConfigError, match=r"1 entries but there are 2 local ranks.*separated by ';'"
+    ):
+        plan(topo, 0, nprocs=2, cpus="0-7,8-15")
+    with pytest.raises(ConfigError, match="contradicts mode 'none'"):
+        plan(topo, 0, cpus="0-7", mode="none")
+    restricted = dgx_h100(allowed_cpus="0-3")
+    partial = plan(restricted, 0, cpus="2-5")
+    assert partial.cpus == frozenset({2, 3})
+    assert any("4-5 are outside the allowed CPUs 0-3" in w for w in partial.warnings)
+    with pytest.raises(PlanError, match="has no CPU in this process's allowed CPUs 0-3"):
+        plan(restricted, 0, cpus="8-9")
+    with pytest.raises(ConfigError, match="nodes override has 2 entries but the cpus override"):
+        plan(topo, 0, nodes="0,1", cpus="0")
+
+
+def test_override_parsers_directly() -> None:
+    assert parse_nodes_override("0,0,1,1") == tuple(frozenset({n}) for n in (0, 0, 1, 1))
+    assert parse_nodes_override("0-1; 2") == (frozenset({0, 1}), frozenset({2}))
+    assert parse_cpus_override("0-3,8; 4-7") == (frozenset({0, 1, 2, 3, 8}), frozenset(range(4, 8)))
+    with pytest.raises(ConfigError):
+        parse_nodes_override([True])  # type: ignore[list-item]
+    with pytest.raises(ConfigError):
+        parse_cpus_override(3)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------- consistency
+
+MACHINES = {
+    "dgx_h100": dgx_h100,
+    "dgx_a100": dgx_a100_nps4,
+    "gb200": gb200_tray,
+    "mi300x": mi300x_unknown_gpu_node,
+    "threadripper": threadripper_memoryless,
+}
+
+
+@pytest.mark.parametrize("machine", sorted(MACHINES))
+@pytest.mark.parametrize("mode", MODES)
+def test_plan_matches_plan_all_on_real_machines(machine: str, mode: str) -> None:
+    topo = MACHINES[machine]()
+    everyone = plan_all(topo, mode=mode)
+    assert [plan(topo, r, mode=mode) for r in range(len(everyone))] == everyone
+    assert plan_all(topo, mode=mode) == everyone  # deterministic
+    for p in everyone:
+        data = p.to_dict()
+        assert data["rank"] == p.rank and data["mode"] == mode
+        assert data["reasons"] and data["reasons"][0].endswith(("visible GPU", "(0-3)"))

@@ -44,8 +44,15 @@ def probe_cold(rank: int) -> Dict[str, Any]:
 
 def _describe(binding: Any) -> Dict[str, Any]:
     """What the binding did, in JSON terms (duck-typed: the binder's API may grow)."""
+    if hasattr(binding, "to_dict"):
+        try:
+            described: Dict[str, Any] = binding.to_dict()
+            json.dumps(described)
+            return described
+        except (TypeError, ValueError):
+            pass
     plan = getattr(binding, "plan", None)
-    described: Dict[str, Any] = {"repr": repr(binding)[:400]}
+    described = {"repr": repr(binding)[:400]}
     if plan is not None and hasattr(plan, "to_dict"):
         described["plan"] = plan.to_dict()
     return described
@@ -96,7 +103,7 @@ def probe_warm(rank: int, reps: int, extra_threads: int) -> Dict[str, Any]:
     out: Dict[str, Any] = {"threads": len(os.listdir("/proc/self/task")), "reps": reps}
     original_cpus = frozenset(os.sched_getaffinity(0))
     try:
-        plan, apply_plan = _plan_and_applier(pynumabind, rank)
+        plan, apply_plan, out["plan_source"] = _plan_and_applier(pynumabind, rank)
     except Exception as exc:
         plan, apply_plan = None, None
         out["apply_unavailable"] = f"{type(exc).__name__}: {exc}"
@@ -134,16 +141,27 @@ def probe_warm(rank: int, reps: int, extra_threads: int) -> Dict[str, Any]:
     return out
 
 
-def _plan_and_applier(pynumabind: Any, rank: int) -> Tuple[Any, Callable[[Any], Any]]:
-    """The plan ``bind_current_process(rank)`` applies, and ``binder.apply_plan``."""
-    from pynumabind import binder
+def _plan_and_applier(pynumabind: Any, rank: int) -> Tuple[Any, Callable[[Any], Any], str]:
+    """A plan to re-apply, ``binder.apply_plan``, and where the plan came from.
 
-    binding = pynumabind.bind_current_process(rank)
-    plan = getattr(binding, "plan", None)
+    The plan is the one ``bind_current_process(rank)`` applies; if that call
+    cannot run here (no discovery yet), a node-0 plan built by hand, the
+    same one the raw syscalls get.
+    """
+    from pynumabind import _libnuma, binder
+    from pynumabind.planning import MemoryPolicy, Plan
+
+    try:
+        binding = pynumabind.bind_current_process(rank)
+    except Exception as exc:
+        cpus = _libnuma.node_to_cpus(0) & frozenset(os.sched_getaffinity(0))
+        plan = Plan(rank, None, cpus, frozenset({0}), MemoryPolicy.BIND, node=0)
+        return plan, binder.apply_plan, f"node 0 by hand ({type(exc).__name__}: {exc})"
+    applied: Any = getattr(binding, "plan", None)
     binding.restore()
-    if plan is None:
+    if applied is None:
         raise AttributeError("the Binding has no .plan to re-apply")
-    return plan, binder.apply_plan
+    return applied, binder.apply_plan, f"bind_current_process({rank})"
 
 
 def main(argv: Optional[List[str]] = None) -> int:

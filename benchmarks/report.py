@@ -109,11 +109,12 @@ def _overhead_md(data: Dict[str, Any]) -> List[str]:
         rows.append(["`bind_current_process(0)` cold", "n/a", cold.get("error", "not measured")])
     for warm in data.get("bind", {}).get("warm", []):
         threads = warm.get("threads", "?")
+        plural = "" if threads == 1 else "s"
         raw = warm.get("raw", {}).get("summary")
         if "apply" in warm:
             rows.append(
                 [
-                    f"`apply_plan()` warm, {threads} threads",
+                    f"`apply_plan()` warm, {threads} thread{plural}",
                     _s(warm["apply"]),
                     f"vs raw syscalls {_s(raw)}: {_ratio_text(warm['ratio'])}",
                 ]
@@ -121,7 +122,8 @@ def _overhead_md(data: Dict[str, Any]) -> List[str]:
         else:
             rows.append(
                 [
-                    f"raw syscalls (setaffinity per thread + set_mempolicy), {threads} threads",
+                    "raw syscalls (setaffinity per thread, set_mempolicy), "
+                    f"{threads} thread{plural}",
                     _s(raw),
                     "apply_plan unavailable: "
                     + str(warm.get("apply_unavailable", warm.get("error"))),

@@ -36,11 +36,12 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,9 @@ class GuestError(VmError):
     """The guest did not run the command to completion (QEMU failed, init failed, panic...)."""
 
     def __init__(self, message: str, output: str) -> None:
-        super().__init__(f"{message}\n--- guest console (last 4000 chars) ---\n{output[-4000:]}")
+        super().__init__(
+            f"{message}\n--- guest console (last 4000 chars) ---\n{output[-4000:]}"
+        )
         self.output = output
 
 
@@ -119,7 +122,10 @@ class GuestTimeout(GuestError):
     """The guest did not power off within the time bound; QEMU was killed."""
 
     def __init__(self, timeout: float, output: str, pid: int) -> None:
-        super().__init__(f"guest did not finish within {timeout:.0f} s (qemu pid {pid} killed)", output)
+        super().__init__(
+            f"guest did not finish within {timeout:.0f} s (qemu pid {pid} killed)",
+            output,
+        )
         self.timeout = timeout
         self.pid = pid
 
@@ -145,7 +151,8 @@ class GuestTopology:
     """The guest's NUMA layout.
 
     ``distances`` maps ``(a, b)`` to the SLIT distance between two different nodes; a pair given in
-    one direction only is taken as symmetric, and unlisted pairs get 20.  ``pci_expander_nodes``
+    one direction only is taken as symmetric, and unlisted pairs get 20 (after construction the
+    mapping holds every ordered pair).  ``pci_expander_nodes``
     puts one ``pxb`` expander bridge per entry, with its ``numa_node`` set to that node, and one
     ``pci_device`` (a QEMU ``-device`` name) behind each.
     """
@@ -162,16 +169,31 @@ class GuestTopology:
         if not cpus:
             raise ValueError("at least one node must have CPUs")
         if sorted(cpus) != list(range(len(cpus))):
-            raise ValueError(f"guest CPUs must be 0..N-1, each on exactly one node; got {sorted(cpus)}")
+            raise ValueError(
+                f"guest CPUs must be 0..N-1, each on exactly one node; got {sorted(cpus)}"
+            )
         for i, node in enumerate(self.nodes):
             if node.mem_mb <= 0:
-                raise ValueError(f"node {i}: mem_mb must be positive (QEMU needs memory on every node)")
+                raise ValueError(
+                    f"node {i}: mem_mb must be positive (QEMU needs memory on every node)"
+                )
         n = len(self.nodes)
         for (a, b), d in self.distances.items():
             if not (0 <= a < n and 0 <= b < n) or a == b:
-                raise ValueError(f"distance key {(a, b)} must name two different nodes in 0..{n - 1}")
+                raise ValueError(
+                    f"distance key {(a, b)} must name two different nodes in 0..{n - 1}"
+                )
             if not 10 < d <= 254:
                 raise ValueError(f"distance {(a, b)}={d} must be in 11..254")
+        # Normalise to every ordered pair, so equal layouts compare equal however they were given.
+        given = dict(self.distances)
+        full = {
+            (a, b): given.get((a, b), given.get((b, a), 20))
+            for a in range(n)
+            for b in range(n)
+            if a != b
+        }
+        object.__setattr__(self, "distances", full)
         for node_id in self.pci_expander_nodes:
             if not 0 <= node_id < n:
                 raise ValueError(f"pci expander node {node_id} not in 0..{n - 1}")
@@ -188,11 +210,7 @@ class GuestTopology:
 
     def distance(self, a: int, b: int) -> int:
         """The distance the guest kernel should report from node ``a`` to node ``b``."""
-        if a == b:
-            return 10
-        if (a, b) in self.distances:
-            return self.distances[(a, b)]
-        return self.distances.get((b, a), 20)
+        return 10 if a == b else self.distances[(a, b)]
 
     def distance_matrix(self) -> list[list[int]]:
         n = len(self.nodes)
@@ -200,7 +218,18 @@ class GuestTopology:
 
     def pci_bus_numbers(self) -> tuple[int, ...]:
         """Root bus number of each expander bridge, in ``pci_expander_nodes`` order."""
-        return tuple(_PXB_FIRST_BUS + i * _PXB_BUS_STRIDE for i in range(len(self.pci_expander_nodes)))
+        return tuple(
+            _PXB_FIRST_BUS + i * _PXB_BUS_STRIDE
+            for i in range(len(self.pci_expander_nodes))
+        )
+
+    def pci_device_addresses(self) -> tuple[str, ...]:
+        """Guest PCI address of the device behind each expander, in ``pci_expander_nodes`` order.
+
+        QEMU's ``pxb`` puts an internal PCI bridge (1b36:0001) at ``<bus_nr>:00.0``; the device
+        sits behind it on bus ``bus_nr + 1``.  Both report the expander's ``numa_node``.
+        """
+        return tuple(f"0000:{bus + 1:02x}:00.0" for bus in self.pci_bus_numbers())
 
     # -- rendering -----------------------------------------------------------------------
 
@@ -210,13 +239,20 @@ class GuestTopology:
         cpu_nodes = [node for node in self.nodes if node.cpu_ids]
         sizes = {len(node.cpu_ids) for node in cpu_nodes}
         contiguous = all(
-            list(node.cpu_ids) == list(range(min(node.cpu_ids), max(node.cpu_ids) + 1)) for node in cpu_nodes
+            list(node.cpu_ids) == list(range(min(node.cpu_ids), max(node.cpu_ids) + 1))
+            for node in cpu_nodes
         )
         if len(sizes) == 1 and contiguous:
             # One socket per CPU-bearing node, so the guest's package ids match its nodes.
-            args += ["-smp", f"{self.cpu_count},sockets={len(cpu_nodes)},cores={sizes.pop()},threads=1"]
+            args += [
+                "-smp",
+                f"{self.cpu_count},sockets={len(cpu_nodes)},cores={sizes.pop()},threads=1",
+            ]
         else:
-            args += ["-smp", f"{self.cpu_count},sockets=1,cores={self.cpu_count},threads=1"]
+            args += [
+                "-smp",
+                f"{self.cpu_count},sockets=1,cores={self.cpu_count},threads=1",
+            ]
         for i, node in enumerate(self.nodes):
             args += ["-object", f"memory-backend-ram,id=m{i},size={node.mem_mb}M"]
             spec = f"node,nodeid={i},memdev=m{i}"
@@ -229,20 +265,32 @@ class GuestTopology:
                 for b in range(a + 1, n):
                     args += ["-numa", f"dist,src={a},dst={b},val={self.distance(a, b)}"]
                     if self.distance(b, a) != self.distance(a, b):
-                        args += ["-numa", f"dist,src={b},dst={a},val={self.distance(b, a)}"]
-        for i, (node_id, bus_nr) in enumerate(zip(self.pci_expander_nodes, self.pci_bus_numbers())):
-            args += ["-device", f"pxb,id=pxb{i},bus_nr={bus_nr},numa_node={node_id},bus=pci.0"]
+                        args += [
+                            "-numa",
+                            f"dist,src={b},dst={a},val={self.distance(b, a)}",
+                        ]
+        for i, (node_id, bus_nr) in enumerate(
+            zip(self.pci_expander_nodes, self.pci_bus_numbers())
+        ):
+            args += [
+                "-device",
+                f"pxb,id=pxb{i},bus_nr={bus_nr},numa_node={node_id},bus=pci.0",
+            ]
             args += ["-device", f"{self.pci_device},bus=pxb{i},addr=0"]
         return args
 
     def to_json(self) -> str:
         return json.dumps(
             {
-                "nodes": [{"cpus": list(node.cpu_ids), "mem_mb": node.mem_mb} for node in self.nodes],
+                "nodes": [
+                    {"cpus": list(node.cpu_ids), "mem_mb": node.mem_mb}
+                    for node in self.nodes
+                ],
                 "distances": self.distance_matrix(),
                 "pci_expander_nodes": list(self.pci_expander_nodes),
                 "pci_device": self.pci_device,
                 "pci_bus_numbers": list(self.pci_bus_numbers()),
+                "pci_device_addresses": list(self.pci_device_addresses()),
             },
             sort_keys=True,
         )
@@ -250,10 +298,15 @@ class GuestTopology:
     @classmethod
     def from_json(cls, text: str) -> GuestTopology:
         data = json.loads(text)
-        nodes = tuple(GuestNode(tuple(n["cpus"]) or None, int(n["mem_mb"])) for n in data["nodes"])
+        nodes = tuple(
+            GuestNode(tuple(n["cpus"]) or None, int(n["mem_mb"])) for n in data["nodes"]
+        )
         matrix: list[list[int]] = data["distances"]
         distances = {
-            (a, b): int(matrix[a][b]) for a in range(len(nodes)) for b in range(len(nodes)) if a != b
+            (a, b): int(matrix[a][b])
+            for a in range(len(nodes))
+            for b in range(len(nodes))
+            if a != b
         }
         return cls(
             nodes=nodes,
@@ -277,8 +330,14 @@ STANDARD_TOPOLOGY = GuestTopology(
 """Topology used by ``test_guest_suite.py`` for the guest-side tests in ``tests/vm/guest``.
 
 node0: CPUs 0-1, 512 MiB; node1: CPUs 2-3, 512 MiB; node2: memory only, 256 MiB.
-Distances 0-1 = 21, 1-2 = 30, 0-2 = 40.  One bochs-display PCI device on node 1 (bus 0x20).
+Distances 0-1 = 21, 1-2 = 30, 0-2 = 40.  One bochs-display PCI device (vendor 0x1234, device
+0x1111, class 0x038000) behind a pxb expander on node 1, at guest address 0000:21:00.0.
 """
+
+
+def format_cpulist(cpus: Sequence[int]) -> str:
+    """Kernel cpulist/nodelist syntax: ``(0, 1, 2, 5)`` -> ``"0-2,5"``; empty -> ``""``."""
+    return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in _ranges(cpus))
 
 
 def _ranges(values: Sequence[int]) -> list[tuple[int, int]]:
@@ -320,7 +379,9 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _run_tool(argv: Sequence[str], cwd: Path | None = None, timeout: float = 900) -> str:
+def _run_tool(
+    argv: Sequence[str], cwd: Path | None = None, timeout: float = 900
+) -> str:
     """Run a setup command; raise VmUnavailable with its output if it fails."""
     log.info("running %s", shlex.join(argv))
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
@@ -339,19 +400,21 @@ def _run_tool(argv: Sequence[str], cwd: Path | None = None, timeout: float = 900
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise VmUnavailable(f"{shlex.join(argv)} failed: {exc}") from exc
     if proc.returncode != 0:
-        raise VmUnavailable(f"{shlex.join(argv)} exited {proc.returncode}:\n{proc.stdout[-2000:]}")
+        raise VmUnavailable(
+            f"{shlex.join(argv)} exited {proc.returncode}:\n{proc.stdout[-2000:]}"
+        )
     return proc.stdout
 
 
-def _require_apt(what: str) -> None:
-    if os.geteuid() != 0:
+def _require_apt(what: str, *, root: bool) -> None:
+    if shutil.which("apt-get") is None or shutil.which("apt-cache") is None:
+        raise VmUnavailable(f"{what} is missing and there is no apt-get to get it")
+    if root and os.geteuid() != 0:
         raise VmUnavailable(f"{what} is missing and installing it needs root (apt-get)")
-    if shutil.which("apt-get") is None:
-        raise VmUnavailable(f"{what} is missing and there is no apt-get to install it")
 
 
 def _apt_install(packages: Sequence[str]) -> None:
-    _require_apt(" and ".join(packages))
+    _require_apt(" and ".join(packages), root=True)
     argv = ["apt-get", "install", "-y", "--no-install-recommends", *packages]
     try:
         _run_tool(argv)
@@ -381,25 +444,32 @@ def _is_static_elf(path: Path) -> bool:
 def _find_host_tools() -> tuple[Path | None, Path | None]:
     qemu = shutil.which("qemu-system-x86_64")
     busybox = next(
-        (p for p in (Path("/bin/busybox"), Path("/usr/bin/busybox")) if p.is_file() and _is_static_elf(p)), None
+        (
+            p
+            for p in (Path("/bin/busybox"), Path("/usr/bin/busybox"))
+            if p.is_file() and _is_static_elf(p)
+        ),
+        None,
     )
     return (Path(qemu) if qemu else None), busybox
 
 
 def _kernel_package_name() -> str:
-    _require_apt("the guest kernel")
+    _require_apt("the guest kernel", root=False)  # apt-get download needs no root
     out = _run_tool(["apt-cache", "depends", KERNEL_META_PACKAGE])
     names = re.findall(r"Depends:\s*(linux-image-[0-9][\w.+-]*-amd64)\b", out)
     if not names:
-        try:
+        with contextlib.suppress(
+            VmUnavailable
+        ):  # not root: try with the lists there are
             _run_tool(["apt-get", "update"])
-        except VmUnavailable:
-            pass
         out = _run_tool(["apt-cache", "depends", KERNEL_META_PACKAGE])
         names = re.findall(r"Depends:\s*(linux-image-[0-9][\w.+-]*-amd64)\b", out)
     if not names:
-        raise VmUnavailable(f"cannot tell the kernel package from `apt-cache depends {KERNEL_META_PACKAGE}`:\n{out}")
-    return names[0]
+        raise VmUnavailable(
+            f"cannot tell the kernel package from `apt-cache depends {KERNEL_META_PACKAGE}`:\n{out}"
+        )
+    return str(names[0])
 
 
 def _cached_kernel(cache: Path) -> tuple[Path, Path] | None:
@@ -437,7 +507,9 @@ def _fetch_kernel(cache: Path) -> tuple[Path, Path]:
         shutil.rmtree(workdir, ignore_errors=True)
     kernel = _cached_kernel(cache)
     if kernel is None:
-        raise VmUnavailable(f"{package} did not contain boot/vmlinuz-* and lib/modules/<version>")
+        raise VmUnavailable(
+            f"{package} did not contain boot/vmlinuz-* and lib/modules/<version>"
+        )
     return kernel
 
 
@@ -457,16 +529,22 @@ def ensure_tools() -> VmTools:
     try:
         cache.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise VmUnavailable(f"cannot create the VM cache directory {cache}: {exc}") from exc
+        raise VmUnavailable(
+            f"cannot create the VM cache directory {cache}: {exc}"
+        ) from exc
     with _locked(cache / ".lock"):
         qemu, busybox = _find_host_tools()
         if qemu is None or busybox is None:
             _apt_install(APT_PACKAGES)
             qemu, busybox = _find_host_tools()
             if qemu is None or busybox is None:
-                raise VmUnavailable("qemu-system-x86_64 or a static /bin/busybox still missing after apt-get install")
+                raise VmUnavailable(
+                    "qemu-system-x86_64 or a static /bin/busybox still missing after apt-get install"
+                )
         kernel = _cached_kernel(cache) or _fetch_kernel(cache)
-    _TOOLS = VmTools(qemu=qemu, busybox=busybox, kernel=kernel[0], modules_dir=kernel[1])
+    _TOOLS = VmTools(
+        qemu=qemu, busybox=busybox, kernel=kernel[0], modules_dir=kernel[1]
+    )
     log.info("VM tools: qemu=%s busybox=%s kernel=%s", qemu, busybox, kernel[0])
     return _TOOLS
 
@@ -518,7 +596,9 @@ def _modinfo_depends(module: bytes) -> list[str]:
     return []
 
 
-def resolve_modules(modules_dir: Path, roots: Sequence[str] = ROOT_MODULES) -> list[tuple[str, bytes]]:
+def resolve_modules(
+    modules_dir: Path, roots: Sequence[str] = ROOT_MODULES
+) -> list[tuple[str, bytes]]:
     """``roots`` plus their dependencies, as (name, uncompressed .ko), dependencies first."""
     index = _module_index(modules_dir)
     loaded: dict[str, bytes] = {}
@@ -530,7 +610,9 @@ def resolve_modules(modules_dir: Path, roots: Sequence[str] = ROOT_MODULES) -> l
             continue
         if name not in index:
             builtin = modules_dir / "modules.builtin"
-            if builtin.is_file() and re.search(rf"/{re.escape(name)}\.ko\b", builtin.read_text()):
+            if builtin.is_file() and re.search(
+                rf"/{re.escape(name)}\.ko\b", builtin.read_text()
+            ):
                 deps[name] = []
                 continue  # built into the kernel, nothing to load
             raise VmError(f"kernel module {name} not found under {modules_dir}")
@@ -541,7 +623,9 @@ def resolve_modules(modules_dir: Path, roots: Sequence[str] = ROOT_MODULES) -> l
     ordered: list[str] = []
     pending = sorted(loaded, key=lambda m: (rank.get(m, len(rank)), m))
     while pending:
-        ready = [m for m in pending if all(d in ordered or d not in loaded for d in deps[m])]
+        ready = [
+            m for m in pending if all(d in ordered or d not in loaded for d in deps[m])
+        ]
         if not ready:
             raise VmError(f"circular module dependencies among {pending}")
         ordered.append(ready[0])
@@ -560,9 +644,25 @@ class _Cpio:
         self._buf = io.BytesIO()
         self._ino = 1
 
-    def _entry(self, name: str, mode: int, data: bytes = b"", rdev: tuple[int, int] = (0, 0)) -> None:
+    def _entry(
+        self, name: str, mode: int, data: bytes = b"", rdev: tuple[int, int] = (0, 0)
+    ) -> None:
         encoded = name.encode() + b"\0"
-        fields = (self._ino, mode, 0, 0, 1, 0, len(data), 0, 0, rdev[0], rdev[1], len(encoded), 0)
+        fields = (
+            self._ino,
+            mode,
+            0,
+            0,
+            1,
+            0,
+            len(data),
+            0,
+            0,
+            rdev[0],
+            rdev[1],
+            len(encoded),
+            0,
+        )
         self._ino += 1
         header = b"070701" + b"".join(b"%08X" % f for f in fields)
         self._buf.write(header + encoded)
@@ -613,8 +713,9 @@ mount -t tmpfs -o mode=755 tmpfs /mnt/run || fail "mount /run"
 mkdir -p /mnt/tmp/.pynumabind-vm
 cp /payload.sh /mnt/tmp/.pynumabind-vm/payload.sh || fail "copy payload"
 echo "@@PYNUMABIND-VM:{nonce}:BEGIN@@"
-env -i chroot /mnt /bin/sh /tmp/.pynumabind-vm/payload.sh </dev/null
-rc=$?
+# Through a pipe, so the command sees a non-tty stdout as in CI (no colours, no progress rewrites).
+{{ env -i chroot /mnt /bin/sh /tmp/.pynumabind-vm/payload.sh </dev/null; echo $? >/payload.rc; }} 2>&1 | cat
+rc=$(cat /payload.rc)
 echo "@@PYNUMABIND-VM:{nonce}:EXIT:$rc@@"
 poweroff -f
 sleep 5
@@ -622,7 +723,7 @@ sleep 5
 
 
 def _payload_script(
-    command: Union[Sequence[str], str], env: Mapping[str, str], cwd: str
+    command: Sequence[str] | str, env: Mapping[str, str], cwd: str
 ) -> str:
     lines = ["# generated by tests/vm/harness.py; runs inside the chroot under /bin/sh"]
     for key, value in sorted(env.items()):
@@ -639,7 +740,9 @@ def _payload_script(
     return "\n".join(lines) + "\n"
 
 
-def build_initramfs(tools: VmTools, payload: str, nonce: str, msize: int = 512 * 1024) -> bytes:
+def build_initramfs(
+    tools: VmTools, payload: str, nonce: str, msize: int = 512 * 1024
+) -> bytes:
     """An uncompressed initramfs with busybox, the 9p modules, ``/init`` and ``/payload.sh``."""
     modules = resolve_modules(tools.modules_dir)
     archive = _Cpio()
@@ -651,7 +754,9 @@ def build_initramfs(tools: VmTools, payload: str, nonce: str, msize: int = 512 *
     archive.symlink("bin/sh", "busybox")
     for name, data in modules:
         archive.file(f"modules/{name}.ko", data)
-    init = _INIT_TEMPLATE.format(nonce=nonce, modules=" ".join(name for name, _ in modules), msize=msize)
+    init = _INIT_TEMPLATE.format(
+        nonce=nonce, modules=" ".join(name for name, _ in modules), msize=msize
+    )
     archive.file("init", init.encode(), mode=0o755)
     archive.file("payload.sh", payload.encode(), mode=0o644)
     return archive.finish()
@@ -667,27 +772,37 @@ class GuestResult:
 
     ``output`` is what the command wrote to stdout/stderr (the console between the harness's
     begin and exit markers; kernel messages can interleave but are mostly silenced by ``quiet``).
-    ``console`` is the whole serial log, ``seconds`` the wall time from QEMU start to exit.
+    ``console`` is the whole serial log, ``seconds`` the wall time from QEMU start to exit and
+    ``boot_seconds`` the part of it before the command started (kernel boot, modules, mounts).
     """
 
     returncode: int
     output: str
     console: str
     seconds: float
+    boot_seconds: float | None = None
 
     def tagged_lines(self, tag: str) -> list[str]:
         """Rest of every output line starting with ``tag`` (e.g. a JSON payload after a marker)."""
-        return [line[len(tag) :].strip() for line in self.output.splitlines() if line.startswith(tag)]
+        return [
+            line[len(tag) :].strip()
+            for line in self.output.splitlines()
+            if line.startswith(tag)
+        ]
 
     def tagged_json(self, tag: str) -> Any:
         """Parse the single ``tag``-prefixed line as JSON (raises ``VmError`` if not exactly one)."""
         lines = self.tagged_lines(tag)
         if len(lines) != 1:
-            raise VmError(f"expected one line starting with {tag!r}, found {len(lines)}:\n{self.output}")
+            raise VmError(
+                f"expected one line starting with {tag!r}, found {len(lines)}:\n{self.output}"
+            )
         return json.loads(lines[0])
 
 
-def guest_env(topology: GuestTopology, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+def guest_env(
+    topology: GuestTopology, extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The environment every guest command starts with (the chroot starts from an empty one)."""
     env = {
         "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -706,7 +821,7 @@ def guest_env(topology: GuestTopology, extra: Mapping[str, str] | None = None) -
 
 def run_in_guest(
     topology: GuestTopology,
-    command: Union[Sequence[str], str],
+    command: Sequence[str] | str,
     *,
     timeout: float = 120.0,
     env: Mapping[str, str] | None = None,
@@ -767,19 +882,60 @@ def run_in_guest(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        assert proc.stdout is not None
+        reader = _ConsoleReader(proc.stdout.fileno(), _begin_marker(nonce).encode())
+        reader.start()
         try:
-            raw, _ = proc.communicate(timeout=timeout)
+            proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             _kill_group(proc)
-            raw, _ = proc.communicate()
-            raise GuestTimeout(timeout, _decode(raw), proc.pid) from None
+            proc.wait()
+            reader.join(timeout=10)
+            raise GuestTimeout(timeout, _decode(reader.data()), proc.pid) from None
         except BaseException:
             _kill_group(proc)
-            proc.communicate()
+            proc.wait()
             raise
+        finally:
+            reader.join(timeout=10)  # EOF once QEMU is gone
+            proc.stdout.close()
         elapsed = time.monotonic() - start
-    console = _decode(raw)
-    return _parse_console(console, nonce, elapsed, proc.returncode)
+    boot = None if reader.marker_at is None else reader.marker_at - start
+    return _parse_console(_decode(reader.data()), nonce, elapsed, boot, proc.returncode)
+
+
+class _ConsoleReader(threading.Thread):
+    """Drains QEMU's serial output and notes when the command started (boot time)."""
+
+    def __init__(self, fd: int, marker: bytes) -> None:
+        super().__init__(name="qemu-console", daemon=True)
+        self._fd = fd
+        self._marker = marker
+        self._chunks: list[bytes] = []
+        self._tail = b""
+        self.marker_at: float | None = None
+
+    def run(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self._fd, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            self._chunks.append(chunk)
+            if self.marker_at is None:
+                window = self._tail + chunk
+                if self._marker in window:
+                    self.marker_at = time.monotonic()
+                self._tail = window[-len(self._marker) :]
+
+    def data(self) -> bytes:
+        return b"".join(self._chunks)
+
+
+def _begin_marker(nonce: str) -> str:
+    return f"@@PYNUMABIND-VM:{nonce}:BEGIN@@"
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -793,18 +949,34 @@ def _decode(raw: bytes) -> str:
     return raw.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "")
 
 
-def _parse_console(console: str, nonce: str, elapsed: float, qemu_rc: int | None) -> GuestResult:
+def _parse_console(
+    console: str, nonce: str, elapsed: float, boot: float | None, qemu_rc: int | None
+) -> GuestResult:
     prefix = f"@@PYNUMABIND-VM:{nonce}:"
     failed = re.search(re.escape(prefix) + r"INIT-FAILED:(.*?)@@", console)
     if failed:
         raise GuestError(f"guest init failed: {failed.group(1)}", console)
-    begin = console.find(prefix + "BEGIN@@")
+    begin = console.find(_begin_marker(nonce))
     end = re.search(re.escape(prefix) + r"EXIT:(\d+)@@", console)
     if begin < 0 or end is None or end.start() < begin:
-        raise GuestError(f"guest ended without reporting an exit status (qemu exit {qemu_rc})", console)
-    output = console[begin + len(prefix + "BEGIN@@") : end.start()].lstrip("\n")
-    log.info("guest run took %.1f s, command exit %s", elapsed, end.group(1))
-    return GuestResult(returncode=int(end.group(1)), output=output, console=console, seconds=elapsed)
+        raise GuestError(
+            f"guest ended without reporting an exit status (qemu exit {qemu_rc})",
+            console,
+        )
+    output = console[begin + len(_begin_marker(nonce)) : end.start()].lstrip("\n")
+    log.info(
+        "guest run took %.1f s (command started after %s s), exit %s",
+        elapsed,
+        "?" if boot is None else f"{boot:.1f}",
+        end.group(1),
+    )
+    return GuestResult(
+        returncode=int(end.group(1)),
+        output=output,
+        console=console,
+        seconds=elapsed,
+        boot_seconds=boot,
+    )
 
 
 def host_pythonpath() -> list[str]:
@@ -818,12 +990,33 @@ def host_pythonpath() -> list[str]:
     return paths
 
 
+# Guest mount points that hide the host's directory of the same path (see _INIT_TEMPLATE).
+GUEST_PRIVATE_DIRS = ("/tmp", "/run", "/proc", "/sys", "/dev")
+
+
+def check_visible_in_guest(paths: Sequence[str | os.PathLike[str]]) -> None:
+    """Raise ``VmError`` if a path the guest must read is hidden by a guest-private mount.
+
+    The guest mounts its own tmpfs on /tmp and /run, so a checkout or venv under the host's
+    /tmp would not be seen there; fail clearly instead of with an ImportError inside.
+    """
+    for path in paths:
+        real = os.path.realpath(os.fspath(path))
+        for private in GUEST_PRIVATE_DIRS:
+            if real == private or real.startswith(private + "/"):
+                raise VmError(
+                    f"{path} (-> {real}) is under {private}, which the guest replaces with its "
+                    "own mount; move it (or the checkout/venv) elsewhere"
+                )
+
+
 def run_pytest_in_guest(
     topology: GuestTopology,
     pytest_args: Sequence[str],
     *,
     timeout: float = 180.0,
     env: Mapping[str, str] | None = None,
+    disable_plugins: Sequence[str] = (),
 ) -> GuestResult:
     """Run ``python -m pytest -p no:cacheprovider <pytest_args>`` in the guest, in the repo root.
 
@@ -831,13 +1024,22 @@ def run_pytest_in_guest(
     kept unresolved so a virtualenv's ``pyvenv.cfg`` and ``.pth`` files still apply), and
     ``PYTHONPATH`` repeats this process's ``sys.path``, so the guest imports exactly what the host
     test does.  Bytecode and pytest's cache are not written (the share is read-only); anything else
-    should go to /tmp, a tmpfs.
+    should go to /tmp, a tmpfs.  ``disable_plugins`` adds ``-p no:<name>`` for each: under TCG
+    every import is ~20x slower, and e.g. hypothesis' pytest plugin alone costs ~9 s of boot-to-
+    first-test on a 2-core host.
     """
     executable = sys.executable
     if not executable or not os.path.exists(os.path.realpath(executable)):
-        raise VmError(f"cannot tell this interpreter's path (sys.executable={executable!r})")
-    merged = {"PYTHONPATH": os.pathsep.join(host_pythonpath())}
+        raise VmError(
+            f"cannot tell this interpreter's path (sys.executable={executable!r})"
+        )
+    pythonpath = host_pythonpath()
+    check_visible_in_guest([executable, REPO_ROOT, *pythonpath])
+    merged = {"PYTHONPATH": os.pathsep.join(pythonpath)}
     if env:
         merged.update(env)
-    argv = [executable, "-m", "pytest", "-p", "no:cacheprovider", *pytest_args]
+    argv = [executable, "-m", "pytest", "-p", "no:cacheprovider"]
+    for plugin in disable_plugins:
+        argv += ["-p", f"no:{plugin}"]
+    argv += pytest_args
     return run_in_guest(topology, argv, timeout=timeout, env=merged, cwd=REPO_ROOT)

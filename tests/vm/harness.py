@@ -89,11 +89,11 @@ DEFAULT_PCI_DEVICE = "bochs-display"
 PCI_DEVICE_IDS: Mapping[str, tuple[int, int, int]] = {
     # qemu device -> (vendor, device, class) as in /sys/bus/pci/devices/*/{vendor,device,class}
     "bochs-display": (0x1234, 0x1111, 0x038000),
-    "edu": (0x1234, 0x11E8, 0x00FF00),
 }
 
 _PXB_FIRST_BUS = 0x20
 _PXB_BUS_STRIDE = 0x20
+_MAX_EXPANDERS = (0xFF - _PXB_FIRST_BUS) // _PXB_BUS_STRIDE + 1  # bus_nr is 8 bits
 
 
 # --------------------------------------------------------------------------------------------
@@ -194,6 +194,8 @@ class GuestTopology:
             if a != b
         }
         object.__setattr__(self, "distances", full)
+        if len(self.pci_expander_nodes) > _MAX_EXPANDERS:
+            raise ValueError(f"at most {_MAX_EXPANDERS} pci expander bridges")
         for node_id in self.pci_expander_nodes:
             if not 0 <= node_id < n:
                 raise ValueError(f"pci expander node {node_id} not in 0..{n - 1}")
@@ -415,7 +417,16 @@ def _require_apt(what: str, *, root: bool) -> None:
 
 def _apt_install(packages: Sequence[str]) -> None:
     _require_apt(" and ".join(packages), root=True)
-    argv = ["apt-get", "install", "-y", "--no-install-recommends", *packages]
+    # Wait for another apt/dpkg run (e.g. a parallel test session) instead of failing at once.
+    argv = [
+        "apt-get",
+        "-o",
+        "DPkg::Lock::Timeout=600",
+        "install",
+        "-y",
+        "--no-install-recommends",
+        *packages,
+    ]
     try:
         _run_tool(argv)
     except VmUnavailable:
@@ -459,9 +470,8 @@ def _kernel_package_name() -> str:
     out = _run_tool(["apt-cache", "depends", KERNEL_META_PACKAGE])
     names = re.findall(r"Depends:\s*(linux-image-[0-9][\w.+-]*-amd64)\b", out)
     if not names:
-        with contextlib.suppress(
-            VmUnavailable
-        ):  # not root: try with the lists there are
+        # Stale or missing package lists; as non-root this fails and the lists stay as they are.
+        with contextlib.suppress(VmUnavailable):
             _run_tool(["apt-get", "update"])
         out = _run_tool(["apt-cache", "depends", KERNEL_META_PACKAGE])
         names = re.findall(r"Depends:\s*(linux-image-[0-9][\w.+-]*-amd64)\b", out)
@@ -475,7 +485,7 @@ def _kernel_package_name() -> str:
 def _cached_kernel(cache: Path) -> tuple[Path, Path] | None:
     """The newest unpacked kernel in the cache as (vmlinuz, lib/modules/<ver>), if any."""
     found: list[tuple[Path, Path]] = []
-    for root in sorted(cache.glob("linux-image-*")):
+    for root in sorted(cache.glob("linux-image-*"), key=_natural_key):
         for vmlinuz in sorted(root.glob("boot/vmlinuz-*")):
             version = vmlinuz.name[len("vmlinuz-") :]
             for base in ("lib", "usr/lib"):
@@ -483,6 +493,13 @@ def _cached_kernel(cache: Path) -> tuple[Path, Path] | None:
                 if mods.is_dir():
                     found.append((vmlinuz, mods))
     return found[-1] if found else None
+
+
+def _natural_key(path: Path) -> list[tuple[int, str]]:
+    """Sort key putting linux-image-6.1.0-50 after linux-image-6.1.0-9."""
+    return [
+        (int(p), "") if p.isdigit() else (-1, p) for p in re.split(r"(\d+)", path.name)
+    ]
 
 
 def _fetch_kernel(cache: Path) -> tuple[Path, Path]:
@@ -704,6 +721,7 @@ done
 mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize={msize},cache=loose hostroot /mnt || fail "mount 9p"
 mount -t proc proc /mnt/proc || fail "mount proc"
 mount -t sysfs sysfs /mnt/sys || fail "mount sysfs"
+mount -t cgroup2 cgroup2 /mnt/sys/fs/cgroup || fail "mount cgroup2"
 mount -t devtmpfs devtmpfs /mnt/dev || fail "mount devtmpfs"
 mkdir -p /mnt/dev/shm /mnt/dev/pts
 mount -t tmpfs -o mode=1777 tmpfs /mnt/dev/shm || fail "mount /dev/shm"

@@ -78,6 +78,7 @@ report = {
     "root_writable": root_writable,
     "tmp_written": read("/tmp/probe") == "ok",
     "affinity": sorted(os.sched_getaffinity(0)),
+    "cgroup2_controllers": read("/sys/fs/cgroup/cgroup.controllers").split(),
 }
 print("PROBE-JSON " + json.dumps(report))
 sys.exit(@EXIT@)
@@ -182,6 +183,9 @@ def test_guest_environment(probe: tuple[GuestResult, dict[str, Any]]) -> None:
     assert report["root_writable"] is False
     assert report["tmp_written"] is True
     assert report["affinity"] == [0, 1, 2, 3]
+    assert (
+        "cpuset" in report["cgroup2_controllers"]
+    )  # for tests of cpuset-restricted binding
 
 
 @pytest.mark.vm

@@ -60,7 +60,7 @@ for d in sorted(Path("/sys/devices/system/node").glob("node[0-9]*")):
                      "mem_kb": total_kb}
 pci = {}
 for d in sorted(Path("/sys/bus/pci/devices").iterdir()):
-    pci[d.name] = {k: read(d / k) for k in ("vendor", "device", "class", "numa_node")}
+    pci[d.name] = {k: read(d / k) for k in ("vendor", "device", "class", "numa_node", "local_cpulist")}
 try:
     Path("/usr/.pynumabind-vm-write-test").write_text("x")
     root_writable = True
@@ -160,10 +160,15 @@ def test_pci_devices_report_requested_node(
             int(dev["class"], 16),
         ) == (vendor, device, pci_class)
         assert int(dev["numa_node"]) == node
-    # Devices on the main bus have no node.
-    assert all(
-        int(d["numa_node"]) == -1 for a, d in pci.items() if a.startswith("0000:00:")
-    )
+        # A device on a CPU-less node has no local CPUs at all (empty local_cpulist).
+        assert dev["local_cpulist"] == format_cpulist(
+            PROBE_TOPOLOGY.nodes[node].cpu_ids
+        )
+    # Devices on the main bus have no node, and all CPUs are local to them.
+    main_bus = [d for a, d in pci.items() if a.startswith("0000:00:")]
+    assert main_bus
+    assert all(int(d["numa_node"]) == -1 for d in main_bus)
+    assert all(d["local_cpulist"] == "0-3" for d in main_bus)
 
 
 @pytest.mark.vm

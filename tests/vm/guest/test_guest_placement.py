@@ -142,14 +142,21 @@ def test_interleave_spreads_pages(libnuma: ctypes.CDLL) -> None:
 
 
 def test_pci_device_reports_its_node(guest_topology: GuestTopology) -> None:
+    """The device behind the pxb bridge sits on its node, with that node's CPUs as local."""
     vendor, device, pci_class = PCI_DEVICE_IDS[guest_topology.pci_device]
-    found = []
+    found: dict[str, tuple[int, str]] = {}
     for dev in Path("/sys/bus/pci/devices").iterdir():
-        ids = (
-            int((dev / name).read_text(), 16) for name in ("vendor", "device", "class")
+        ids = tuple(
+            int((dev / f).read_text(), 16) for f in ("vendor", "device", "class")
         )
-        if tuple(ids) == (vendor, device, pci_class):
-            found.append((dev.name, int((dev / "numa_node").read_text())))
-    assert sorted(node for _, node in found) == sorted(
-        guest_topology.pci_expander_nodes
-    ), found
+        if ids == (vendor, device, pci_class):
+            node = int((dev / "numa_node").read_text())
+            found[dev.name] = (node, (dev / "local_cpulist").read_text().strip())
+    expected = {
+        address: (node, format_cpulist(guest_topology.nodes[node].cpu_ids))
+        for address, node in zip(
+            guest_topology.pci_device_addresses(), guest_topology.pci_expander_nodes
+        )
+    }
+    assert found == expected
+    assert found["0000:21:00.0"] == (1, "2-3")

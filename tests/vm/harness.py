@@ -998,13 +998,17 @@ def _parse_console(
 
 
 def host_pythonpath() -> list[str]:
-    """``<repo>/src`` (if present) followed by this process's ``sys.path`` directories."""
+    """This process's ``sys.path`` directories, made absolute, for the guest's ``PYTHONPATH``.
+
+    Exactly what the host test imports from (an editable install's path or pytest's
+    ``pythonpath`` setting included); nothing is added, so the guest cannot import something
+    the host test could not.
+    """
     paths: list[str] = []
-    src = REPO_ROOT / "src"
-    candidates = ([str(src)] if src.is_dir() else []) + [p for p in sys.path if p]
-    for p in candidates:
-        if os.path.isdir(p) and p not in paths:
-            paths.append(p)
+    for entry in sys.path:
+        path = os.path.abspath(entry or os.curdir)
+        if os.path.isdir(path) and path not in paths:
+            paths.append(path)
     return paths
 
 

@@ -83,8 +83,9 @@ _PREFERRED_ORDER = (
 )
 
 # QEMU device placed behind each pxb expander bridge.  bochs-display is a plain PCI display
-# controller (needs no option ROM and no guest driver to appear in sysfs), the closest simple
-# stand-in for a GPU: the kernel reports it with the following ids.
+# controller (its option ROM comes with seabios, a dependency of qemu-system-x86; it needs no
+# guest driver to appear in sysfs), the closest simple stand-in for a GPU.  The guest kernel
+# reports it with these ids (checked by test_harness.py):
 DEFAULT_PCI_DEVICE = "bochs-display"
 PCI_DEVICE_IDS: Mapping[str, tuple[int, int, int]] = {
     # qemu device -> (vendor, device, class) as in /sys/bus/pci/devices/*/{vendor,device,class}

@@ -1,0 +1,38 @@
+"""pytest wiring for the QEMU multi-NUMA guest tests.
+
+* Registers the ``vm`` marker (tests that boot guests; deselect with ``-m "not vm"``).
+* ``vm_tools``: session fixture that obtains QEMU, busybox and the kernel, or skips with the reason.
+* ``tests/vm/guest/`` holds tests meant to run INSIDE a guest; they are not collected on the host.
+  ``test_guest_suite.py`` boots a guest and runs them there (the harness sets
+  ``PYNUMABIND_IN_GUEST=1``).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from .harness import IN_GUEST_ENV, VmTools, VmUnavailable, ensure_tools
+
+IN_GUEST = os.environ.get(IN_GUEST_ENV) == "1"
+
+collect_ignore = [] if IN_GUEST else ["guest"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "vm: boots QEMU multi-NUMA guests (slow; skipped only when QEMU or the guest kernel cannot be obtained)",
+    )
+
+
+@pytest.fixture(scope="session")
+def vm_tools() -> VmTools:
+    """QEMU, busybox and the kernel, installed/fetched if needed; skips the test if impossible."""
+    if IN_GUEST:
+        pytest.skip("already inside a guest; no nested guests")
+    try:
+        return ensure_tools()
+    except VmUnavailable as exc:
+        pytest.skip(f"QEMU multi-NUMA guest unavailable: {exc}")

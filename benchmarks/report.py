@@ -175,6 +175,9 @@ def _pulled_in(modules: List[Dict[str, Any]]) -> str:
     return f"; pulled in (self time): {top}"
 
 
+SHORT = {"bandwidth": "bw", "latency": "lat"}
+
+
 def _locality_md(data: Dict[str, Any]) -> List[str]:
     out = ["### Memory locality", ""]
     if not data.get("available", False):
@@ -193,7 +196,7 @@ def _locality_md(data: Dict[str, Any]) -> List[str]:
         bw = entry.get("bandwidth", {})
         lat = entry.get("latency", {})
         vs = [
-            f"{metric[:3]} {_ratio_text(ratios[(entry['name'], metric)])}"
+            f"{SHORT[metric]} {_ratio_text(ratios[(entry['name'], metric)])}"
             for metric in ("bandwidth", "latency")
             if (entry["name"], metric) in ratios
         ]
@@ -275,6 +278,14 @@ def _gpu_md(data: Dict[str, Any]) -> List[str]:
 # ----------------------------------------------------------------- plots
 
 
+KIND_COLORS = {
+    "unbound": "#8c8c8c",
+    "local": "#55a868",
+    "remote": "#c44e52",
+    "interleaved": "#4c72b0",
+}
+
+
 def render_plots(results: Dict[str, Any], directory: str) -> List[str]:
     """Write PNG plots; returns their paths.  Needs matplotlib (the ``bench`` extra)."""
     import matplotlib
@@ -285,18 +296,26 @@ def render_plots(results: Dict[str, Any], directory: str) -> List[str]:
     written: List[str] = []
     benches = results.get("benchmarks", {})
     virt = results.get("virtualization", {})
-    subtitle = (
-        f"{results.get('machine', {}).get('cpu_model', '?')} — "
-        f"{'VM: indicative only' if virt.get('virtualized') else 'bare metal'}"
-        f"{' (TCG: meaningless)' if virt.get('emulated') else ''}"
-    )
+    if virt.get("emulated"):
+        verdict = "QEMU TCG guest: numbers meaningless"
+    elif virt.get("virtualized"):
+        verdict = "VM: numbers indicative only"
+    else:
+        verdict = "bare metal"
+    subtitle = f"{results.get('machine', {}).get('cpu_model', '?')} — {verdict}"
 
-    def bars(ax: Any, labels: List[str], summaries: List[Dict[str, Any]], unit: str) -> None:
+    def bars(
+        ax: Any,
+        labels: List[str],
+        summaries: List[Dict[str, Any]],
+        unit: str,
+        colors: Optional[List[str]] = None,
+    ) -> None:
         y = list(range(len(labels)))
         medians = [s["median"] for s in summaries]
         low = [s["median"] - s["q1"] for s in summaries]
         high = [s["q3"] - s["median"] for s in summaries]
-        ax.barh(y, medians, xerr=[low, high], color="#4c72b0", alpha=0.85, capsize=4)
+        ax.barh(y, medians, xerr=[low, high], color=colors or "#4c72b0", alpha=0.85, capsize=4)
         ax.scatter([s["min"] for s in summaries], y, marker="|", color="black", s=80, zorder=3)
         ax.scatter([s["max"] for s in summaries], y, marker="|", color="black", s=80, zorder=3)
         ax.set_yticks(y)
@@ -324,7 +343,13 @@ def render_plots(results: Dict[str, Any], directory: str) -> List[str]:
         for ax, metric, unit in ((axes[0], "bandwidth", "GB/s"), (axes[1], "latency", "ns")):
             chosen = [e for e in setups if "summary" in e.get(metric, {})]
             if chosen:
-                bars(ax, [e["name"] for e in chosen], [e[metric]["summary"] for e in chosen], unit)
+                bars(
+                    ax,
+                    [e["name"] for e in chosen],
+                    [e[metric]["summary"] for e in chosen],
+                    unit,
+                    [KIND_COLORS.get(e.get("kind", ""), "#4c72b0") for e in chosen],
+                )
             ax.set_title(
                 "copy bandwidth (higher is better)"
                 if metric == "bandwidth"

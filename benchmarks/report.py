@@ -91,7 +91,8 @@ def _overhead_md(data: Dict[str, Any]) -> List[str]:
         [
             "`import pynumabind` (`-X importtime`, cumulative)",
             _s(imp.get("importtime_cumulative")),
-            "heavy modules loaded: "
+            f"pynvml {_yes_no(imp.get('pynvml_imported'))}, numpy "
+            f"{_yes_no(imp.get('numpy_imported'))}; watched modules loaded: "
             + (", ".join(imp.get("modules_after_import") or []) or "none")
             + _pulled_in(imp.get("imported_by_pynumabind") or []),
         ]
@@ -165,6 +166,10 @@ def _overhead_md(data: Dict[str, Any]) -> List[str]:
         out += [f"- `{r['numerator']}` / `{r['denominator']}`: {_ratio_text(r)}" for r in ratios]
     out.append("")
     return out
+
+
+def _yes_no(imported: Optional[bool]) -> str:
+    return {True: "IMPORTED", False: "not imported", None: "unknown"}[imported]
 
 
 def _pulled_in(modules: List[Dict[str, Any]]) -> str:

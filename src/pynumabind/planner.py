@@ -412,6 +412,7 @@ def _check_overrides(topology: Topology, request: _Request) -> None:
                     f"nodes override for rank {r} names NUMA node(s) {format_ids(unknown)}, "
                     f"which this machine does not have (nodes {format_ids(all_nodes)})"
                 )
+        for r, wanted in enumerate(request.node_sets):
             if request.mode is not CpuMode.NONE and request.cpu_sets is None:
                 cpuless = frozenset(n for n in wanted if not topology.nodes[n].cpus)
                 if cpuless:
@@ -605,8 +606,9 @@ def _place(topology: Topology, request: _Request, rank: int) -> _Rank:
 
 
 def _empty(topology: Topology, state: _Rank, wanted: frozenset[int], what: str) -> PlanError:
+    """The never-silently-unbound error: names the node, the CPUs wanted and allowed."""
     return PlanError(
-        f"rank {state.rank}: {what} node(s) {format_ids(state.nodes)} have CPUs "
+        f"rank {state.rank}: {what}node(s) {format_ids(state.nodes)} have CPUs "
         f"{format_ids(wanted)}, but this process may only use CPUs "
         f"{format_ids(topology.allowed_cpus)} (affinity/cpuset): the intersection is empty"
     )
@@ -777,7 +779,7 @@ def _choose_cpus(topology: Topology, request: _Request, states: List[_Rank]) -> 
         if mode is CpuMode.NODE:
             got = wanted & allowed
             if not got:
-                s.error = _empty(topology, s, wanted, "its")
+                s.error = _empty(topology, s, wanted, "its ")
                 continue
             s.cpus = got
             s.reasons.append(
@@ -795,7 +797,7 @@ def _choose_cpus(topology: Topology, request: _Request, states: List[_Rank]) -> 
                 wanted = _union(topology.package_cpus(p) for p in packages)
                 got = wanted & allowed
             if not got:
-                s.error = _empty(topology, s, wanted, "the package of its")
+                s.error = _empty(topology, s, wanted, "the package(s) of its ")
                 continue
             s.cpus = got
             spanned = _nodes_of(topology, got)
@@ -837,7 +839,7 @@ def _slice_group(
     pool = wanted & topology.allowed_cpus
     if not pool:
         for s in members:
-            s.error = _empty(topology, s, wanted, "its")
+            s.error = _empty(topology, s, wanted, "its ")
         return
     where = f"node(s) {format_ids(key)}"
     cores = _cores(topology, pool)

@@ -375,8 +375,9 @@ def test_gpu_affinity_spanning_two_nodes() -> None:
         gpus=[gpu(0, None, local_cpus="2-7", source="nvml"), gpu(1, 0)],
     )
     p = plan(topo, 0)
-    assert p.cpus == frozenset(range(8)) and p.node == 1  # node 1 holds 4 of 6
+    assert p.cpus == frozenset(range(2, 8)) and p.node == 1  # node 1 holds 4 of 6
     assert p.mems == frozenset({0, 1})
+    assert plan(topo, 0, mode="socket").cpus == frozenset(range(8))
     # Exclusive slices one node: the primary.
     ex = plan_all(topo, mode="exclusive")
     assert cpus_of(ex) == ["4-7", "0-3"]
@@ -431,6 +432,8 @@ def test_rank_range() -> None:
         plan(topo, True)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="at least 1"):
         plan_all(topo, nprocs=0)
+    with pytest.raises(ConfigError, match="exceeds the limit"):
+        plan_all(topo, nprocs=10**9)
     assert plan(topo, 11, nprocs=12).device.index == 3  # type: ignore[union-attr]
 
 
@@ -552,3 +555,21 @@ def test_plan_matches_plan_all_on_real_machines(machine: str, mode: str) -> None
         data = p.to_dict()
         assert data["rank"] == p.rank and data["mode"] == mode
         assert data["reasons"] and data["reasons"][0].endswith(("visible GPU", "(0-3)"))
+
+
+def test_nothing_allowed_is_a_plan_error() -> None:
+    topo = make_topology({0: "0-3"}, allowed_cpus="")
+    with pytest.raises(PlanError, match="no NUMA node has an allowed CPU"):
+        plan_all(topo)
+
+
+def test_gpu_affinity_outside_cpuset_is_a_plan_error() -> None:
+    topo = make_topology(
+        {0: "0-3", 1: "4-7"},
+        gpus=[gpu(0, None, local_cpus="4-7", source="nvml")],
+        allowed_cpus="0-3",
+    )
+    with pytest.raises(PlanError, match=r"affinity 4-7 \(on node\(s\) 1\) has no CPU .* 0-3"):
+        plan(topo, 0)
+    # Memory-only planning still works for that rank.
+    assert plan(topo, 0, mode="none").mems == frozenset({1})

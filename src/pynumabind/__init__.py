@@ -38,17 +38,26 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "NumaNode": ("topology", "NumaNode"),
     "Cpu": ("topology", "Cpu"),
     "Gpu": ("topology", "Gpu"),
+    # planning
+    "CpuMode": ("planning", "CpuMode"),
+    "MemoryPolicy": ("planning", "MemoryPolicy"),
+    "Plan": ("planning", "Plan"),
+    "plan": ("planner", "plan"),
+    "plan_all": ("planner", "plan_all"),
 }
 
 __all__ = [
     "BindError",
     "ConfigError",
     "Cpu",
+    "CpuMode",
     "Gpu",
     "LibnumaUnavailableError",
     "ListParseError",
+    "MemoryPolicy",
     "NumaNode",
     "NumaSyscallError",
+    "Plan",
     "PlanError",
     "PynumabindError",
     "Topology",
@@ -60,6 +69,8 @@ __all__ = [
     "parse_cpulist",
     "parse_cpumask",
     "parse_nodelist",
+    "plan",
+    "plan_all",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -81,6 +92,8 @@ if TYPE_CHECKING:  # pragma: no cover
         PynumabindError,
         TopologyError,
     )
+    from .planner import plan, plan_all
+    from .planning import CpuMode, MemoryPolicy, Plan
     from .topology import Cpu, Gpu, NumaNode, Topology
 
 

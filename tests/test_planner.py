@@ -19,6 +19,7 @@ from topology_builders import (
     dgx_a100_nps4,
     dgx_h100,
     gb200_tray,
+    gh200_quad,
     gpu,
     make_topology,
     mi300x_unknown_gpu_node,
@@ -283,6 +284,42 @@ def test_gb200_without_gpus_spreads_over_cpu_nodes_only() -> None:
     assert cpus_of(plans) == ["0-71", "72-143"]
 
 
+# ------------------------------------------------------------- GH200
+
+
+def test_gh200_quad_places_by_distance() -> None:
+    plans = plan_all(gh200_quad())
+    assert cpus_of(plans) == ["0-71", "72-143", "144-215", "216-287"]
+    assert mems_of(plans) == ["0", "1", "2", "3"]
+    # HBM node 12 is 80 from Grace 1 and 120 from the others: no tie.
+    assert any_reason(plans[1], "node 12 has no CPUs; nearest CPU node is 1 (distance 80)")
+    assert not any("tie" in r for p in plans for r in p.reasons)
+    assert mems_of(plan_all(gh200_quad(), gpu_memory=True)) == ["0,4", "1,12", "2,20", "3,28"]
+
+
+def test_gh200_quad_two_ranks_per_gpu_exclusive() -> None:
+    plans = plan_all(gh200_quad(), nprocs=8, mode="exclusive")
+    # Ranks k and k+4 share GPU k and Grace k: 72 cores -> 36 each, rank order.
+    assert cpus_of(plans) == [
+        "0-35",
+        "72-107",
+        "144-179",
+        "216-251",
+        "36-71",
+        "108-143",
+        "180-215",
+        "252-287",
+    ]
+    assert all(p.warnings for p in plans)  # wrap-around is surfaced
+
+
+def test_nodes_override_keeps_the_gpu_memory_node_without_detection_warnings() -> None:
+    p = plan(gh200_quad(), 0, nodes="1,0,2,3", gpu_memory=True)
+    assert p.cpus == parse_cpulist("72-143") and p.mems == frozenset({1, 4})
+    assert p.warnings == ()
+    assert any_reason(p, "nodes override puts rank 0 on node(s) 1 instead of the detected 0")
+
+
 # ------------------------------------------------------------- MI300X
 
 
@@ -539,6 +576,7 @@ MACHINES = {
     "dgx_h100": dgx_h100,
     "dgx_a100": dgx_a100_nps4,
     "gb200": gb200_tray,
+    "gh200": gh200_quad,
     "mi300x": mi300x_unknown_gpu_node,
     "threadripper": threadripper_memoryless,
 }

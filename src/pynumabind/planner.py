@@ -548,10 +548,12 @@ def _place_gpu(topology: Topology, state: _Rank, gpu: Gpu) -> None:
             return
         if node.has_memory and state.gpu_memory_node is None:
             state.gpu_memory_node = node_id
-        why = (
-            f"{label} is on NUMA node {node_id} ({gpu.source} numa_node), a CPU-less "
-            "memory node (the GPU's own memory, as on Grace/GB200)"
+        what = (
+            "a CPU-less memory node (the GPU's own memory, as on Grace/GB200)"
+            if node.has_memory
+            else "a node with neither CPUs nor memory"
         )
+        why = f"{label} is on NUMA node {node_id} ({gpu.source} numa_node), {what}"
         if _place_on_affinity(topology, state, gpu, why):
             return
         state.reasons.append(why)
@@ -582,8 +584,12 @@ def _place(topology: Topology, request: _Request, rank: int) -> _Rank:
     if request.node_sets is not None:
         wanted = request.node_sets[rank]
         if state.device is not None:
-            _place_gpu(topology, state, state.device)
-            detected = state.nodes
+            # Detect only to report the difference and find the GPU's memory
+            # node; the detection's own warnings do not apply to an override.
+            scratch = _Rank(rank=rank)
+            _place_gpu(topology, scratch, state.device)
+            state.gpu_memory_node = scratch.gpu_memory_node
+            detected = scratch.nodes
             state.reasons.append(
                 f"nodes override puts rank {rank} on node(s) {format_ids(wanted)}"
                 + (

@@ -91,6 +91,12 @@ def test_plans_are_valid_consistent_and_deterministic(
     else:
         assert everyone == each, "plan(r) must equal plan_all()[r]"
         assert plan_all(topo, **kw) == everyone  # type: ignore[arg-type]
+        # Same machine, maps built in the opposite order: same plans.
+        shuffled = topo.replace(
+            nodes=dict(reversed(list(topo.nodes.items()))),
+            cpus=dict(reversed(list(topo.cpus.items()))),
+        )
+        assert plan_all(shuffled, **kw) == everyone  # type: ignore[arg-type]
     for r, o in enumerate(each):
         gpu = topo.gpus[r % len(topo.gpus)] if topo.gpus else None
         wanted = frozenset()

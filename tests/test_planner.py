@@ -611,3 +611,24 @@ def test_gpu_affinity_outside_cpuset_is_a_plan_error() -> None:
         plan(topo, 0)
     # Memory-only planning still works for that rank.
     assert plan(topo, 0, mode="none").mems == frozenset({1})
+
+
+NODE_MODE_MEMS = {
+    "dgx_a100": ["3", "3", "1", "1", "7", "7", "5", "5"],
+    "gb200": ["0", "0", "1", "1"],
+    "gh200": ["0", "1", "2", "3"],
+    "mi300x": ["0", "0", "0", "", "1", "1", "1", "1"],
+    "threadripper": ["1", "1", "2", "1"],
+}
+
+
+@pytest.mark.parametrize("machine", sorted(NODE_MODE_MEMS))
+def test_none_mode_golden(machine: str) -> None:
+    plans = plan_all(MACHINES[machine](), mode="none")
+    assert cpus_of(plans) == [None] * len(plans)
+    assert mems_of(plans) == NODE_MODE_MEMS[machine]
+
+
+def test_mi300x_socket_mode_golden() -> None:
+    plans = plan_all(mi300x_unknown_gpu_node(), mode="socket")
+    assert cpus_of(plans) == [H100_NODE0] * 3 + [None] + [H100_NODE1] * 4

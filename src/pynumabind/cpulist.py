@@ -95,6 +95,8 @@ _HEX_WORD = re.compile(r"[0-9a-fA-F]{1,8}")
 
 # Kernel group parameters are unsigned int; larger ones overflow there too.
 _GROUP_LIMIT = 2**32 - 1
+# Runs collected beyond twice the last merged count before merging again.
+_MERGE_SLACK = 4096
 # Longest token quoted in an error, so a 1 MB item gives a short message.
 _TOKEN_CHARS = 64
 # Zero words a mask may carry beyond max_id (Mems_allowed is 1024 bits wide
@@ -225,7 +227,7 @@ def _parse_items(
     Any item the fast path does not accept goes to :func:`_item_error`.
     """
     runs: List[Interval] = []
-    merge_at = 4096
+    merge_at = _MERGE_SLACK
     budget = _group_budget(limit)
     digits = len(str(limit))
     match_item = _ITEM_AT.match
@@ -260,7 +262,7 @@ def _parse_items(
                 runs.extend((lo, min(lo + used - 1, last)) for lo in range(first, last + 1, group))
         if len(runs) > merge_at:
             runs = _merge(runs)
-            merge_at = 2 * len(runs) + 4096
+            merge_at = 2 * len(runs) + _MERGE_SLACK
         if match.group(5) != ",":
             break
         pos = match.end()

@@ -251,6 +251,17 @@ def test_non_str_input_is_a_list_parse_error(value: object) -> None:
         assert type(value).__name__ in str(info.value)
 
 
+def test_errors_about_huge_values_stay_short() -> None:
+    for value in (b"x" * 10**7, ["0"] * 10**5, "0-3,x" + "y" * 10**6):
+        for parse in (parse_cpulist, parse_cpumask):
+            with pytest.raises(ListParseError) as info:
+                parse(value)  # type: ignore[arg-type]
+            assert len(str(info.value)) < 400
+            assert len(info.value.token) <= 64
+            if not isinstance(value, str):  # a str input is kept whole in .text
+                assert len(info.value.text) <= 64
+
+
 def test_max_id_is_configurable() -> None:
     assert parse_cpulist("99", max_id=99) == ids(99)
     assert parse_cpulist("0-99:1/50", max_id=99) == ids(0, 50)

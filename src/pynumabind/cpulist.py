@@ -63,6 +63,7 @@ from __future__ import annotations
 import itertools
 import operator
 import re
+import reprlib
 from collections.abc import Mapping
 from typing import AbstractSet, Iterable, List, Optional, Sequence, Tuple, Union
 
@@ -105,6 +106,10 @@ _MASK_SLACK_BITS = 2048
 
 Interval = Tuple[int, int]
 
+_REPR = reprlib.Repr()
+_REPR.maxlevel = 2
+_REPR.maxother = _REPR.maxstring = _REPR.maxlong = _TOKEN_CHARS
+
 
 def _token(text: str) -> str:
     return text if len(text) <= _TOKEN_CHARS else text[: _TOKEN_CHARS - 3] + "..."
@@ -119,8 +124,15 @@ def _check_max_id(max_id: int) -> None:
         raise ValueError(f"max_id must be a non-negative int, not {max_id!r}")
 
 
+def _short_repr(value: object) -> str:
+    """repr() of ``value`` cut to a token's length, without building a huge one first."""
+    if isinstance(value, (bytes, bytearray, memoryview, str)):
+        value = value[:_TOKEN_CHARS]
+    return _token(_REPR.repr(value))
+
+
 def _wrong_type(value: object, expected: str) -> ListParseError:
-    shown = _token(repr(value))
+    shown = _short_repr(value)
     return ListParseError(
         f"expected {expected}, not {type(value).__name__}", text=shown, token=shown, position=0
     )
@@ -429,7 +441,6 @@ def _parse_mask_text(text: str, max_id: int) -> frozenset[int]:
 
 
 def _parse_mask_words(words: object, max_id: int, word_bits: int) -> frozenset[int]:
-    shown = _token(repr(words))
     # bytes iterate as small ints and sets or mappings have no word order:
     # reading any of them as NVML words would give a silently wrong set.
     if isinstance(words, (bytes, bytearray, memoryview, AbstractSet, Mapping)):
@@ -445,8 +456,8 @@ def _parse_mask_words(words: object, max_id: int, word_bits: int) -> frozenset[i
         if word_bits * index > max_id + 1 + _MASK_SLACK_BITS:
             raise ListParseError(
                 f"mask of more than {index} words is wider than ids up to {max_id} need",
-                text=shown,
-                token=_token(repr(word)),
+                text=_short_repr(words),
+                token=_short_repr(word),
                 position=index,
             )
         value = -1
@@ -458,8 +469,8 @@ def _parse_mask_words(words: object, max_id: int, word_bits: int) -> frozenset[i
         if value < 0 or value >> word_bits:
             raise ListParseError(
                 f"mask word is not an unsigned {word_bits}-bit integer",
-                text=shown,
-                token=_token(repr(word)),
+                text=_short_repr(words),
+                token=_short_repr(word),
                 position=index,
             )
         if value:
@@ -467,8 +478,8 @@ def _parse_mask_words(words: object, max_id: int, word_bits: int) -> frozenset[i
             if base + value.bit_length() - 1 > max_id:
                 raise ListParseError(
                     f"id {base + value.bit_length() - 1} exceeds the maximum {max_id}",
-                    text=shown,
-                    token=_token(repr(word)),
+                    text=_short_repr(words),
+                    token=_short_repr(word),
                     position=index,
                 )
             _set_bits(value, base, out)

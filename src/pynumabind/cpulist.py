@@ -34,6 +34,10 @@ Deliberate differences from the kernel's ``bitmap_parselist``: we reject
 empty items (``0,,1``, ``,0``, ``0,``) and whitespace used as a separator
 (``0 1``), which the kernel skips; we do not support its ``N`` (last bit)
 token or ``all:U/G``; ``all`` is lower case and means ``universe``.
+``N:U/G`` without a range is an error in both.  Masks are read as the
+kernel prints them (plus an optional ``0x`` and surrounding whitespace);
+its ``bitmap_parse`` also skips empty chunks and inner whitespace, which we
+reject.
 
 Deliberate differences from libnuma 2.0.16's ``numa_parse_cpustring_all``
 and ``numa_parse_nodestring_all`` (which read numbers with ``strtoul(s,

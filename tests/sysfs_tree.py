@@ -168,9 +168,15 @@ def cpu_facts(desc: Description) -> Dict[int, CpuFacts]:
 # ------------------------------------------------------------- writing
 
 
+_made: set[Path] = set()
+
+
 def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    if path.parent not in _made:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _made.add(path.parent)
+    with open(path, "w", encoding="ascii") as handle:
+        handle.write(text)
 
 
 def _mask(ids: frozenset[int], nbits: int) -> str:
@@ -181,6 +187,7 @@ def build_sysfs(desc_or_name: Union[str, Description], root: Union[str, os.PathL
     """Write the fake sysfs tree of a machine under ``root`` and return it."""
     desc = _resolve(desc_or_name)
     base = Path(root)
+    _made.clear()
     online = online_cpus(desc)
     every_cpu = set(online)
     for node in desc["nodes"]:
@@ -252,6 +259,7 @@ def build_sysfs(desc_or_name: Union[str, Description], root: Union[str, os.PathL
                     f"Node {nid} MemTotal:       {total:8d} kB",
                     f"Node {nid} MemFree:        {free:8d} kB",
                     f"Node {nid} MemUsed:        {total - free:8d} kB",
+                    f"Node {nid} Active(anon):       1588 kB",
                     f"Node {nid} HugePages_Total:     0",
                 ]
                 _write(here / "meminfo", "\n".join(lines) + "\n")

@@ -7,14 +7,17 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hyp_st
 
 import sysfs_tree as st
 from pynumabind import _libnuma
 from pynumabind._sysfs import normalize_bus_id, read_topology
-from pynumabind.cpulist import parse_cpulist
+from pynumabind.cpulist import format_cpulist, parse_cpulist
 from pynumabind.errors import TopologyError
 from pynumabind.topology import Topology
 
@@ -327,3 +330,148 @@ def test_live_allowed_cpus_follow_this_process(monkeypatch: pytest.MonkeyPatch) 
     finally:
         os.sched_setaffinity(0, before)
     assert Topology.from_sysfs("/sys").allowed_cpus == frozenset(before)
+
+
+def test_gpu_on_a_cpu_less_node_is_given_the_nearest_cpu_node(tmp_path: Path) -> None:
+    desc = st.load_machine("gh200_single")
+    desc["gpus"][0]["numa_node"] = 1  # firmware placing the GPU on its HBM node
+    topo = Topology.from_sysfs(str(st.build_sysfs(desc, tmp_path / "t")))
+    assert topo.gpus[0].numa_node == 0
+    assert any("numa_node 1 has no CPUs" in n for n in topo.notes)
+
+
+# ------------------------------------------------- generated machines
+
+
+@hyp_st.composite
+def machines(draw: hyp_st.DrawFn) -> dict:
+    """Random small machines: sparse ids, CPU-less and memory-less nodes, offline CPUs."""
+    count = draw(hyp_st.integers(1, 5))
+    ids = sorted(draw(hyp_st.sets(hyp_st.integers(0, 15), min_size=count, max_size=count)))
+    cores = [draw(hyp_st.integers(0, 3)) for _ in ids]
+    if not any(cores):
+        cores[0] = 1
+    total = sum(cores)
+    smt = draw(hyp_st.booleans())
+    nodes, base = [], 0
+    for index, (node_id, n) in enumerate(zip(ids, cores)):
+        cpus = set(range(base, base + n))
+        if smt:
+            cpus |= {c + total for c in cpus}
+        base += n
+        memory = draw(hyp_st.sampled_from([0, 1024, 4096]))
+        nodes.append(
+            {
+                "id": node_id,
+                "cpus": format_cpulist(cpus),
+                "package": index // 2,
+                "memory_mb": memory,
+                "free_mb": memory // 2,
+            }
+        )
+    every = set(range(2 * total if smt else total))
+    offline = (
+        draw(hyp_st.sets(hyp_st.sampled_from(sorted(every - {0})))) if len(every) > 1 else set()
+    )
+    matrix = [[10] * count for _ in ids]
+    for a in range(count):
+        for b in range(a + 1, count):
+            matrix[a][b] = matrix[b][a] = draw(hyp_st.integers(11, 255))
+    cpu_nodes = [n["id"] for n in nodes if n["cpus"]]
+    gpus = []
+    for k in range(draw(hyp_st.integers(0, 3))):
+        numa = draw(hyp_st.sampled_from([-1, *cpu_nodes]))
+        gpus.append(
+            {
+                "bus_id": f"0000:{0x10 + k:02x}:00.0",
+                "vendor": "0x10de",
+                "device": "0x2330",
+                "class": "0x030200",
+                "model": "X",
+                "uuid": f"GPU-{k}",
+                "numa_node": numa,
+            }
+        )
+    return {
+        "name": "generated",
+        "provenance": ["hypothesis"],
+        "online_cpus": format_cpulist(every - offline),
+        "smt_offset": total if smt else None,
+        "l3": draw(hyp_st.sampled_from(["node", "package", None])),
+        "nodes": nodes,
+        "distances": {"matrix": matrix},
+        "gpus": gpus,
+    }
+
+
+@settings(max_examples=40, deadline=None)
+@given(machines())
+def test_generated_machines_read_back_exactly(desc: dict) -> None:
+    with tempfile.TemporaryDirectory() as scratch:
+        topo = Topology.from_sysfs(str(st.build_sysfs(desc, scratch)))
+    online = parse_cpulist(desc["online_cpus"])
+    table = st.node_distances(desc)
+    assert sorted(topo.nodes) == sorted(n["id"] for n in desc["nodes"])
+    for node in desc["nodes"]:
+        got = topo.nodes[node["id"]]
+        assert got.cpus == parse_cpulist(node["cpus"]) & online
+        assert got.has_memory == bool(node["memory_mb"])
+        assert dict(got.distances) == table[node["id"]]
+    facts = st.cpu_facts(desc)
+    assert set(topo.cpus) == set(facts) == online
+    for cpu, fact in facts.items():
+        got_cpu = topo.cpus[cpu]
+        assert (got_cpu.node, got_cpu.package, got_cpu.core) == (fact.node, fact.package, fact.core)
+        assert (got_cpu.siblings, got_cpu.l3) == (fact.siblings, fact.l3)
+    with_cpus = {n["id"] for n in desc["nodes"] if parse_cpulist(n["cpus"]) & online}
+
+    def expected_node(numa: int) -> object:
+        if numa < 0:
+            return None
+        if numa in with_cpus:
+            return numa
+        # every CPU of its node is offline: the nearest node with online CPUs
+        return min(with_cpus, key=lambda other: (table[numa][other], other))
+
+    want = [(g["bus_id"], expected_node(g["numa_node"])) for g in desc["gpus"]]
+    assert [(g.pci_bus_id, g.numa_node) for g in topo.gpus] == want
+    assert topo.allowed_mems == {n["id"] for n in desc["nodes"] if n["memory_mb"]}
+    assert Topology.from_json(topo.to_json()) == topo
+
+
+CPUSET = Path("/sys/fs/cgroup/cpuset")
+
+_CPUSET_CHILD = """
+import json, os, sys
+with open(os.path.join(sys.argv[1], "tasks"), "w") as handle:
+    handle.write(str(os.getpid()))
+from pynumabind.topology import Topology
+topo = Topology.detect(use_nvml=False, environ={})
+print(json.dumps({"cpus": sorted(topo.allowed_cpus), "mems": sorted(topo.allowed_mems)}))
+"""
+
+
+@pytest.mark.skipif(
+    not (CPUSET / "cpuset.cpus").exists() or os.geteuid() != 0 or 1 not in os.sched_getaffinity(0),
+    reason="needs root, a cgroup v1 cpuset hierarchy and CPU 1",
+)
+def test_live_cpuset_restriction_is_seen(tmp_path: Path) -> None:
+    """A real cpuset (cpus 1, mems 0): what a container or Slurm job gives a worker."""
+    group = CPUSET / f"pynumabind-discovery-{os.getpid()}"
+    group.mkdir()
+    try:
+        (group / "cpuset.cpus").write_text("1")
+        first_mem = min(parse_cpulist((CPUSET / "cpuset.mems").read_text().strip()))
+        (group / "cpuset.mems").write_text(str(first_mem))
+        out = subprocess.run(
+            [sys.executable, "-c", _CPUSET_CHILD, str(group)],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        group.rmdir()
+    report = json.loads(out.stdout)
+    assert report["cpus"] == [1]
+    assert report["mems"] == [first_mem]

@@ -38,6 +38,8 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "NumaNode": ("topology", "NumaNode"),
     "Cpu": ("topology", "Cpu"),
     "Gpu": ("topology", "Gpu"),
+    # discovery
+    "apply_visibility": ("_visible", "apply_visibility"),
 }
 
 __all__ = [
@@ -54,6 +56,7 @@ __all__ = [
     "Topology",
     "TopologyError",
     "__version__",
+    "apply_visibility",
     "format_cpulist",
     "format_cpumask",
     "format_nodelist",
@@ -63,6 +66,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ._visible import apply_visibility
     from .cpulist import (
         format_cpulist,
         format_cpumask,

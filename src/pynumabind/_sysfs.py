@@ -234,6 +234,21 @@ def _meminfo(sysfs: _Reader, node: int) -> Tuple[Optional[int], Optional[int]]:
     return values["MemTotal"], values.get("MemFree")
 
 
+def _proc_meminfo() -> Tuple[Optional[int], Optional[int]]:
+    """(MemTotal, MemFree) of the whole machine, for a kernel without NUMA."""
+    values: Dict[str, int] = {}
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            for line in handle:
+                key, _, rest = line.partition(":")
+                fields = rest.split()
+                if fields and fields[0].isdigit():
+                    values[key] = int(fields[0]) * 1024
+    except OSError:
+        return None, None
+    return values.get("MemTotal"), values.get("MemFree")
+
+
 def _read_nodes(
     sysfs: _Reader, online_cpus: frozenset[int], notes: List[str]
 ) -> Dict[int, NumaNode]:
@@ -243,7 +258,19 @@ def _read_nodes(
         notes.append(
             f"{sysfs.path(*base)} missing (kernel without NUMA): one node 0 with all online CPUs"
         )
-        return {0: NumaNode(id=0, cpus=online_cpus, has_memory=True, distances={0: 10})}
+        total = free = None
+        if _is_live_root(sysfs.root):
+            total, free = _proc_meminfo()
+        return {
+            0: NumaNode(
+                id=0,
+                cpus=online_cpus,
+                memory_total=total,
+                memory_free=free,
+                has_memory=True,
+                distances={0: 10},
+            )
+        }
     online = sysfs.cpulist(*base, "online", required=False)
     if online is None:
         online = frozenset(_numbered(names, "node"))
@@ -368,6 +395,17 @@ def scan_pci(
     return found
 
 
+def _nearest_cpu_node(nodes: Mapping[int, NumaNode], node: int) -> Optional[int]:
+    """The CPU node nearest (SLIT) to ``node``; unknown distances last, ties by id."""
+    row = nodes[node].distances
+    ranked = sorted(
+        (row.get(other.id) is None, row.get(other.id) or 0, other.id)
+        for other in nodes.values()
+        if other.cpus
+    )
+    return ranked[0][2] if ranked else None
+
+
 def _gpus_from_pci(
     functions: List[PciFunction],
     vendors: Mapping[int, str],
@@ -376,9 +414,19 @@ def _gpus_from_pci(
 ) -> List[Gpu]:
     gpus = []
     for index, function in enumerate(functions):
+        numa = function.numa_node
+        if numa is not None and not nodes[numa].cpus:
+            # A device attached to a CPU-less node (CXL, some firmware):
+            # CPUs can only be bound on a node that has them.
+            nearest = _nearest_cpu_node(nodes, numa)
+            notes.append(
+                f"GPU {function.bus_id}: sysfs numa_node {numa} has no CPUs; "
+                f"using the nearest CPU node {nearest}"
+            )
+            numa = nearest
         local = function.local_cpus
-        if function.numa_node is not None and not local:
-            local = nodes[function.numa_node].cpus
+        if numa is not None and not local:
+            local = nodes[numa].cpus
         if function.numa_node is None:
             notes.append(f"GPU {function.bus_id}: the kernel reports no NUMA node (numa_node -1)")
         gpus.append(
@@ -386,7 +434,7 @@ def _gpus_from_pci(
                 index=index,
                 pci_bus_id=function.bus_id,
                 vendor=vendors[function.vendor],
-                numa_node=function.numa_node,
+                numa_node=numa,
                 local_cpus=local,
                 model=f"PCI {function.vendor:04x}:{function.device:04x}",
                 physical_index=index,

@@ -475,3 +475,23 @@ def test_live_cpuset_restriction_is_seen(tmp_path: Path) -> None:
     report = json.loads(out.stdout)
     assert report["cpus"] == [1]
     assert report["mems"] == [first_mem]
+
+
+def test_negative_die_id_means_unknown(tmp_path: Path) -> None:
+    root = tree(tmp_path, "sparse_nodes")
+    (root / "devices/system/cpu/cpu2/topology/die_id").write_text("-1\n")
+    assert Topology.from_sysfs(str(root)).cpus[2].die is None
+
+
+def test_live_mems_fall_back_to_proc_status_without_libnuma(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pynumabind.errors import LibnumaUnavailableError
+
+    def unavailable() -> frozenset:
+        raise LibnumaUnavailableError("libnuma.so.1 not found (test)")
+
+    monkeypatch.setattr(_libnuma, "get_mems_allowed", unavailable)
+    topo = Topology.from_sysfs("/sys")
+    assert topo.allowed_mems == _status_list("Mems_allowed_list")
+    assert any("using Mems_allowed_list" in n for n in topo.notes)

@@ -180,7 +180,7 @@ def _read_cpus(
             # -1 is what the kernel prints when firmware gives no package.
             package=max(package, 0),
             core=core,
-            die=die,
+            die=die if die is not None and die >= 0 else None,
             siblings=(siblings or frozenset({cpu})) & online,
             l3=_l3_of(sysfs, base, online, no_l3),
         )

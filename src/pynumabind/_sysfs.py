@@ -199,12 +199,23 @@ def _read_cpus(
 def _l3_of(
     sysfs: _Reader, base: Tuple[str, ...], online: frozenset[int], missing: List[int]
 ) -> frozenset[int]:
+    """CPUs sharing this CPU's unified level-3 cache.
+
+    ``index3`` is the L3 on every x86 and Arm server seen so far, so it is
+    tried first (three reads per CPU); the other indices only when it is not.
+    """
     names = sysfs.listdir(*base, "cache")
-    for index in _numbered(names or (), "index"):
+    indices = _numbered(names or (), "index")
+    if 3 in indices:
+        indices.remove(3)
+        indices.insert(0, 3)
+    for index in indices:
         here = (*base, "cache", f"index{index}")
         level = sysfs.integer(*here, "level", required=False)
+        if level != 3:
+            continue
         kind = (sysfs.text(*here, "type", required=False) or "").strip()
-        if level == 3 and kind == "Unified":
+        if kind == "Unified":
             shared = sysfs.cpulist(*here, "shared_cpu_list", required=False)
             if shared is not None:
                 return shared & online

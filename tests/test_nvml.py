@@ -278,3 +278,48 @@ def test_import_pynumabind_does_not_import_pynvml() -> None:
         "assert 'pynvml' not in sys.modules, 'pynvml imported eagerly'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_container_without_pci_sysfs_uses_nvml_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    _desc, root, fake = setup(tmp_path, monkeypatch, "dgx_a100_nps4")
+    shutil.rmtree(root / "bus")
+    topo = detect(root)
+    assert [g.numa_node for g in topo.gpus] == [3, 3, 1, 1, 7, 7, 5, 5]
+    assert all(g.source == "nvml" for g in topo.gpus)
+    assert fake.init_count == 1
+
+
+def test_extra_device_kind_through_detect(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The QEMU test's path: a virtio NIC on node 8 accepted as the accelerator."""
+    desc = st.load_machine("sparse_nodes")
+    desc["gpus"] = []
+    desc["extra_pci"] = [
+        {
+            "bus_id": "0000:00:04.0",
+            "vendor": "0x1af4",
+            "device": "0x1000",
+            "class": "0x020000",
+            "numa_node": 0,
+        },
+        {
+            "bus_id": "0000:00:05.0",
+            "vendor": "0x1af4",
+            "device": "0x1000",
+            "class": "0x020000",
+            "numa_node": 8,
+        },
+    ]
+    root = st.build_sysfs(desc, tmp_path / "vm")
+    fake = fake_nvml.install_fake_nvml(monkeypatch, desc)
+    topo = detect(
+        root,
+        gpu_vendors={0x1AF4: "virtio"},
+        pci_classes=["0x0200"],
+        environ={"CUDA_VISIBLE_DEVICES": "1"},
+    )
+    assert [(g.index, g.physical_index, g.numa_node) for g in topo.gpus] == [(0, 1, 8)]
+    assert fake.calls == []  # no NVIDIA device: NVML is not loaded

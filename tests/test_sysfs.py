@@ -495,3 +495,14 @@ def test_live_mems_fall_back_to_proc_status_without_libnuma(
     topo = Topology.from_sysfs("/sys")
     assert topo.allowed_mems == _status_list("Mems_allowed_list")
     assert any("using Mems_allowed_list" in n for n in topo.notes)
+
+
+def test_missing_meminfo_and_has_memory_are_noted(tmp_path: Path) -> None:
+    root = tree(tmp_path, "threadripper_memless")
+    (root / "devices/system/node/has_memory").unlink()
+    (root / "devices/system/node/node2/meminfo").unlink()
+    topo = Topology.from_sysfs(str(root))
+    # Without has_memory, MemTotal decides: 0 kB means no memory.
+    assert [topo.nodes[n].has_memory for n in range(4)] == [False, True, True, False]
+    assert topo.nodes[2].memory_total is None
+    assert any("node2/meminfo missing" in n for n in topo.notes)

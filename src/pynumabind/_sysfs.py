@@ -79,11 +79,7 @@ class _Reader:
         try:
             with open(path, encoding="ascii") as handle:
                 return handle.read()
-        except FileNotFoundError:
-            if required:
-                raise TopologyError(f"missing sysfs file {path}") from None
-            return None
-        except NotADirectoryError:
+        except (FileNotFoundError, NotADirectoryError):
             if required:
                 raise TopologyError(f"missing sysfs file {path}") from None
             return None
@@ -294,6 +290,8 @@ def _read_nodes(
         cpulist = sysfs.cpulist(*here, "cpulist")
         assert cpulist is not None
         total, free = _meminfo(sysfs, node)
+        if total is None:
+            notes.append(f"node{node}/meminfo missing: its memory size is unknown")
         row_text = sysfs.text(*here, "distance", required=False)
         distances: Dict[int, int] = {}
         if row_text is not None:
@@ -312,7 +310,7 @@ def _read_nodes(
         if has_memory is not None:
             memory = node in has_memory
         else:
-            memory = bool(total)
+            memory = total is None or total > 0  # unknown: assume the common case
         nodes[node] = NumaNode(
             id=node,
             cpus=cpulist & online_cpus,

@@ -17,7 +17,11 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 
 PRELUDE = """\
-import json, logging, os, sys, threading, time
+import faulthandler, json, logging, os, signal, sys, threading, time
+# A hung child dumps its stacks and dies (a signal, not a watchdog thread:
+# the tests count threads).
+faulthandler.register(signal.SIGALRM, chain=True)
+signal.alarm(60)
 sys.path.insert(0, {tests!r})
 
 def cpus_allowed(path="/proc/self/status"):
@@ -27,8 +31,13 @@ def cpus_allowed(path="/proc/self/status"):
                 return line.split(":", 1)[1].strip()
 
 def task_cpus():
-    return {{int(t): cpus_allowed(f"/proc/self/task/{{t}}/status")
-            for t in os.listdir("/proc/self/task")}}
+    out = {{}}
+    for t in os.listdir("/proc/self/task"):
+        try:
+            out[int(t)] = cpus_allowed(f"/proc/self/task/{{t}}/status")
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # a thread that just exited (join() returns slightly early)
+    return out
 
 def emit(obj):
     sys.stdout.write("\\n" + json.dumps(obj) + "\\n")

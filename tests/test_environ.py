@@ -109,8 +109,12 @@ def test_options_from_environment() -> None:
     )
     assert config.mode is CpuMode.EXCLUSIVE
     assert config.memory is MemoryPolicy.BIND
-    assert config.nodes == frozenset({0, 1, 3})
-    assert config.cpus == frozenset({0, 1, 2, 3, 8})
+    # Per-rank overrides pass through as text: the planner parses them
+    # against the topology (see test_binder for the variable-naming errors).
+    assert config.nodes == "0-1,3" and config.cpus == "0-3,8"
+    assert config.from_environment("nodes") == "PYNUMABIND_NODES"
+    assert config.from_environment("cpus") == "PYNUMABIND_CPUS"
+    assert config.from_environment("mode") == "PYNUMABIND_MODE"
 
 
 def test_empty_options_count_as_unset() -> None:
@@ -124,9 +128,6 @@ def test_empty_options_count_as_unset() -> None:
     [
         ("PYNUMABIND_MODE", "nodes"),
         ("PYNUMABIND_MEMORY", "membind"),
-        ("PYNUMABIND_NODES", "0-"),
-        ("PYNUMABIND_CPUS", "0-99999999"),
-        ("PYNUMABIND_CPUS", "$(reboot)"),
         ("PYNUMABIND_DISABLE", "maybe"),
     ],
 )
@@ -155,7 +156,8 @@ def test_explicit_arguments_win() -> None:
     assert (config.rank, config.rank_source) == (1, "argument")
     assert (config.nprocs, config.nprocs_source) == (2, "argument")
     assert config.mode is CpuMode.NODE and config.memory is MemoryPolicy.BIND
-    assert config.nodes == frozenset({0}) and config.cpus == frozenset({0, 1})
+    assert config.nodes == "0" and config.cpus == [0, 1]
+    assert all(config.from_environment(o) is None for o in ("mode", "memory", "nodes", "cpus"))
     # With an explicit rank, the first launcher that sets a size is used.
     assert resolve({"OMPI_COMM_WORLD_LOCAL_SIZE": "3"}, rank=0).nprocs == 3
 
@@ -169,9 +171,6 @@ def test_explicit_arguments_win() -> None:
         {"nprocs": 0},
         {"mode": "bogus"},
         {"memory": "bogus"},
-        {"cpus": "0-"},
-        {"nodes": [-1]},
-        {"cpus": ["a"]},
     ],
 )
 def test_bad_arguments(kwargs: dict) -> None:

@@ -17,8 +17,9 @@ Rules
   layout such as ``2(x3),1`` does not say how many tasks *this* node runs, so
   it is ignored and the planner decides; ``OMPI_COMM_WORLD_LOCAL_SIZE``.
   With an explicit rank, the first launcher that sets a size is used.
-* ``PYNUMABIND_MODE``/``PYNUMABIND_MEMORY`` take the CLI's values,
-  ``PYNUMABIND_NODES``/``PYNUMABIND_CPUS`` a node/CPU list.  An empty value
+* ``PYNUMABIND_MODE``/``PYNUMABIND_MEMORY`` take the CLI's values;
+  ``PYNUMABIND_NODES``/``PYNUMABIND_CPUS`` the planner's per-rank overrides
+  (``0,0,1,1``, ``0-3;4-7``), validated by the binder against the topology.  An empty value
   counts as unset (``PYNUMABIND_MODE= cmd`` clears it).
 * ``PYNUMABIND_DISABLE``: ``1/true/yes/on`` disables binding (a logged
   no-op); ``0/false/no/off`` or empty leave it enabled.
@@ -33,15 +34,18 @@ Rules
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Iterable, Mapping, Optional, Tuple, Type, TypeVar, Union
+from dataclasses import dataclass, field
+from typing import Any, Dict, Mapping, Optional, Tuple, Type, TypeVar, Union
 
-from .cpulist import parse_cpulist, parse_nodelist
-from .errors import ConfigError, ListParseError
+from .errors import ConfigError
 from .planning import CpuMode, MemoryPolicy
 
 __all__ = [
+    "CPUS_VARIABLE",
     "DISABLE_VARIABLE",
+    "MEMORY_VARIABLE",
+    "MODE_VARIABLE",
+    "NODES_VARIABLE",
     "RANK_VARIABLES",
     "EnvConfig",
     "parse_flag",
@@ -68,8 +72,6 @@ _FALSE = frozenset({"", "0", "false", "no", "off"})
 _INT = re.compile(r"[0-9]{1,9}\Z")  # no sign, no spaces inside; < 10**9
 _SLURM_TASKS = re.compile(r"([0-9]{1,9})(?:\(x[0-9]{1,9}\))?\Z")
 
-IdsArgument = Union[str, Iterable[int], None]
-
 
 @dataclass(frozen=True)
 class EnvConfig:
@@ -77,7 +79,9 @@ class EnvConfig:
 
     ``rank_source``/``nprocs_source`` name where each value came from
     (``"argument"`` or the variable), so logs and errors can cite it.
-    ``nodes``/``cpus`` are parsed id sets; ``None`` means "planner decides".
+    ``nodes``/``cpus`` are the per-rank overrides exactly as given (the
+    planner parses them against the topology, which is what gives ``all`` and
+    ``!`` their meaning); ``None`` means "planner decides".
     """
 
     rank: Optional[int]
@@ -86,13 +90,19 @@ class EnvConfig:
     nprocs_source: Optional[str]
     mode: Optional[CpuMode]
     memory: Optional[MemoryPolicy]
-    nodes: Optional[frozenset[int]]
-    cpus: Optional[frozenset[int]]
+    nodes: Any
+    cpus: Any
     disabled: bool = False
     disabled_by: Optional[str] = None
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def from_environment(self, option: str) -> Optional[str]:
+        """The variable ``option`` (``"nodes"``...) came from, ``None`` if an argument."""
+        source = self.sources.get(option)
+        return None if source in (None, "argument") else source
 
 
-def _shown(value: str) -> str:
+def shown(value: str) -> str:
     """``repr`` of a variable's value, cut short: values can be hostile."""
     return repr(value) if len(value) <= 60 else repr(value[:57]) + "..."
 
@@ -105,7 +115,7 @@ def parse_flag(name: str, value: str) -> bool:
     if folded in _FALSE:
         return False
     raise ConfigError(
-        f"invalid {name}={_shown(value)}; use 1/true/yes/on to enable or 0/false/no/off (or empty)"
+        f"invalid {name}={shown(value)}; use 1/true/yes/on to enable or 0/false/no/off (or empty)"
     )
 
 
@@ -113,7 +123,7 @@ def _parse_int(name: str, value: str, minimum: int) -> int:
     text = value.strip()
     if not _INT.match(text) or int(text) < minimum:
         kind = "a positive integer" if minimum > 0 else "a non-negative integer"
-        raise ConfigError(f"invalid {name}={_shown(value)}; expected {kind}")
+        raise ConfigError(f"invalid {name}={shown(value)}; expected {kind}")
     return int(text)
 
 
@@ -124,7 +134,7 @@ def _parse_slurm_tasks(name: str, value: str) -> Optional[int]:
         match = _SLURM_TASKS.match(group.strip())
         if match is None:
             raise ConfigError(
-                f"invalid {name}={_shown(value)}; "
+                f"invalid {name}={shown(value)}; "
                 "expected Slurm's task layout such as '4' or '4(x2)'"
             )
         counts.add(int(match.group(1)))
@@ -132,7 +142,7 @@ def _parse_slurm_tasks(name: str, value: str) -> Optional[int]:
         return None
     (count,) = counts
     if count < 1:
-        raise ConfigError(f"invalid {name}={_shown(value)}; expected a positive task count")
+        raise ConfigError(f"invalid {name}={shown(value)}; expected a positive task count")
     return count
 
 
@@ -161,14 +171,7 @@ def _env_enum(kind: Type[_E], name: str, value: str) -> _E:
         if member.value == folded:
             return member
     choices = ", ".join(m.value for m in kind)
-    raise ConfigError(f"invalid {name}={_shown(value)}; choose one of: {choices}")
-
-
-def _parse_ids(name: str, value: str, *, nodes: bool) -> frozenset[int]:
-    try:
-        return parse_nodelist(value.strip()) if nodes else parse_cpulist(value.strip())
-    except ListParseError as exc:
-        raise ConfigError(f"invalid {name}={_shown(value)}: {exc}") from exc
+    raise ConfigError(f"invalid {name}={shown(value)}; choose one of: {choices}")
 
 
 def _option(environ: Mapping[str, str], name: str) -> Optional[str]:
@@ -178,23 +181,6 @@ def _option(environ: Mapping[str, str], name: str) -> Optional[str]:
     return value
 
 
-def _ids_argument(value: IdsArgument, what: str, *, nodes: bool) -> Optional[frozenset[int]]:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        try:
-            return parse_nodelist(value) if nodes else parse_cpulist(value)
-        except ListParseError as exc:
-            raise ConfigError(f"invalid {what} argument {value!r:.60}: {exc}") from exc
-    try:
-        ids = frozenset(int(i) for i in value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"invalid {what} argument {value!r:.60}") from None
-    if any(i < 0 for i in ids):
-        raise ConfigError(f"invalid {what} argument {value!r:.60}: negative id")
-    return ids
-
-
 def resolve(
     environ: Mapping[str, str],
     *,
@@ -202,8 +188,8 @@ def resolve(
     nprocs: Optional[int] = None,
     mode: Union[str, CpuMode, None] = None,
     memory: Union[str, MemoryPolicy, None] = None,
-    nodes: IdsArgument = None,
-    cpus: IdsArgument = None,
+    nodes: Any = None,
+    cpus: Any = None,
 ) -> EnvConfig:
     """Merge explicit arguments (which win) with ``environ``."""
     disable_value = environ.get(DISABLE_VARIABLE)
@@ -260,18 +246,31 @@ def resolve(
     else:
         parsed_memory = MemoryPolicy.parse(memory, "memory")
 
+    sources: Dict[str, str] = {}
+    if mode is not None:
+        sources["mode"] = "argument"
+    elif parsed_mode is not None:
+        sources["mode"] = MODE_VARIABLE
+    if memory is not None:
+        sources["memory"] = "argument"
+    elif parsed_memory is not None:
+        sources["memory"] = MEMORY_VARIABLE
+    # Per-rank overrides ("0,0,1,1", "0-3;4-7") go to the planner as text; it
+    # parses them against the topology and the binder names the variable in errors.
     if nodes is None:
-        env_nodes = _option(environ, NODES_VARIABLE)
-        parsed_nodes = (
-            None if env_nodes is None else _parse_ids(NODES_VARIABLE, env_nodes, nodes=True)
-        )
+        nodes = _option(environ, NODES_VARIABLE)
+        if nodes is not None:
+            nodes = nodes.strip()
+            sources["nodes"] = NODES_VARIABLE
     else:
-        parsed_nodes = _ids_argument(nodes, "nodes", nodes=True)
+        sources["nodes"] = "argument"
     if cpus is None:
-        env_cpus = _option(environ, CPUS_VARIABLE)
-        parsed_cpus = None if env_cpus is None else _parse_ids(CPUS_VARIABLE, env_cpus, nodes=False)
+        cpus = _option(environ, CPUS_VARIABLE)
+        if cpus is not None:
+            cpus = cpus.strip()
+            sources["cpus"] = CPUS_VARIABLE
     else:
-        parsed_cpus = _ids_argument(cpus, "cpus", nodes=False)
+        sources["cpus"] = "argument"
 
     return EnvConfig(
         rank=rank,
@@ -280,8 +279,9 @@ def resolve(
         nprocs_source=nprocs_source,
         mode=parsed_mode,
         memory=parsed_memory,
-        nodes=parsed_nodes,
-        cpus=parsed_cpus,
+        nodes=nodes,
+        cpus=cpus,
         disabled=disabled,
         disabled_by=f"{DISABLE_VARIABLE}={disable_value}" if disabled else None,
+        sources=sources,
     )

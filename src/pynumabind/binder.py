@@ -43,6 +43,7 @@ from .errors import (
 from .planning import CpuMode, MemoryPolicy, Plan
 
 if TYPE_CHECKING:  # pragma: no cover
+    from . import _environ
     from .topology import Topology
 
 __all__ = [
@@ -594,10 +595,17 @@ def apply_plan(plan: Plan, *, migrate: bool = False, on_error: str = "warn") -> 
 
     threads_keeping: Tuple[int, ...] = ()
     if memory_applied:
-        try:
-            threads_keeping = tuple(t for t in _threads.list_thread_ids() if t != caller)
-        except OSError:
-            threads_keeping = ()
+        if scan is not None:  # the scan just listed every thread
+            threads_keeping = tuple(
+                r.tid
+                for r in scan.results
+                if r.tid != caller and r.action is not _threads.ThreadAction.EXITED
+            )
+        else:
+            try:
+                threads_keeping = tuple(t for t in _threads.list_thread_ids() if t != caller)
+            except OSError:
+                threads_keeping = ()
     if threads_keeping:
         notes.append(
             f"{len(threads_keeping)} thread(s) that already existed keep their memory policy "
@@ -623,7 +631,7 @@ def apply_plan(plan: Plan, *, migrate: bool = False, on_error: str = "warn") -> 
         applied=True,
         threads=scan.results if scan is not None else (),
         threads_converged=scan.converged if scan is not None else True,
-        cpus=frozenset(os.sched_getaffinity(0)),
+        cpus=_caller_cpus(scan, caller, before),
         policy_mode=mode,
         policy_nodes=nodes,
         mempolicy=readback,
@@ -644,8 +652,20 @@ def apply_plan(plan: Plan, *, migrate: bool = False, on_error: str = "warn") -> 
             "; ".join(f"{s.what} not applied: {s.reason}; {s.fix}" for s in skipped)
             + ("; CPU affinity was applied" if plan.cpus is not None else ""),
         )
-    log.info("%s", binding.summary())
+    if log.isEnabledFor(logging.INFO):
+        log.info("%s", binding.summary())
     return binding
+
+
+def _caller_cpus(
+    scan: Optional[_threads.ThreadScan], caller: int, before: frozenset[int]
+) -> frozenset[int]:
+    """The caller's mask now: read back by the scan, or unchanged."""
+    if scan is not None:
+        for result in scan.results:
+            if result.tid == caller and result.after is not None:
+                return result.after
+    return before
 
 
 # ------------------------------------------------------------------ verify
@@ -733,6 +753,28 @@ def _free_bytes(nodes: frozenset[int]) -> Optional[int]:
 # ------------------------------------------------------------------ entry
 
 
+def _check_environment_overrides(
+    planner: Any, config: _environ.EnvConfig, topology: Topology
+) -> None:
+    """Parse PYNUMABIND_NODES/CPUS now, so a bad value names its variable."""
+    from ._environ import CPUS_VARIABLE, NODES_VARIABLE, shown
+
+    variable = config.from_environment("nodes")
+    if variable == NODES_VARIABLE:
+        try:
+            planner.parse_nodes_override(config.nodes, universe=frozenset(topology.nodes))
+        except (ConfigError, PlanError, ValueError) as exc:
+            raise ConfigError(f"invalid {variable}={shown(config.nodes)}: {exc}") from exc
+    variable = config.from_environment("cpus")
+    if variable == CPUS_VARIABLE:
+        try:
+            planner.parse_cpus_override(
+                config.cpus, universe=topology.online_cpus, allowed=topology.allowed_cpus
+            )
+        except (ConfigError, PlanError, ValueError) as exc:
+            raise ConfigError(f"invalid {variable}={shown(config.cpus)}: {exc}") from exc
+
+
 def bind_current_process(
     rank: Optional[int] = None,
     *,
@@ -783,21 +825,38 @@ def bind_current_process(
     from .topology import Topology
 
     planner = importlib.import_module(".planner", __package__)
-
     if topology is None:
         topology = Topology.detect()
+    _check_environment_overrides(planner, config, topology)
     options: Dict[str, Any] = {}
     if config.mode is not None:
-        options["mode"] = config.mode.value
+        options["mode"] = config.mode
     if config.memory is not None:
-        options["memory"] = config.memory.value
-    plan = planner.plan(
-        topology,
-        config.rank,
-        config.nprocs,
-        nodes=config.nodes,
-        cpus=config.cpus,
-        device=device,
-        **options,
-    )
+        options["memory"] = config.memory
+    try:
+        plan = planner.plan(
+            topology,
+            config.rank,
+            config.nprocs,
+            nodes=config.nodes,
+            cpus=config.cpus,
+            device=device,
+            **options,
+        )
+    except (ConfigError, PlanError) as exc:
+        # Say which settings came from the environment: the user may not know.
+        from_env = [
+            f"{what} from {source}"
+            for what, source in (("rank", config.rank_source), ("nprocs", config.nprocs_source))
+            if source not in (None, "argument")
+        ]
+        from_env += [
+            f"{option} from {variable}"
+            for option in ("mode", "memory", "nodes", "cpus")
+            for variable in [config.from_environment(option)]
+            if variable is not None
+        ]
+        if not from_env:
+            raise
+        raise type(exc)(f"{exc} (settings from the environment: {', '.join(from_env)})") from exc
     return apply_plan(plan, migrate=migrate, on_error=on_error)

@@ -224,16 +224,22 @@ def bind_threads(
         action = ThreadAction.BOUND if after is not None else ThreadAction.EXITED
         results[tid] = ThreadResult(tid, name, before, after, action)
 
-    handle(caller)
     passes = 0
     converged = False
-    while passes < max_passes:
-        fresh = [tid for tid in list_thread_ids() if tid not in results]
-        if not fresh:
-            converged = True
-            break
-        passes += 1
-        for tid in fresh:
-            handle(tid)
+    try:
+        handle(caller)
+        while passes < max_passes:
+            fresh = [tid for tid in list_thread_ids() if tid not in results]
+            if not fresh:
+                converged = True
+                break
+            passes += 1
+            for tid in fresh:
+                handle(tid)
+    except ThreadAffinityError:
+        raise  # already rolled back
+    except BaseException:
+        restore_threads(changed)  # KeyboardInterrupt, a /proc read error...: never half-bound
+        raise
     ordered = tuple(sorted(results.values(), key=lambda r: r.tid))
     return ThreadScan(ordered, passes, converged)

@@ -153,6 +153,7 @@ class Binding:
     """The outcome of applying a plan, read back from the kernel.
 
     * ``plan``: what was asked (``None`` when binding was disabled).
+    * ``applied``: whether anything was changed (CPUs, policy or pages).
     * ``threads``: per-thread affinity results (tid, name, before, after,
       action); empty when the plan leaves CPUs alone.
     * ``cpus``: the calling thread's affinity now.
@@ -628,7 +629,7 @@ def apply_plan(plan: Plan, *, migrate: bool = False, on_error: str = "warn") -> 
 
     binding = Binding(
         plan=plan,
-        applied=True,
+        applied=scan is not None or memory_applied or migrated,
         threads=scan.results if scan is not None else (),
         threads_converged=scan.converged if scan is not None else True,
         cpus=_caller_cpus(scan, caller, before),

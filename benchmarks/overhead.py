@@ -107,6 +107,15 @@ def _time_command(argv: Sequence[str], env: Dict[str, str]) -> Tuple[float, Opti
     return elapsed, None
 
 
+def bind_code() -> str:
+    """The one-liner a worker runs; through the binder module while the name is not exported."""
+    import pynumabind
+
+    if "bind_current_process" in getattr(pynumabind, "_EXPORTS", {}):
+        return "import pynumabind; pynumabind.bind_current_process(0)"
+    return "from pynumabind import binder; binder.bind_current_process(0)"
+
+
 def startup_commands(numactl: Optional[str], node: int, cpus: str) -> List[Tuple[str, List[str]]]:
     """(label, argv) of every way of starting a bound (or unbound) process we compare."""
     python = sys.executable
@@ -121,7 +130,7 @@ def startup_commands(numactl: Optional[str], node: int, cpus: str) -> List[Tuple
         ("python -c pass", [python, "-c", "pass"]),
         ("python -c 'import pynumabind'", [python, "-c", "import pynumabind"]),
         ("python, raw syscalls via pynumabind._libnuma", [python, "-c", raw]),
-        (BIND_LABEL, [python, "-c", "import pynumabind; pynumabind.bind_current_process(0)"]),
+        (BIND_LABEL, [python, "-c", bind_code()]),
     ]
     if importlib.util.find_spec("pynumabind.__main__") is not None:
         commands.append(

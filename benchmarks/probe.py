@@ -21,6 +21,16 @@ def loaded(names: Tuple[str, ...] = WATCHED_MODULES) -> List[str]:
     return sorted(n for n in names if n in sys.modules)
 
 
+def bind_entry(pynumabind: Any) -> Tuple[Callable[..., Any], str]:
+    """``pynumabind.bind_current_process``; the binder module's own while it is not exported."""
+    public = getattr(pynumabind, "bind_current_process", None)
+    if public is not None:
+        return public, "pynumabind.bind_current_process"
+    from pynumabind import binder
+
+    return binder.bind_current_process, "pynumabind.binder.bind_current_process (not exported)"
+
+
 def probe_import() -> Dict[str, Any]:
     start = time.perf_counter()
     import pynumabind  # noqa: F401
@@ -35,7 +45,8 @@ def probe_cold(rank: int) -> Dict[str, Any]:
 
     imported = time.perf_counter()
     out: Dict[str, Any] = {"import_s": imported - start, "modules_after_import": loaded()}
-    binding = pynumabind.bind_current_process(rank)
+    bind, out["entry"] = bind_entry(pynumabind)
+    binding = bind(rank)
     out["bind_s"] = time.perf_counter() - imported
     out["modules_after_bind"] = loaded()
     out["binding"] = _describe(binding)
@@ -152,7 +163,7 @@ def _plan_and_applier(pynumabind: Any, rank: int) -> Tuple[Any, Callable[[Any], 
     from pynumabind.planning import MemoryPolicy, Plan
 
     try:
-        binding = pynumabind.bind_current_process(rank)
+        binding = bind_entry(pynumabind)[0](rank)
     except Exception as exc:
         cpus = _libnuma.node_to_cpus(0) & frozenset(os.sched_getaffinity(0))
         plan = Plan(rank, None, cpus, frozenset({0}), MemoryPolicy.BIND, node=0)

@@ -282,7 +282,22 @@ def machine_info(root: str = "/") -> Dict[str, Any]:
         "python": sys.version.split()[0],
         "python_implementation": platform.python_implementation(),
         "l3_cache_bytes": l3_cache_bytes(os.path.join(root, "sys")),
+        "transparent_hugepages": _selected(
+            _read(os.path.join(root, "sys/kernel/mm/transparent_hugepage/enabled"))
+        ),
+        "numa_balancing": (
+            _read(os.path.join(root, "proc/sys/kernel/numa_balancing")) or ""
+        ).strip()
+        or None,
     }
+
+
+def _selected(text: Optional[str]) -> Optional[str]:
+    """The bracketed choice of a sysfs selector (``always [madvise] never`` -> ``madvise``)."""
+    if not text:
+        return None
+    match = re.search(r"\[(\w+)\]", text)
+    return match.group(1) if match else text.strip()
 
 
 def topology_snapshot(sys_root: str = "/sys") -> Dict[str, Any]:

@@ -138,26 +138,30 @@ def _overhead_md(data: Dict[str, Any]) -> List[str]:
         f"Starting a process, bound to node {startup.get('node', 0)} (wall time per start):",
         "",
     ]
-    base = next(
-        (
-            c
-            for c in startup.get("commands", [])
-            if c["label"] == "python -c pass" and "summary" in c
-        ),
-        None,
-    )
+    commands = startup.get("commands", [])
+    medians = {c["label"]: c["summary"]["median"] for c in commands if "summary" in c}
     srows: List[List[Any]] = []
-    for command in startup.get("commands", []):
+    for command in commands:
+        label = command["label"]
         if "summary" not in command:
-            srows.append([f"`{command['label']}`", "failed", command.get("error", "")[:120], ""])
+            srows.append([f"`{label}`", "failed", command.get("error", "")[:120], "", ""])
             continue
-        vs = ""
-        if base is not None and command is not base and command["label"] != "true":
-            vs = f"×{command['summary']['median'] / base['summary']['median']:.2f}"
+        baseline = startup_baseline(label)
+        added = ratio_cell = ""
+        if baseline is not None and baseline in medians:
+            mine, theirs = medians[label], medians[baseline]
+            added = f"{mine - theirs:+.1f} ms vs `{baseline}`"
+            ratio_cell = f"×{mine / theirs:.2f}"
         srows.append(
-            [f"`{command['label']}`", _s(command["summary"]), _range(command["summary"]), vs]
+            [f"`{label}`", _s(command["summary"]), _range(command["summary"]), added, ratio_cell]
         )
-    out += _table(["Command", "Median [IQR]", "Min–max", "vs `python -c pass`"], srows)
+    out += _table(["Command", "Median [IQR]", "Min–max", "Added (medians)", "Ratio"], srows)
+    if any("pynumabind exec" in c["label"] for c in commands):
+        out += [
+            "",
+            "`pynumabind exec` starts two interpreters (its own, then the command it execs); "
+            "in-process binding starts one.",
+        ]
     if not numactl.get("available", False):
         out += ["", f"numactl unavailable: {numactl.get('status', 'unknown')}."]
     ratios = startup.get("ratios", [])
@@ -181,6 +185,13 @@ def _pulled_in(modules: List[Dict[str, Any]]) -> str:
 
 
 SHORT = {"bandwidth": "bw", "latency": "lat"}
+
+
+def startup_baseline(label: str) -> Optional[str]:
+    """What a start-up command is compared with: the same program started bare."""
+    if label in ("true", "python -c pass"):
+        return None
+    return "python -c pass" if "python" in label else "true"
 
 
 def _locality_md(data: Dict[str, Any]) -> List[str]:

@@ -161,6 +161,7 @@ def run_gpu(task: Dict[str, Any]) -> Dict[str, Any]:
         "unit": "GB/s",
         "placement": page_placement(host.numpy()),
     }
+    event_type: Any = torch.cuda.Event  # untyped in torch's stubs
     with torch.cuda.device(device):
         stream = torch.cuda.current_stream(device)
         copies: Tuple[Tuple[str, Callable[[], Any]], ...] = (
@@ -172,8 +173,8 @@ def run_gpu(task: Dict[str, Any]) -> Dict[str, Any]:
             torch.cuda.synchronize(device)
             samples: List[float] = []
             for _ in range(int(task["reps"])):
-                start = torch.cuda.Event(enable_timing=True)
-                stop = torch.cuda.Event(enable_timing=True)
+                start = event_type(enable_timing=True)
+                stop = event_type(enable_timing=True)
                 start.record(stream)
                 copy()
                 stop.record(stream)

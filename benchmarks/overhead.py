@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .common import Settings, say, worker_env
 from .machine import read_nodes
+from .probe import cold_source
 from .stats import Summary, ratio, summarize
 
 __all__ = ["ensure_numactl", "parse_importtime", "run_overhead"]
@@ -205,7 +206,11 @@ def run_startup(settings: Settings, numactl: Optional[str]) -> Dict[str, Any]:
 
 
 def _probe(args: Sequence[str], env: Dict[str, str], timeout: float = 120) -> Dict[str, Any]:
-    argv = [sys.executable, "-m", "benchmarks.probe", *args]
+    return _run_json([sys.executable, "-m", "benchmarks.probe", *args], env, timeout)
+
+
+def _run_json(argv: List[str], env: Dict[str, str], timeout: float = 120) -> Dict[str, Any]:
+    """Run a probe; its last stdout line as JSON, or ``{"error": ...}``."""
     try:
         done = subprocess.run(
             argv, check=False, capture_output=True, text=True, env=env, timeout=timeout
@@ -264,13 +269,14 @@ def run_bind_cost(settings: Settings) -> Dict[str, Any]:
         bind_s: List[float] = []
         cold: Dict[str, Any] = {"nvml": "hidden (pynvml import fails)"}
         for _ in range(settings.startup_reps):
-            result = _probe(["cold", "0"], env)
+            result = _run_json([sys.executable, "-c", cold_source(0)], env)
             if "error" in result:
                 cold["error"] = result["error"]
                 break
             import_s.append(result["import_s"] * 1e3)
             bind_s.append(result["bind_s"] * 1e3)
             cold["modules_after_bind"] = result.get("modules_after_bind")
+            cold["entry"] = result.get("entry")
             cold["binding"] = result.get("binding")
         if bind_s:
             cold["import"] = summarize(import_s, "ms").to_dict()

@@ -1,8 +1,9 @@
-"""Measurements that must start in a pristine interpreter: ``python -m benchmarks.probe WHAT``.
+"""Measurements that need a fresh interpreter: ``python -m benchmarks.probe WHAT``.
 
-Nothing from pynumabind is imported at module level, so ``cold`` times the
-package's first import, discovery, planning and binding exactly as a
-freshly spawned worker pays them.  Prints one JSON object on stdout.
+``COLD_SOURCE`` is run with ``python -c`` rather than ``-m`` (runpy itself
+loads importlib, contextlib and functools, which pynumabind would otherwise
+pay for), so the cold figures include every module the first bind loads.
+Prints one JSON object on stdout.
 """
 
 from __future__ import annotations
@@ -15,6 +16,48 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 WATCHED_MODULES = ("pynvml", "numpy", "torch", "cffi", "_cffi_backend")
+
+# First import, then the first bind_current_process(RANK): detect, plan, apply.
+# Only builtin modules (time, sys) are loaded before the clock stops.
+COLD_SOURCE = """
+import time
+start = time.perf_counter()
+import pynumabind
+imported = time.perf_counter()
+import sys
+WATCHED = WATCHED_TUPLE
+after_import = sorted(m for m in WATCHED if m in sys.modules)
+begin = time.perf_counter()
+bind = getattr(pynumabind, "bind_current_process", None)
+entry = "pynumabind.bind_current_process"
+if bind is None:
+    from pynumabind import binder
+    bind = binder.bind_current_process
+    entry = "pynumabind.binder.bind_current_process (not exported)"
+binding = bind(RANK)
+bound = time.perf_counter()
+import json
+try:
+    described = binding.to_dict()
+    json.dumps(described)
+except Exception:
+    described = {"repr": repr(binding)[:400]}
+print(json.dumps({
+    "import_s": imported - start,
+    "bind_s": bound - begin,
+    "entry": entry,
+    "modules_after_import": after_import,
+    "modules_after_bind": sorted(m for m in WATCHED if m in sys.modules),
+    "binding": described,
+}))
+"""
+
+
+def cold_source(rank: int) -> str:
+    """The ``python -c`` program of one cold measurement."""
+    return COLD_SOURCE.replace("WATCHED_TUPLE", repr(WATCHED_MODULES)).replace(
+        "RANK", str(int(rank))
+    )
 
 
 def loaded(names: Tuple[str, ...] = WATCHED_MODULES) -> List[str]:
@@ -36,37 +79,6 @@ def probe_import() -> Dict[str, Any]:
     import pynumabind  # noqa: F401
 
     return {"import_s": time.perf_counter() - start, "modules_after_import": loaded()}
-
-
-def probe_cold(rank: int) -> Dict[str, Any]:
-    """First import, then the first ``bind_current_process(rank)``: detect, plan, apply."""
-    start = time.perf_counter()
-    import pynumabind
-
-    imported = time.perf_counter()
-    out: Dict[str, Any] = {"import_s": imported - start, "modules_after_import": loaded()}
-    bind, out["entry"] = bind_entry(pynumabind)
-    binding = bind(rank)
-    out["bind_s"] = time.perf_counter() - imported
-    out["modules_after_bind"] = loaded()
-    out["binding"] = _describe(binding)
-    return out
-
-
-def _describe(binding: Any) -> Dict[str, Any]:
-    """What the binding did, in JSON terms (duck-typed: the binder's API may grow)."""
-    if hasattr(binding, "to_dict"):
-        try:
-            described: Dict[str, Any] = binding.to_dict()
-            json.dumps(described)
-            return described
-        except (TypeError, ValueError):
-            pass
-    plan = getattr(binding, "plan", None)
-    described = {"repr": repr(binding)[:400]}
-    if plan is not None and hasattr(plan, "to_dict"):
-        described["plan"] = plan.to_dict()
-    return described
 
 
 # ------------------------------------------------------------------- warm
@@ -181,8 +193,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         if what == "import":
             result = probe_import()
-        elif what == "cold":
-            result = probe_cold(int(args[1]))
         elif what == "warm":
             result = probe_warm(int(args[1]), int(args[2]), int(args[3]))
         else:

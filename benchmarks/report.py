@@ -103,7 +103,8 @@ def _overhead_md(data: Dict[str, Any]) -> List[str]:
             [
                 "`bind_current_process(0)` cold: detect + plan + apply, no NVML",
                 _s(cold["bind"]),
-                f"first import before it: {_s(cold.get('import'))}",
+                f"fresh interpreter, first call; includes loading the modules it needs "
+                f"(`import pynumabind` before it: {_s(cold.get('import'))})",
             ]
         )
     else:

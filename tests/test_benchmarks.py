@@ -10,6 +10,8 @@ import math
 import os
 import shlex
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,7 @@ from benchmarks import report
 from benchmarks.__main__ import main as bench_main
 from benchmarks.__main__ import write_results
 from benchmarks.ckernels import load_kernels
-from benchmarks.common import Settings, Setup, run_worker
+from benchmarks.common import Settings, Setup, run_worker, worker_env
 from benchmarks.gpu import run_gpu
 from benchmarks.jitter import count_migrations
 from benchmarks.locality import locality_ratios, locality_setups, setup_kind
@@ -29,6 +31,7 @@ from benchmarks.machine import (
     read_nodes,
 )
 from benchmarks.overhead import importtime_descendants, parse_importtime, startup_commands
+from benchmarks.probe import cold_source
 from benchmarks.stats import Summary, quantile, ratio, summarize
 
 # ------------------------------------------------------------- statistics
@@ -401,3 +404,29 @@ def test_importtime_descendants_are_the_deeper_lines_above() -> None:
     ]
     assert importtime_descendants(text, "json") == []
     assert importtime_descendants(text, "absent") == []
+
+
+def test_cold_probe_binds_and_import_loads_neither_pynvml_nor_numpy() -> None:
+    """The cold measurement's program, run for real in a fresh interpreter."""
+    done = subprocess.run(
+        [sys.executable, "-c", cold_source(0)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=worker_env(),
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(result) == {
+        "import_s",
+        "bind_s",
+        "entry",
+        "modules_after_import",
+        "modules_after_bind",
+        "binding",
+    }
+    assert result["import_s"] > 0 and result["bind_s"] > 0
+    assert "pynvml" not in result["modules_after_import"]
+    assert "numpy" not in result["modules_after_import"]
+    assert result["binding"]["plan"]["rank"] == 0

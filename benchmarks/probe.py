@@ -20,6 +20,7 @@ WATCHED_MODULES = ("pynvml", "numpy", "torch", "cffi", "_cffi_backend")
 # First import, then the first bind_current_process(RANK): detect, plan, apply.
 # Only builtin modules (time, sys) are loaded before the clock stops.
 COLD_SOURCE = """
+PRELOAD
 import time
 start = time.perf_counter()
 import pynumabind
@@ -53,10 +54,15 @@ print(json.dumps({
 """
 
 
-def cold_source(rank: int) -> str:
-    """The ``python -c`` program of one cold measurement."""
-    return COLD_SOURCE.replace("WATCHED_TUPLE", repr(WATCHED_MODULES)).replace(
-        "RANK", str(int(rank))
+def cold_source(rank: int, preload: Tuple[str, ...] = ()) -> str:
+    """The ``python -c`` program of one cold measurement; ``preload``: modules imported first."""
+    for name in preload:
+        if not name.replace(".", "").replace("_", "").isalnum():
+            raise ValueError(f"not a module name: {name!r}")
+    return (
+        COLD_SOURCE.replace("PRELOAD", "".join(f"import {name}\n" for name in preload))
+        .replace("WATCHED_TUPLE", repr(WATCHED_MODULES))
+        .replace("RANK", str(int(rank)))
     )
 
 

@@ -97,18 +97,30 @@ def _overhead_md(data: Dict[str, Any]) -> List[str]:
             + _pulled_in(imp.get("imported_by_pynumabind") or []),
         ]
     ]
-    cold = data.get("bind", {}).get("cold", {})
-    if "bind" in cold:
-        rows.append(
-            [
-                "`bind_current_process(0)` cold: detect + plan + apply, no NVML",
-                _s(cold["bind"]),
-                f"fresh interpreter, first call; includes loading the modules it needs "
-                f"(`import pynumabind` before it: {_s(cold.get('import'))})",
-            ]
-        )
-    else:
-        rows.append(["`bind_current_process(0)` cold", "n/a", cold.get("error", "not measured")])
+    for key, what in (
+        ("cold", "fresh interpreter"),
+        (
+            "cold_preloaded",
+            "fresh interpreter that already loaded {preloaded}, as a torch worker has",
+        ),
+    ):
+        cold = data.get("bind", {}).get(key)
+        if cold is None:
+            continue
+        where = what.format(preloaded=", ".join(cold.get("preloaded") or []))
+        if "bind" in cold:
+            rows.append(
+                [
+                    "`bind_current_process(0)` cold: detect + plan + apply, no NVML",
+                    _s(cold["bind"]),
+                    f"{where}; first call, including the modules it loads "
+                    f"(`import pynumabind` before it: {_s(cold.get('import'))})",
+                ]
+            )
+        else:
+            rows.append(
+                ["`bind_current_process(0)` cold", "n/a", cold.get("error", "not measured")]
+            )
     for warm in data.get("bind", {}).get("warm", []):
         threads = warm.get("threads", "?")
         plural = "" if threads == 1 else "s"

@@ -430,3 +430,10 @@ def test_cold_probe_binds_and_import_loads_neither_pynvml_nor_numpy() -> None:
     assert "pynvml" not in result["modules_after_import"]
     assert "numpy" not in result["modules_after_import"]
     assert result["binding"]["plan"]["rank"] == 0
+
+
+def test_cold_source_preloads_only_module_names() -> None:
+    assert cold_source(3, ("json", "logging")).lstrip().startswith("import json\nimport logging\n")
+    assert "bind(3)" in cold_source(3)
+    with pytest.raises(ValueError, match="not a module name"):
+        cold_source(0, ("os; import evil",))

@@ -97,10 +97,11 @@ def _overhead_md(data: Dict[str, Any]) -> List[str]:
             + _pulled_in(imp.get("imported_by_pynumabind") or []),
         ]
     ]
-    for key, what in (
-        ("cold", "fresh interpreter"),
+    for key, label, what in (
+        ("cold", "cold", "fresh interpreter"),
         (
             "cold_preloaded",
+            "cold, stdlib preloaded",
             "fresh interpreter that already loaded {preloaded}, as a torch worker has",
         ),
     ):
@@ -111,7 +112,7 @@ def _overhead_md(data: Dict[str, Any]) -> List[str]:
         if "bind" in cold:
             rows.append(
                 [
-                    "`bind_current_process(0)` cold: detect + plan + apply, no NVML",
+                    f"`bind_current_process(0)` {label}: detect + plan + apply, no NVML",
                     _s(cold["bind"]),
                     f"{where}; first call, including the modules it loads "
                     f"(`import pynumabind` before it: {_s(cold.get('import'))})",
@@ -119,7 +120,7 @@ def _overhead_md(data: Dict[str, Any]) -> List[str]:
             )
         else:
             rows.append(
-                ["`bind_current_process(0)` cold", "n/a", cold.get("error", "not measured")]
+                [f"`bind_current_process(0)` {label}", "n/a", cold.get("error", "not measured")]
             )
     for warm in data.get("bind", {}).get("warm", []):
         threads = warm.get("threads", "?")

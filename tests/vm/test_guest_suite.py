@@ -27,7 +27,7 @@ def test_guest_suite_passes(vm_tools: VmTools, pytestconfig: pytest.Config) -> N
     disabled = [name for name, key in SLOW_UNUSED_PLUGINS.items() if key not in addopts]
     result = run_pytest_in_guest(
         STANDARD_TOPOLOGY,
-        ["-v", "-rfEs", str(GUEST_TESTS)],
+        ["-v", "-rfEs", "--durations=12", str(GUEST_TESTS)],
         timeout=240,
         disable_plugins=disabled,
     )

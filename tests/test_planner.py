@@ -19,6 +19,7 @@ from topology_builders import (
     dgx_a100_nps4,
     dgx_h100,
     gb200_tray,
+    gh200_quad,
     gpu,
     make_topology,
     mi300x_unknown_gpu_node,
@@ -283,6 +284,42 @@ def test_gb200_without_gpus_spreads_over_cpu_nodes_only() -> None:
     assert cpus_of(plans) == ["0-71", "72-143"]
 
 
+# ------------------------------------------------------------- GH200
+
+
+def test_gh200_quad_places_by_distance() -> None:
+    plans = plan_all(gh200_quad())
+    assert cpus_of(plans) == ["0-71", "72-143", "144-215", "216-287"]
+    assert mems_of(plans) == ["0", "1", "2", "3"]
+    # HBM node 12 is 80 from Grace 1 and 120 from the others: no tie.
+    assert any_reason(plans[1], "node 12 has no CPUs; nearest CPU node is 1 (distance 80)")
+    assert not any("tie" in r for p in plans for r in p.reasons)
+    assert mems_of(plan_all(gh200_quad(), gpu_memory=True)) == ["0,4", "1,12", "2,20", "3,28"]
+
+
+def test_gh200_quad_two_ranks_per_gpu_exclusive() -> None:
+    plans = plan_all(gh200_quad(), nprocs=8, mode="exclusive")
+    # Ranks k and k+4 share GPU k and Grace k: 72 cores -> 36 each, rank order.
+    assert cpus_of(plans) == [
+        "0-35",
+        "72-107",
+        "144-179",
+        "216-251",
+        "36-71",
+        "108-143",
+        "180-215",
+        "252-287",
+    ]
+    assert all(p.warnings for p in plans)  # wrap-around is surfaced
+
+
+def test_nodes_override_keeps_the_gpu_memory_node_without_detection_warnings() -> None:
+    p = plan(gh200_quad(), 0, nodes="1,0,2,3", gpu_memory=True)
+    assert p.cpus == parse_cpulist("72-143") and p.mems == frozenset({1, 4})
+    assert p.warnings == ()
+    assert any_reason(p, "nodes override puts rank 0 on node(s) 1 instead of the detected 0")
+
+
 # ------------------------------------------------------------- MI300X
 
 
@@ -375,8 +412,9 @@ def test_gpu_affinity_spanning_two_nodes() -> None:
         gpus=[gpu(0, None, local_cpus="2-7", source="nvml"), gpu(1, 0)],
     )
     p = plan(topo, 0)
-    assert p.cpus == frozenset(range(8)) and p.node == 1  # node 1 holds 4 of 6
+    assert p.cpus == frozenset(range(2, 8)) and p.node == 1  # node 1 holds 4 of 6
     assert p.mems == frozenset({0, 1})
+    assert plan(topo, 0, mode="socket").cpus == frozenset(range(8))
     # Exclusive slices one node: the primary.
     ex = plan_all(topo, mode="exclusive")
     assert cpus_of(ex) == ["4-7", "0-3"]
@@ -431,6 +469,8 @@ def test_rank_range() -> None:
         plan(topo, True)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="at least 1"):
         plan_all(topo, nprocs=0)
+    with pytest.raises(ConfigError, match="exceeds the limit"):
+        plan_all(topo, nprocs=10**9)
     assert plan(topo, 11, nprocs=12).device.index == 3  # type: ignore[union-attr]
 
 
@@ -536,6 +576,7 @@ MACHINES = {
     "dgx_h100": dgx_h100,
     "dgx_a100": dgx_a100_nps4,
     "gb200": gb200_tray,
+    "gh200": gh200_quad,
     "mi300x": mi300x_unknown_gpu_node,
     "threadripper": threadripper_memoryless,
 }
@@ -552,3 +593,42 @@ def test_plan_matches_plan_all_on_real_machines(machine: str, mode: str) -> None
         data = p.to_dict()
         assert data["rank"] == p.rank and data["mode"] == mode
         assert data["reasons"] and data["reasons"][0].endswith(("visible GPU", "(0-3)"))
+
+
+def test_nothing_allowed_is_a_plan_error() -> None:
+    topo = make_topology({0: "0-3"}, allowed_cpus="")
+    with pytest.raises(PlanError, match="no NUMA node has an allowed CPU"):
+        plan_all(topo)
+
+
+def test_gpu_affinity_outside_cpuset_is_a_plan_error() -> None:
+    topo = make_topology(
+        {0: "0-3", 1: "4-7"},
+        gpus=[gpu(0, None, local_cpus="4-7", source="nvml")],
+        allowed_cpus="0-3",
+    )
+    with pytest.raises(PlanError, match=r"affinity 4-7 \(on node\(s\) 1\) has no CPU .* 0-3"):
+        plan(topo, 0)
+    # Memory-only planning still works for that rank.
+    assert plan(topo, 0, mode="none").mems == frozenset({1})
+
+
+NODE_MODE_MEMS = {
+    "dgx_a100": ["3", "3", "1", "1", "7", "7", "5", "5"],
+    "gb200": ["0", "0", "1", "1"],
+    "gh200": ["0", "1", "2", "3"],
+    "mi300x": ["0", "0", "0", "", "1", "1", "1", "1"],
+    "threadripper": ["1", "1", "2", "1"],
+}
+
+
+@pytest.mark.parametrize("machine", sorted(NODE_MODE_MEMS))
+def test_none_mode_golden(machine: str) -> None:
+    plans = plan_all(MACHINES[machine](), mode="none")
+    assert cpus_of(plans) == [None] * len(plans)
+    assert mems_of(plans) == NODE_MODE_MEMS[machine]
+
+
+def test_mi300x_socket_mode_golden() -> None:
+    plans = plan_all(mi300x_unknown_gpu_node(), mode="socket")
+    assert cpus_of(plans) == [H100_NODE0] * 3 + [None] + [H100_NODE1] * 4

@@ -295,6 +295,56 @@ def gb200_tray(*, with_affinity: bool = True, **overrides: object) -> Topology:
     return make_topology(**spec)  # type: ignore[arg-type]
 
 
+GH200_GPU_NODES = (4, 12, 20, 28)
+
+
+def _gh200_quad_distance(a: int, b: int) -> int:
+    """The numactl -H matrix of numactl issue #224: 10/40/80/120/255."""
+    if a == b:
+        return 10
+    if a < 4 and b < 4:
+        return 40
+    if a < 4 or b < 4:
+        cpu_node, gpu_node = (a, b) if a < 4 else (b, a)
+        return 80 if (gpu_node - 4) // 8 == cpu_node else 120
+    return 255
+
+
+def gh200_quad(**overrides: object) -> Topology:
+    """4x GH200 node (gh200_grace_hopper.txt, part B).
+
+    Grace nodes 0-3 with 72 cores each (no SMT): 0-71, 72-143, 144-215,
+    216-287 (DeltaAI table and "4 sockets x 72 cores").  GPU k's HBM is node
+    4+8k (NVML "GPU NUMA ID" 4, 12, ...), the 7 nodes after it empty MIG
+    placeholders.  SLIT verbatim from the numactl -H matrix.  No CPU
+    affinity is given to the GPUs, so the planner must use the distances.
+    """
+    nodes: Dict[int, str] = {k: f"{72 * k}-{72 * k + 71}" for k in range(4)}
+    for n in range(4, 36):
+        nodes[n] = ""
+    gpus = [
+        gpu(
+            k,
+            GH200_GPU_NODES[k],
+            bus=f"{k:04x}:01:00.0",
+            memory_node=GH200_GPU_NODES[k],
+            source="nvml",
+            model="NVIDIA GH200 120GB",
+        )
+        for k in range(4)
+    ]
+    spec: Dict[str, object] = dict(
+        nodes=nodes,
+        packages={k: k for k in range(4)},
+        memoryless=[n for n in range(4, 36) if n not in GH200_GPU_NODES],
+        l3="package",
+        distance=_gh200_quad_distance,
+        gpus=gpus,
+    )
+    spec.update(overrides)
+    return make_topology(**spec)  # type: ignore[arg-type]
+
+
 def mi300x_unknown_gpu_node(*, affinity_for_unknown: str = "", **overrides: object) -> Topology:
     """8x MI300X on 2x Sapphire Rapids (mi300x_8gpu_2x_spr_rccl_topo.txt).
 

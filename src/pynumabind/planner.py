@@ -16,13 +16,17 @@ How a rank is placed
    the GPU's ``local_cpus`` or, without those, the nearest CPU node by SLIT
    distance (ties: lowest id); when the node is unknown, the nodes of
    ``local_cpus``; with neither, the rank is left unbound (``cpus=None``).
-3. Its CPUs, by mode: ``node`` (all allowed CPUs of the node), ``socket``
+3. Its CPUs, by mode: ``node`` (all allowed CPUs of the node, or of the
+   GPU's affinity when the rank was placed by it), ``socket``
    (all allowed CPUs of the node's package), ``exclusive`` (disjoint,
    contiguous whole-core slices among the ranks on the same node, balanced to
-   within one core), ``core-complex`` (the same, but along L3 groups) or
-   ``none``.  Plans never leave the allowed CPUs; an empty intersection is a
+   within one core; a GPU affinity spanning nodes is narrowed to the node
+   holding most of it), ``core-complex`` (the same, but whole L3 groups per
+   rank when there are enough, else exclusive within groups) or ``none``.
+   Plans never leave the allowed CPUs; an empty intersection is a
    :class:`PlanError`, never a silently unbound worker.
-4. Its memory nodes: the nodes of its CPUs; a node without memory (or whose
+4. Its memory nodes: the nodes of its CPUs (a ``nodes`` override names them
+   directly); a node without memory (or whose
    memory is outside the allowed mems) is replaced by the nearest node with
    allowed memory.  ``gpu_memory=True`` adds the GPU's own memory node.
    ``interleave`` uses ``interleave_nodes`` or, by default, these same nodes.
@@ -74,6 +78,7 @@ from .planning import CpuMode, MemoryPolicy, Plan
 from .topology import Gpu, Topology
 
 __all__ = [
+    "MAX_NPROCS",
     "RANK_SEPARATOR",
     "CpusOverride",
     "NodesOverride",
@@ -84,6 +89,7 @@ __all__ = [
 ]
 
 RANK_SEPARATOR = ";"
+MAX_NPROCS = 65536  # local ranks; bounds the work when nprocs comes from the environment
 
 NodesOverride = Union[str, Sequence[Union[int, str, AbstractSet[int]]]]
 CpusOverride = Union[str, Sequence[Union[str, AbstractSet[int]]]]
@@ -245,6 +251,7 @@ class _Rank:
     nodes: frozenset[int] = frozenset()  # CPU placement nodes; empty = unknown
     primary: Optional[int] = None
     derived_multi: bool = False  # nodes came from a GPU affinity spanning nodes
+    affinity: Optional[frozenset[int]] = None  # the GPU's CPU affinity, when placed by it
     gpu_memory_node: Optional[int] = None
     cpus: Optional[frozenset[int]] = None
     reasons: List[str] = field(default_factory=list)
@@ -314,14 +321,21 @@ def _request(
         nprocs = _check_int(nprocs, "nprocs")
         reason = f"{nprocs} local ranks (given)"
         for name, count in lengths.items():
+            separators = f"{RANK_SEPARATOR!r}" + (" or ','" if name == "nodes" else "")
             if count != nprocs:
                 raise ConfigError(
                     f"the {name} override has {count} entries but there are {nprocs} local "
-                    f"ranks; give exactly one entry per rank (ranks separated by "
-                    f"{RANK_SEPARATOR!r})"
+                    f"ranks; give exactly one entry per rank (ranks separated by {separators})"
                 )
     if nprocs < 1:
+        if not topology.gpus and not lengths:
+            raise PlanError(
+                f"no NUMA node has an allowed CPU (allowed CPUs "
+                f"{format_ids(topology.allowed_cpus)}), so there is no rank to place"
+            )
         raise ConfigError(f"nprocs must be at least 1, not {nprocs}")
+    if nprocs > MAX_NPROCS:
+        raise ConfigError(f"nprocs {nprocs} exceeds the limit of {MAX_NPROCS} local ranks")
 
     gpu_count = len(topology.gpus)
     explicit = [False] * nprocs
@@ -412,6 +426,7 @@ def _check_overrides(topology: Topology, request: _Request) -> None:
                     f"nodes override for rank {r} names NUMA node(s) {format_ids(unknown)}, "
                     f"which this machine does not have (nodes {format_ids(all_nodes)})"
                 )
+        for r, wanted in enumerate(request.node_sets):
             if request.mode is not CpuMode.NONE and request.cpu_sets is None:
                 cpuless = frozenset(n for n in wanted if not topology.nodes[n].cpus)
                 if cpuless:
@@ -476,6 +491,7 @@ def _place_on_affinity(topology: Topology, state: _Rank, gpu: Gpu, why: str) -> 
     if not nodes:
         return False
     state.nodes = nodes
+    state.affinity = local
     state.primary = _primary_node(topology, nodes, local)
     state.derived_multi = len(nodes) > 1
     state.reasons.append(
@@ -532,10 +548,12 @@ def _place_gpu(topology: Topology, state: _Rank, gpu: Gpu) -> None:
             return
         if node.has_memory and state.gpu_memory_node is None:
             state.gpu_memory_node = node_id
-        why = (
-            f"{label} is on NUMA node {node_id} ({gpu.source} numa_node), a CPU-less "
-            "memory node (the GPU's own memory, as on Grace/GB200)"
+        what = (
+            "a CPU-less memory node (the GPU's own memory, as on Grace/GB200)"
+            if node.has_memory
+            else "a node with neither CPUs nor memory"
         )
+        why = f"{label} is on NUMA node {node_id} ({gpu.source} numa_node), {what}"
         if _place_on_affinity(topology, state, gpu, why):
             return
         state.reasons.append(why)
@@ -566,8 +584,12 @@ def _place(topology: Topology, request: _Request, rank: int) -> _Rank:
     if request.node_sets is not None:
         wanted = request.node_sets[rank]
         if state.device is not None:
-            _place_gpu(topology, state, state.device)
-            detected = state.nodes
+            # Detect only to report the difference and find the GPU's memory
+            # node; the detection's own warnings do not apply to an override.
+            scratch = _Rank(rank=rank)
+            _place_gpu(topology, scratch, state.device)
+            state.gpu_memory_node = scratch.gpu_memory_node
+            detected = scratch.nodes
             state.reasons.append(
                 f"nodes override puts rank {rank} on node(s) {format_ids(wanted)}"
                 + (
@@ -580,6 +602,7 @@ def _place(topology: Topology, request: _Request, rank: int) -> _Rank:
             state.reasons.append(f"nodes override puts rank {rank} on node(s) {format_ids(wanted)}")
         state.nodes = wanted
         state.derived_multi = False
+        state.affinity = None
         state.primary = _primary_node(topology, wanted, _node_cpus(topology, wanted))
         return state
     if state.device is not None:
@@ -605,8 +628,9 @@ def _place(topology: Topology, request: _Request, rank: int) -> _Rank:
 
 
 def _empty(topology: Topology, state: _Rank, wanted: frozenset[int], what: str) -> PlanError:
+    """The never-silently-unbound error: names the node, the CPUs wanted and allowed."""
     return PlanError(
-        f"rank {state.rank}: {what} node(s) {format_ids(state.nodes)} have CPUs "
+        f"rank {state.rank}: {what}node(s) {format_ids(state.nodes)} have CPUs "
         f"{format_ids(wanted)}, but this process may only use CPUs "
         f"{format_ids(topology.allowed_cpus)} (affinity/cpuset): the intersection is empty"
     )
@@ -774,17 +798,31 @@ def _choose_cpus(topology: Topology, request: _Request, states: List[_Rank]) -> 
         if not s.nodes:
             continue  # unknown node: left unbound, already explained
         wanted = _node_cpus(topology, s.nodes)
-        if mode is CpuMode.NODE:
+        if mode is CpuMode.NODE and s.affinity is not None:
+            got = s.affinity & allowed
+            if not got:
+                s.error = PlanError(
+                    f"rank {s.rank}: its GPU's CPU affinity {format_ids(s.affinity)} (on "
+                    f"node(s) {format_ids(s.nodes)}) has no CPU in this process's allowed "
+                    f"CPUs {format_ids(allowed)} (affinity/cpuset)"
+                )
+                continue
+            s.cpus = got
+            s.reasons.append(
+                f"mode node: the allowed CPUs of the GPU's affinity: {format_ids(got)}"
+            )
+        elif mode is CpuMode.NODE:
             got = wanted & allowed
             if not got:
-                s.error = _empty(topology, s, wanted, "its")
+                s.error = _empty(topology, s, wanted, "its ")
                 continue
             s.cpus = got
             s.reasons.append(
                 f"mode node: all allowed CPUs of node(s) {format_ids(s.nodes)}: {format_ids(got)}"
             )
         elif mode is CpuMode.SOCKET:
-            packages = frozenset(topology.cpus[c].package for c in wanted if c in topology.cpus)
+            source = s.affinity if s.affinity is not None else wanted
+            packages = frozenset(topology.cpus[c].package for c in source if c in topology.cpus)
             if not packages:
                 got = wanted & allowed
                 s.reasons.append(
@@ -795,7 +833,7 @@ def _choose_cpus(topology: Topology, request: _Request, states: List[_Rank]) -> 
                 wanted = _union(topology.package_cpus(p) for p in packages)
                 got = wanted & allowed
             if not got:
-                s.error = _empty(topology, s, wanted, "the package of its")
+                s.error = _empty(topology, s, wanted, "the package(s) of its ")
                 continue
             s.cpus = got
             spanned = _nodes_of(topology, got)
@@ -837,7 +875,7 @@ def _slice_group(
     pool = wanted & topology.allowed_cpus
     if not pool:
         for s in members:
-            s.error = _empty(topology, s, wanted, "its")
+            s.error = _empty(topology, s, wanted, "its ")
         return
     where = f"node(s) {format_ids(key)}"
     cores = _cores(topology, pool)

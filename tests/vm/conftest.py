@@ -23,7 +23,8 @@ collect_ignore = [] if IN_GUEST else ["guest"]
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "vm: boots QEMU multi-NUMA guests (slow; skipped only when QEMU or the guest kernel cannot be obtained)",
+        "vm: boots QEMU multi-NUMA guests (slow; skipped only when QEMU or the guest kernel "
+        "cannot be obtained)",
     )
 
 

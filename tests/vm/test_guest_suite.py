@@ -37,8 +37,6 @@ def test_guest_suite_passes(vm_tools: VmTools, pytestconfig: pytest.Config) -> N
         f"{result.output}\n"
     )
     if result.returncode != 0:
-        pytest.fail(
-            f"guest pytest exited {result.returncode}:\n{result.output}", pytrace=False
-        )
+        pytest.fail(f"guest pytest exited {result.returncode}:\n{result.output}", pytrace=False)
     assert " passed" in result.output
     assert " skipped" not in result.output, "guest tests skipped inside the guest"

@@ -320,13 +320,15 @@ STANDARD_TOPOLOGY = GuestTopology(
     # Two sockets at the usual remote distance; node 2 stands for device memory attached close to
     # socket 1 (30) and farther from socket 0 (40).
     distances={(0, 1): 21, (1, 2): 30, (0, 2): 40},
-    pci_expander_nodes=(1,),
+    # A device on a CPU node and one on the memory-only node (as a Grace GPU on its HBM node).
+    pci_expander_nodes=(1, 2),
 )
 """Topology used by ``test_guest_suite.py`` for the guest-side tests in ``tests/vm/guest``.
 
 node0: CPUs 0-1, 512 MiB; node1: CPUs 2-3, 512 MiB; node2: memory only, 256 MiB.
-Distances 0-1 = 21, 1-2 = 30, 0-2 = 40.  One bochs-display PCI device (vendor 0x1234, device
-0x1111, class 0x038000) behind a pxb expander on node 1, at guest address 0000:21:00.0.
+Distances 0-1 = 21, 1-2 = 30, 0-2 = 40.  Two bochs-display PCI devices (vendor 0x1234, device
+0x1111, class 0x038000), each behind a pxb expander: on node 1 at guest address 0000:21:00.0
+(local_cpulist 2-3) and on the memory-only node 2 at 0000:41:00.0 (empty local_cpulist).
 """
 
 

@@ -22,10 +22,11 @@ NODE1_CPUS = frozenset({2, 3})
 ALL_CPUS = NODE0_CPUS | NODE1_CPUS
 ALL_NODES = frozenset({0, 1, 2})
 
-# The bochs-display behind the pxb expander on node 1.
+# The bochs-display devices behind the pxb expanders on node 1 and on the memory-only node 2.
 PCI_VENDOR = 0x1234
 PCI_CLASS = "0x0380"
 PCI_ADDRESS = "0000:21:00.0"
+PCI_ADDRESS_NODE2 = "0000:41:00.0"
 
 GUEST_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(GUEST_DIR)))

@@ -1,9 +1,9 @@
 """Discovery on a real multi-NUMA kernel: the guest reads back as it was booted.
 
 Runs inside the guest booted with ``harness.STANDARD_TOPOLOGY`` (node0 CPUs 0-1, node1 CPUs
-2-3, node2 memory only; distances 0-1=21, 0-2=40, 1-2=30; a bochs-display on node 1 at
-0000:21:00.0).  Expected values come from the harness's ``GuestTopology`` (what QEMU was
-told), never from the library.
+2-3, node2 memory only; distances 0-1=21, 0-2=40, 1-2=30; bochs-displays on node 1 at
+0000:21:00.0 and on node 2 at 0000:41:00.0).  Expected values come from the harness's
+``GuestTopology`` (what QEMU was told), never from the library.
 """
 
 from __future__ import annotations
@@ -15,7 +15,18 @@ from pynumabind.planner import plan
 from pynumabind.topology import Topology
 
 from ..harness import GuestTopology
-from ._guestlib import ALL_CPUS, ALL_NODES, NODE1_CPUS, PCI_ADDRESS, PCI_CLASS, PCI_VENDOR
+from ._guestlib import (
+    ALL_CPUS,
+    ALL_NODES,
+    NODE1_CPUS,
+    PCI_ADDRESS,
+    PCI_ADDRESS_NODE2,
+    PCI_CLASS,
+    PCI_VENDOR,
+    fresh_page_nodes,
+    mempolicy,
+    task_affinities,
+)
 
 EXTRA_VENDORS = {0x10DE: "nvidia", 0x1002: "amd", PCI_VENDOR: "qemu"}
 
@@ -75,20 +86,28 @@ def test_unknown_pci_vendor_is_not_a_gpu(topology: Topology) -> None:
     assert topology.gpus == ()
 
 
-@pytest.mark.parametrize("how", ["from_sysfs", "detect"])
-def test_pci_device_on_node1_found_when_accepted(how: str) -> None:
+def _accepting(how: str) -> Topology:
     options = {"gpu_vendors": EXTRA_VENDORS, "pci_classes": [PCI_CLASS]}
     if how == "detect":
-        topology = Topology.detect(use_nvml=False, **options)
-    else:
-        topology = Topology.from_sysfs("/sys", **options)
-    assert len(topology.gpus) == 1, topology.gpus
-    gpu = topology.gpus[0]
-    assert gpu.pci_bus_id == PCI_ADDRESS
-    assert gpu.vendor == "qemu"
-    assert gpu.numa_node == 1
-    assert gpu.local_cpus == NODE1_CPUS
-    assert gpu.index == 0
+        return Topology.detect(use_nvml=False, **options)
+    return Topology.from_sysfs("/sys", **options)
+
+
+@pytest.mark.parametrize("how", ["from_sysfs", "detect"])
+def test_pci_devices_found_when_accepted(how: str) -> None:
+    topology = _accepting(how)
+    assert [g.pci_bus_id for g in topology.gpus] == [PCI_ADDRESS, PCI_ADDRESS_NODE2]
+    on_node1, on_node2 = topology.gpus
+    assert (on_node1.index, on_node2.index) == (0, 1)
+    assert on_node1.vendor == on_node2.vendor == "qemu"
+    assert on_node1.numa_node == 1
+    assert on_node1.local_cpus == NODE1_CPUS
+    assert on_node1.memory_node is None
+    # sysfs puts the second device on the CPU-less node 2 (numa_node 2, empty local_cpulist).
+    # Discovery may keep that as its node or move the CPU side to the nearest CPU node, but it
+    # must not lose node 2: it is the memory that gpu_memory=True adds.
+    assert 2 in (on_node2.numa_node, on_node2.memory_node), on_node2
+    assert on_node2.local_cpus <= NODE1_CPUS, on_node2
 
 
 def test_pci_class_filter_is_exact() -> None:
@@ -102,9 +121,7 @@ def test_pci_class_filter_is_exact() -> None:
 def test_plan_for_pci_device_lands_on_node1(pristine: None) -> None:
     from pynumabind.binder import apply_plan
 
-    from ._guestlib import fresh_page_nodes, task_affinities
-
-    topology = Topology.detect(use_nvml=False, gpu_vendors=EXTRA_VENDORS, pci_classes=[PCI_CLASS])
+    topology = _accepting("detect")
     rank_plan = plan(topology, 0)
     assert rank_plan.device is not None and rank_plan.device.pci_bus_id == PCI_ADDRESS
     assert rank_plan.node == 1
@@ -117,5 +134,27 @@ def test_plan_for_pci_device_lands_on_node1(pristine: None) -> None:
         check = binding.verify()
         assert check.ok, check.problems
         assert set(check.page_nodes) == {1}
+    finally:
+        binding.restore()
+
+
+def test_plan_for_pci_device_on_memory_only_node(pristine: None) -> None:
+    """The discovered device on node 2 runs on node 1 (distance 30 < 40) and, with
+    gpu_memory=True, may allocate from its own node 2 as well."""
+    from pynumabind.binder import apply_plan
+
+    topology = _accepting("detect")
+    without = plan(topology, 1)
+    assert without.device is not None and without.device.pci_bus_id == PCI_ADDRESS_NODE2
+    assert (without.node, without.cpus, without.mems) == (1, NODE1_CPUS, frozenset({1}))
+    rank_plan = plan(topology, 1, gpu_memory=True)
+    assert (rank_plan.node, rank_plan.cpus) == (1, NODE1_CPUS)
+    assert rank_plan.mems == frozenset({1, 2}), rank_plan.reasons
+    binding = apply_plan(rank_plan, on_error="raise")
+    try:
+        assert set(task_affinities().values()) == {NODE1_CPUS}
+        assert mempolicy() == ("MPOL_PREFERRED_MANY", [1, 2])
+        assert fresh_page_nodes(16) == [1] * 16  # the local node of the set comes first
+        assert binding.verify().ok
     finally:
         binding.restore()

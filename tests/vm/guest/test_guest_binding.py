@@ -86,6 +86,19 @@ def test_bind_to_node1_moves_every_thread(topology: Topology) -> None:
         pinned.stop()
 
 
+def test_rank_and_policy_from_launcher_environment() -> None:
+    """torchrun-style variables choose the rank; PYNUMABIND_MEMORY the policy."""
+    environ = {"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "PYNUMABIND_MEMORY": "bind"}
+    binding = bind_current_process(environ=environ)
+    try:
+        assert binding.plan is not None and binding.plan.rank == 1
+        assert frozenset(os.sched_getaffinity(0)) == NODE1_CPUS
+        assert mempolicy() == ("MPOL_BIND", [1])
+        assert fresh_page_nodes(16) == [1] * 16
+    finally:
+        binding.restore()
+
+
 # ------------------------------------------------------------------ memory policies
 
 

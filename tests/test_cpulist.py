@@ -4,7 +4,6 @@ and round trips of every cpulist and cpumask file this machine's kernel prints."
 from __future__ import annotations
 
 import os
-import re
 from typing import Dict, FrozenSet, Iterator, List, Tuple
 
 import pytest
@@ -249,6 +248,17 @@ def test_non_str_input_is_a_list_parse_error(value: object) -> None:
             parse(value)  # type: ignore[arg-type]
         assert info.value.position == 0
         assert type(value).__name__ in str(info.value)
+
+
+def test_errors_about_huge_values_stay_short() -> None:
+    for value in (b"x" * 10**7, ["0"] * 10**5, "0-3,x" + "y" * 10**6):
+        for parse in (parse_cpulist, parse_cpumask):
+            with pytest.raises(ListParseError) as info:
+                parse(value)  # type: ignore[arg-type]
+            assert len(str(info.value)) < 400
+            assert len(info.value.token) <= 64
+            if not isinstance(value, str):  # a str input is kept whole in .text
+                assert len(info.value.text) <= 64
 
 
 def test_max_id_is_configurable() -> None:
@@ -574,8 +584,9 @@ def test_every_sysfs_cpulist_and_cpumask_round_trips_byte_for_byte() -> None:
             # cpumaps are nr_cpu_ids bits wide: that width must print the same
             assert format_cpumask(parsed, nr_cpu_ids) == printed, path
         kinds[kind] += 1
-    # This machine has at least node0's cpulist/cpumap and cpu0's topology files.
-    assert kinds["list"] >= 5 and kinds["mask"] >= 2, kinds
+    # Every kernel has cpu/possible, present and online; cpu0's topology masks
+    # (or a node's cpumap) exist wherever sysfs is mounted.
+    assert kinds["list"] >= 3 and kinds["mask"] >= 1, kinds
 
 
 def test_sysfs_list_and_mask_of_the_same_set_agree() -> None:
@@ -623,5 +634,3 @@ def test_proc_self_status_allowed_sets_round_trip() -> None:
         == (fields["Cpus_allowed"])
     )
     assert parse_cpulist(fields["Cpus_allowed_list"]) == frozenset(os.sched_getaffinity(0))
-    # Mems_allowed is MAX_NUMNODES bits wide: a multiple of 32, all words 8 digits.
-    assert re.fullmatch(r"[0-9a-f]{8}(,[0-9a-f]{8})*", fields["Mems_allowed"])

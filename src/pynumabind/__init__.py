@@ -44,6 +44,8 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "MemoryPolicy": ("planning", "MemoryPolicy"),
     "plan": ("planner", "plan"),
     "plan_all": ("planner", "plan_all"),
+    # discovery
+    "apply_visibility": ("_visible", "apply_visibility"),
 }
 
 __all__ = [
@@ -63,6 +65,7 @@ __all__ = [
     "Topology",
     "TopologyError",
     "__version__",
+    "apply_visibility",
     "format_cpulist",
     "format_cpumask",
     "format_nodelist",
@@ -74,6 +77,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ._visible import apply_visibility
     from .cpulist import (
         format_cpulist,
         format_cpumask,

@@ -34,6 +34,10 @@ Deliberate differences from the kernel's ``bitmap_parselist``: we reject
 empty items (``0,,1``, ``,0``, ``0,``) and whitespace used as a separator
 (``0 1``), which the kernel skips; we do not support its ``N`` (last bit)
 token or ``all:U/G``; ``all`` is lower case and means ``universe``.
+``N:U/G`` without a range is an error in both.  Masks are read as the
+kernel prints them (plus an optional ``0x`` and surrounding whitespace);
+its ``bitmap_parse`` also skips empty chunks and inner whitespace, which we
+reject.
 
 Deliberate differences from libnuma 2.0.16's ``numa_parse_cpustring_all``
 and ``numa_parse_nodestring_all`` (which read numbers with ``strtoul(s,
@@ -63,6 +67,7 @@ from __future__ import annotations
 import itertools
 import operator
 import re
+import reprlib
 from collections.abc import Mapping
 from typing import AbstractSet, Iterable, List, Optional, Sequence, Tuple, Union
 
@@ -95,6 +100,8 @@ _HEX_WORD = re.compile(r"[0-9a-fA-F]{1,8}")
 
 # Kernel group parameters are unsigned int; larger ones overflow there too.
 _GROUP_LIMIT = 2**32 - 1
+# Runs collected beyond twice the last merged count before merging again.
+_MERGE_SLACK = 4096
 # Longest token quoted in an error, so a 1 MB item gives a short message.
 _TOKEN_CHARS = 64
 # Zero words a mask may carry beyond max_id (Mems_allowed is 1024 bits wide
@@ -102,6 +109,10 @@ _TOKEN_CHARS = 64
 _MASK_SLACK_BITS = 2048
 
 Interval = Tuple[int, int]
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel = 2
+_REPR.maxother = _REPR.maxstring = _REPR.maxlong = _TOKEN_CHARS
 
 
 def _token(text: str) -> str:
@@ -117,8 +128,15 @@ def _check_max_id(max_id: int) -> None:
         raise ValueError(f"max_id must be a non-negative int, not {max_id!r}")
 
 
+def _short_repr(value: object) -> str:
+    """repr() of ``value`` cut to a token's length, without building a huge one first."""
+    if isinstance(value, (bytes, bytearray, memoryview, str)):
+        value = value[:_TOKEN_CHARS]
+    return _token(_REPR.repr(value))
+
+
 def _wrong_type(value: object, expected: str) -> ListParseError:
-    shown = _token(repr(value))
+    shown = _short_repr(value)
     return ListParseError(
         f"expected {expected}, not {type(value).__name__}", text=shown, token=shown, position=0
     )
@@ -225,7 +243,7 @@ def _parse_items(
     Any item the fast path does not accept goes to :func:`_item_error`.
     """
     runs: List[Interval] = []
-    merge_at = 4096
+    merge_at = _MERGE_SLACK
     budget = _group_budget(limit)
     digits = len(str(limit))
     match_item = _ITEM_AT.match
@@ -260,7 +278,7 @@ def _parse_items(
                 runs.extend((lo, min(lo + used - 1, last)) for lo in range(first, last + 1, group))
         if len(runs) > merge_at:
             runs = _merge(runs)
-            merge_at = 2 * len(runs) + 4096
+            merge_at = 2 * len(runs) + _MERGE_SLACK
         if match.group(5) != ",":
             break
         pos = match.end()
@@ -427,7 +445,6 @@ def _parse_mask_text(text: str, max_id: int) -> frozenset[int]:
 
 
 def _parse_mask_words(words: object, max_id: int, word_bits: int) -> frozenset[int]:
-    shown = _token(repr(words))
     # bytes iterate as small ints and sets or mappings have no word order:
     # reading any of them as NVML words would give a silently wrong set.
     if isinstance(words, (bytes, bytearray, memoryview, AbstractSet, Mapping)):
@@ -443,8 +460,8 @@ def _parse_mask_words(words: object, max_id: int, word_bits: int) -> frozenset[i
         if word_bits * index > max_id + 1 + _MASK_SLACK_BITS:
             raise ListParseError(
                 f"mask of more than {index} words is wider than ids up to {max_id} need",
-                text=shown,
-                token=_token(repr(word)),
+                text=_short_repr(words),
+                token=_short_repr(word),
                 position=index,
             )
         value = -1
@@ -456,8 +473,8 @@ def _parse_mask_words(words: object, max_id: int, word_bits: int) -> frozenset[i
         if value < 0 or value >> word_bits:
             raise ListParseError(
                 f"mask word is not an unsigned {word_bits}-bit integer",
-                text=shown,
-                token=_token(repr(word)),
+                text=_short_repr(words),
+                token=_short_repr(word),
                 position=index,
             )
         if value:
@@ -465,8 +482,8 @@ def _parse_mask_words(words: object, max_id: int, word_bits: int) -> frozenset[i
             if base + value.bit_length() - 1 > max_id:
                 raise ListParseError(
                     f"id {base + value.bit_length() - 1} exceeds the maximum {max_id}",
-                    text=shown,
-                    token=_token(repr(word)),
+                    text=_short_repr(words),
+                    token=_short_repr(word),
                     position=index,
                 )
             _set_bits(value, base, out)

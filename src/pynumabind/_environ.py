@@ -1,0 +1,287 @@
+"""What the launcher and the user said through environment variables.
+
+Pure apart from reading the mapping it is given (``os.environ`` by
+default in the binder), so every rule here is tested with plain dicts.
+Values are only ever parsed into ints, enums and id sets: nothing from the
+environment reaches a shell, ``eval`` or a command line.
+
+Rules
+-----
+* The local rank comes from the first variable set among ``LOCAL_RANK``
+  (torchrun, DeepSpeed, Accelerate), ``SLURM_LOCALID`` (srun) and
+  ``OMPI_COMM_WORLD_LOCAL_RANK`` (Open MPI's mpirun).
+* The number of local processes comes from the *same* launcher as the rank
+  when it sets one: ``LOCAL_WORLD_SIZE``; Slurm's ``SLURM_NTASKS_PER_NODE``
+  (set by ``--ntasks-per-node``), else ``SLURM_TASKS_PER_NODE`` only when
+  every node runs the same number of tasks (``4`` or ``4(x2)``) -- a mixed
+  layout such as ``2(x3),1`` does not say how many tasks *this* node runs, so
+  it is ignored and the planner decides; ``OMPI_COMM_WORLD_LOCAL_SIZE``.
+  With an explicit rank, the first launcher that sets a size is used.
+* ``PYNUMABIND_MODE``/``PYNUMABIND_MEMORY`` take the CLI's values;
+  ``PYNUMABIND_NODES``/``PYNUMABIND_CPUS`` the planner's per-rank overrides
+  (``0,0,1,1``, ``0-3;4-7``), validated by the binder against the topology.  An empty value
+  counts as unset (``PYNUMABIND_MODE= cmd`` clears it).
+* ``PYNUMABIND_DISABLE``: ``1/true/yes/on`` disables binding (a logged
+  no-op); ``0/false/no/off`` or empty leave it enabled.
+* Explicit arguments always win over the environment.
+* A rank or size variable that is set must be a non-negative integer (a
+  size a positive one), even when empty: a launcher that exports
+  ``LOCAL_RANK=`` is broken, and guessing another variable could bind the
+  wrong rank.  Every bad value raises :class:`~pynumabind.errors.ConfigError`
+  naming the variable and the value.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, Mapping, Optional, Tuple, Type, TypeVar, Union
+
+from .errors import ConfigError
+from .planning import CpuMode, MemoryPolicy
+
+__all__ = [
+    "CPUS_VARIABLE",
+    "DISABLE_VARIABLE",
+    "MEMORY_VARIABLE",
+    "MODE_VARIABLE",
+    "NODES_VARIABLE",
+    "RANK_VARIABLES",
+    "EnvConfig",
+    "parse_flag",
+    "resolve",
+]
+
+RANK_VARIABLES: Tuple[str, ...] = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK")
+
+# rank variable -> the same launcher's local-size variables, in order.
+SIZE_VARIABLES: Mapping[str, Tuple[str, ...]] = {
+    "LOCAL_RANK": ("LOCAL_WORLD_SIZE",),
+    "SLURM_LOCALID": ("SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE"),
+    "OMPI_COMM_WORLD_LOCAL_RANK": ("OMPI_COMM_WORLD_LOCAL_SIZE",),
+}
+
+MODE_VARIABLE = "PYNUMABIND_MODE"
+MEMORY_VARIABLE = "PYNUMABIND_MEMORY"
+NODES_VARIABLE = "PYNUMABIND_NODES"
+CPUS_VARIABLE = "PYNUMABIND_CPUS"
+DISABLE_VARIABLE = "PYNUMABIND_DISABLE"
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"", "0", "false", "no", "off"})
+_INT = re.compile(r"[0-9]{1,9}\Z")  # no sign, no spaces inside; < 10**9
+_SLURM_TASKS = re.compile(r"([0-9]{1,9})(?:\(x[0-9]{1,9}\))?\Z")
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """The binder's inputs after merging arguments and environment.
+
+    ``rank_source``/``nprocs_source`` name where each value came from
+    (``"argument"`` or the variable), so logs and errors can cite it.
+    ``nodes``/``cpus`` are the per-rank overrides exactly as given (the
+    planner parses them against the topology, which is what gives ``all`` and
+    ``!`` their meaning); ``None`` means "planner decides".
+    """
+
+    rank: Optional[int]
+    rank_source: Optional[str]
+    nprocs: Optional[int]
+    nprocs_source: Optional[str]
+    mode: Optional[CpuMode]
+    memory: Optional[MemoryPolicy]
+    nodes: Any
+    cpus: Any
+    disabled: bool = False
+    disabled_by: Optional[str] = None
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def from_environment(self, option: str) -> Optional[str]:
+        """The variable ``option`` (``"nodes"``...) came from, ``None`` if an argument."""
+        source = self.sources.get(option)
+        return None if source in (None, "argument") else source
+
+
+def shown(value: str) -> str:
+    """``repr`` of a variable's value, cut short: values can be hostile."""
+    return repr(value) if len(value) <= 60 else repr(value[:57]) + "..."
+
+
+def parse_flag(name: str, value: str) -> bool:
+    """A boolean variable: 1/true/yes/on or 0/false/no/off/empty."""
+    folded = value.strip().lower()
+    if folded in _TRUE:
+        return True
+    if folded in _FALSE:
+        return False
+    raise ConfigError(
+        f"invalid {name}={shown(value)}; use 1/true/yes/on to enable or 0/false/no/off (or empty)"
+    )
+
+
+def _parse_int(name: str, value: str, minimum: int) -> int:
+    text = value.strip()
+    if not _INT.match(text) or int(text) < minimum:
+        kind = "a positive integer" if minimum > 0 else "a non-negative integer"
+        raise ConfigError(f"invalid {name}={shown(value)}; expected {kind}")
+    return int(text)
+
+
+def _parse_slurm_tasks(name: str, value: str) -> Optional[int]:
+    """``4`` or ``4(x2),4`` -> 4; ``2(x3),1`` -> None (differs per node)."""
+    counts = set()
+    for group in value.strip().split(","):
+        match = _SLURM_TASKS.match(group.strip())
+        if match is None:
+            raise ConfigError(
+                f"invalid {name}={shown(value)}; "
+                "expected Slurm's task layout such as '4' or '4(x2)'"
+            )
+        counts.add(int(match.group(1)))
+    if len(counts) != 1:
+        return None
+    (count,) = counts
+    if count < 1:
+        raise ConfigError(f"invalid {name}={shown(value)}; expected a positive task count")
+    return count
+
+
+def _local_size(
+    environ: Mapping[str, str], variables: Tuple[str, ...]
+) -> Optional[Tuple[int, str]]:
+    for name in variables:
+        value = environ.get(name)
+        if value is None:
+            continue
+        if name == "SLURM_TASKS_PER_NODE":
+            count = _parse_slurm_tasks(name, value)
+            if count is None:
+                continue  # ambiguous: tasks differ per node
+            return count, name
+        return _parse_int(name, value, 1), name
+    return None
+
+
+_E = TypeVar("_E", CpuMode, MemoryPolicy)
+
+
+def _env_enum(kind: Type[_E], name: str, value: str) -> _E:
+    folded = value.strip().lower()
+    for member in kind:
+        if member.value == folded:
+            return member
+    choices = ", ".join(m.value for m in kind)
+    raise ConfigError(f"invalid {name}={shown(value)}; choose one of: {choices}")
+
+
+def _option(environ: Mapping[str, str], name: str) -> Optional[str]:
+    value = environ.get(name)
+    if value is None or not value.strip():
+        return None
+    return value
+
+
+def resolve(
+    environ: Mapping[str, str],
+    *,
+    rank: Optional[int] = None,
+    nprocs: Optional[int] = None,
+    mode: Union[str, CpuMode, None] = None,
+    memory: Union[str, MemoryPolicy, None] = None,
+    nodes: Any = None,
+    cpus: Any = None,
+) -> EnvConfig:
+    """Merge explicit arguments (which win) with ``environ``."""
+    disable_value = environ.get(DISABLE_VARIABLE)
+    disabled = disable_value is not None and parse_flag(DISABLE_VARIABLE, disable_value)
+
+    rank_source: Optional[str] = None
+    if rank is not None:
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+            raise ConfigError(f"invalid rank argument {rank!r}; expected a non-negative integer")
+        rank_source = "argument"
+    else:
+        for name in RANK_VARIABLES:
+            value = environ.get(name)
+            if value is not None:
+                rank, rank_source = _parse_int(name, value, 0), name
+                break
+        if rank is None and not disabled:
+            raise ConfigError(
+                "no local rank: pass rank= or set one of "
+                + ", ".join(RANK_VARIABLES)
+                + " (torchrun, srun and mpirun set them)"
+            )
+
+    nprocs_source: Optional[str] = None
+    if nprocs is not None:
+        if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
+            raise ConfigError(f"invalid nprocs argument {nprocs!r}; expected a positive integer")
+        nprocs_source = "argument"
+    else:
+        order = list(RANK_VARIABLES)
+        if rank_source is not None and rank_source in SIZE_VARIABLES:
+            order = [rank_source]  # the rank's own launcher only
+        for rank_name in order:
+            found = _local_size(environ, SIZE_VARIABLES[rank_name])
+            if found is not None:
+                nprocs, nprocs_source = found
+                break
+    if rank is not None and nprocs is not None and rank >= nprocs:
+        raise ConfigError(
+            f"local rank {rank} (from {rank_source}) is not below the number of local "
+            f"processes {nprocs} (from {nprocs_source})"
+        )
+
+    if mode is None:
+        env_mode = _option(environ, MODE_VARIABLE)
+        parsed_mode = None if env_mode is None else _env_enum(CpuMode, MODE_VARIABLE, env_mode)
+    else:
+        parsed_mode = CpuMode.parse(mode, "mode")
+    if memory is None:
+        env_memory = _option(environ, MEMORY_VARIABLE)
+        parsed_memory = (
+            None if env_memory is None else _env_enum(MemoryPolicy, MEMORY_VARIABLE, env_memory)
+        )
+    else:
+        parsed_memory = MemoryPolicy.parse(memory, "memory")
+
+    sources: Dict[str, str] = {}
+    if mode is not None:
+        sources["mode"] = "argument"
+    elif parsed_mode is not None:
+        sources["mode"] = MODE_VARIABLE
+    if memory is not None:
+        sources["memory"] = "argument"
+    elif parsed_memory is not None:
+        sources["memory"] = MEMORY_VARIABLE
+    # Per-rank overrides ("0,0,1,1", "0-3;4-7") go to the planner as text; it
+    # parses them against the topology and the binder names the variable in errors.
+    if nodes is None:
+        nodes = _option(environ, NODES_VARIABLE)
+        if nodes is not None:
+            nodes = nodes.strip()
+            sources["nodes"] = NODES_VARIABLE
+    else:
+        sources["nodes"] = "argument"
+    if cpus is None:
+        cpus = _option(environ, CPUS_VARIABLE)
+        if cpus is not None:
+            cpus = cpus.strip()
+            sources["cpus"] = CPUS_VARIABLE
+    else:
+        sources["cpus"] = "argument"
+
+    return EnvConfig(
+        rank=rank,
+        rank_source=rank_source,
+        nprocs=nprocs,
+        nprocs_source=nprocs_source,
+        mode=parsed_mode,
+        memory=parsed_memory,
+        nodes=nodes,
+        cpus=cpus,
+        disabled=disabled,
+        disabled_by=f"{DISABLE_VARIABLE}={disable_value}" if disabled else None,
+        sources=sources,
+    )

@@ -1,0 +1,590 @@
+"""Read a machine's topology from a sysfs tree.
+
+``root`` stands for ``/sys``: the live machine, a copied tree, or a test
+fixture.  Only files are read (no libnuma, no NVML), which is what makes
+this the common ground for every other source: NVML and KFD refine the GPU
+list built here, they never replace the CPU/node facts.
+
+Policy on bad input: a file that exists but cannot be read or parsed is an
+error (:class:`TopologyError` naming the file), because guessing would give
+wrong bindings.  A file that is *optional* and absent (no cache info, no
+``die_id``, no ``devices/system/node`` on a kernel without NUMA) degrades
+gracefully and leaves a note in :attr:`Topology.notes`.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Mapping, Optional, Tuple, Union
+
+from .cpulist import parse_cpulist
+from .errors import ListParseError, PynumabindError, TopologyError, format_ids
+from .topology import Cpu, Gpu, NumaNode, Topology
+
+__all__ = [
+    "DEFAULT_GPU_VENDORS",
+    "DEFAULT_PCI_CLASSES",
+    "PciFunction",
+    "normalize_bus_id",
+    "read_topology",
+]
+
+#: PCI vendor id -> the vendor name pynumabind reports.
+DEFAULT_GPU_VENDORS: Mapping[int, str] = {0x10DE: "nvidia", 0x1002: "amd"}
+
+#: PCI class prefixes taken for accelerators: every display controller
+#: (0x03: VGA 0x0300, 3D 0x0302, other 0x0380) and processing accelerators
+#: (0x1200, e.g. MI300X).  NVSwitch (0x0680) and GPU audio (0x0403) are not.
+DEFAULT_PCI_CLASSES: Tuple[str, ...] = ("0x03", "0x1200")
+
+_BDF = re.compile(r"\A(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])\Z")
+_MEMINFO = re.compile(r"\ANode\s+(\d+)\s+([^:\s]+):\s+(\d+)(?:\s+kB)?\s*\Z")
+
+
+def normalize_bus_id(bus_id: str) -> str:
+    """Canonical PCI address ``0000:07:00.0`` (lower case, 4-digit domain).
+
+    NVML prints ``00000000:07:00.0`` in upper case, sysfs ``0000:07:00.0``;
+    both name the same function, and GPUs are matched across sources by it.
+    """
+    match = _BDF.match(bus_id.strip())
+    if match is None:
+        raise TopologyError(f"malformed PCI bus id {bus_id!r}")
+    domain = int(match.group(1) or "0", 16)
+    if domain > 0xFFFF:
+        raise TopologyError(f"PCI domain of {bus_id!r} exceeds 16 bits")
+    bus, device, function = (int(match.group(i), 16) for i in (2, 3, 4))
+    if device > 0x1F:
+        raise TopologyError(f"PCI device number of {bus_id!r} exceeds 0x1f")
+    return f"{domain:04x}:{bus:02x}:{device:02x}.{function}"
+
+
+# ------------------------------------------------------------- file access
+
+
+class _Reader:
+    """File access relative to a sysfs root, with errors that name the file."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    def path(self, *parts: str) -> str:
+        return os.path.join(self.root, *parts)
+
+    def text(self, *parts: str, required: bool = True) -> Optional[str]:
+        path = self.path(*parts)
+        try:
+            with open(path, encoding="ascii") as handle:
+                return handle.read()
+        except (FileNotFoundError, NotADirectoryError):
+            if required:
+                raise TopologyError(f"missing sysfs file {path}") from None
+            return None
+        except UnicodeDecodeError as exc:
+            raise TopologyError(f"sysfs file {path} is not ASCII text") from exc
+        except OSError as exc:
+            # EINVAL/ENODEV: an attribute the kernel refuses to show; treat
+            # an optional one as absent, a required one as an error.
+            if not required and exc.errno in (errno.EINVAL, errno.ENODEV, errno.ENXIO):
+                return None
+            reason = exc.strerror or str(exc)
+            raise TopologyError(f"cannot read sysfs file {path}: {reason}") from exc
+
+    def cpulist(self, *parts: str, required: bool = True) -> Optional[frozenset[int]]:
+        text = self.text(*parts, required=required)
+        if text is None:
+            return None
+        try:
+            return parse_cpulist(text.strip())
+        except ListParseError as exc:
+            raise TopologyError(f"malformed list in {self.path(*parts)}: {exc}") from exc
+
+    def integer(self, *parts: str, required: bool = True, base: int = 10) -> Optional[int]:
+        text = self.text(*parts, required=required)
+        if text is None:
+            return None
+        try:
+            return int(text.strip(), base)
+        except ValueError:
+            raise TopologyError(
+                f"malformed number {text.strip()!r} in {self.path(*parts)}"
+            ) from None
+
+    def listdir(self, *parts: str) -> Optional[List[str]]:
+        try:
+            return sorted(os.listdir(self.path(*parts)))
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise TopologyError(
+                f"cannot list sysfs directory {self.path(*parts)}: {exc.strerror}"
+            ) from exc
+
+
+def _numbered(names: Iterable[str], prefix: str) -> List[int]:
+    """Ids of entries named ``<prefix><digits>`` (``node3``, ``cpu17``)."""
+    out = []
+    for name in names:
+        if name.startswith(prefix) and name[len(prefix) :].isdigit():
+            out.append(int(name[len(prefix) :]))
+    return sorted(out)
+
+
+# -------------------------------------------------------------------- CPUs
+
+
+def _online_cpus(sysfs: _Reader, notes: List[str]) -> frozenset[int]:
+    online = sysfs.cpulist("devices", "system", "cpu", "online", required=False)
+    if online is not None:
+        return online
+    names = sysfs.listdir("devices", "system", "cpu")
+    if names is None:
+        raise TopologyError(f"no CPU information under {sysfs.path('devices', 'system', 'cpu')}")
+    cpus = set()
+    for cpu in _numbered(names, "cpu"):
+        flag = sysfs.integer("devices", "system", "cpu", f"cpu{cpu}", "online", required=False)
+        if flag != 0:
+            cpus.add(cpu)
+    notes.append("devices/system/cpu/online missing: online CPUs taken from cpu*/online")
+    return frozenset(cpus)
+
+
+def _read_cpus(
+    sysfs: _Reader, online: frozenset[int], node_of: Mapping[int, int], notes: List[str]
+) -> Dict[int, Cpu]:
+    cpus: Dict[int, Cpu] = {}
+    no_topology: List[int] = []
+    no_die = False
+    no_l3: List[int] = []
+    for cpu in sorted(online):
+        base = ("devices", "system", "cpu", f"cpu{cpu}")
+        core = sysfs.integer(*base, "topology", "core_id", required=False)
+        package = sysfs.integer(*base, "topology", "physical_package_id", required=False)
+        if core is None or package is None:
+            no_topology.append(cpu)
+            cpus[cpu] = Cpu(id=cpu, node=node_of.get(cpu), package=0, core=cpu)
+            continue
+        die = sysfs.integer(*base, "topology", "die_id", required=False)
+        no_die = no_die or die is None
+        siblings = sysfs.cpulist(*base, "topology", "thread_siblings_list", required=False)
+        cpus[cpu] = Cpu(
+            id=cpu,
+            node=node_of.get(cpu),
+            # -1 is what the kernel prints when firmware gives no package.
+            package=max(package, 0),
+            core=core,
+            die=die if die is not None and die >= 0 else None,
+            siblings=(siblings or frozenset({cpu})) & online,
+            l3=_l3_of(sysfs, base, online, no_l3),
+        )
+    if no_topology:
+        notes.append(
+            f"no topology/ for CPUs {format_ids(frozenset(no_topology))}: "
+            "each is taken as its own core in package 0"
+        )
+    if no_die:
+        notes.append("topology/die_id missing: dies unknown")
+    if no_l3:
+        notes.append(f"no L3 cache information for CPUs {format_ids(frozenset(no_l3))}")
+    return cpus
+
+
+def _l3_of(
+    sysfs: _Reader, base: Tuple[str, ...], online: frozenset[int], missing: List[int]
+) -> frozenset[int]:
+    """CPUs sharing this CPU's unified level-3 cache.
+
+    ``index3`` is the L3 on every x86 and Arm server seen so far, so it is
+    tried first (three reads per CPU); the other indices only when it is not.
+    """
+    names = sysfs.listdir(*base, "cache")
+    indices = _numbered(names or (), "index")
+    if 3 in indices:
+        indices.remove(3)
+        indices.insert(0, 3)
+    for index in indices:
+        here = (*base, "cache", f"index{index}")
+        level = sysfs.integer(*here, "level", required=False)
+        if level != 3:
+            continue
+        kind = (sysfs.text(*here, "type", required=False) or "").strip()
+        if kind == "Unified":
+            shared = sysfs.cpulist(*here, "shared_cpu_list", required=False)
+            if shared is not None:
+                return shared & online
+    missing.append(int(base[-1][3:]))
+    return frozenset()
+
+
+# ------------------------------------------------------------------- nodes
+
+
+def _meminfo(sysfs: _Reader, node: int) -> Tuple[Optional[int], Optional[int]]:
+    """(MemTotal, MemFree) in bytes from ``nodeN/meminfo``; None when absent."""
+    parts = ("devices", "system", "node", f"node{node}", "meminfo")
+    text = sysfs.text(*parts, required=False)
+    if text is None:
+        return None, None
+    values: Dict[str, int] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        match = _MEMINFO.match(line.strip())
+        if match is None or int(match.group(1)) != node:
+            raise TopologyError(f"malformed line {line.strip()!r} in {sysfs.path(*parts)}")
+        values[match.group(2)] = int(match.group(3)) * 1024
+    if "MemTotal" not in values:
+        raise TopologyError(f"no MemTotal in {sysfs.path(*parts)}")
+    return values["MemTotal"], values.get("MemFree")
+
+
+def _proc_meminfo() -> Tuple[Optional[int], Optional[int]]:
+    """(MemTotal, MemFree) of the whole machine, for a kernel without NUMA."""
+    values: Dict[str, int] = {}
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            for line in handle:
+                key, _, rest = line.partition(":")
+                fields = rest.split()
+                if fields and fields[0].isdigit():
+                    values[key] = int(fields[0]) * 1024
+    except OSError:
+        return None, None
+    return values.get("MemTotal"), values.get("MemFree")
+
+
+def _read_nodes(
+    sysfs: _Reader, online_cpus: frozenset[int], notes: List[str]
+) -> Dict[int, NumaNode]:
+    base = ("devices", "system", "node")
+    names = sysfs.listdir(*base)
+    if names is None:
+        notes.append(
+            f"{sysfs.path(*base)} missing (kernel without NUMA): one node 0 with all online CPUs"
+        )
+        total = free = None
+        if _is_live_root(sysfs.root):
+            total, free = _proc_meminfo()
+        return {
+            0: NumaNode(
+                id=0,
+                cpus=online_cpus,
+                memory_total=total,
+                memory_free=free,
+                has_memory=True,
+                distances={0: 10},
+            )
+        }
+    online = sysfs.cpulist(*base, "online", required=False)
+    if online is None:
+        online = frozenset(_numbered(names, "node"))
+        notes.append("devices/system/node/online missing: nodes taken from node* directories")
+    has_memory = sysfs.cpulist(*base, "has_memory", required=False)
+    order = sorted(online)
+    nodes: Dict[int, NumaNode] = {}
+    for node in order:
+        here = (*base, f"node{node}")
+        cpulist = sysfs.cpulist(*here, "cpulist")
+        assert cpulist is not None
+        total, free = _meminfo(sysfs, node)
+        if total is None:
+            notes.append(f"node{node}/meminfo missing: its memory size is unknown")
+        row_text = sysfs.text(*here, "distance", required=False)
+        distances: Dict[int, int] = {}
+        if row_text is not None:
+            # One value per *online* node, in ascending id order: with
+            # sparse ids (0, 8) the second column is node 8, not node 1.
+            fields = row_text.split()
+            if len(fields) != len(order) or not all(f.isdigit() for f in fields):
+                raise TopologyError(
+                    f"malformed distance row {row_text.strip()!r} in "
+                    f"{sysfs.path(*here, 'distance')} (expected {len(order)} numbers, "
+                    f"one per online node {format_ids(online)})"
+                )
+            distances = {other: int(value) for other, value in zip(order, fields)}
+        else:
+            notes.append(f"node{node}/distance missing: distances unknown")
+        if has_memory is not None:
+            memory = node in has_memory
+        else:
+            memory = total is None or total > 0  # unknown: assume the common case
+        nodes[node] = NumaNode(
+            id=node,
+            cpus=cpulist & online_cpus,
+            memory_total=total,
+            memory_free=free,
+            has_memory=memory,
+            distances=distances,
+        )
+    return nodes
+
+
+# -------------------------------------------------------------------- PCI
+
+
+@dataclass(frozen=True)
+class PciFunction:
+    """One PCI function taken for an accelerator."""
+
+    bus_id: str
+    vendor: int
+    device: int
+    class_code: int
+    numa_node: Optional[int]
+    local_cpus: frozenset[int]
+
+
+def _class_matchers(classes: Iterable[Union[str, int]]) -> List[Tuple[int, int]]:
+    """(value, shift) pairs: ``0x03`` matches the base class, ``0x0302`` base+sub."""
+    out = []
+    for item in classes:
+        if isinstance(item, int):
+            digits = 2 if item <= 0xFF else 4 if item <= 0xFFFF else 6
+            value = item
+        else:
+            text = item.strip().lower()
+            text = text[2:] if text.startswith("0x") else text
+            if len(text) not in (2, 4, 6) or not all(c in "0123456789abcdef" for c in text):
+                raise TopologyError(
+                    f"PCI class {item!r} must be 2, 4 or 6 hex digits (0x03, 0x0302, 0x030200)"
+                )
+            digits, value = len(text), int(text, 16)
+        out.append((value, 4 * (6 - digits)))
+    return out
+
+
+def _vendor_names(vendors: Union[Mapping[int, str], Iterable[int]]) -> Dict[int, str]:
+    if isinstance(vendors, Mapping):
+        return {int(k): str(v) for k, v in vendors.items()}
+    names = dict(DEFAULT_GPU_VENDORS)
+    return {int(v): names.get(int(v), f"0x{int(v):04x}") for v in vendors}
+
+
+def scan_pci(
+    sysfs: _Reader,
+    online_cpus: frozenset[int],
+    nodes: Mapping[int, NumaNode],
+    vendors: Mapping[int, str],
+    classes: Iterable[Union[str, int]],
+) -> List[PciFunction]:
+    """Accelerator functions under ``bus/pci/devices``, in PCI address order."""
+    matchers = _class_matchers(classes)
+    names = sysfs.listdir("bus", "pci", "devices")
+    found: List[PciFunction] = []
+    for name in names or ():
+        here = ("bus", "pci", "devices", name)
+        vendor = sysfs.integer(*here, "vendor", base=16)
+        if vendor not in vendors:
+            continue
+        class_code = sysfs.integer(*here, "class", base=16)
+        assert vendor is not None and class_code is not None
+        if not any((class_code >> shift) == value for value, shift in matchers):
+            continue
+        device = sysfs.integer(*here, "device", base=16)
+        numa = sysfs.integer(*here, "numa_node", required=False)
+        local = sysfs.cpulist(*here, "local_cpulist", required=False)
+        if numa is not None and (numa < 0 or numa not in nodes):
+            # -1: firmware gave no proximity; an id that is not an online
+            # node is no better.
+            numa = None
+        found.append(
+            PciFunction(
+                bus_id=normalize_bus_id(name),
+                vendor=vendor,
+                device=device or 0,
+                class_code=class_code,
+                numa_node=numa,
+                local_cpus=(local if local is not None else frozenset()) & online_cpus,
+            )
+        )
+    found.sort(key=lambda f: f.bus_id)
+    return found
+
+
+def _nearest_cpu_node(nodes: Mapping[int, NumaNode], node: int) -> Optional[int]:
+    """The CPU node nearest (SLIT) to ``node``; unknown distances last, ties by id."""
+    row = nodes[node].distances
+    ranked = sorted(
+        (row.get(other.id) is None, row.get(other.id) or 0, other.id)
+        for other in nodes.values()
+        if other.cpus
+    )
+    return ranked[0][2] if ranked else None
+
+
+def _gpus_from_pci(
+    functions: List[PciFunction],
+    vendors: Mapping[int, str],
+    nodes: Mapping[int, NumaNode],
+    notes: List[str],
+) -> List[Gpu]:
+    gpus = []
+    for index, function in enumerate(functions):
+        numa = function.numa_node
+        if numa is not None and not nodes[numa].cpus:
+            # A device attached to a CPU-less node (CXL, some firmware):
+            # CPUs can only be bound on a node that has them.
+            nearest = _nearest_cpu_node(nodes, numa)
+            notes.append(
+                f"GPU {function.bus_id}: sysfs numa_node {numa} has no CPUs; "
+                f"using the nearest CPU node {nearest}"
+            )
+            numa = nearest
+        local = function.local_cpus
+        if numa is not None and not local:
+            local = nodes[numa].cpus
+        if function.numa_node is None:
+            notes.append(f"GPU {function.bus_id}: the kernel reports no NUMA node (numa_node -1)")
+        gpus.append(
+            Gpu(
+                index=index,
+                pci_bus_id=function.bus_id,
+                vendor=vendors[function.vendor],
+                numa_node=numa,
+                local_cpus=local,
+                model=f"PCI {function.vendor:04x}:{function.device:04x}",
+                physical_index=index,
+                source="sysfs",
+            )
+        )
+    return gpus
+
+
+# ---------------------------------------------------------- allowed sets
+
+
+def _is_live_root(root: str) -> bool:
+    try:
+        return os.path.realpath(root) == os.path.realpath("/sys")
+    except OSError:  # pragma: no cover - realpath does not raise on Linux
+        return False
+
+
+def _live_mems_allowed(notes: List[str]) -> Optional[frozenset[int]]:
+    """The cpuset's memory nodes, read fresh via get_mempolicy (libnuma)."""
+    try:
+        from . import _libnuma
+
+        return _libnuma.get_mems_allowed()
+    except (PynumabindError, OSError) as exc:
+        notes.append(f"get_mempolicy(MPOL_F_MEMS_ALLOWED) failed ({exc}); using Mems_allowed_list")
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("Mems_allowed_list:"):
+                    return parse_cpulist(line.split(":", 1)[1].strip())
+    except (OSError, ListParseError) as exc:
+        notes.append(f"cannot read Mems_allowed_list from /proc/self/status: {exc}")
+    return None
+
+
+def _allowed(
+    root: str,
+    *,
+    online: frozenset[int],
+    nodes: Mapping[int, NumaNode],
+    allowed_cpus: Optional[Iterable[int]],
+    allowed_mems: Optional[Iterable[int]],
+    notes: List[str],
+) -> Tuple[frozenset[int], frozenset[int]]:
+    live = _is_live_root(root)
+    memory_nodes = frozenset(n.id for n in nodes.values() if n.has_memory)
+    if allowed_cpus is not None:
+        cpus = frozenset(int(c) for c in allowed_cpus)
+    elif live:
+        cpus = frozenset(os.sched_getaffinity(0))
+    else:
+        cpus = online
+    if allowed_mems is not None:
+        mems = frozenset(int(m) for m in allowed_mems)
+    elif live:
+        fresh = _live_mems_allowed(notes)
+        mems = fresh if fresh is not None else memory_nodes
+    else:
+        mems = memory_nodes
+    if cpus - online:
+        notes.append(f"allowed CPUs {format_ids(cpus - online)} are not online; ignored")
+        cpus &= online
+    if mems - frozenset(nodes):
+        notes.append(f"allowed memory nodes {format_ids(mems - frozenset(nodes))} do not exist")
+        mems &= frozenset(nodes)
+    return cpus, mems
+
+
+# ----------------------------------------------------------------- entry
+
+
+def read_topology(
+    root: str = "/sys",
+    *,
+    allowed_cpus: Optional[Iterable[int]] = None,
+    allowed_mems: Optional[Iterable[int]] = None,
+    gpu_vendors: Union[Mapping[int, str], Iterable[int]] = DEFAULT_GPU_VENDORS,
+    pci_classes: Iterable[Union[str, int]] = DEFAULT_PCI_CLASSES,
+    environ: Optional[Mapping[str, str]] = None,
+) -> Topology:
+    """The topology under sysfs ``root``.
+
+    ``gpu_vendors`` (PCI vendor id -> name, or just ids) and ``pci_classes``
+    (``"0x03"`` base class, ``"0x0302"`` base+subclass, ``"0x030200"`` full)
+    choose which PCI functions count as accelerators; pass extra ones to
+    accept other devices.  GPUs come in driver order: KFD order for AMD when
+    the KFD topology is present, PCI address order otherwise (NVML's default
+    order).  With ``environ``, ``CUDA_VISIBLE_DEVICES``/``ROCR_VISIBLE_DEVICES``
+    from it are applied; without, every GPU is listed.
+
+    Allowed sets: for the live ``/sys`` they are read fresh from
+    ``sched_getaffinity`` and ``get_mempolicy(MPOL_F_MEMS_ALLOWED)``; for any
+    other root they default to every online CPU and every node with memory.
+    ``allowed_cpus``/``allowed_mems`` override both.
+    """
+    notes: List[str] = []
+    sysfs = _Reader(root)
+    online = _online_cpus(sysfs, notes)
+    if not online:
+        raise TopologyError(f"no online CPUs found under {root}")
+    nodes = _read_nodes(sysfs, online, notes)
+    node_of: Dict[int, int] = {}
+    for node in nodes.values():
+        for cpu in node.cpus:
+            if cpu in node_of:
+                raise TopologyError(
+                    f"CPU {cpu} is listed in both node {node_of[cpu]} and node {node.id}"
+                )
+            node_of[cpu] = node.id
+    homeless = online - frozenset(node_of)
+    if homeless:
+        notes.append(f"online CPUs {format_ids(homeless)} belong to no NUMA node")
+    cpus = _read_cpus(sysfs, online, node_of, notes)
+
+    vendors = _vendor_names(gpu_vendors)
+    functions = scan_pci(sysfs, online, nodes, vendors, pci_classes)
+    gpus = _gpus_from_pci(functions, vendors, nodes, notes)
+    from . import _kfd
+
+    gpus = _kfd.apply_kfd(root, gpus, notes)
+
+    cpus_allowed, mems_allowed = _allowed(
+        root,
+        online=online,
+        nodes=nodes,
+        allowed_cpus=allowed_cpus,
+        allowed_mems=allowed_mems,
+        notes=notes,
+    )
+    topology = Topology(
+        nodes=nodes,
+        cpus=cpus,
+        gpus=tuple(gpus),
+        allowed_cpus=cpus_allowed,
+        allowed_mems=mems_allowed,
+        notes=tuple(notes),
+    )
+    if environ is not None:
+        from . import _visible
+
+        topology = _visible.apply_visibility(topology, environ)
+    return topology

@@ -1,0 +1,245 @@
+"""CPU affinity for every thread of this process, not just the caller.
+
+``sched_setaffinity(0, ...)`` (what ``numactl``-less Python code usually
+does) changes only the calling thread.  Thread pools that started before the
+bind -- OpenMP, torch intra-op workers, gRPC pollers -- keep running anywhere.
+Linux accepts a thread id in place of a pid, so this module walks
+``/proc/self/task`` and sets each thread's mask.
+
+A thread counts as *not deliberately pinned* when its mask equals the
+caller's mask before binding; any other thread was pinned by someone on
+purpose and is left alone (and reported).  The walk is repeated until a pass
+finds no thread it has not seen (bounded), so threads spawned while we bind
+are caught too.  Threads may exit at any moment: ESRCH/ENOENT means
+"exited", not failure.
+
+Any other failure (EINVAL: the cpuset forbids every wanted CPU; EPERM: a
+seccomp filter) rolls back the threads already changed and raises
+:class:`ThreadAffinityError`, so the process is never left half-bound.
+"""
+
+from __future__ import annotations
+
+import enum
+import errno
+import os
+import threading
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+from .errors import format_ids
+
+__all__ = [
+    "TASK_DIR",
+    "ThreadAction",
+    "ThreadAffinityError",
+    "ThreadResult",
+    "ThreadScan",
+    "bind_threads",
+    "list_thread_ids",
+    "restore_threads",
+    "thread_affinity",
+    "thread_name",
+]
+
+TASK_DIR = "/proc/self/task"
+DEFAULT_MAX_PASSES = 8
+
+_GONE = (errno.ESRCH, errno.ENOENT)
+
+
+class ThreadAction(str, enum.Enum):
+    """What the binder did to one thread."""
+
+    BOUND = "bound"  # its mask is now the plan's CPUs
+    LEFT_PINNED = "left-pinned"  # pinned elsewhere before the call; untouched
+    EXITED = "exited"  # exited while we were looking at it
+
+
+@dataclass(frozen=True)
+class ThreadResult:
+    """One thread's affinity before and after binding.
+
+    ``before``/``after`` are ``None`` when the thread was gone before they
+    could be read.
+    """
+
+    tid: int
+    name: str
+    before: Optional[frozenset[int]]
+    after: Optional[frozenset[int]]
+    action: ThreadAction
+
+    def to_dict(self) -> Dict[str, object]:
+        return {
+            "tid": self.tid,
+            "name": self.name,
+            "before": None if self.before is None else format_ids(self.before),
+            "after": None if self.after is None else format_ids(self.after),
+            "action": self.action.value,
+        }
+
+
+class ThreadAffinityError(OSError):
+    """Setting a thread's affinity failed for a reason other than its exit.
+
+    Raised after every thread this call changed was put back.  ``tid`` is the
+    thread that failed, ``wanted`` the CPUs asked for, ``rolled_back`` the
+    threads restored, ``restore_failures`` those that could not be.
+    """
+
+    def __init__(
+        self,
+        err: int,
+        tid: int,
+        wanted: frozenset[int],
+        rolled_back: Tuple[int, ...],
+        restore_failures: Tuple[int, ...],
+    ) -> None:
+        name = errno.errorcode.get(err, str(err))
+        super().__init__(
+            err,
+            f"sched_setaffinity(thread {tid}, CPUs {format_ids(wanted)}) failed: "
+            f"{name} ({os.strerror(err)})",
+        )
+        self.tid = tid
+        self.wanted = wanted
+        self.rolled_back = rolled_back
+        self.restore_failures = restore_failures
+
+
+def list_thread_ids() -> List[int]:
+    """Thread ids of this process, ascending."""
+    return sorted(int(entry) for entry in os.listdir(TASK_DIR) if entry.isdigit())
+
+
+def thread_name(tid: int) -> str:
+    """The thread's ``comm`` (15 chars at most); empty when it is gone."""
+    try:
+        with open(f"{TASK_DIR}/{tid}/comm", encoding="utf-8", errors="replace") as handle:
+            return handle.read().rstrip("\n")
+    except OSError:
+        return ""
+
+
+def thread_affinity(tid: int) -> Optional[frozenset[int]]:
+    """The thread's CPU mask, ``None`` when it has exited."""
+    try:
+        return frozenset(os.sched_getaffinity(tid))
+    except OSError as exc:
+        if exc.errno in _GONE:
+            return None
+        raise
+
+
+def restore_threads(masks: Dict[int, frozenset[int]]) -> Tuple[List[int], List[int]]:
+    """Put each thread back on its mask.  Returns (restored, failed) tids.
+
+    Threads that exited meanwhile count as restored: nothing is left to undo.
+    """
+    restored: List[int] = []
+    failed: List[int] = []
+    for tid, mask in masks.items():
+        try:
+            os.sched_setaffinity(tid, mask)
+        except OSError as exc:
+            if exc.errno not in _GONE:
+                failed.append(tid)
+                continue
+        restored.append(tid)
+    return restored, failed
+
+
+@dataclass(frozen=True)
+class ThreadScan:
+    """Result of :func:`bind_threads`.
+
+    ``converged`` is False when new threads were still appearing after the
+    last allowed pass (something spawning threads as fast as we bind them);
+    threads started by already-bound threads inherit ``cpus`` anyway.
+    """
+
+    results: Tuple[ThreadResult, ...]
+    passes: int
+    converged: bool
+
+    def changed(self) -> Dict[int, frozenset[int]]:
+        """tid -> previous mask, for every thread whose mask this scan changed."""
+        return {
+            r.tid: r.before
+            for r in self.results
+            if r.action is ThreadAction.BOUND and r.before is not None and r.before != r.after
+        }
+
+
+def bind_threads(
+    cpus: frozenset[int],
+    *,
+    reference: Optional[frozenset[int]] = None,
+    max_passes: int = DEFAULT_MAX_PASSES,
+) -> ThreadScan:
+    """Set ``cpus`` as the affinity of every thread that is not pinned elsewhere.
+
+    ``reference`` is the mask that means "not deliberately pinned"; it
+    defaults to the calling thread's mask before the call.  The calling thread
+    is bound first, so threads it starts while we scan inherit ``cpus``.  A
+    thread already on exactly ``cpus`` counts as bound (nothing to change).
+
+    Raises :class:`ThreadAffinityError` after rolling back on any failure
+    other than a thread's exit.
+    """
+    if not cpus:
+        raise ValueError("cannot bind threads to an empty CPU set")
+    if max_passes < 1:
+        raise ValueError("max_passes must be at least 1")
+    caller = threading.get_native_id()
+    if reference is None:
+        reference = frozenset(os.sched_getaffinity(0))
+    results: Dict[int, ThreadResult] = {}
+    changed: Dict[int, frozenset[int]] = {}  # tid -> mask before we changed it
+
+    def handle(tid: int) -> None:
+        before = frozenset(os.sched_getaffinity(0)) if tid == caller else thread_affinity(tid)
+        name = thread_name(tid)
+        if before is None:
+            results[tid] = ThreadResult(tid, name, None, None, ThreadAction.EXITED)
+            return
+        if before not in (reference, cpus):
+            results[tid] = ThreadResult(tid, name, before, before, ThreadAction.LEFT_PINNED)
+            return
+        if before != cpus:
+            try:
+                os.sched_setaffinity(tid, cpus)
+            except OSError as exc:
+                if exc.errno in _GONE:
+                    results[tid] = ThreadResult(tid, name, before, None, ThreadAction.EXITED)
+                    return
+                restored, failed = restore_threads(changed)
+                raise ThreadAffinityError(
+                    exc.errno or errno.EINVAL, tid, cpus, tuple(restored), tuple(failed)
+                ) from exc
+            changed[tid] = before
+        # Read back: the kernel silently drops CPUs outside the cpuset.
+        after = thread_affinity(tid)
+        action = ThreadAction.BOUND if after is not None else ThreadAction.EXITED
+        results[tid] = ThreadResult(tid, name, before, after, action)
+
+    passes = 0
+    converged = False
+    try:
+        handle(caller)
+        while passes < max_passes:
+            fresh = [tid for tid in list_thread_ids() if tid not in results]
+            if not fresh:
+                converged = True
+                break
+            passes += 1
+            for tid in fresh:
+                handle(tid)
+    except ThreadAffinityError:
+        raise  # already rolled back
+    except BaseException:
+        restore_threads(changed)  # KeyboardInterrupt, a /proc read error...: never half-bound
+        raise
+    ordered = tuple(sorted(results.values(), key=lambda r: r.tid))
+    return ThreadScan(ordered, passes, converged)

@@ -1,0 +1,214 @@
+"""A fake ``pynvml`` at the function boundary, fed from a machine description.
+
+``install_fake_nvml(monkeypatch, desc)`` puts a module object named
+``pynvml`` into ``sys.modules``.  It implements only the functions
+``pynumabind._nvml`` calls, with the real package's error classes (taken
+from the installed nvidia-ml-py, so ``except pynvml.NVMLError_NotSupported``
+means exactly what it means against a driver) and its return conventions:
+strings as ``str``, affinity masks as sequences of 64-bit words (least
+significant first), ``nvmlDeviceGetPciInfo(h).busId`` in NVML's
+``00000000:18:00.0`` upper-case form.
+
+Knobs (keyword arguments):
+
+* ``init_error``: NVML error code raised by ``nvmlInit`` (e.g.
+  ``NVML_ERROR_LIBRARY_NOT_FOUND``, ``NVML_ERROR_DRIVER_NOT_LOADED``);
+* ``order``: NVML enumeration order as a list of description GPU positions
+  (default: the description's order);
+* ``no_scope_api``: ``nvmlDeviceGetCpuAffinityWithinScope`` raises
+  FunctionNotFound (an old driver), forcing the legacy call;
+* ``mig``: ``{mig_uuid: parent_gpu_uuid}`` MIG devices known to the driver.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any, Dict, List, Optional, Sequence
+
+import pynvml as _real
+
+from pynumabind.cpulist import parse_cpulist
+
+_ERROR_NAMES = [name for name in dir(_real) if name.startswith(("NVMLError", "NVML_ERROR_"))]
+
+
+class _Handle:
+    def __init__(self, gpu: Dict[str, Any], index: int, mig_of: Optional[str] = None) -> None:
+        self.gpu = gpu
+        self.index = index
+        self.mig_of = mig_of
+
+
+class _PciInfo:
+    def __init__(self, bus_id: str) -> None:
+        domain, rest = bus_id.split(":", 1)
+        self.busId = f"{int(domain, 16):08X}:{rest.upper()}"
+        self.busIdLegacy = f"{int(domain, 16):04X}:{rest.upper()}"
+        self.domain = int(domain, 16)
+        self.bus = int(rest.split(":")[0], 16)
+
+
+def _words(ids: frozenset[int], size: int) -> List[int]:
+    words = [0] * size
+    for i in ids:
+        if i < 64 * size:
+            words[i // 64] |= 1 << (i % 64)
+    return words
+
+
+class FakeNvml:
+    """State of the fake library; ``module`` is what ``import pynvml`` returns."""
+
+    def __init__(
+        self,
+        desc: Dict[str, Any],
+        *,
+        init_error: Optional[int] = None,
+        order: Optional[Sequence[int]] = None,
+        no_scope_api: bool = False,
+        mig: Optional[Dict[str, str]] = None,
+    ) -> None:
+        gpus = [g for g in desc.get("gpus", []) if g["vendor"] == "0x10de"]
+        self.gpus = [gpus[i] for i in order] if order is not None else gpus
+        self.init_error = init_error
+        self.no_scope_api = no_scope_api
+        self.mig = dict(mig or {})
+        self.init_count = 0
+        self.shutdown_count = 0
+        self.calls: List[str] = []
+        self.module = self._build_module()
+
+    # ------------------------------------------------------------ helpers
+
+    def _error(self, code: int) -> Exception:
+        error: Exception = _real.NVMLError(code)
+        return error
+
+    def _check(self, name: str) -> None:
+        self.calls.append(name)
+        if self.init_count <= self.shutdown_count:
+            raise self._error(_real.NVML_ERROR_UNINITIALIZED)
+
+    def _handle(self, handle: Any) -> _Handle:
+        if not isinstance(handle, _Handle):
+            raise self._error(_real.NVML_ERROR_INVALID_ARGUMENT)
+        return handle
+
+    # ---------------------------------------------------------- functions
+
+    def _build_module(self) -> types.ModuleType:
+        fake = self
+        module = types.ModuleType("pynvml")
+        module.__dict__["__fake__"] = fake
+        for name in _ERROR_NAMES:
+            setattr(module, name, getattr(_real, name))
+        module.NVML_AFFINITY_SCOPE_NODE = _real.NVML_AFFINITY_SCOPE_NODE
+        module.NVML_AFFINITY_SCOPE_SOCKET = _real.NVML_AFFINITY_SCOPE_SOCKET
+
+        def nvmlInit() -> None:
+            fake.calls.append("nvmlInit")
+            if fake.init_error is not None:
+                raise fake._error(fake.init_error)
+            fake.init_count += 1
+
+        def nvmlShutdown() -> None:
+            fake._check("nvmlShutdown")
+            fake.shutdown_count += 1
+
+        def nvmlDeviceGetCount() -> int:
+            fake._check("nvmlDeviceGetCount")
+            return len(fake.gpus)
+
+        def nvmlDeviceGetHandleByIndex(index: int) -> _Handle:
+            fake._check("nvmlDeviceGetHandleByIndex")
+            if not 0 <= index < len(fake.gpus):
+                raise fake._error(_real.NVML_ERROR_INVALID_ARGUMENT)
+            return _Handle(fake.gpus[index], index)
+
+        def nvmlDeviceGetHandleByUUID(uuid: str) -> _Handle:
+            fake._check("nvmlDeviceGetHandleByUUID")
+            for index, gpu in enumerate(fake.gpus):
+                if gpu["uuid"] == uuid:
+                    return _Handle(gpu, index)
+            parent = fake.mig.get(uuid)
+            if parent is not None:
+                for index, gpu in enumerate(fake.gpus):
+                    if gpu["uuid"] == parent:
+                        return _Handle(gpu, index, mig_of=uuid)
+            raise fake._error(_real.NVML_ERROR_NOT_FOUND)
+
+        def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle: Any) -> _Handle:
+            fake._check("nvmlDeviceGetDeviceHandleFromMigDeviceHandle")
+            h = fake._handle(handle)
+            if h.mig_of is None:
+                raise fake._error(_real.NVML_ERROR_INVALID_ARGUMENT)
+            return _Handle(h.gpu, h.index)
+
+        def nvmlDeviceGetPciInfo(handle: Any) -> _PciInfo:
+            fake._check("nvmlDeviceGetPciInfo")
+            return _PciInfo(fake._handle(handle).gpu["bus_id"])
+
+        def nvmlDeviceGetUUID(handle: Any) -> str:
+            fake._check("nvmlDeviceGetUUID")
+            h = fake._handle(handle)
+            return h.mig_of or str(h.gpu["uuid"])
+
+        def nvmlDeviceGetName(handle: Any) -> str:
+            fake._check("nvmlDeviceGetName")
+            return str(fake._handle(handle).gpu["model"])
+
+        def nvmlDeviceGetCpuAffinityWithinScope(handle: Any, size: int, scope: int) -> List[int]:
+            fake._check("nvmlDeviceGetCpuAffinityWithinScope")
+            if fake.no_scope_api:
+                raise fake._error(_real.NVML_ERROR_FUNCTION_NOT_FOUND)
+            if scope not in (_real.NVML_AFFINITY_SCOPE_NODE, _real.NVML_AFFINITY_SCOPE_SOCKET):
+                raise fake._error(_real.NVML_ERROR_INVALID_ARGUMENT)
+            cpus = parse_cpulist(fake._handle(handle).gpu["nvml"]["cpu_affinity"])
+            return _words(cpus, size)
+
+        def nvmlDeviceGetCpuAffinity(handle: Any, size: int) -> List[int]:
+            fake._check("nvmlDeviceGetCpuAffinity")
+            cpus = parse_cpulist(fake._handle(handle).gpu["nvml"]["cpu_affinity"])
+            return _words(cpus, size)
+
+        def nvmlDeviceGetMemoryAffinity(handle: Any, size: int, scope: int) -> List[int]:
+            fake._check("nvmlDeviceGetMemoryAffinity")
+            nodes = parse_cpulist(fake._handle(handle).gpu["nvml"]["memory_affinity"])
+            return _words(nodes, size)
+
+        def nvmlDeviceGetNumaNodeId(handle: Any) -> int:
+            fake._check("nvmlDeviceGetNumaNodeId")
+            node = fake._handle(handle).gpu["nvml"].get("numa_node_id")
+            if node is None:
+                raise fake._error(_real.NVML_ERROR_NOT_SUPPORTED)
+            return int(node)
+
+        for function in (
+            nvmlInit,
+            nvmlShutdown,
+            nvmlDeviceGetCount,
+            nvmlDeviceGetHandleByIndex,
+            nvmlDeviceGetHandleByUUID,
+            nvmlDeviceGetDeviceHandleFromMigDeviceHandle,
+            nvmlDeviceGetPciInfo,
+            nvmlDeviceGetUUID,
+            nvmlDeviceGetName,
+            nvmlDeviceGetCpuAffinityWithinScope,
+            nvmlDeviceGetCpuAffinity,
+            nvmlDeviceGetMemoryAffinity,
+            nvmlDeviceGetNumaNodeId,
+        ):
+            setattr(module, function.__name__, function)
+        return module
+
+
+def install_fake_nvml(monkeypatch: Any, desc: Dict[str, Any], **options: Any) -> FakeNvml:
+    """Install a fake ``pynvml`` for the test's duration and return its state."""
+    fake = FakeNvml(desc, **options)
+    monkeypatch.setitem(__import__("sys").modules, "pynvml", fake.module)
+    return fake
+
+
+def hide_pynvml(monkeypatch: Any) -> None:
+    """Make ``import pynvml`` raise ImportError for the test's duration."""
+    monkeypatch.setitem(__import__("sys").modules, "pynvml", None)

@@ -1,0 +1,362 @@
+"""The binder (``apply_plan``/``Binding``) on the real kernel and libnuma.
+
+Binding happens in child processes so the pytest process is never left
+bound.  This machine: CPUs 0-1, one NUMA node (0).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+
+import pytest
+
+from bindchild import run_child
+from pynumabind import _libnuma, binder
+from pynumabind.errors import BindError, ConfigError, PlanError
+from pynumabind.planning import MemoryPolicy, Plan
+
+pytestmark = pytest.mark.skipif(
+    len(os.sched_getaffinity(0)) < 2 or 0 not in _libnuma.get_mems_allowed(),
+    reason="needs CPUs 0 and 1 and memory node 0",
+)
+
+PLAN = """
+from pynumabind import _libnuma
+from pynumabind.binder import apply_plan
+from pynumabind.errors import BindError
+from pynumabind.planning import MemoryPolicy, Plan
+def plan(policy="PREFERRED", cpus=(1,), mems=(0,)):
+    return Plan(rank=0, device=None, cpus=None if cpus is None else frozenset(cpus),
+                mems=frozenset(mems), policy=MemoryPolicy[policy])
+def policy_now():
+    p = _libnuma.get_mempolicy()
+    return [p.mode_name, sorted(p.nodes)]
+"""
+
+
+def test_bind_cpu1_node0_reads_back_from_proc_and_get_mempolicy() -> None:
+    result, _ = run_child(
+        PLAN
+        + """
+b = apply_plan(plan())
+v = b.verify()
+emit({"status": cpus_allowed(), "tasks": task_cpus(), "policy": policy_now(),
+      "binding": b.to_dict(), "verify": v.to_dict()})
+"""
+    )
+    assert result["status"] == "1"
+    assert set(result["tasks"].values()) == {"1"}
+    assert result["policy"] == ["MPOL_PREFERRED", [0]]
+    binding = result["binding"]
+    assert binding["mempolicy"] == {"mode": "MPOL_PREFERRED", "nodes": "0", "flags": 0}
+    assert binding["partial"] is False and binding["skipped"] == []
+    assert binding["cpus"] == "1"
+    verify = result["verify"]
+    assert verify["ok"] is True, verify
+    assert verify["memory_checked"] is True
+    assert verify["page_nodes"] == [0] * binder.VERIFY_PAGES
+
+
+def test_every_policy_reads_back() -> None:
+    result, _ = run_child(
+        PLAN
+        + """
+out = {}
+for policy, mems in (("BIND", (0,)), ("INTERLEAVE", (0,)), ("LOCAL", ()), ("PREFERRED", (0,))):
+    b = apply_plan(plan(policy, mems=mems))
+    v = b.verify()
+    out[policy] = [b.policy_name, policy_now(), v.ok, v.page_nodes, list(v.problems)]
+    b.restore()
+    out[policy].append(policy_now())
+b = apply_plan(plan("NONE", mems=()))
+out["NONE"] = [b.policy_name, policy_now(), b.verify().ok, b.memory_applied]
+emit(out)
+"""
+    )
+    for policy, mode in (("BIND", "MPOL_BIND"), ("INTERLEAVE", "MPOL_INTERLEAVE")):
+        assert result[policy][:3] == [mode, [mode, [0]], True], result[policy]
+        assert result[policy][3] == [0] * binder.VERIFY_PAGES
+        assert result[policy][5] == ["MPOL_DEFAULT", []]
+    assert result["LOCAL"][:3] == ["MPOL_LOCAL", ["MPOL_LOCAL", []], True]
+    assert result["PREFERRED"][:3] == ["MPOL_PREFERRED", ["MPOL_PREFERRED", [0]], True]
+    assert result["NONE"] == [None, ["MPOL_DEFAULT", []], True, False]
+
+
+def test_threads_rebound_pinned_left_and_policy_keepers_listed() -> None:
+    result, _ = run_child(
+        PLAN
+        + """
+stop = threading.Event()
+tids = {}
+def worker(name, pin=None):
+    if pin is not None:
+        os.sched_setaffinity(0, pin)
+    tids[name] = threading.get_native_id()
+    stop.wait()
+ts = [threading.Thread(target=worker, args=("pool",)),
+      threading.Thread(target=worker, args=("pinned", {0}))]
+for t in ts: t.start()
+while len(tids) < 2: time.sleep(0.01)
+b = apply_plan(plan())
+late = {}
+t = threading.Thread(target=lambda: late.update(policy=policy_now(),
+                                                cpus=sorted(os.sched_getaffinity(0))))
+t.start(); t.join()
+out = {"tids": tids, "tasks": task_cpus(), "binding": b.to_dict(), "late": late,
+       "left": list(b.threads_left_pinned), "bound": list(b.threads_bound)}
+stop.set()
+emit(out)
+"""
+    )
+    tids, tasks, binding = result["tids"], result["tasks"], result["binding"]
+    assert tasks[str(tids["pool"])] == "1"
+    assert tasks[str(tids["pinned"])] == "0"
+    assert result["left"] == [tids["pinned"]]
+    assert tids["pool"] in result["bound"] and binding["thread_id"] in result["bound"]
+    # Both existing threads keep their own memory policy and are listed.
+    assert sorted(binding["threads_keeping_policy"]) == sorted(tids.values())
+    # A thread started after the bind inherits CPUs and policy.
+    assert result["late"] == {"policy": ["MPOL_PREFERRED", [0]], "cpus": [1]}
+
+
+def test_context_manager_restores_everything() -> None:
+    result, _ = run_child(
+        PLAN
+        + """
+stop = threading.Event()
+with apply_plan(plan("BIND")) as b:
+    inside = [cpus_allowed(), policy_now()]
+    late = threading.Thread(target=stop.wait)
+    late.start()  # inherits CPU 1
+    late_tid = late.native_id
+    late_inside = cpus_allowed(f"/proc/self/task/{late_tid}/status")
+after = [cpus_allowed(), policy_now(), cpus_allowed(f"/proc/self/task/{late_tid}/status")]
+b.restore()  # idempotent
+stop.set()
+emit({"inside": inside, "late_inside": late_inside, "after": after, "restored": b.restored})
+"""
+    )
+    assert result["inside"] == ["1", ["MPOL_BIND", [0]]]
+    assert result["late_inside"] == "1"
+    assert result["after"] == ["0-1", ["MPOL_DEFAULT", []], "0-1"]
+    assert result["restored"] is True
+
+
+def test_restore_restores_a_previous_non_default_policy() -> None:
+    result, _ = run_child(
+        PLAN
+        + """
+_libnuma.set_mempolicy(_libnuma.MPOL_INTERLEAVE, {0})
+b = apply_plan(plan("BIND"))
+inside = policy_now()
+b.restore()
+emit({"inside": inside, "after": policy_now()})
+"""
+    )
+    assert result == {"inside": ["MPOL_BIND", [0]], "after": ["MPOL_INTERLEAVE", [0]]}
+
+
+def test_restore_and_verify_from_another_thread() -> None:
+    result, _ = run_child(
+        PLAN
+        + """
+b = apply_plan(plan("BIND"))
+out = {}
+def other():
+    try:
+        b.restore()
+    except BindError as exc:
+        out["error"] = str(exc)
+    out["verify"] = b.verify().to_dict()
+t = threading.Thread(target=other); t.start(); t.join()
+out["still_bound"] = cpus_allowed()
+emit(out)
+"""
+    )
+    assert "must run on thread" in result["error"]
+    assert result["still_bound"] == "1"  # nothing half-restored
+    verify = result["verify"]
+    assert verify["memory_checked"] is False
+    assert any("another thread" in note for note in verify["notes"])
+
+
+def test_verify_reports_mismatches_without_raising() -> None:
+    result, _ = run_child(
+        PLAN
+        + """
+stop = threading.Event()
+pool = threading.Thread(target=stop.wait); pool.start()
+b = apply_plan(plan("BIND"))
+os.sched_setaffinity(pool.native_id, {0})      # someone re-pins a bound thread
+_libnuma.set_mempolicy(_libnuma.MPOL_DEFAULT)  # and resets the policy
+v = b.verify()
+stop.set()
+emit({"verify": v.to_dict(), "pool": pool.native_id})
+"""
+    )
+    verify = result["verify"]
+    assert verify["ok"] is False
+    problems = "\n".join(verify["problems"])
+    assert f"thread {result['pool']}" in problems and "runs on CPUs 0, expected 1" in problems
+    assert "memory policy is MPOL_DEFAULT" in problems
+
+
+def test_cpus_none_leaves_affinity_alone() -> None:
+    result, _ = run_child(
+        PLAN
+        + """
+os.sched_setaffinity(0, {0})
+b = apply_plan(plan("BIND", cpus=None))
+emit({"status": cpus_allowed(), "threads": b.to_dict()["threads"], "policy": policy_now(),
+      "ok": b.verify().ok})
+"""
+    )
+    assert result == {"status": "0", "threads": [], "policy": ["MPOL_BIND", [0]], "ok": True}
+
+
+def test_migrate_moves_already_allocated_pages() -> None:
+    result, _ = run_child(
+        PLAN
+        + """
+import mmap
+buf = mmap.mmap(-1, 64 * mmap.PAGESIZE)
+for i in range(64):
+    buf[i * mmap.PAGESIZE] = 1
+b = apply_plan(plan("BIND"), migrate=True)
+emit({"migrated": b.migrated, "not_moved": b.pages_not_moved,
+      "nodes": sorted(set(_libnuma.page_nodes(buf))), "partial": b.partial})
+"""
+    )
+    assert result == {"migrated": True, "not_moved": 0, "nodes": [0], "partial": False}
+
+
+@pytest.mark.parametrize("method", ["spawn", "fork", "forkserver"])
+def test_multiprocessing_workers_are_each_bound(method: str) -> None:
+    from binder_worker import bind_and_report
+
+    context = multiprocessing.get_context(method)
+    queue = context.Queue()
+    workers = [context.Process(target=bind_and_report, args=(cpu, queue)) for cpu in (0, 1)]
+    for worker in workers:
+        worker.start()
+    reports = [queue.get(timeout=120) for _ in workers]
+    for worker in workers:
+        worker.join(timeout=60)
+        assert worker.exitcode == 0
+    by_cpu = {r.get("cpus"): r for r in reports}
+    assert set(by_cpu) == {"0", "1"}, reports
+    for report in reports:
+        assert report["policy"] == "MPOL_PREFERRED" and report["nodes"] == [0], report
+        assert report["verify_ok"] is True
+        assert report["pid"] != os.getpid()
+    assert os.sched_getaffinity(0) == {0, 1}  # the test process stayed unbound
+
+
+# ----------------------------------------------- in-process, nothing applied
+
+
+def _plan(**changes) -> Plan:
+    fields = {
+        "rank": 0,
+        "device": None,
+        "cpus": frozenset({1}),
+        "mems": frozenset({0}),
+        "policy": MemoryPolicy.PREFERRED,
+    }
+    fields.update(changes)
+    return Plan(**fields)
+
+
+def test_invalid_on_error_is_a_config_error_before_anything_happens() -> None:
+    with pytest.raises(ConfigError, match="on_error 'ignore'"):
+        binder.apply_plan(_plan(), on_error="ignore")
+    with pytest.raises(ConfigError, match="on_error"):
+        binder.bind_current_process(0, on_error="explode", environ={})
+    assert os.sched_getaffinity(0) == {0, 1}
+
+
+@pytest.mark.parametrize("policy", [MemoryPolicy.BIND, MemoryPolicy.PREFERRED])
+def test_policy_without_nodes_is_a_plan_error(policy: MemoryPolicy) -> None:
+    with pytest.raises(PlanError, match="names no memory nodes"):
+        binder.apply_plan(_plan(policy=policy, mems=frozenset()))
+    assert os.sched_getaffinity(0) == {0, 1}
+
+
+def test_empty_cpu_set_is_a_plan_error() -> None:
+    with pytest.raises(PlanError, match="empty CPU set"):
+        binder.apply_plan(_plan(cpus=frozenset()))
+
+
+@pytest.mark.parametrize(
+    ("preferred_many", "mode", "nodes", "noted"),
+    [
+        (True, _libnuma.MPOL_PREFERRED_MANY, {0, 2}, None),
+        (False, _libnuma.MPOL_PREFERRED, {0}, "Linux < 5.15"),
+        (None, _libnuma.MPOL_PREFERRED, {0}, "could not be probed"),
+    ],
+)
+def test_preferred_on_several_nodes(monkeypatch, preferred_many, mode, nodes, noted) -> None:
+    features = _libnuma.Features(True, True, preferred_many, None, {})
+    monkeypatch.setattr(_libnuma, "probe_features", lambda: features)
+    got_mode, got_nodes, note = binder._policy_request(_plan(mems=frozenset({0, 2})))
+    assert (got_mode, got_nodes) == (mode, frozenset(nodes))
+    if noted is None:
+        assert note is None
+    else:
+        assert noted in note and "preferring node 0 only" in note
+
+
+def test_disabled_by_environment_is_a_logged_no_op(caplog) -> None:
+    caplog.set_level(logging.INFO, logger="pynumabind")
+    before = os.sched_getaffinity(0), _libnuma.get_mempolicy()
+    binding = binder.bind_current_process(environ={"PYNUMABIND_DISABLE": "yes"})
+    assert binding.disabled and not binding.applied and binding.plan is None
+    assert binding.notes == ("disabled by PYNUMABIND_DISABLE=yes",)
+    assert binding.verify().ok
+    binding.restore()  # nothing to undo
+    assert (os.sched_getaffinity(0), _libnuma.get_mempolicy()) == before
+    messages = [r.getMessage() for r in caplog.records if r.name.startswith("pynumabind")]
+    assert messages == [
+        "pynumabind: binding disabled; nothing applied (disabled by PYNUMABIND_DISABLE=yes)"
+    ]
+
+
+def test_one_info_line_per_bind() -> None:
+    result, _ = run_child(
+        PLAN
+        + """
+records = []
+class Keep(logging.Handler):
+    def emit(self, record): records.append((record.levelname, record.getMessage()))
+logging.getLogger("pynumabind").addHandler(Keep())
+logging.getLogger("pynumabind").setLevel(logging.DEBUG)
+apply_plan(plan())
+emit({"records": [r for r in records if r[0] != "DEBUG"]})
+"""
+    )
+    assert result["records"] == [
+        [
+            "INFO",
+            "pynumabind: rank 0 device none CPUs 1 memory nodes 0 policy MPOL_PREFERRED "
+            "threads 1 bound",
+        ]
+    ]
+
+
+def test_kernel_refusal_becomes_a_bind_error_naming_cpus(monkeypatch) -> None:
+    """How a (real, see test_cpuset) ThreadAffinityError is reported by apply_plan."""
+    from pynumabind import _threads
+
+    def refuse(cpus, *, reference=None, max_passes=8):
+        raise _threads.ThreadAffinityError(22, 4242, cpus, (4241,), ())
+
+    monkeypatch.setattr(_threads, "bind_threads", refuse)
+    with pytest.raises(BindError) as info:
+        binder.apply_plan(_plan())
+    message = str(info.value)
+    assert "cannot bind to CPUs 1" in message and "EINVAL" in message
+    assert "may use CPUs 0-1" in message and "nothing was changed" in message
+    assert isinstance(info.value.__cause__, _threads.ThreadAffinityError)
+    assert _libnuma.get_mempolicy().mode == _libnuma.MPOL_DEFAULT

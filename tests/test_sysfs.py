@@ -1,0 +1,508 @@
+"""The sysfs reader: kernel formats, degradation, errors, allowed sets, the live machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hyp_st
+
+import sysfs_tree as st
+from pynumabind import _libnuma
+from pynumabind._sysfs import normalize_bus_id, read_topology
+from pynumabind.cpulist import format_cpulist, parse_cpulist
+from pynumabind.errors import TopologyError
+from pynumabind.topology import Topology
+
+
+def tree(tmp_path: Path, name: str, **changes: object) -> Path:
+    desc = st.load_machine(name)
+    desc.update(changes)
+    return st.build_sysfs(desc, tmp_path / name)
+
+
+# ------------------------------------------------------------- bus ids
+
+
+@pytest.mark.parametrize(
+    ("raw", "want"),
+    [
+        ("00000000:07:00.0", "0000:07:00.0"),
+        ("00000000:DB:00.0", "0000:db:00.0"),
+        ("0000:db:00.0", "0000:db:00.0"),
+        ("00000009:01:00.0", "0009:01:00.0"),
+        ("0018:01:00.0", "0018:01:00.0"),
+        ("07:00.0", "0000:07:00.0"),
+        ("0000:10:1C.0", "0000:10:1c.0"),
+    ],
+)
+def test_bus_ids_are_normalized(raw: str, want: str) -> None:
+    assert normalize_bus_id(raw) == want
+
+
+@pytest.mark.parametrize(
+    "raw", ["", "GPU-1", "0000:07:00", "0000:07:00.8", "1:2:3:4.0", "0:0:20.0"]
+)
+def test_malformed_bus_ids_are_rejected(raw: str) -> None:
+    with pytest.raises(TopologyError):
+        normalize_bus_id(raw)
+
+
+# --------------------------------------------------------- node details
+
+
+def test_sparse_node_ids_map_distance_columns_by_online_order(tmp_path: Path) -> None:
+    root = tree(tmp_path, "sparse_nodes")
+    row = (root / "devices/system/node/node8/distance").read_text()
+    assert row == "40 10\n"  # two columns: node 0 and node 8
+    topo = Topology.from_sysfs(str(root))
+    assert topo.distance(8, 0) == 40 and topo.distance(8, 8) == 10
+    assert topo.distance(0, 1) is None
+    assert [g.numa_node for g in topo.gpus] == [0, 8]
+
+
+def test_memoryless_cpu_nodes(tmp_path: Path) -> None:
+    topo = Topology.from_sysfs(str(tree(tmp_path, "threadripper_memless")))
+    assert [topo.nodes[n].has_memory for n in range(4)] == [False, True, True, False]
+    assert topo.nodes[0].cpus == parse_cpulist("0-5,24-29")
+    assert topo.nodes[0].memory_total == 0
+    assert topo.allowed_mems == {1, 2}
+    assert topo.cpu_nodes == (0, 1, 2, 3)
+
+
+def test_cpu_less_memory_nodes_on_grace(tmp_path: Path) -> None:
+    topo = Topology.from_sysfs(str(tree(tmp_path, "gb200_nvl_tray")))
+    assert topo.cpu_nodes == (0, 1)
+    assert topo.nodes[2].memory_only and topo.nodes[2].memory_total == 190464 * 2**20
+    assert not topo.nodes[3].has_memory and not topo.nodes[3].cpus
+    assert topo.allowed_mems == {0, 1, 2, 10, 18, 26}
+    assert topo.distance(2, 0) == 80 and topo.distance(2, 1) == 120
+    assert topo.distance(2, 10) == 255
+    assert [n for n, _ in topo.nearest_cpu_nodes(18)] == [1, 0]
+
+
+def test_offline_cpus_are_dropped_from_nodes(tmp_path: Path) -> None:
+    root = tree(tmp_path, "rtx4090_nps4")
+    # The fixture lists CPU 255 in node 7's cpulist, as some kernels do.
+    assert (root / "devices/system/node/node7/cpulist").read_text() == "112-127,240-255\n"
+    topo = Topology.from_sysfs(str(root))
+    assert 255 not in topo.cpus and 255 not in topo.nodes[7].cpus
+    assert topo.cpus[127].siblings == {127}  # its SMT sibling 255 is offline
+    assert 255 not in topo.allowed_cpus
+
+
+def test_kernel_without_numa_is_one_node_with_a_note(tmp_path: Path) -> None:
+    topo = Topology.from_sysfs(str(tree(tmp_path, "single_gpu_no_numa")))
+    assert list(topo.nodes) == [0]
+    assert topo.nodes[0].cpus == parse_cpulist("0-7")
+    assert any("kernel without NUMA" in n for n in topo.notes)
+    assert topo.gpus[0].numa_node is None
+    assert any("numa_node -1" in n for n in topo.notes)
+
+
+def test_missing_cache_and_die_information_degrades_with_notes(tmp_path: Path) -> None:
+    topo = Topology.from_sysfs(str(tree(tmp_path, "dgx_h100", l3=None, die_id=False)))
+    assert all(c.l3 == frozenset() for c in topo.cpus.values())
+    assert all(c.die is None for c in topo.cpus.values())
+    assert any("no L3 cache information" in n for n in topo.notes)
+    assert any("die_id missing" in n for n in topo.notes)
+    # Everything else is intact.
+    assert topo.cpus[5].siblings == {5, 117}
+
+
+def test_missing_topology_directory_degrades(tmp_path: Path) -> None:
+    root = tree(tmp_path, "sparse_nodes")
+    shutil.rmtree(root / "devices/system/cpu/cpu3/topology")
+    topo = Topology.from_sysfs(str(root))
+    assert topo.cpus[3].core == 3 and topo.cpus[3].package == 0
+    assert any("no topology/ for CPUs 3" in n for n in topo.notes)
+
+
+def test_missing_cpu_online_file_falls_back_to_per_cpu_flags(tmp_path: Path) -> None:
+    root = tree(tmp_path, "rtx4090_nps4")
+    (root / "devices/system/cpu/online").unlink()
+    topo = Topology.from_sysfs(str(root))
+    assert topo.online_cpus == parse_cpulist("0-254")
+    assert any("cpu/online missing" in n for n in topo.notes)
+
+
+# ---------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize(
+    ("relative", "content", "fragment"),
+    [
+        ("devices/system/node/node8/distance", "40 x\n", "malformed distance row"),
+        ("devices/system/node/node8/distance", "40 10 10\n", "expected 2 numbers"),
+        ("devices/system/node/node0/cpulist", "0-7,zz\n", "malformed list"),
+        ("devices/system/node/node0/meminfo", "Node 0 MemTotal: lots\n", "malformed line"),
+        ("devices/system/cpu/cpu7/topology/core_id", "seven\n", "malformed number"),
+        ("devices/system/cpu/online", "0-\n", "malformed list"),
+        ("bus/pci/devices/0004:04:00.0/class", "display\n", "malformed number"),
+    ],
+)
+def test_malformed_files_raise_naming_the_file(
+    tmp_path: Path, relative: str, content: str, fragment: str
+) -> None:
+    root = tree(tmp_path, "sparse_nodes")
+    (root / relative).write_text(content)
+    with pytest.raises(TopologyError) as info:
+        Topology.from_sysfs(str(root))
+    assert fragment in str(info.value)
+    assert relative in str(info.value)
+
+
+def test_a_missing_required_node_file_raises(tmp_path: Path) -> None:
+    root = tree(tmp_path, "dgx_h100")
+    (root / "devices/system/node/node1/cpulist").unlink()
+    with pytest.raises(TopologyError, match=r"missing sysfs file .*node1/cpulist"):
+        Topology.from_sysfs(str(root))
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads mode-000 files")
+def test_unreadable_file_raises(tmp_path: Path) -> None:  # pragma: no cover - not as root
+    root = tree(tmp_path, "dgx_h100")
+    path = root / "devices/system/node/node0/cpulist"
+    path.chmod(0)
+    with pytest.raises(TopologyError, match="cannot read"):
+        Topology.from_sysfs(str(root))
+
+
+def test_a_directory_in_place_of_a_file_raises(tmp_path: Path) -> None:
+    root = tree(tmp_path, "dgx_h100")
+    path = root / "devices/system/node/node0/cpulist"
+    path.unlink()
+    path.mkdir()
+    with pytest.raises(TopologyError, match=r"node0/cpulist"):
+        Topology.from_sysfs(str(root))
+
+
+def test_a_cpu_in_two_nodes_is_inconsistent(tmp_path: Path) -> None:
+    root = tree(tmp_path, "dgx_h100")
+    (root / "devices/system/node/node1/cpulist").write_text("55-111,168-223\n")
+    with pytest.raises(TopologyError, match="CPU 55 is listed in both node 0 and node 1"):
+        Topology.from_sysfs(str(root))
+
+
+def test_empty_root_raises(tmp_path: Path) -> None:
+    with pytest.raises(TopologyError, match="no CPU information"):
+        Topology.from_sysfs(str(tmp_path))
+
+
+# ----------------------------------------------------------- PCI choice
+
+
+def test_nvswitch_is_not_a_gpu(tmp_path: Path) -> None:
+    topo = Topology.from_sysfs(str(tree(tmp_path, "dgx_h100")))
+    assert "0000:05:00.0" not in [g.pci_bus_id for g in topo.gpus]
+    assert len(topo.gpus) == 8
+
+
+def test_caller_can_accept_another_vendor_and_class(tmp_path: Path) -> None:
+    """What the QEMU test does: a non-GPU device on node 1 accepted as a GPU."""
+    desc = st.load_machine("sparse_nodes")
+    desc["extra_pci"] = [
+        {
+            "bus_id": "0000:00:05.0",
+            "vendor": "0x1af4",
+            "device": "0x1000",
+            "class": "0x020000",
+            "numa_node": 8,
+        },
+    ]
+    root = st.build_sysfs(desc, tmp_path / "vm")
+    assert [g.pci_bus_id for g in Topology.from_sysfs(str(root)).gpus] == [
+        "0004:04:00.0",
+        "0035:03:00.0",
+    ]
+    topo = Topology.from_sysfs(str(root), gpu_vendors={0x1AF4: "virtio"}, pci_classes=["0x0200"])
+    assert [(g.pci_bus_id, g.vendor, g.numa_node) for g in topo.gpus] == [
+        ("0000:00:05.0", "virtio", 8)
+    ]
+    assert topo.gpus[0].local_cpus == parse_cpulist("8-15,24-31")
+    both = Topology.from_sysfs(str(root), gpu_vendors=[0x10DE, 0x1AF4], pci_classes=("0x03", 0x02))
+    assert [g.vendor for g in both.gpus] == ["0x1af4", "nvidia", "nvidia"]
+
+
+@pytest.mark.parametrize("bad", ["0x3", "display", "0x0302000"])
+def test_bad_class_filters_are_rejected(tmp_path: Path, bad: str) -> None:
+    with pytest.raises(TopologyError, match="PCI class"):
+        Topology.from_sysfs(str(tree(tmp_path, "sparse_nodes")), pci_classes=[bad])
+
+
+def test_gpu_local_cpus_come_from_pci_local_cpulist(tmp_path: Path) -> None:
+    topo = Topology.from_sysfs(str(tree(tmp_path, "dgx_a100_nps4")))
+    assert topo.gpus[0].local_cpus == parse_cpulist("48-63,176-191")
+
+
+# ---------------------------------------------------------- allowed sets
+
+
+def test_foreign_root_defaults_to_everything_and_parameters_override(tmp_path: Path) -> None:
+    root = str(tree(tmp_path, "dgx_h100"))
+    topo = Topology.from_sysfs(root)
+    assert topo.allowed_cpus == topo.online_cpus and topo.allowed_mems == {0, 1}
+    narrowed = Topology.from_sysfs(root, allowed_cpus=range(8), allowed_mems=[1])
+    assert narrowed.allowed_cpus == set(range(8)) and narrowed.allowed_mems == {1}
+
+
+def test_allowed_cpus_outside_online_are_dropped_with_a_note(tmp_path: Path) -> None:
+    root = str(tree(tmp_path, "rtx4090_nps4"))
+    topo = Topology.from_sysfs(root, allowed_cpus=[250, 255], allowed_mems=[7, 9])
+    assert topo.allowed_cpus == {250} and topo.allowed_mems == {7}
+    assert any("255 are not online" in n for n in topo.notes)
+    assert any("9 do not exist" in n for n in topo.notes)
+
+
+def test_environ_applies_visibility(tmp_path: Path) -> None:
+    root = str(tree(tmp_path, "dgx_a100_nps4"))
+    topo = read_topology(root, environ={"CUDA_VISIBLE_DEVICES": "6,2"})
+    assert [(g.index, g.physical_index, g.numa_node) for g in topo.gpus] == [(0, 6, 5), (1, 2, 1)]
+
+
+# ----------------------------------------------------------- live machine
+
+
+def _status_list(key: str) -> frozenset[int]:
+    with open("/proc/self/status", encoding="ascii") as handle:
+        for line in handle:
+            if line.startswith(key + ":"):
+                return parse_cpulist(line.split(":", 1)[1].strip())
+    raise AssertionError(f"{key} missing from /proc/self/status")
+
+
+def test_live_machine_agrees_with_libnuma_and_proc() -> None:
+    topo = Topology.detect(use_nvml=False, environ={})
+    for node in topo.nodes.values():
+        assert node.cpus == _libnuma.node_to_cpus(node.id)
+        for other in topo.nodes:
+            assert topo.distance(node.id, other) == _libnuma.distance(node.id, other)
+        if node.has_memory:
+            total, free = _libnuma.node_memory(node.id)
+            assert node.memory_total == total
+            assert node.memory_free is not None
+            assert abs(node.memory_free - free) < max(256 * 2**20, free // 10)
+    assert topo.allowed_cpus == _status_list("Cpus_allowed_list")
+    assert topo.allowed_mems == _status_list("Mems_allowed_list")
+    assert topo.online_cpus == parse_cpulist(Path("/sys/devices/system/cpu/online").read_text())
+    for cpu in topo.cpus.values():
+        assert _libnuma.node_of_cpu(cpu.id) == cpu.node
+
+
+_CHILD = """
+import json, os
+from pynumabind.topology import Topology
+os.sched_setaffinity(0, {1})
+topo = Topology.detect(use_nvml=False, environ={})
+status = [l for l in open('/proc/self/status') if l.startswith('Cpus_allowed_list')][0]
+print(json.dumps({"allowed": sorted(topo.allowed_cpus), "status": status.split(':')[1].strip()}))
+"""
+
+
+@pytest.mark.skipif(
+    len(os.sched_getaffinity(0)) < 2 or 1 not in os.sched_getaffinity(0), reason="needs CPU 1"
+)
+def test_live_allowed_cpus_are_read_fresh_after_setaffinity() -> None:
+    """libnuma snapshots the mask at load; detect() must see the change."""
+    out = subprocess.run(
+        [sys.executable, "-c", "import pynumabind._libnuma as l; l.load()\n" + _CHILD],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    report = json.loads(out.stdout)
+    assert report == {"allowed": [1], "status": "1"}
+
+
+def test_live_allowed_cpus_follow_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {min(before)})
+        assert Topology.from_sysfs("/sys").allowed_cpus == {min(before)}
+    finally:
+        os.sched_setaffinity(0, before)
+    assert Topology.from_sysfs("/sys").allowed_cpus == frozenset(before)
+
+
+def test_gpu_on_a_cpu_less_node_is_given_the_nearest_cpu_node(tmp_path: Path) -> None:
+    desc = st.load_machine("gh200_single")
+    desc["gpus"][0]["numa_node"] = 1  # firmware placing the GPU on its HBM node
+    topo = Topology.from_sysfs(str(st.build_sysfs(desc, tmp_path / "t")))
+    assert topo.gpus[0].numa_node == 0
+    assert any("numa_node 1 has no CPUs" in n for n in topo.notes)
+
+
+# ------------------------------------------------- generated machines
+
+
+@hyp_st.composite
+def machines(draw: hyp_st.DrawFn) -> dict:
+    """Random small machines: sparse ids, CPU-less and memory-less nodes, offline CPUs."""
+    count = draw(hyp_st.integers(1, 5))
+    ids = sorted(draw(hyp_st.sets(hyp_st.integers(0, 15), min_size=count, max_size=count)))
+    cores = [draw(hyp_st.integers(0, 3)) for _ in ids]
+    if not any(cores):
+        cores[0] = 1
+    total = sum(cores)
+    smt = draw(hyp_st.booleans())
+    nodes, base = [], 0
+    for index, (node_id, n) in enumerate(zip(ids, cores)):
+        cpus = set(range(base, base + n))
+        if smt:
+            cpus |= {c + total for c in cpus}
+        base += n
+        memory = draw(hyp_st.sampled_from([0, 1024, 4096]))
+        nodes.append(
+            {
+                "id": node_id,
+                "cpus": format_cpulist(cpus),
+                "package": index // 2,
+                "memory_mb": memory,
+                "free_mb": memory // 2,
+            }
+        )
+    every = set(range(2 * total if smt else total))
+    offline = (
+        draw(hyp_st.sets(hyp_st.sampled_from(sorted(every - {0})))) if len(every) > 1 else set()
+    )
+    matrix = [[10] * count for _ in ids]
+    for a in range(count):
+        for b in range(a + 1, count):
+            matrix[a][b] = matrix[b][a] = draw(hyp_st.integers(11, 255))
+    cpu_nodes = [n["id"] for n in nodes if n["cpus"]]
+    gpus = []
+    for k in range(draw(hyp_st.integers(0, 3))):
+        numa = draw(hyp_st.sampled_from([-1, *cpu_nodes]))
+        gpus.append(
+            {
+                "bus_id": f"0000:{0x10 + k:02x}:00.0",
+                "vendor": "0x10de",
+                "device": "0x2330",
+                "class": "0x030200",
+                "model": "X",
+                "uuid": f"GPU-{k}",
+                "numa_node": numa,
+            }
+        )
+    return {
+        "name": "generated",
+        "provenance": ["hypothesis"],
+        "online_cpus": format_cpulist(every - offline),
+        "smt_offset": total if smt else None,
+        "l3": draw(hyp_st.sampled_from(["node", "package", None])),
+        "nodes": nodes,
+        "distances": {"matrix": matrix},
+        "gpus": gpus,
+    }
+
+
+@settings(max_examples=40, deadline=None)
+@given(machines())
+def test_generated_machines_read_back_exactly(desc: dict) -> None:
+    with tempfile.TemporaryDirectory() as scratch:
+        topo = Topology.from_sysfs(str(st.build_sysfs(desc, scratch)))
+    online = parse_cpulist(desc["online_cpus"])
+    table = st.node_distances(desc)
+    assert sorted(topo.nodes) == sorted(n["id"] for n in desc["nodes"])
+    for node in desc["nodes"]:
+        got = topo.nodes[node["id"]]
+        assert got.cpus == parse_cpulist(node["cpus"]) & online
+        assert got.has_memory == bool(node["memory_mb"])
+        assert dict(got.distances) == table[node["id"]]
+    facts = st.cpu_facts(desc)
+    assert set(topo.cpus) == set(facts) == online
+    for cpu, fact in facts.items():
+        got_cpu = topo.cpus[cpu]
+        assert (got_cpu.node, got_cpu.package, got_cpu.core) == (fact.node, fact.package, fact.core)
+        assert (got_cpu.siblings, got_cpu.l3) == (fact.siblings, fact.l3)
+    with_cpus = {n["id"] for n in desc["nodes"] if parse_cpulist(n["cpus"]) & online}
+
+    def expected_node(numa: int) -> object:
+        if numa < 0:
+            return None
+        if numa in with_cpus:
+            return numa
+        # every CPU of its node is offline: the nearest node with online CPUs
+        return min(with_cpus, key=lambda other: (table[numa][other], other))
+
+    want = [(g["bus_id"], expected_node(g["numa_node"])) for g in desc["gpus"]]
+    assert [(g.pci_bus_id, g.numa_node) for g in topo.gpus] == want
+    assert topo.allowed_mems == {n["id"] for n in desc["nodes"] if n["memory_mb"]}
+    assert Topology.from_json(topo.to_json()) == topo
+
+
+CPUSET = Path("/sys/fs/cgroup/cpuset")
+
+_CPUSET_CHILD = """
+import json, os, sys
+with open(os.path.join(sys.argv[1], "tasks"), "w") as handle:
+    handle.write(str(os.getpid()))
+from pynumabind.topology import Topology
+topo = Topology.detect(use_nvml=False, environ={})
+print(json.dumps({"cpus": sorted(topo.allowed_cpus), "mems": sorted(topo.allowed_mems)}))
+"""
+
+
+@pytest.mark.skipif(
+    not (CPUSET / "cpuset.cpus").exists() or os.geteuid() != 0 or 1 not in os.sched_getaffinity(0),
+    reason="needs root, a cgroup v1 cpuset hierarchy and CPU 1",
+)
+def test_live_cpuset_restriction_is_seen(tmp_path: Path) -> None:
+    """A real cpuset (cpus 1, mems 0): what a container or Slurm job gives a worker."""
+    group = CPUSET / f"pynumabind-discovery-{os.getpid()}"
+    group.mkdir()
+    try:
+        (group / "cpuset.cpus").write_text("1")
+        first_mem = min(parse_cpulist((CPUSET / "cpuset.mems").read_text().strip()))
+        (group / "cpuset.mems").write_text(str(first_mem))
+        out = subprocess.run(
+            [sys.executable, "-c", _CPUSET_CHILD, str(group)],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        group.rmdir()
+    report = json.loads(out.stdout)
+    assert report["cpus"] == [1]
+    assert report["mems"] == [first_mem]
+
+
+def test_negative_die_id_means_unknown(tmp_path: Path) -> None:
+    root = tree(tmp_path, "sparse_nodes")
+    (root / "devices/system/cpu/cpu2/topology/die_id").write_text("-1\n")
+    assert Topology.from_sysfs(str(root)).cpus[2].die is None
+
+
+def test_live_mems_fall_back_to_proc_status_without_libnuma(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pynumabind.errors import LibnumaUnavailableError
+
+    def unavailable() -> frozenset:
+        raise LibnumaUnavailableError("libnuma.so.1 not found (test)")
+
+    monkeypatch.setattr(_libnuma, "get_mems_allowed", unavailable)
+    topo = Topology.from_sysfs("/sys")
+    assert topo.allowed_mems == _status_list("Mems_allowed_list")
+    assert any("using Mems_allowed_list" in n for n in topo.notes)
+
+
+def test_missing_meminfo_and_has_memory_are_noted(tmp_path: Path) -> None:
+    root = tree(tmp_path, "threadripper_memless")
+    (root / "devices/system/node/has_memory").unlink()
+    (root / "devices/system/node/node2/meminfo").unlink()
+    topo = Topology.from_sysfs(str(root))
+    # Without has_memory, MemTotal decides: 0 kB means no memory.
+    assert [topo.nodes[n].has_memory for n in range(4)] == [False, True, True, False]
+    assert topo.nodes[2].memory_total is None
+    assert any("node2/meminfo missing" in n for n in topo.notes)

@@ -1,0 +1,173 @@
+"""Thread-wide CPU affinity (``pynumabind._threads``) on the real kernel.
+
+Every test binds inside a child interpreter (see ``bindchild``), so the
+pytest process keeps its affinity.  This machine has CPUs 0-1.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from bindchild import run_child
+from pynumabind import _threads
+
+pytestmark = pytest.mark.skipif(
+    len(os.sched_getaffinity(0)) < 2, reason="needs at least two allowed CPUs (0 and 1)"
+)
+
+NAMED_THREADS = """
+import ctypes
+from pynumabind import _threads
+libc = ctypes.CDLL(None, use_errno=True)
+
+def name_self(name):
+    libc.prctl(15, name.encode(), 0, 0, 0)  # PR_SET_NAME: what /proc/.../comm shows
+
+stop = threading.Event()
+tids = {}
+
+def worker(name, pin=None):
+    name_self(name)
+    if pin is not None:
+        os.sched_setaffinity(0, pin)
+    tids[name] = threading.get_native_id()
+    stop.wait()
+
+threads = [threading.Thread(target=worker, args=(f"pool-{i}",)) for i in range(3)]
+threads.append(threading.Thread(target=worker, args=("pinned-0", {0})))
+for t in threads:
+    t.start()
+while len(tids) < 4:
+    time.sleep(0.01)
+"""
+
+
+def test_threads_started_before_the_call_are_rebound_and_pinned_ones_left() -> None:
+    result, _ = run_child(
+        NAMED_THREADS
+        + """
+scan = _threads.bind_threads(frozenset({1}))
+status = task_cpus()
+stop.set()
+emit({"tids": tids, "main": threading.get_native_id(), "status": status,
+      "results": [r.to_dict() for r in scan.results], "converged": scan.converged})
+"""
+    )
+    tids, status = result["tids"], result["status"]
+    by_tid = {r["tid"]: r for r in result["results"]}
+    assert result["converged"] is True
+    # The caller and the three pool threads: bound, as the kernel reports.
+    for tid in [result["main"]] + [tids[f"pool-{i}"] for i in range(3)]:
+        assert status[str(tid)] == "1"
+        assert by_tid[tid]["action"] == "bound"
+        assert (by_tid[tid]["before"], by_tid[tid]["after"]) == ("0-1", "1")
+    # The thread pinned to CPU 0 before the call: untouched and reported.
+    pinned = tids["pinned-0"]
+    assert status[str(pinned)] == "0"
+    assert by_tid[pinned] == {
+        "tid": pinned,
+        "name": "pinned-0",
+        "before": "0",
+        "after": "0",
+        "action": "left-pinned",
+    }
+    assert {by_tid[tids[f"pool-{i}"]]["name"] for i in range(3)} == {"pool-0", "pool-1", "pool-2"}
+    assert set(by_tid) == {int(t) for t in status}
+
+
+def test_restore_threads_puts_back_previous_masks() -> None:
+    result, _ = run_child(
+        NAMED_THREADS
+        + """
+scan = _threads.bind_threads(frozenset({1}))
+bound = task_cpus()
+restored, failed = _threads.restore_threads(scan.changed())
+after = task_cpus()
+stop.set()
+emit({"bound": bound, "after": after, "restored": restored, "failed": failed,
+      "pinned": tids["pinned-0"]})
+"""
+    )
+    assert result["failed"] == []
+    assert len(result["restored"]) == 4  # caller + 3 pool threads, not the pinned one
+    pinned = str(result["pinned"])
+    for tid, cpus in result["after"].items():
+        assert cpus == ("0" if tid == pinned else "0-1")
+        assert result["bound"][tid] == ("0" if tid == pinned else "1")
+
+
+def test_threads_exiting_and_spawning_during_the_scan_are_fine() -> None:
+    """A thread factory churns short-lived threads while we bind."""
+    result, _ = run_child(
+        """
+from pynumabind import _threads
+stop = threading.Event()
+def short():
+    time.sleep(0.001)
+def churn():
+    while not stop.is_set():
+        ts = [threading.Thread(target=short) for _ in range(8)]
+        for t in ts: t.start()
+        for t in ts: t.join()
+churners = [threading.Thread(target=churn) for _ in range(2)]
+for c in churners: c.start()
+time.sleep(0.05)
+scans = [_threads.bind_threads(frozenset({1})) for _ in range(20)]
+stop.set()
+for c in churners: c.join()
+status = task_cpus()
+emit({"actions": sorted({r.action.value for s in scans for r in s.results}),
+      "status": status, "passes": max(s.passes for s in scans)})
+"""
+    )
+    assert set(result["actions"]) <= {"bound", "exited"}
+    assert "bound" in result["actions"]
+    # Everything still alive (main thread) ended up on CPU 1.
+    assert set(result["status"].values()) == {"1"}
+
+
+def test_new_thread_after_scan_inherits_from_bound_creator() -> None:
+    result, _ = run_child(
+        """
+from pynumabind import _threads
+_threads.bind_threads(frozenset({1}))
+seen = {}
+t = threading.Thread(target=lambda: seen.update(cpus=sorted(os.sched_getaffinity(0))))
+t.start(); t.join()
+emit(seen)
+"""
+    )
+    assert result["cpus"] == [1]
+
+
+def test_restore_of_an_exited_thread_counts_as_restored() -> None:
+    holder = {}
+    t = threading.Thread(target=lambda: holder.update(tid=threading.get_native_id()))
+    t.start()
+    t.join()  # returns slightly before the kernel thread is gone: poll
+    deadline = time.monotonic() + 5
+    while _threads.thread_affinity(holder["tid"]) is not None:
+        assert time.monotonic() < deadline, "thread never exited"
+        time.sleep(0.005)
+    restored, failed = _threads.restore_threads({holder["tid"]: frozenset({0})})
+    assert (restored, failed) == ([holder["tid"]], [])
+
+
+def test_argument_validation() -> None:
+    with pytest.raises(ValueError, match="empty"):
+        _threads.bind_threads(frozenset())
+    with pytest.raises(ValueError, match="max_passes"):
+        _threads.bind_threads(frozenset({0}), max_passes=0)
+
+
+def test_thread_listing_and_names_match_proc() -> None:
+    tids = _threads.list_thread_ids()
+    assert threading.get_native_id() in tids
+    assert tids == sorted(int(t) for t in os.listdir("/proc/self/task"))
+    with open(f"/proc/self/task/{tids[0]}/comm") as handle:
+        assert _threads.thread_name(tids[0]) == handle.read().rstrip("\n")
+    assert _threads.thread_name(2**22 + 12345) == ""

@@ -44,12 +44,18 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "MemoryPolicy": ("planning", "MemoryPolicy"),
     "plan": ("planner", "plan"),
     "plan_all": ("planner", "plan_all"),
+    # binding
+    "bind_current_process": ("binder", "bind_current_process"),
+    "apply_plan": ("binder", "apply_plan"),
+    "Binding": ("binder", "Binding"),
+    "VerifyResult": ("binder", "VerifyResult"),
     # discovery
     "apply_visibility": ("_visible", "apply_visibility"),
 }
 
 __all__ = [
     "BindError",
+    "Binding",
     "ConfigError",
     "Cpu",
     "CpuMode",
@@ -64,8 +70,11 @@ __all__ = [
     "PynumabindError",
     "Topology",
     "TopologyError",
+    "VerifyResult",
     "__version__",
+    "apply_plan",
     "apply_visibility",
+    "bind_current_process",
     "format_cpulist",
     "format_cpumask",
     "format_nodelist",
@@ -78,6 +87,7 @@ __all__ = [
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._visible import apply_visibility
+    from .binder import Binding, VerifyResult, apply_plan, bind_current_process
     from .cpulist import (
         format_cpulist,
         format_cpumask,

@@ -141,7 +141,7 @@ def spawned_bind_worker(rank: int, nprocs: int, conn: Any) -> None:
     """
     try:
         early = Sleepers(1)  # e.g. a framework thread started before the worker binds
-        from pynumabind.binder import bind_current_process
+        from pynumabind import bind_current_process
 
         binding = bind_current_process(
             rank, nprocs=nprocs, mode="exclusive", memory="bind", environ={}

@@ -18,10 +18,16 @@ from typing import Any, Dict, List
 
 import pytest
 
-from pynumabind.binder import apply_plan, bind_current_process
-from pynumabind.planner import plan, plan_all
-from pynumabind.planning import MemoryPolicy, Plan
-from pynumabind.topology import Gpu, Topology
+from pynumabind import (
+    Gpu,
+    MemoryPolicy,
+    Plan,
+    Topology,
+    apply_plan,
+    bind_current_process,
+    plan,
+    plan_all,
+)
 
 from ._guestlib import (
     ALL_CPUS,

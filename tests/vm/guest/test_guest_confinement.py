@@ -33,11 +33,9 @@ if mode == "cgroup":
 else:
     sys.stdin.readline()  # the parent sets our affinity, then says go
 
-from pynumabind.binder import apply_plan, bind_current_process
-from pynumabind.errors import PynumabindError
-from pynumabind.planning import MemoryPolicy, Plan
-from pynumabind.topology import Topology
-from pynumabind import _libnuma
+from pynumabind import (
+    MemoryPolicy, Plan, PynumabindError, Topology, _libnuma, apply_plan, bind_current_process,
+)
 
 def state():
     policy = _libnuma.get_mempolicy()

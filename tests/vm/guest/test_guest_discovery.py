@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from pynumabind import _libnuma
-from pynumabind.planner import plan
-from pynumabind.topology import Topology
+from pynumabind import Topology, _libnuma, apply_plan, plan
 
 from ..harness import GuestTopology
 from ._guestlib import (
@@ -119,8 +117,6 @@ def test_pci_class_filter_is_exact() -> None:
 
 
 def test_plan_for_pci_device_lands_on_node1(pristine: None) -> None:
-    from pynumabind.binder import apply_plan
-
     topology = _accepting("detect")
     rank_plan = plan(topology, 0)
     assert rank_plan.device is not None and rank_plan.device.pci_bus_id == PCI_ADDRESS
@@ -141,8 +137,6 @@ def test_plan_for_pci_device_lands_on_node1(pristine: None) -> None:
 def test_plan_for_pci_device_on_memory_only_node(pristine: None) -> None:
     """The discovered device on node 2 runs on node 1 (distance 30 < 40) and, with
     gpu_memory=True, may allocate from its own node 2 as well."""
-    from pynumabind.binder import apply_plan
-
     topology = _accepting("detect")
     without = plan(topology, 1)
     assert without.device is not None and without.device.pci_bus_id == PCI_ADDRESS_NODE2

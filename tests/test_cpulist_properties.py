@@ -79,7 +79,7 @@ def _item(
         expected = frozenset(range(first, last + 1))
         if kind == 2:
             used = round(used_share * group)
-            text += f":{used}/{zeros}{group}"
+            text += f":{zeros}{used}/{zeros}{group}"
             expected = frozenset(i for i in expected if (i - first) % group < used)
     return ws[0] + text + ws[1], expected
 
@@ -92,7 +92,7 @@ items = st.builds(
     span=st.integers(0, 200),
     group=st.integers(1, 80),
     used_share=st.floats(0, 1),
-    zeros=st.sampled_from(["", "", "", "", "0", "000"]),
+    zeros=st.sampled_from(["", "", "", "", "0", "000", "0" * 12]),
     ws=st.sampled_from([("", ""), ("", ""), ("", ""), (" ", ""), ("\t", " "), ("\n ", "\n")]),
 )
 

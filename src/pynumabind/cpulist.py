@@ -265,8 +265,8 @@ def _parse_items(
         if used_text is None:
             runs.append((first, last))
         else:
-            used = int(used_text) if len(used_text) <= 10 else _GROUP_LIMIT + 1
-            group = int(group_text) if len(group_text) <= 10 else _GROUP_LIMIT + 1
+            used = int(used_text) if len(used_text) <= 10 else _value(used_text, _GROUP_LIMIT)
+            group = int(group_text) if len(group_text) <= 10 else _value(group_text, _GROUP_LIMIT)
             if group > _GROUP_LIMIT or group == 0 or used > group:
                 raise _item_error(text, pos, match.start(5), limit, limit_message)
             if used == group:

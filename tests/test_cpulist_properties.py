@@ -236,7 +236,18 @@ def _insert(text: str, at: int, extra: str) -> str:
     return text[:at] + extra + text[at:]
 
 
+# Numbers of any length (leading zeros included) joined by the list's operators.
+digit_runs = st.builds(
+    lambda zeros, digits: zeros + digits,
+    st.text("0", max_size=14),
+    st.text("0123456789", min_size=1, max_size=12),
+)
+number_soup = st.lists(
+    st.tuples(digit_runs, st.sampled_from(["", "-", ":", "/", ",", " "])).map("".join),
+    max_size=8,
+).map("".join)
 garbage = st.one_of(
+    number_soup,
     st.text(alphabet=GARBAGE_ALPHABET + CONFUSABLES, max_size=40),
     st.text(alphabet="0123456789-,: /" + CONFUSABLES, max_size=12),
     st.text(max_size=40),

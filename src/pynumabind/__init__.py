@@ -46,10 +46,19 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "plan_all": ("planner", "plan_all"),
     # discovery
     "apply_visibility": ("_visible", "apply_visibility"),
+    # binding
+    "Binding": ("binder", "Binding"),
+    "Skipped": ("binder", "Skipped"),
+    "ThreadAction": ("_threads", "ThreadAction"),
+    "ThreadResult": ("_threads", "ThreadResult"),
+    "VerifyResult": ("binder", "VerifyResult"),
+    "apply_plan": ("binder", "apply_plan"),
+    "bind_current_process": ("binder", "bind_current_process"),
 }
 
 __all__ = [
     "BindError",
+    "Binding",
     "ConfigError",
     "Cpu",
     "CpuMode",
@@ -62,10 +71,16 @@ __all__ = [
     "Plan",
     "PlanError",
     "PynumabindError",
+    "Skipped",
+    "ThreadAction",
+    "ThreadResult",
     "Topology",
     "TopologyError",
+    "VerifyResult",
     "__version__",
+    "apply_plan",
     "apply_visibility",
+    "bind_current_process",
     "format_cpulist",
     "format_cpumask",
     "format_nodelist",
@@ -77,7 +92,9 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ._threads import ThreadAction, ThreadResult
     from ._visible import apply_visibility
+    from .binder import Binding, Skipped, VerifyResult, apply_plan, bind_current_process
     from .cpulist import (
         format_cpulist,
         format_cpumask,

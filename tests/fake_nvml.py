@@ -17,7 +17,9 @@ Knobs (keyword arguments):
   (default: the description's order);
 * ``no_scope_api``: ``nvmlDeviceGetCpuAffinityWithinScope`` raises
   FunctionNotFound (an old driver), forcing the legacy call;
-* ``mig``: ``{mig_uuid: parent_gpu_uuid}`` MIG devices known to the driver.
+* ``mig``: ``{mig_uuid: parent_gpu_uuid}`` MIG devices known to the driver;
+* ``bytes_strings``: return ``bytes`` for names, UUIDs and bus ids, as
+  nvidia-ml-py releases before 11.515 did.
 """
 
 from __future__ import annotations
@@ -67,12 +69,14 @@ class FakeNvml:
         order: Optional[Sequence[int]] = None,
         no_scope_api: bool = False,
         mig: Optional[Dict[str, str]] = None,
+        bytes_strings: bool = False,
     ) -> None:
         gpus = [g for g in desc.get("gpus", []) if g["vendor"] == "0x10de"]
         self.gpus = [gpus[i] for i in order] if order is not None else gpus
         self.init_error = init_error
         self.no_scope_api = no_scope_api
         self.mig = dict(mig or {})
+        self.bytes_strings = bytes_strings
         self.init_count = 0
         self.shutdown_count = 0
         self.calls: List[str] = []
@@ -144,18 +148,23 @@ class FakeNvml:
                 raise fake._error(_real.NVML_ERROR_INVALID_ARGUMENT)
             return _Handle(h.gpu, h.index)
 
+        def text(value: str) -> Any:
+            return value.encode() if fake.bytes_strings else value
+
         def nvmlDeviceGetPciInfo(handle: Any) -> _PciInfo:
             fake._check("nvmlDeviceGetPciInfo")
-            return _PciInfo(fake._handle(handle).gpu["bus_id"])
+            info = _PciInfo(fake._handle(handle).gpu["bus_id"])
+            info.busId = text(info.busId)
+            return info
 
-        def nvmlDeviceGetUUID(handle: Any) -> str:
+        def nvmlDeviceGetUUID(handle: Any) -> Any:
             fake._check("nvmlDeviceGetUUID")
             h = fake._handle(handle)
-            return h.mig_of or str(h.gpu["uuid"])
+            return text(h.mig_of or str(h.gpu["uuid"]))
 
-        def nvmlDeviceGetName(handle: Any) -> str:
+        def nvmlDeviceGetName(handle: Any) -> Any:
             fake._check("nvmlDeviceGetName")
-            return str(fake._handle(handle).gpu["model"])
+            return text(str(fake._handle(handle).gpu["model"]))
 
         def nvmlDeviceGetCpuAffinityWithinScope(handle: Any, size: int, scope: int) -> List[int]:
             fake._check("nvmlDeviceGetCpuAffinityWithinScope")

@@ -323,3 +323,11 @@ def test_extra_device_kind_through_detect(tmp_path: Path, monkeypatch: pytest.Mo
     )
     assert [(g.index, g.physical_index, g.numa_node) for g in topo.gpus] == [(0, 1, 8)]
     assert fake.calls == []  # no NVIDIA device: NVML is not loaded
+
+
+def test_old_pynvml_returning_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    desc, root, _fake = setup(tmp_path, monkeypatch, "dgx_h100", bytes_strings=True)
+    topo = detect(root)
+    assert topo.gpus[2].uuid == desc["gpus"][2]["uuid"]
+    assert topo.gpus[2].model == "NVIDIA H100 80GB HBM3"
+    assert topo.gpus[2].pci_bus_id == "0000:3a:00.0"

@@ -166,12 +166,22 @@ def test_a_missing_required_node_file_raises(tmp_path: Path) -> None:
         Topology.from_sysfs(str(root))
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads mode-000 files")
-def test_unreadable_file_raises(tmp_path: Path) -> None:  # pragma: no cover - not as root
-    root = tree(tmp_path, "dgx_h100")
-    path = root / "devices/system/node/node0/cpulist"
-    path.chmod(0)
-    with pytest.raises(TopologyError, match="cannot read"):
+def test_unreadable_file_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """EACCES/EIO on a file that must be read: an error naming it, not a guess."""
+    import builtins
+
+    from pynumabind import _sysfs
+
+    root = tree(tmp_path, "sparse_nodes")
+    target = str(root / "devices/system/node/node0/cpulist")
+
+    def guarded(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if str(path) == target:
+            raise PermissionError(13, "Permission denied", str(path))
+        return builtins.open(path, *args, **kwargs)
+
+    monkeypatch.setattr(_sysfs, "open", guarded, raising=False)
+    with pytest.raises(TopologyError, match=r"cannot read sysfs file .*node0/cpulist: Permission"):
         Topology.from_sysfs(str(root))
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
+from ._nvml import NvmlReport
 from .errors import format_ids
 from .topology import Gpu, Topology
 
@@ -42,8 +43,8 @@ def _node_for_cpus(topology: Topology, cpus: frozenset[int], near: Optional[int]
     return chosen
 
 
-def merge_nvml(topology: Topology, report: Any) -> Tuple[List[Gpu], List[str]]:
-    """GPUs from NVML (``report``: :class:`~pynumabind._nvml.NvmlReport`) merged with sysfs."""
+def merge_nvml(topology: Topology, report: NvmlReport) -> Tuple[List[Gpu], List[str]]:
+    """GPUs from NVML's ``report``, in NVML order, merged with what sysfs knows."""
     notes: List[str] = list(report.notes)
     cpu_nodes = frozenset(topology.cpu_nodes)
     from_sysfs: Dict[str, Gpu] = {g.pci_bus_id: g for g in topology.gpus if g.vendor == "nvidia"}
@@ -102,7 +103,7 @@ def merge_nvml(topology: Topology, report: Any) -> Tuple[List[Gpu], List[str]]:
                 model=device.name or (pci.model if pci is not None else None),
                 memory_node=memory_node,
                 physical_index=device.index,
-                source=source if numa is not None else "none",
+                source=source,
             )
         )
     for bus_id in sorted(from_sysfs):

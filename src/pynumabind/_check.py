@@ -1,0 +1,257 @@
+"""``pynumabind check``: bind real worker processes and verify them.
+
+Each rank gets its own freshly *spawned* process (as launchers start
+workers), which calls :func:`~pynumabind.bind_current_process` in-process and
+then checks, independently of the binder's own bookkeeping:
+
+* every thread's ``Cpus_allowed_list`` in ``/proc/self/task/*/status``
+  equals the planned CPUs;
+* pages it allocates and touches afterwards land on the planned nodes
+  (``move_pages`` query), for the policies that promise a placement;
+* the binding was complete (not *partial*).
+
+The parent only collects results; it binds nothing itself.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import mmap
+import multiprocessing
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any, Dict, List, Optional, Tuple
+
+from .cpulist import format_cpulist, parse_cpulist
+from .errors import PynumabindError
+from .topology import Topology
+
+log = logging.getLogger(__name__)
+
+_VERIFY_PAGES = 16
+
+
+@dataclass(frozen=True)
+class WorkerReport:
+    """What one worker found about its own binding."""
+
+    rank: int
+    ok: bool
+    device: Optional[str] = None
+    planned_cpus: str = "-"
+    actual_cpus: str = "-"
+    planned_mems: str = "-"
+    policy: str = "-"
+    page_nodes: str = "-"
+    problems: Tuple[str, ...] = ()
+    reasons: Tuple[str, ...] = ()
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "ok": self.ok,
+            "device": self.device,
+            "planned_cpus": self.planned_cpus,
+            "bound_cpus": self.actual_cpus,
+            "mems": self.planned_mems,
+            "policy": self.policy,
+            "page_nodes": self.page_nodes,
+            "problems": list(self.problems),
+            "reasons": list(self.reasons),
+        }
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    workers: Tuple[WorkerReport, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.workers) and all(w.ok for w in self.workers)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"ok": self.ok, "workers": [w.to_dict() for w in self.workers]}
+
+
+def _thread_cpus() -> Dict[int, frozenset[int]]:
+    """Each thread's allowed CPUs as the kernel reports them."""
+    out: Dict[int, frozenset[int]] = {}
+    for path in glob.glob("/proc/self/task/*/status"):
+        try:
+            with open(path, encoding="ascii") as handle:
+                for line in handle:
+                    if line.startswith("Cpus_allowed_list:"):
+                        out[int(path.split("/")[4])] = parse_cpulist(line.split(":", 1)[1])
+        except FileNotFoundError:  # the thread exited meanwhile
+            continue
+    return out
+
+
+def _page_nodes() -> List[int]:
+    """Allocate, touch and locate a few fresh pages."""
+    from . import _libnuma
+
+    buffer = mmap.mmap(-1, _VERIFY_PAGES * mmap.PAGESIZE)
+    try:
+        for offset in range(0, len(buffer), mmap.PAGESIZE):
+            buffer[offset] = 1
+        return _libnuma.page_nodes(buffer)
+    finally:
+        buffer.close()
+
+
+def check_this_process(
+    rank: int, nprocs: int, options: Dict[str, Any], topology_json: Optional[str]
+) -> WorkerReport:
+    """Bind the calling process as ``rank`` and verify the result."""
+    from .binder import bind_current_process
+
+    topology = Topology.from_json(topology_json) if topology_json else None
+    binding = bind_current_process(
+        rank, topology=topology, nprocs=nprocs, on_error="warn", **options
+    )
+    plan = binding.plan
+    if plan is None:  # PYNUMABIND_DISABLE=1 made binding a no-op
+        return WorkerReport(
+            rank=rank,
+            ok=False,
+            problems=tuple(binding.notes) or ("binding is disabled (PYNUMABIND_DISABLE)",),
+        )
+    problems: List[str] = []
+    threads = _thread_cpus()
+    actual = frozenset().union(*threads.values()) if threads else frozenset()
+    if plan.cpus is not None:
+        wrong = {tid: cpus for tid, cpus in threads.items() if cpus != plan.cpus}
+        for tid, cpus in sorted(wrong.items()):
+            problems.append(
+                f"thread {tid} may run on CPUs {format_cpulist(cpus)}, "
+                f"planned {format_cpulist(plan.cpus)}"
+            )
+    for skipped in binding.skipped:
+        problems.append(f"{skipped.what} not applied: {skipped.reason} (fix: {skipped.fix})")
+    if binding.partial and not binding.skipped:
+        problems.append("binding is partial")
+    nodes = _page_nodes()
+    placed = sorted({n for n in nodes if n >= 0})
+    if plan.policy.value in ("bind", "preferred", "interleave") and plan.mems:
+        stray = sorted(set(placed) - set(plan.mems))
+        if stray:
+            problems.append(
+                f"fresh pages landed on node(s) {format_cpulist(stray)}, "
+                f"planned {format_cpulist(plan.mems)}"
+            )
+    if any(n < 0 for n in nodes):
+        problems.append(f"{sum(n < 0 for n in nodes)} touched page(s) could not be located")
+    verify = binding.verify()
+    for problem in verify.problems:
+        if problem not in problems:
+            problems.append(problem)
+    device = None
+    if plan.device is not None:
+        device = f"{plan.device.index} {plan.device.pci_bus_id}"
+    return WorkerReport(
+        rank=rank,
+        ok=not problems and verify.ok,
+        device=device,
+        planned_cpus="unbound" if plan.cpus is None else format_cpulist(plan.cpus),
+        actual_cpus=format_cpulist(actual),
+        planned_mems=format_cpulist(plan.mems) or "-",
+        policy=plan.policy.value,
+        page_nodes=format_cpulist(placed) or "-",
+        problems=tuple(problems),
+        reasons=tuple(plan.reasons),
+    )
+
+
+def _worker_main(
+    conn: Connection, rank: int, nprocs: int, options: Dict[str, Any], topology_json: Optional[str]
+) -> None:
+    try:
+        report = check_this_process(rank, nprocs, options, topology_json)
+    except PynumabindError as exc:
+        report = WorkerReport(rank=rank, ok=False, problems=(str(exc),))
+    except Exception as exc:
+        report = WorkerReport(
+            rank=rank, ok=False, problems=(f"unexpected {type(exc).__name__}: {exc}",)
+        )
+    conn.send(report.to_dict())
+    conn.close()
+
+
+def _from_dict(data: Dict[str, Any]) -> WorkerReport:
+    return WorkerReport(
+        rank=int(data["rank"]),
+        ok=bool(data["ok"]),
+        device=data.get("device"),
+        planned_cpus=str(data.get("planned_cpus", "-")),
+        actual_cpus=str(data.get("bound_cpus", "-")),
+        planned_mems=str(data.get("mems", "-")),
+        policy=str(data.get("policy", "-")),
+        page_nodes=str(data.get("page_nodes", "-")),
+        problems=tuple(data.get("problems", ())),
+        reasons=tuple(data.get("reasons", ())),
+    )
+
+
+def default_nprocs(topology: Topology) -> int:
+    """One worker per visible GPU, else one per NUMA node with allowed CPUs."""
+    if topology.gpus:
+        return len(topology.gpus)
+    nodes = [n for n in topology.cpu_nodes if topology.nodes[n].cpus & topology.allowed_cpus]
+    return max(1, len(nodes))
+
+
+def run_check(
+    topology: Topology,
+    *,
+    timeout: float = 60.0,
+    nprocs: Optional[int] = None,
+    pass_topology: bool = False,
+    **options: Any,
+) -> CheckReport:
+    """Spawn one worker per rank, let each bind and verify itself, collect reports.
+
+    ``pass_topology`` hands the parent's topology to the workers (needed when
+    it came from a snapshot or carries allowed-set overrides); otherwise each
+    worker detects the machine itself, as a real worker would.
+    """
+    count = nprocs if nprocs is not None else default_nprocs(topology)
+    context = multiprocessing.get_context("spawn")
+    topology_json = topology.to_json(indent=None) if pass_topology else None
+    running = []
+    for rank in range(count):
+        parent_end, child_end = context.Pipe(duplex=False)
+        process = context.Process(
+            target=_worker_main,
+            args=(child_end, rank, count, options, topology_json),
+            name=f"pynumabind-check-{rank}",
+        )
+        process.start()
+        child_end.close()
+        running.append((rank, process, parent_end))
+    deadline = time.monotonic() + timeout
+    reports: List[WorkerReport] = []
+    for rank, process, conn in running:
+        remaining = max(0.0, deadline - time.monotonic())
+        if conn.poll(remaining):
+            try:
+                reports.append(_from_dict(conn.recv()))
+            except EOFError:
+                reports.append(
+                    WorkerReport(rank=rank, ok=False, problems=("worker exited without a report",))
+                )
+        else:
+            reports.append(
+                WorkerReport(rank=rank, ok=False, problems=(f"no report within {timeout:g} s",))
+            )
+        process.join(max(0.0, deadline - time.monotonic()))
+        if process.is_alive():
+            process.kill()
+            process.join()
+        elif process.exitcode not in (0, None) and reports[-1].ok:
+            reports[-1] = WorkerReport(
+                rank=rank, ok=False, problems=(f"worker exited with status {process.exitcode}",)
+            )
+    return CheckReport(tuple(reports))

@@ -1,0 +1,32 @@
+"""Plain-text rendering helpers for the CLI: aligned tables and sizes.
+
+Kept apart from the CLI's control flow so the formats can be tested alone.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Sequence
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Left-aligned columns separated by two spaces; no trailing blanks."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+    lines: List[str] = []
+    for row in [list(headers), *[list(r) for r in rows]]:
+        lines.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
+    return "\n".join(lines)
+
+
+def human_bytes(value: Optional[int]) -> str:
+    """``123.4 GiB``; ``-`` when unknown."""
+    if value is None:
+        return "-"
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")  # pragma: no cover

@@ -1,0 +1,508 @@
+"""The ``pynumabind`` command line: show, plan, exec, check, snapshot.
+
+Every command reads the machine the same way (this one, a ``--sysfs-root``
+tree, or a ``--topology`` snapshot), prints aligned tables or, with
+``--json``, a documented JSON document, and maps failures to exit codes:
+
+* 0: success;
+* 1: failure (an unreadable topology, an impossible plan, a worker not
+  bound as planned);
+* 2: usage error (bad options or option values, bad environment variables);
+* 126/127: ``exec`` could not run the command (not executable / not found).
+
+Errors are one line on stderr, never a traceback.  ``exec`` replaces the
+process with ``os.execvp``: no shell is involved, so no argument is ever
+re-interpreted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from typing import Any, Dict, List, NoReturn, Optional, Sequence
+
+from . import __version__
+from ._report import human_bytes, table
+from .cpulist import format_cpulist, parse_cpulist, parse_nodelist
+from .errors import ConfigError, ListParseError, PynumabindError, format_ids
+from .planning import CpuMode, MemoryPolicy, Plan
+from .topology import Topology
+
+log = logging.getLogger("pynumabind.cli")
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_NOT_EXECUTABLE = 126
+EXIT_NOT_FOUND = 127
+
+JSON_SCHEMA_VERSION = 1
+
+
+class UsageError(Exception):
+    """A command-line mistake: exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of exiting, so main() owns the exit code."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+# ------------------------------------------------------------------ parsing
+
+
+def _common_options() -> _Parser:
+    common = _Parser(add_help=False)
+    source = common.add_argument_group("machine")
+    where = source.add_mutually_exclusive_group()
+    where.add_argument(
+        "--topology", metavar="FILE", help="plan for the machine in this snapshot (JSON)"
+    )
+    where.add_argument(
+        "--sysfs-root", metavar="DIR", help="read the machine from this directory instead of /sys"
+    )
+    source.add_argument(
+        "--allowed-cpus",
+        metavar="LIST",
+        help="CPUs the process may use (default: this process's, or all online on another machine)",
+    )
+    source.add_argument(
+        "--allowed-mems",
+        metavar="LIST",
+        help="memory nodes the process may use (default: as for --allowed-cpus)",
+    )
+    source.add_argument(
+        "--no-nvml", action="store_true", help="do not ask NVML (use sysfs PCI scanning only)"
+    )
+    common.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    common.add_argument(
+        "-v", "--verbose", action="count", default=0, help="log more (repeat for debug)"
+    )
+    return common
+
+
+def _plan_options(parser: argparse.ArgumentParser, *, with_nprocs: bool = True) -> None:
+    group = parser.add_argument_group("plan")
+    if with_nprocs:
+        group.add_argument(
+            "--nprocs",
+            type=int,
+            metavar="N",
+            help="local processes (default: visible GPUs, or NUMA nodes with CPUs)",
+        )
+    group.add_argument(
+        "--mode",
+        choices=[m.value for m in CpuMode],
+        help="how CPUs are chosen (default: node)",
+    )
+    group.add_argument(
+        "--memory",
+        choices=[p.value for p in MemoryPolicy],
+        help="memory policy (default: preferred)",
+    )
+    group.add_argument(
+        "--nodes", metavar="LIST", help='per-rank NUMA node override, e.g. "0,0,1,1"'
+    )
+    group.add_argument(
+        "--cpus", metavar="LISTS", help='per-rank CPU lists, e.g. "0-15;16-31" (ranks split by ;)'
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common_options()
+    parser = _Parser(
+        prog="pynumabind",
+        description="Bind GPU workers' CPUs and memory to the right NUMA node, in-process.",
+    )
+    parser.add_argument("--version", action="version", version=f"pynumabind {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands.required = True
+
+    commands.add_parser(
+        "show", parents=[common], help="show NUMA nodes, GPUs and this process's allowed sets"
+    )
+    plan = commands.add_parser("plan", parents=[common], help="print the per-rank plan")
+    _plan_options(plan)
+
+    exec_ = commands.add_parser(
+        "exec",
+        parents=[common],
+        help="bind this process, then exec a command (replaces numactl wrappers)",
+    )
+    exec_.add_argument(
+        "--rank", type=int, help="local rank (default: LOCAL_RANK, SLURM_LOCALID, ...)"
+    )
+    _plan_options(exec_)
+    exec_.add_argument(
+        "--on-error",
+        choices=["warn", "raise"],
+        default="raise",
+        help="if the memory policy cannot be applied: bind CPUs only and warn, or fail "
+        "(default: raise)",
+    )
+    exec_.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
+
+    check = commands.add_parser(
+        "check", parents=[common], help="spawn workers, bind and verify each, print a report"
+    )
+    _plan_options(check)
+    check.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds to wait for the workers"
+    )
+
+    snapshot = commands.add_parser(
+        "snapshot", parents=[common], help="write the topology as JSON (for --topology)"
+    )
+    snapshot.add_argument(
+        "-o", "--output", metavar="FILE", help="write to FILE instead of standard output"
+    )
+    return parser
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def _configure_logging(verbosity: int) -> None:
+    level = logging.WARNING if verbosity <= 0 else logging.INFO if verbosity == 1 else logging.DEBUG
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("pynumabind: %(levelname)s: %(message)s"))
+    root = logging.getLogger("pynumabind")
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    root.propagate = False
+
+
+def _option_list(value: Optional[str], option: str, *, nodes: bool) -> Optional[frozenset[int]]:
+    if value is None:
+        return None
+    try:
+        return parse_nodelist(value) if nodes else parse_cpulist(value)
+    except ListParseError as exc:
+        raise UsageError(f"{option}: {exc}") from None
+
+
+def load_topology(args: argparse.Namespace) -> Topology:
+    """The machine the command works on, with allowed-set overrides applied."""
+    allowed_cpus = _option_list(args.allowed_cpus, "--allowed-cpus", nodes=False)
+    allowed_mems = _option_list(args.allowed_mems, "--allowed-mems", nodes=True)
+    if args.topology:
+        topology = Topology.load(args.topology)
+    elif args.sysfs_root:
+        if not os.path.isdir(args.sysfs_root):
+            raise UsageError(f"--sysfs-root: {args.sysfs_root!r} is not a directory")
+        topology = Topology.from_sysfs(args.sysfs_root)
+    else:
+        topology = Topology.detect(use_nvml=not args.no_nvml)
+    changes: Dict[str, Any] = {}
+    if allowed_cpus is not None:
+        unknown = allowed_cpus - topology.online_cpus
+        if unknown:
+            raise UsageError(
+                f"--allowed-cpus: CPUs {format_ids(unknown)} are not online on this machine "
+                f"(online: {format_ids(topology.online_cpus)})"
+            )
+        changes["allowed_cpus"] = allowed_cpus
+    if allowed_mems is not None:
+        unknown = allowed_mems - frozenset(topology.nodes)
+        if unknown:
+            raise UsageError(
+                f"--allowed-mems: nodes {format_ids(unknown)} do not exist "
+                f"(nodes: {format_ids(frozenset(topology.nodes))})"
+            )
+        changes["allowed_mems"] = allowed_mems
+    return topology.replace(**changes) if changes else topology
+
+
+def _plan_kwargs(args: argparse.Namespace) -> Dict[str, Any]:
+    kwargs: Dict[str, Any] = {}
+    if getattr(args, "nprocs", None) is not None:
+        if args.nprocs < 1:
+            raise UsageError(f"--nprocs must be at least 1, not {args.nprocs}")
+        kwargs["nprocs"] = args.nprocs
+    for name in ("mode", "memory", "nodes", "cpus"):
+        value = getattr(args, name, None)
+        if value is not None:
+            kwargs[name] = value
+    return kwargs
+
+
+def _machine_given(args: argparse.Namespace) -> bool:
+    """Whether the user described the machine; else workers detect it themselves."""
+    return bool(
+        args.topology or args.sysfs_root or args.allowed_cpus or args.allowed_mems or args.no_nvml
+    )
+
+
+def _emit_json(document: Dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps({"schema": JSON_SCHEMA_VERSION, **document}, indent=2) + "\n")
+
+
+def _emit(text: str) -> None:
+    sys.stdout.write(text.rstrip("\n") + "\n")
+
+
+def topology_warnings(topology: Topology) -> List[str]:
+    """What a person should notice about this machine before binding on it."""
+    warnings: List[str] = []
+    for gpu in topology.gpus:
+        if gpu.numa_node is None and not gpu.local_cpus:
+            warnings.append(
+                f"GPU {gpu.index} ({gpu.pci_bus_id}) has no known NUMA node "
+                "(sysfs numa_node is -1); its ranks get no CPU binding"
+            )
+    for node in sorted(topology.nodes.values(), key=lambda n: n.id):
+        if not node.cpus:
+            warnings.append(
+                f"node {node.id} has no CPUs (memory-only: GPU memory, HBM or CXL); "
+                "ranks on it get CPUs from the nearest CPU node"
+            )
+    for note in topology.notes:
+        if note not in warnings:
+            warnings.append(note)
+    return warnings
+
+
+# ------------------------------------------------------------------ commands
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    topology = load_topology(args)
+    warnings = topology_warnings(topology)
+    if args.json:
+        _emit_json({"topology": topology.to_dict(), "warnings": warnings})
+        return EXIT_OK
+    node_ids = sorted(topology.nodes)
+    rows = [
+        [
+            str(n),
+            format_cpulist(topology.nodes[n].cpus) or "-",
+            human_bytes(topology.nodes[n].memory_total if topology.nodes[n].has_memory else 0),
+            human_bytes(topology.nodes[n].memory_free if topology.nodes[n].has_memory else 0),
+            "" if topology.nodes[n].cpus else "memory-only" if topology.nodes[n].has_memory else "",
+        ]
+        for n in node_ids
+    ]
+    parts = ["NUMA nodes", table(["node", "cpus", "memory", "free", "kind"], rows)]
+    distance_rows = [
+        [str(a)] + [str(topology.distance(a, b) or "-") for b in node_ids] for a in node_ids
+    ]
+    parts += ["", "Distances", table(["node", *[str(n) for n in node_ids]], distance_rows)]
+    if topology.gpus:
+        gpu_rows = [
+            [
+                str(g.index),
+                g.pci_bus_id,
+                g.model or g.vendor,
+                "-" if g.numa_node is None else str(g.numa_node),
+                format_cpulist(g.local_cpus) or "-",
+                "-" if g.memory_node is None else str(g.memory_node),
+                g.source,
+            ]
+            for g in topology.gpus
+        ]
+        parts += [
+            "",
+            "GPUs (in this process's order)",
+            table(
+                ["gpu", "pci bus id", "model", "node", "local cpus", "mem node", "source"], gpu_rows
+            ),
+        ]
+    else:
+        parts += ["", "GPUs: none visible"]
+    parts += [
+        "",
+        "This process",
+        table(
+            ["allowed", "set"],
+            [
+                ["cpus", format_cpulist(topology.allowed_cpus) or "-"],
+                ["mems", format_cpulist(topology.allowed_mems) or "-"],
+            ],
+        ),
+    ]
+    if warnings:
+        parts += ["", "Warnings", *[f"  - {w}" for w in warnings]]
+    _emit("\n".join(parts))
+    return EXIT_OK
+
+
+def _plan_rows(plans: Sequence[Plan]) -> List[List[str]]:
+    rows = []
+    for plan in plans:
+        device = "-" if plan.device is None else f"{plan.device.index} {plan.device.pci_bus_id}"
+        rows.append(
+            [
+                str(plan.rank),
+                device,
+                "-" if plan.node is None else str(plan.node),
+                "unbound" if plan.cpus is None else format_cpulist(plan.cpus),
+                format_cpulist(plan.mems) or "-",
+                plan.policy.value,
+            ]
+        )
+    return rows
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from .planner import plan_all
+
+    topology = load_topology(args)
+    plans = plan_all(topology, **_plan_kwargs(args))
+    if args.json:
+        _emit_json({"ranks": [p.to_dict() for p in plans]})
+        return EXIT_OK
+    text = table(["rank", "device", "node", "cpus", "mems", "policy"], _plan_rows(plans))
+    notes = [f"  rank {p.rank}: {r}" for p in plans for r in p.reasons]
+    warnings = [f"  rank {p.rank}: {w}" for p in plans for w in p.warnings]
+    out = [text]
+    if notes:
+        out += ["", "Reasons", *notes]
+    if warnings:
+        out += ["", "Warnings", *warnings]
+    _emit("\n".join(out))
+    return EXIT_OK
+
+
+def cmd_exec(args: argparse.Namespace) -> int:
+    from .binder import bind_current_process
+
+    argv = list(args.argv)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        raise UsageError("exec needs a command: pynumabind exec [options] -- CMD [ARGS...]")
+    topology = load_topology(args) if _machine_given(args) else None
+    binding = bind_current_process(
+        args.rank, topology=topology, on_error=args.on_error, **_plan_kwargs(args)
+    )
+    if args.json:
+        # stdout belongs to the command; the report goes to stderr.
+        sys.stderr.write(json.dumps({"schema": JSON_SCHEMA_VERSION, **binding.to_dict()}) + "\n")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvp(argv[0], argv)  # noqa: S606 - no shell, by design
+    except FileNotFoundError:
+        _error(f"exec: command not found: {argv[0]}")
+        return EXIT_NOT_FOUND
+    except PermissionError:
+        _error(f"exec: permission denied: {argv[0]}")
+        return EXIT_NOT_EXECUTABLE
+    except OSError as exc:
+        _error(f"exec: cannot run {argv[0]}: {exc.strerror}")
+        return EXIT_NOT_EXECUTABLE
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from ._check import run_check
+
+    topology = load_topology(args)
+    report = run_check(
+        topology,
+        timeout=args.timeout,
+        pass_topology=_machine_given(args),
+        **_plan_kwargs(args),
+    )
+    if args.json:
+        _emit_json(report.to_dict())
+    else:
+        rows = [
+            [
+                str(w.rank),
+                w.device or "-",
+                w.planned_cpus,
+                w.actual_cpus,
+                w.planned_mems,
+                w.policy,
+                w.page_nodes,
+                "ok" if w.ok else "FAIL",
+            ]
+            for w in report.workers
+        ]
+        lines = [
+            table(
+                [
+                    "rank",
+                    "device",
+                    "planned cpus",
+                    "bound cpus",
+                    "mems",
+                    "policy",
+                    "pages on",
+                    "result",
+                ],
+                rows,
+            )
+        ]
+        problems = [f"  rank {w.rank}: {p}" for w in report.workers for p in w.problems]
+        if problems:
+            lines += ["", "Problems", *problems]
+        ok = sum(w.ok for w in report.workers)
+        lines += ["", f"{ok} of {len(report.workers)} workers bound as planned"]
+        _emit("\n".join(lines))
+    return EXIT_OK if report.ok else EXIT_FAILURE
+
+
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    topology = load_topology(args)
+    text = topology.to_json() + "\n"
+    if args.output:
+        try:
+            with open(args.output, "w", encoding="utf-8") as handle:
+                handle.write(text)
+        except OSError as exc:
+            raise PynumabindError(f"cannot write {args.output!r}: {exc.strerror}") from exc
+        log.info("wrote topology snapshot to %s", args.output)
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
+COMMANDS = {
+    "show": cmd_show,
+    "plan": cmd_plan,
+    "exec": cmd_exec,
+    "check": cmd_check,
+    "snapshot": cmd_snapshot,
+}
+
+
+def _error(message: str) -> None:
+    sys.stderr.write(f"pynumabind: error: {message}\n")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of the console script; returns the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        _configure_logging(args.verbose)
+        return COMMANDS[args.command](args)
+    except UsageError as exc:
+        _error(str(exc))
+        return EXIT_USAGE
+    except (ConfigError, ListParseError) as exc:
+        _error(str(exc))
+        return EXIT_USAGE
+    except PynumabindError as exc:
+        _error(str(exc))
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        _error("interrupted")
+        return 130
+    except BrokenPipeError:
+        # `pynumabind show | head`: stop quietly, like other Unix tools.
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return EXIT_FAILURE
+    except OSError as exc:
+        _error(f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""))
+        return EXIT_FAILURE

@@ -1,0 +1,362 @@
+"""The installed ``pynumabind`` console script, driven in subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import pytest
+
+from pynumabind.topology import Cpu, Gpu, NumaNode, Topology
+
+SCRIPT = shutil.which("pynumabind") or str(Path(sys.executable).with_name("pynumabind"))
+
+
+def run(
+    *args: str, env: Optional[Dict[str, str]] = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
+    for key in ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        full_env.pop(key, None)
+    full_env.update(env or {})
+    return subprocess.run(
+        [SCRIPT, *args], capture_output=True, text=True, env=full_env, timeout=timeout
+    )
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], code: int, *words: str) -> None:
+    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("pynumabind: error: ")
+    for word in words:
+        assert word in lines[0], (word, lines[0])
+
+
+def two_socket_machine() -> Topology:
+    """2 sockets x 4 cores x 2 threads (sibling N+8), 4 GPUs, GPUs 0,1 on node 0."""
+    nodes = {
+        0: NumaNode(
+            0, frozenset({0, 1, 2, 3, 8, 9, 10, 11}), 64 << 30, 60 << 30, True, {0: 10, 1: 21}
+        ),
+        1: NumaNode(
+            1, frozenset({4, 5, 6, 7, 12, 13, 14, 15}), 64 << 30, 61 << 30, True, {0: 21, 1: 10}
+        ),
+    }
+    cpus = {}
+    for cpu in range(16):
+        core = cpu % 8
+        node = 0 if core < 4 else 1
+        cpus[cpu] = Cpu(cpu, node, node, core, 0, frozenset({core, core + 8}), nodes[node].cpus)
+    gpus = tuple(
+        Gpu(
+            i,
+            f"0000:{bus:02x}:00.0",
+            "nvidia",
+            0 if i < 2 else 1,
+            nodes[0 if i < 2 else 1].cpus,
+            f"GPU-{i:08x}-aaaa-bbbb-cccc-dddddddddddd",
+            "NVIDIA H100 80GB HBM3",
+            None,
+            i,
+            "nvml",
+        )
+        for i, bus in enumerate((0x1B, 0x43, 0x9A, 0xC2))
+    )
+    return Topology(nodes, cpus, gpus, frozenset(range(16)), frozenset({0, 1}))
+
+
+@pytest.fixture()
+def snapshot(tmp_path: Path) -> Path:
+    path = tmp_path / "machine.json"
+    path.write_text(two_socket_machine().to_json())
+    return path
+
+
+def test_version_and_help() -> None:
+    result = run("--version")
+    assert result.returncode == 0 and result.stdout.startswith("pynumabind ")
+    result = run("--help")
+    assert result.returncode == 0
+    for command in ("show", "plan", "exec", "check", "snapshot"):
+        assert command in result.stdout
+
+
+def test_module_entry_point_matches_script() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "pynumabind", "--version"], capture_output=True, text=True
+    )
+    assert result.returncode == 0 and result.stdout == run("--version").stdout
+
+
+def test_show_this_machine() -> None:
+    result = run("show", "--no-nvml")
+    assert result.returncode == 0, result.stderr
+    allowed = ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
+    assert "NUMA nodes" in result.stdout and "This process" in result.stdout
+    with open("/sys/devices/system/node/node0/cpulist") as handle:
+        assert handle.read().strip() in result.stdout
+    assert result.stderr == "", result.stderr
+    assert allowed.split(",")[0] in result.stdout
+
+
+def test_show_json_is_the_topology_schema(snapshot: Path) -> None:
+    result = run("show", "--json", "--topology", str(snapshot))
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["schema"] == 1
+    assert Topology.from_dict(document["topology"]) == two_socket_machine()
+    assert isinstance(document["warnings"], list)
+
+
+def test_show_warns_about_unknown_gpu_node_and_memory_only_nodes(tmp_path: Path) -> None:
+    machine = two_socket_machine()
+    gpus = (machine.gpus[0].__class__(0, "0000:07:00.0", "nvidia", None),)
+    nodes = dict(machine.nodes)
+    nodes[2] = NumaNode(2, frozenset(), 96 << 30, 96 << 30, True, {0: 80, 1: 80, 2: 10})
+    path = tmp_path / "odd.json"
+    path.write_text(machine.replace(gpus=gpus, nodes=nodes).to_json())
+    result = run("show", "--topology", str(path))
+    assert result.returncode == 0, result.stderr
+    assert (
+        "0000:07:00.0 has no known NUMA node"
+        in result.stdout.replace("\n", " ").replace("(", "").replace(")", "")
+        or "no known NUMA node" in result.stdout
+    )
+    assert "node 2 has no CPUs" in result.stdout
+
+
+def test_snapshot_round_trips_through_topology_option(tmp_path: Path) -> None:
+    out = tmp_path / "snap.json"
+    result = run("snapshot", "--no-nvml", "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == ""
+    topology = Topology.load(str(out))
+    assert topology.allowed_cpus == frozenset(os.sched_getaffinity(0))
+    shown = run("show", "--json", "--topology", str(out))
+    assert Topology.from_dict(json.loads(shown.stdout)["topology"]) == topology
+
+
+def test_plan_table_and_json_for_a_foreign_machine(snapshot: Path) -> None:
+    table = run("plan", "--topology", str(snapshot))
+    assert table.returncode == 0, table.stderr
+    header = table.stdout.splitlines()[0].split()
+    assert header == ["rank", "device", "node", "cpus", "mems", "policy"]
+    result = run("plan", "--json", "--topology", str(snapshot))
+    assert result.returncode == 0, result.stderr
+    ranks = json.loads(result.stdout)["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1, 2, 3]
+    assert [r["device"]["pci_bus_id"] for r in ranks] == [
+        "0000:1b:00.0",
+        "0000:43:00.0",
+        "0000:9a:00.0",
+        "0000:c2:00.0",
+    ]
+    assert [r["cpus"] for r in ranks] == ["0-3,8-11"] * 2 + ["4-7,12-15"] * 2
+    assert [r["mems"] for r in ranks] == ["0", "0", "1", "1"]
+    assert all(r["policy"] == "preferred" and r["reasons"] for r in ranks)
+
+
+def test_plan_exclusive_splits_whole_cores(snapshot: Path) -> None:
+    result = run("plan", "--json", "--mode", "exclusive", "--topology", str(snapshot))
+    assert result.returncode == 0, result.stderr
+    cpus = [r["cpus"] for r in json.loads(result.stdout)["ranks"]]
+    assert cpus == ["0-1,8-9", "2-3,10-11", "4-5,12-13", "6-7,14-15"]
+
+
+def test_plan_respects_allowed_cpus_override(snapshot: Path) -> None:
+    result = run("plan", "--json", "--topology", str(snapshot), "--allowed-cpus", "0-1,4-5")
+    assert result.returncode == 0, result.stderr
+    cpus = [r["cpus"] for r in json.loads(result.stdout)["ranks"]]
+    assert cpus == ["0-1", "0-1", "4-5", "4-5"]
+
+
+def test_plan_node_override(snapshot: Path) -> None:
+    result = run("plan", "--json", "--topology", str(snapshot), "--nodes", "1,1,0,0")
+    assert result.returncode == 0, result.stderr
+    assert [r["mems"] for r in json.loads(result.stdout)["ranks"]] == ["1", "1", "0", "0"]
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "words"),
+    [
+        (["plan", "--allowed-cpus", "0,,1"], 2, ["--allowed-cpus", "empty item"]),
+        (["plan", "--allowed-cpus", "3-1"], 2, ["descending"]),
+        (["plan", "--allowed-cpus", "99"], 2, ["not online"]),
+        (["plan", "--allowed-mems", "7"], 2, ["do not exist"]),
+        (["plan", "--nprocs", "0"], 2, ["--nprocs"]),
+        (["plan", "--mode", "bogus"], 2, ["invalid choice"]),
+        (["plan", "--nodes", "0,9,0,0"], 1, ["9"]),
+        (["plan", "--nodes", "0,x"], 2, ["'x'"]),
+        (["plan", "--allowed-cpus", "0-1", "--nodes", "1,1,1,1"], 1, ["4-7,12-15", "0-1"]),
+    ],
+)
+def test_bad_input_is_one_line_error(
+    snapshot: Path, args: List[str], code: int, words: List[str]
+) -> None:
+    result = run(*args, "--topology", str(snapshot))
+    assert_one_line_error(result, code, *words)
+
+
+def test_unreadable_topology_file(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.json"
+    assert_one_line_error(run("show", "--topology", str(missing)), 1, str(missing))
+    garbage = tmp_path / "garbage.json"
+    garbage.write_text("{not json")
+    assert_one_line_error(run("plan", "--topology", str(garbage)), 1, "not valid JSON")
+
+
+def test_missing_sysfs_root_is_usage_error(tmp_path: Path) -> None:
+    assert_one_line_error(run("show", "--sysfs-root", str(tmp_path / "x")), 2, "not a directory")
+
+
+def test_no_command_is_usage_error() -> None:
+    result = run()
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+
+
+def _child_affinity_code() -> str:
+    return (
+        "import os, json; from pynumabind import _libnuma as L; p = L.get_mempolicy(); "
+        "print(json.dumps({'cpus': sorted(os.sched_getaffinity(0)), 'mode': p.mode, "
+        "'nodes': sorted(p.nodes)}))"
+    )
+
+
+def test_exec_binds_the_child() -> None:
+    cpu = max(os.sched_getaffinity(0))
+    result = run(
+        "exec",
+        "--no-nvml",
+        "--rank",
+        "0",
+        "--cpus",
+        str(cpu),
+        "--memory",
+        "bind",
+        "--",
+        sys.executable,
+        "-c",
+        _child_affinity_code(),
+    )
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout)
+    assert seen["cpus"] == [cpu]
+    assert seen["mode"] == 2  # MPOL_BIND survives execve
+    assert seen["nodes"] == [0]
+
+
+def test_exec_takes_rank_from_environment_and_passes_arguments_literally(tmp_path: Path) -> None:
+    marker = tmp_path / "injected"
+    hostile = f"; touch {marker}; $(touch {marker}) `touch {marker}`"
+    result = run(
+        "exec",
+        "--no-nvml",
+        "--",
+        sys.executable,
+        "-c",
+        "import sys; print(repr(sys.argv[1]))",
+        hostile,
+        env={"LOCAL_RANK": "0"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == repr(hostile)
+    assert not marker.exists()
+
+
+def test_exec_errors() -> None:
+    assert_one_line_error(run("exec", "--no-nvml", "--rank", "0"), 2, "needs a command")
+    assert_one_line_error(
+        run("exec", "--no-nvml", "--rank", "0", "--", "/nonexistent/cmd"), 127, "not found"
+    )
+    assert_one_line_error(run("exec", "--no-nvml", "--", "true"), 2, "LOCAL_RANK")
+    assert_one_line_error(
+        run("exec", "--no-nvml", "--", "true", env={"LOCAL_RANK": "zero"}), 2, "LOCAL_RANK"
+    )
+    assert_one_line_error(
+        run("exec", "--no-nvml", "--", "true", env={"LOCAL_RANK": "0", "PYNUMABIND_MODE": "x"}),
+        2,
+        "PYNUMABIND_MODE",
+    )
+
+
+def test_check_binds_and_verifies_real_workers() -> None:
+    result = run("check", "--no-nvml")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "workers bound as planned" in result.stdout
+    lines = result.stdout.splitlines()
+    assert lines[0].split()[:3] == ["rank", "device", "planned"]
+    summary = lines[-1].split()
+    assert summary[0] == summary[2] and int(summary[0]) >= 1
+
+
+def test_check_json_reports_each_worker() -> None:
+    result = run("check", "--json", "--no-nvml", "--nprocs", "2", "--mode", "exclusive")
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert report["ok"] is True
+    workers = report["workers"]
+    assert [w["rank"] for w in workers] == [0, 1]
+    assert all(w["planned_cpus"] == w["bound_cpus"] for w in workers)
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert workers[0]["bound_cpus"] != workers[1]["bound_cpus"]
+
+
+def _under_seccomp(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run the console script with set_mempolicy/mbind denied (EPERM), as in Docker."""
+    import seccomp_filter
+
+    if not seccomp_filter.supported():
+        pytest.skip("the hand-built seccomp filter is x86-64 only")
+    tests_dir = str(Path(__file__).parent)
+    code = (
+        "import os, sys; sys.path.insert(0, sys.argv[1]); import seccomp_filter; "
+        "seccomp_filter.install(seccomp_filter.MEMPOLICY_SETTERS); "
+        "os.execv(sys.argv[2], sys.argv[2:])"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
+    return subprocess.run(
+        [sys.executable, "-c", code, tests_dir, SCRIPT, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+
+
+def test_check_fails_when_workers_cannot_get_their_memory_policy() -> None:
+    result = _under_seccomp("check", "--json", "--no-nvml")
+    assert result.returncode == 1, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert report["ok"] is False
+    for worker in report["workers"]:
+        assert worker["ok"] is False
+        assert worker["planned_cpus"] == worker["bound_cpus"]  # CPU binding was kept
+        assert any("EPERM" in p and "memory policy" in p for p in worker["problems"])
+    assert "Traceback" not in result.stderr
+
+
+def test_exec_refuses_to_run_half_bound_by_default() -> None:
+    result = _under_seccomp("exec", "--no-nvml", "--rank", "0", "--", "true")
+    assert_one_line_error(result, 1, "EPERM")
+    warned = _under_seccomp(
+        "exec",
+        "--no-nvml",
+        "--rank",
+        "0",
+        "--on-error",
+        "warn",
+        "--",
+        sys.executable,
+        "-c",
+        "print('ran')",
+    )
+    assert warned.returncode == 0, warned.stderr
+    assert warned.stdout.strip() == "ran"
+    assert "WARNING" in warned.stderr and "EPERM" in warned.stderr

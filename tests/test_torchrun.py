@@ -33,6 +33,12 @@ WORKER = textwrap.dedent(
     import pynumabind
     from pynumabind import _libnuma
 
+    # Start torch's intra-op (OpenMP) pool first, as a real worker might:
+    # those threads already exist when we bind and must be rebound too.
+    torch.set_num_threads(2)
+    warm = torch.ones(256, 256)
+    (warm @ warm).sum()
+    threads_before = len(os.listdir("/proc/self/task"))
     binding = pynumabind.bind_current_process()  # LOCAL_RANK, LOCAL_WORLD_SIZE, PYNUMABIND_*
     dist.init_process_group("gloo")
     # The collective runs on the bound CPUs: a real op, not just an import.
@@ -58,7 +64,7 @@ WORKER = textwrap.dedent(
         "binding": binding.to_dict(),
         "verify": binding.verify().to_dict(),
         "all_reduce": total.item(),
-        "torch_threads": torch.get_num_threads(),
+        "threads_before": threads_before,
     }
     with open(os.path.join(sys.argv[1], f"rank{report['local_rank']}.json"), "w") as out:
         json.dump(report, out)
@@ -77,7 +83,7 @@ def _torchrun(tmp_path, extra_env):
         if name.startswith("PYNUMABIND_") or name in ("LOCAL_RANK", "SLURM_LOCALID"):
             del env[name]
     env.update(extra_env)
-    env["OMP_NUM_THREADS"] = "1"
+    env["OMP_NUM_THREADS"] = "2"
     proc = subprocess.run(
         [
             sys.executable,
@@ -113,7 +119,11 @@ def test_torchrun_workers_bind_as_planned_with_per_rank_cpus(tmp_path) -> None:
         rank = report["local_rank"]
         assert report["binding"]["plan"] == plan.to_dict()
         assert report["cpus"] == str(rank)  # rank 0 -> CPU 0, rank 1 -> CPU 1
-        assert report["task_cpus"] == [str(rank)]  # torch's and gloo's threads too
+        # Every thread: torch's pool started before the bind, gloo's after it.
+        assert report["task_cpus"] == [str(rank)]
+        assert report["threads_before"] >= 2
+        bound = [t for t in report["binding"]["threads"] if t["action"] == "bound"]
+        assert len(bound) >= report["threads_before"]
         assert report["policy"] == ["MPOL_BIND", sorted(plan.mems)]
         assert report["verify"]["ok"] is True, report["verify"]
         assert report["binding"]["partial"] is False

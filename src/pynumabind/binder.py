@@ -766,10 +766,9 @@ def _free_bytes(nodes: frozenset[int]) -> Optional[int]:
 # ------------------------------------------------------------------ entry
 
 
-def _check_environment_overrides(
-    planner: Any, config: _environ.EnvConfig, topology: Topology
-) -> None:
+def _check_environment_overrides(config: _environ.EnvConfig, topology: Topology) -> None:
     """Parse PYNUMABIND_NODES/CPUS now, so a bad value names its variable."""
+    from . import planner
     from ._environ import CPUS_VARIABLE, NODES_VARIABLE, shown
 
     variable = config.from_environment("nodes")
@@ -797,7 +796,7 @@ def bind_current_process(
     memory: Union[str, MemoryPolicy, None] = None,
     nodes: Union[str, Sequence[int], frozenset[int], None] = None,
     cpus: Union[str, Sequence[int], frozenset[int], None] = None,
-    device: Optional[Any] = None,
+    device: Optional[int] = None,
     migrate: bool = False,
     on_error: str = "warn",
     environ: Optional[Mapping[str, str]] = None,
@@ -833,14 +832,12 @@ def bind_current_process(
         log.info("%s", binding.summary())
         return binding
     assert config.rank is not None  # resolve() raises when no rank is known
-    import importlib
-
+    from . import planner
     from .topology import Topology
 
-    planner = importlib.import_module(".planner", __package__)
     if topology is None:
         topology = Topology.detect()
-    _check_environment_overrides(planner, config, topology)
+    _check_environment_overrides(config, topology)
     options: Dict[str, Any] = {}
     if config.mode is not None:
         options["mode"] = config.mode

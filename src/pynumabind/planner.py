@@ -544,7 +544,18 @@ def _place_gpu(topology: Topology, state: _Rank, gpu: Gpu) -> None:
         if node.cpus:
             state.nodes = frozenset({node_id})
             state.primary = node_id
-            state.reasons.append(f"{label} is on NUMA node {node_id} ({gpu.source} numa_node)")
+            memory_node = gpu.memory_node
+            if memory_node is not None and memory_node != node_id:
+                # Discovery already resolved a CPU-less memory node to its
+                # CPU node; say so rather than claim the source named it.
+                distance = topology.distance(memory_node, node_id)
+                state.reasons.append(
+                    f"{label}'s memory node {memory_node} has no CPUs; its CPU node is "
+                    f"{node_id} (from {gpu.source}, distance "
+                    f"{'unknown' if distance is None else distance})"
+                )
+            else:
+                state.reasons.append(f"{label} is on NUMA node {node_id} ({gpu.source} numa_node)")
             return
         if node.has_memory and state.gpu_memory_node is None:
             state.gpu_memory_node = node_id

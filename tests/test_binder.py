@@ -434,3 +434,14 @@ def test_nothing_to_apply_is_not_applied() -> None:
         "nothing was applied; nothing to verify",
     )
     binding.restore()
+
+
+def test_import_is_cheap_and_never_pulls_pynvml_or_numpy() -> None:
+    result, _ = run_child(
+        """
+import pynumabind
+pynumabind.bind_current_process, pynumabind.apply_plan, pynumabind.Binding
+emit({"loaded": sorted(m for m in ("pynvml", "numpy", "torch") if m in sys.modules)})
+"""
+    )
+    assert result["loaded"] == []

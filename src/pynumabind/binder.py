@@ -102,6 +102,9 @@ class Skipped:
     fix: str
     errno: Optional[int] = None
 
+    def __str__(self) -> str:
+        return f"{self.what} not applied: {self.reason}; {self.fix}"
+
     def to_dict(self) -> Dict[str, Any]:
         return {"what": self.what, "reason": self.reason, "fix": self.fix, "errno": self.errno}
 
@@ -657,7 +660,7 @@ def apply_plan(plan: Plan, *, migrate: bool = False, on_error: str = "warn") -> 
         log.warning(
             "pynumabind: rank %d bound only partly; %s",
             plan.rank,
-            "; ".join(f"{s.what} not applied: {s.reason}; {s.fix}" for s in skipped)
+            "; ".join(str(s) for s in skipped)
             + ("; CPU affinity was applied" if plan.cpus is not None else ""),
         )
     if log.isEnabledFor(logging.INFO):

@@ -445,3 +445,27 @@ emit({"loaded": sorted(m for m in ("pynvml", "numpy", "torch") if m in sys.modul
 """
     )
     assert result["loaded"] == []
+
+
+def test_bind_current_process_passes_interleave_nodes_to_the_planner() -> None:
+    result, _ = run_child(
+        PLAN
+        + """
+from pynumabind import bind_current_process
+from pynumabind.errors import ConfigError
+b = bind_current_process(0, memory="interleave", interleave_nodes="0", environ={})
+out = {"policy": policy_now(), "mems": sorted(b.plan.mems)}
+b.restore()
+try:
+    bind_current_process(0, memory="bind", interleave_nodes="0", environ={})
+    out["error"] = None
+except ConfigError as exc:
+    out["error"] = str(exc)
+out["after"] = policy_now()
+emit(out)
+"""
+    )
+    assert result["policy"] == ["MPOL_INTERLEAVE", [0]]
+    assert result["mems"] == [0]
+    assert result["error"] and "interleave" in result["error"]
+    assert result["after"] == ["MPOL_DEFAULT", []]

@@ -30,7 +30,18 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
 
 from . import _libnuma, _threads
 from .errors import (
@@ -800,6 +811,8 @@ def bind_current_process(
     nodes: Union[str, Sequence[int], frozenset[int], None] = None,
     cpus: Union[str, Sequence[int], frozenset[int], None] = None,
     device: Optional[int] = None,
+    gpu_memory: bool = False,
+    interleave_nodes: Union[str, Iterable[int], None] = None,
     migrate: bool = False,
     on_error: str = "warn",
     environ: Optional[Mapping[str, str]] = None,
@@ -810,7 +823,9 @@ def bind_current_process(
     ``SLURM_LOCALID``, ``OMPI_COMM_WORLD_LOCAL_RANK``); options default to
     ``PYNUMABIND_*`` variables; explicit arguments win.  With
     ``PYNUMABIND_DISABLE=1`` it logs and returns a Binding that applied
-    nothing.  See :func:`apply_plan` for ``migrate`` and ``on_error``.
+    nothing.  ``device``, ``gpu_memory`` and ``interleave_nodes`` are passed
+    to :func:`~pynumabind.planner.plan`; see :func:`apply_plan` for
+    ``migrate`` and ``on_error``.
     """
     from . import _environ
 
@@ -854,6 +869,8 @@ def bind_current_process(
             nodes=config.nodes,
             cpus=config.cpus,
             device=device,
+            gpu_memory=gpu_memory,
+            interleave_nodes=interleave_nodes,
             **options,
         )
     except (ConfigError, PlanError) as exc:

@@ -275,6 +275,25 @@ def test_bind_to_gpu_memory_node_puts_pages_on_node2(topology: Topology) -> None
         binding.restore()
 
 
+def test_bind_current_process_passes_gpu_memory_to_the_planner(topology: Topology) -> None:
+    """The one-call API reaches the GPU's own memory node too (gpu_memory=True)."""
+    gpu = Gpu(index=0, pci_bus_id="0000:21:00.0", vendor="nvidia", numa_node=2, source="test")
+    binding = bind_current_process(
+        0,
+        topology=topology.replace(gpus=(gpu,)),
+        memory="bind",
+        gpu_memory=True,
+        on_error="raise",
+        environ={},
+    )
+    try:
+        assert binding.plan is not None and binding.plan.mems == frozenset({1, 2})
+        assert mempolicy() == ("MPOL_BIND", [1, 2])
+        assert set(task_affinities().values()) == {NODE1_CPUS}
+    finally:
+        binding.restore()
+
+
 # ------------------------------------------------------------------ exclusive, 4 workers
 
 

@@ -130,6 +130,18 @@ def _int_set(value: Iterable[object], what: str, index: int) -> frozenset[int]:
     return frozenset(out)
 
 
+def _nonempty_entries(
+    entries: List[frozenset[int]], what: str, noun: str
+) -> Tuple[frozenset[int], ...]:
+    """An override must name at least one rank, and each rank at least one id."""
+    for index, entry in enumerate(entries):
+        if not entry:
+            raise ConfigError(f"{what} override entry {index} names no {noun}")
+    if not entries:
+        raise ConfigError(f"{what} override is empty")
+    return tuple(entries)
+
+
 def parse_nodes_override(
     value: NodesOverride, *, universe: Optional[AbstractSet[int]] = None
 ) -> Tuple[frozenset[int], ...]:
@@ -169,12 +181,7 @@ def parse_nodes_override(
                     f"nodes override entry {index}: {item!r} is not a node id, "
                     "node list or set of node ids"
                 )
-    for index, entry in enumerate(entries):
-        if not entry:
-            raise ConfigError(f"nodes override entry {index} names no node")
-    if not entries:
-        raise ConfigError("nodes override is empty")
-    return tuple(entries)
+    return _nonempty_entries(entries, "nodes", "node")
 
 
 def parse_cpus_override(
@@ -215,12 +222,7 @@ def parse_cpus_override(
                     f"cpus override entry {index}: {item!r} is not a cpulist string "
                     "or a set of CPU ids"
                 )
-    for index, entry in enumerate(entries):
-        if not entry:
-            raise ConfigError(f"cpus override entry {index} names no CPU")
-    if not entries:
-        raise ConfigError("cpus override is empty")
-    return tuple(entries)
+    return _nonempty_entries(entries, "cpus", "CPU")
 
 
 # ------------------------------------------------------------ the request

@@ -360,3 +360,112 @@ def test_kernel_refusal_becomes_a_bind_error_naming_cpus(monkeypatch) -> None:
     assert "may use CPUs 0-1" in message and "nothing was changed" in message
     assert isinstance(info.value.__cause__, _threads.ThreadAffinityError)
     assert _libnuma.get_mempolicy().mode == _libnuma.MPOL_DEFAULT
+
+
+# ------------------------------------------- end to end: detect, plan, apply
+
+
+def test_bind_current_process_from_launcher_environment() -> None:
+    env = dict(os.environ, LOCAL_RANK="1", LOCAL_WORLD_SIZE="2", PYNUMABIND_MODE="exclusive")
+    env.pop("PYNUMABIND_DISABLE", None)
+    result, _ = run_child(
+        """
+import pynumabind
+from pynumabind import planner
+from pynumabind.topology import Topology
+expected = planner.plan(Topology.detect(), 1, 2, mode="exclusive")  # before binding
+binding = pynumabind.bind_current_process()
+emit({"expected": expected.to_dict(), "plan": binding.plan.to_dict(),
+      "status": cpus_allowed(), "verify": binding.verify().ok})
+""",
+        env=env,
+    )
+    assert result["plan"] == result["expected"]
+    assert result["plan"]["rank"] == 1 and result["plan"]["mode"] == "exclusive"
+    assert result["status"] == result["plan"]["cpus"]
+    assert result["verify"] is True
+
+
+def test_bind_current_process_arguments_win_over_environment() -> None:
+    env = dict(os.environ, LOCAL_RANK="1", PYNUMABIND_MEMORY="interleave", PYNUMABIND_CPUS="1")
+    result, _ = run_child(
+        """
+import pynumabind
+binding = pynumabind.bind_current_process(0, memory="bind", cpus="0")
+emit({"plan": binding.plan.to_dict(), "policy": binding.policy_name, "status": cpus_allowed()})
+""",
+        env=env,
+    )
+    assert result["plan"]["rank"] == 0
+    assert result["plan"]["policy"] == "bind" and result["policy"] == "MPOL_BIND"
+    assert result["plan"]["cpus"] == "0" and result["status"] == "0"
+
+
+@pytest.mark.parametrize(
+    ("variables", "error", "needles"),
+    [
+        ({"PYNUMABIND_NODES": "0-"}, ConfigError, ["PYNUMABIND_NODES='0-'"]),
+        ({"PYNUMABIND_CPUS": "$(reboot)"}, ConfigError, ["PYNUMABIND_CPUS='$(reboot)'"]),
+        ({"PYNUMABIND_NODES": "7"}, PlanError, ["node(s) 7", "nodes from PYNUMABIND_NODES"]),
+        ({"PYNUMABIND_CPUS": "1;1;1", "LOCAL_RANK": "0"}, None, []),
+    ],
+)
+def test_bad_environment_overrides_name_their_variable(variables, error, needles) -> None:
+    if error is None:  # a valid per-rank form: planned, not applied here
+        from pynumabind import _environ, planner
+        from pynumabind.topology import Topology
+
+        config = _environ.resolve({"LOCAL_RANK": "0", **variables})
+        binder._check_environment_overrides(config, Topology.detect())
+        assert planner.plan(Topology.detect(), 0, cpus=config.cpus).cpus == frozenset({1})
+        return
+    before = os.sched_getaffinity(0), _libnuma.get_mempolicy()
+    with pytest.raises(error) as info:
+        binder.bind_current_process(environ={"LOCAL_RANK": "0", **variables})
+    for needle in needles:
+        assert needle in str(info.value)
+    assert (os.sched_getaffinity(0), _libnuma.get_mempolicy()) == before  # nothing applied
+
+
+def test_nothing_to_apply_is_not_applied() -> None:
+    binding = binder.apply_plan(_plan(cpus=None, mems=frozenset(), policy=MemoryPolicy.NONE))
+    assert binding.applied is False and binding.threads == () and binding.policy_mode is None
+    assert binding.verify().ok and binding.verify().notes == (
+        "nothing was applied; nothing to verify",
+    )
+    binding.restore()
+
+
+def test_import_is_cheap_and_never_pulls_pynvml_or_numpy() -> None:
+    result, _ = run_child(
+        """
+import pynumabind
+pynumabind.bind_current_process, pynumabind.apply_plan, pynumabind.Binding
+emit({"loaded": sorted(m for m in ("pynvml", "numpy", "torch") if m in sys.modules)})
+"""
+    )
+    assert result["loaded"] == []
+
+
+def test_bind_current_process_passes_interleave_nodes_to_the_planner() -> None:
+    result, _ = run_child(
+        PLAN
+        + """
+from pynumabind import bind_current_process
+from pynumabind.errors import ConfigError
+b = bind_current_process(0, memory="interleave", interleave_nodes="0", environ={})
+out = {"policy": policy_now(), "mems": sorted(b.plan.mems)}
+b.restore()
+try:
+    bind_current_process(0, memory="bind", interleave_nodes="0", environ={})
+    out["error"] = None
+except ConfigError as exc:
+    out["error"] = str(exc)
+out["after"] = policy_now()
+emit(out)
+"""
+    )
+    assert result["policy"] == ["MPOL_INTERLEAVE", [0]]
+    assert result["mems"] == [0]
+    assert result["error"] and "interleave" in result["error"]
+    assert result["after"] == ["MPOL_DEFAULT", []]

@@ -77,6 +77,8 @@ def test_parse_cpulist(text: str, expected: FrozenSet[int]) -> None:
         ("0-3:1/100000", ids(0)),  # group longer than the range
         ("0-3:1/4294967295", ids(0)),  # group is an unsigned int in the kernel
         ("2-2:1/1", ids(2)),
+        ("0-3:0000000000001/0000000000002", ids(0, 2)),  # leading zeros, 13 digits
+        ("0000000000000-0000000000003", ids(range(4))),
         ("0-3:1/2,8", ids(0, 2, 8)),
         (" 0-7:1/4 ,1", ids(0, 1, 4)),
     ],

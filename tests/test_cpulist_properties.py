@@ -79,7 +79,7 @@ def _item(
         expected = frozenset(range(first, last + 1))
         if kind == 2:
             used = round(used_share * group)
-            text += f":{used}/{zeros}{group}"
+            text += f":{zeros}{used}/{zeros}{group}"
             expected = frozenset(i for i in expected if (i - first) % group < used)
     return ws[0] + text + ws[1], expected
 
@@ -92,7 +92,7 @@ items = st.builds(
     span=st.integers(0, 200),
     group=st.integers(1, 80),
     used_share=st.floats(0, 1),
-    zeros=st.sampled_from(["", "", "", "", "0", "000"]),
+    zeros=st.sampled_from(["", "", "", "", "0", "000", "0" * 12]),
     ws=st.sampled_from([("", ""), ("", ""), ("", ""), (" ", ""), ("\t", " "), ("\n ", "\n")]),
 )
 
@@ -236,7 +236,18 @@ def _insert(text: str, at: int, extra: str) -> str:
     return text[:at] + extra + text[at:]
 
 
+# Numbers of any length (leading zeros included) joined by the list's operators.
+digit_runs = st.builds(
+    lambda zeros, digits: zeros + digits,
+    st.text("0", max_size=14),
+    st.text("0123456789", min_size=1, max_size=12),
+)
+number_soup = st.lists(
+    st.tuples(digit_runs, st.sampled_from(["", "-", ":", "/", ",", " "])).map("".join),
+    max_size=8,
+).map("".join)
 garbage = st.one_of(
+    number_soup,
     st.text(alphabet=GARBAGE_ALPHABET + CONFUSABLES, max_size=40),
     st.text(alphabet="0123456789-,: /" + CONFUSABLES, max_size=12),
     st.text(max_size=40),

@@ -632,3 +632,26 @@ def test_none_mode_golden(machine: str) -> None:
 def test_mi300x_socket_mode_golden() -> None:
     plans = plan_all(mi300x_unknown_gpu_node(), mode="socket")
     assert cpus_of(plans) == [H100_NODE0] * 3 + [None] + [H100_NODE1] * 4
+
+
+def test_reason_names_the_memory_node_when_discovery_resolved_it() -> None:
+    """A GPU whose memory node is CPU-less, already placed on its CPU node by discovery."""
+    from pynumabind.topology import Cpu, Gpu, NumaNode, Topology
+
+    nodes = {
+        0: NumaNode(0, frozenset({0, 1}), 1 << 30, 1 << 30, True, {0: 10, 1: 21, 2: 40}),
+        1: NumaNode(1, frozenset({2, 3}), 1 << 30, 1 << 30, True, {0: 21, 1: 10, 2: 30}),
+        2: NumaNode(2, frozenset(), 1 << 30, 1 << 30, True, {0: 40, 1: 30, 2: 10}),
+    }
+    cpus = {
+        c: Cpu(c, 0 if c < 2 else 1, 0 if c < 2 else 1, c, None, frozenset({c})) for c in range(4)
+    }
+    gpu = Gpu(0, "0000:41:00.0", "nvidia", 1, frozenset({2, 3}), memory_node=2, source="sysfs")
+    topology = Topology(nodes, cpus, (gpu,), frozenset(range(4)), frozenset({0, 1, 2}))
+    result = plan(topology, 0)
+    assert result.cpus == frozenset({2, 3})
+    assert any(
+        "memory node 2 has no CPUs; its CPU node is 1 (from sysfs, distance 30)" in r
+        for r in result.reasons
+    ), result.reasons
+    assert not any("is on NUMA node 1 (sysfs numa_node)" in r for r in result.reasons)

@@ -347,6 +347,9 @@ def test_gpu_on_a_cpu_less_node_is_given_the_nearest_cpu_node(tmp_path: Path) ->
     desc["gpus"][0]["numa_node"] = 1  # firmware placing the GPU on its HBM node
     topo = Topology.from_sysfs(str(st.build_sysfs(desc, tmp_path / "t")))
     assert topo.gpus[0].numa_node == 0
+    # The HBM node is kept as the GPU's memory node (as NVML discovery does), so that
+    # gpu_memory=True can add it; the QEMU guest test checks the same on a real kernel.
+    assert topo.gpus[0].memory_node == 1
     assert any("numa_node 1 has no CPUs" in n for n in topo.notes)
 
 

@@ -44,13 +44,16 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "MemoryPolicy": ("planning", "MemoryPolicy"),
     "plan": ("planner", "plan"),
     "plan_all": ("planner", "plan_all"),
-    # binding
-    "bind_current_process": ("binder", "bind_current_process"),
-    "apply_plan": ("binder", "apply_plan"),
-    "Binding": ("binder", "Binding"),
-    "VerifyResult": ("binder", "VerifyResult"),
     # discovery
     "apply_visibility": ("_visible", "apply_visibility"),
+    # binding
+    "Binding": ("binder", "Binding"),
+    "Skipped": ("binder", "Skipped"),
+    "ThreadAction": ("_threads", "ThreadAction"),
+    "ThreadResult": ("_threads", "ThreadResult"),
+    "VerifyResult": ("binder", "VerifyResult"),
+    "apply_plan": ("binder", "apply_plan"),
+    "bind_current_process": ("binder", "bind_current_process"),
 }
 
 __all__ = [
@@ -68,6 +71,9 @@ __all__ = [
     "Plan",
     "PlanError",
     "PynumabindError",
+    "Skipped",
+    "ThreadAction",
+    "ThreadResult",
     "Topology",
     "TopologyError",
     "VerifyResult",
@@ -86,8 +92,9 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ._threads import ThreadAction, ThreadResult
     from ._visible import apply_visibility
-    from .binder import Binding, VerifyResult, apply_plan, bind_current_process
+    from .binder import Binding, Skipped, VerifyResult, apply_plan, bind_current_process
     from .cpulist import (
         format_cpulist,
         format_cpumask,

@@ -424,13 +424,20 @@ def _gpus_from_pci(
     gpus = []
     for index, function in enumerate(functions):
         numa = function.numa_node
+        memory_node: Optional[int] = None
         if numa is not None and not nodes[numa].cpus:
             # A device attached to a CPU-less node (CXL, some firmware):
             # CPUs can only be bound on a node that has them.
             nearest = _nearest_cpu_node(nodes, numa)
+            kept = ""
+            if nodes[numa].has_memory:
+                # Its own memory node (Grace HBM), as the NVML path records it, so
+                # that gpu_memory=True can still add it.
+                memory_node = numa
+                kept = f"; node {numa} is its memory node"
             notes.append(
                 f"GPU {function.bus_id}: sysfs numa_node {numa} has no CPUs; "
-                f"using the nearest CPU node {nearest}"
+                f"using the nearest CPU node {nearest}{kept}"
             )
             numa = nearest
         local = function.local_cpus
@@ -445,6 +452,7 @@ def _gpus_from_pci(
                 vendor=vendors[function.vendor],
                 numa_node=numa,
                 local_cpus=local,
+                memory_node=memory_node,
                 model=f"PCI {function.vendor:04x}:{function.device:04x}",
                 physical_index=index,
                 source="sysfs",

@@ -171,8 +171,20 @@ def _merge(intervals: List[Interval]) -> List[Interval]:
     return merged
 
 
-def _item_error(text: str, start: int, stop: int, limit: int, limit_message: str) -> ListParseError:
-    """Why the item in ``text[start:stop]`` was rejected (the slow path, run once)."""
+def _item_error(
+    text: str,
+    start: int,
+    stop: int,
+    limit: int,
+    limit_message: str,
+    *,
+    over_budget: bool = False,
+) -> ListParseError:
+    """Why the item in ``text[start:stop]`` was rejected (the slow path, run once).
+
+    It re-parses the item on its own, so a disagreement with the fast path
+    surfaces as an AssertionError instead of a wrong message.
+    """
     raw = text[start:stop]
     core = raw.strip(_WHITESPACE)
     at = start + len(raw) - len(raw.lstrip(_WHITESPACE))
@@ -210,6 +222,7 @@ def _item_error(text: str, start: int, stop: int, limit: int, limit_message: str
                 core,
                 at,
             )
+    if over_budget:
         return _fail(
             f"group forms expand to more than {_group_budget(limit)} ranges in all",
             text,
@@ -265,8 +278,8 @@ def _parse_items(
         if used_text is None:
             runs.append((first, last))
         else:
-            used = int(used_text) if len(used_text) <= 10 else _GROUP_LIMIT + 1
-            group = int(group_text) if len(group_text) <= 10 else _GROUP_LIMIT + 1
+            used = int(used_text) if len(used_text) <= 10 else _value(used_text, _GROUP_LIMIT)
+            group = int(group_text) if len(group_text) <= 10 else _value(group_text, _GROUP_LIMIT)
             if group > _GROUP_LIMIT or group == 0 or used > group:
                 raise _item_error(text, pos, match.start(5), limit, limit_message)
             if used == group:
@@ -274,7 +287,9 @@ def _parse_items(
             elif used:
                 budget -= (last - first) // group + 1
                 if budget < 0:
-                    raise _item_error(text, pos, match.start(5), limit, limit_message)
+                    raise _item_error(
+                        text, pos, match.start(5), limit, limit_message, over_budget=True
+                    )
                 runs.extend((lo, min(lo + used - 1, last)) for lo in range(first, last + 1, group))
         if len(runs) > merge_at:
             runs = _merge(runs)

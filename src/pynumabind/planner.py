@@ -130,6 +130,18 @@ def _int_set(value: Iterable[object], what: str, index: int) -> frozenset[int]:
     return frozenset(out)
 
 
+def _nonempty_entries(
+    entries: List[frozenset[int]], what: str, noun: str
+) -> Tuple[frozenset[int], ...]:
+    """An override must name at least one rank, and each rank at least one id."""
+    for index, entry in enumerate(entries):
+        if not entry:
+            raise ConfigError(f"{what} override entry {index} names no {noun}")
+    if not entries:
+        raise ConfigError(f"{what} override is empty")
+    return tuple(entries)
+
+
 def parse_nodes_override(
     value: NodesOverride, *, universe: Optional[AbstractSet[int]] = None
 ) -> Tuple[frozenset[int], ...]:
@@ -169,12 +181,7 @@ def parse_nodes_override(
                     f"nodes override entry {index}: {item!r} is not a node id, "
                     "node list or set of node ids"
                 )
-    for index, entry in enumerate(entries):
-        if not entry:
-            raise ConfigError(f"nodes override entry {index} names no node")
-    if not entries:
-        raise ConfigError("nodes override is empty")
-    return tuple(entries)
+    return _nonempty_entries(entries, "nodes", "node")
 
 
 def parse_cpus_override(
@@ -215,12 +222,7 @@ def parse_cpus_override(
                     f"cpus override entry {index}: {item!r} is not a cpulist string "
                     "or a set of CPU ids"
                 )
-    for index, entry in enumerate(entries):
-        if not entry:
-            raise ConfigError(f"cpus override entry {index} names no CPU")
-    if not entries:
-        raise ConfigError("cpus override is empty")
-    return tuple(entries)
+    return _nonempty_entries(entries, "cpus", "CPU")
 
 
 # ------------------------------------------------------------ the request
@@ -544,7 +546,18 @@ def _place_gpu(topology: Topology, state: _Rank, gpu: Gpu) -> None:
         if node.cpus:
             state.nodes = frozenset({node_id})
             state.primary = node_id
-            state.reasons.append(f"{label} is on NUMA node {node_id} ({gpu.source} numa_node)")
+            memory_node = gpu.memory_node
+            if memory_node is not None and memory_node != node_id:
+                # Discovery already resolved a CPU-less memory node to its
+                # CPU node; say so rather than claim the source named it.
+                distance = topology.distance(memory_node, node_id)
+                state.reasons.append(
+                    f"{label}'s memory node {memory_node} has no CPUs; its CPU node is "
+                    f"{node_id} (from {gpu.source}, distance "
+                    f"{'unknown' if distance is None else distance})"
+                )
+            else:
+                state.reasons.append(f"{label} is on NUMA node {node_id} ({gpu.source} numa_node)")
             return
         if node.has_memory and state.gpu_memory_node is None:
             state.gpu_memory_node = node_id

@@ -1,7 +1,8 @@
 """pytest wiring for the QEMU multi-NUMA guest tests.
 
 * Registers the ``vm`` marker (tests that boot guests; deselect with ``-m "not vm"``).
-* ``vm_tools``: session fixture that obtains QEMU, busybox and the kernel, or skips with the reason.
+* ``vm_tools``: session fixture that obtains QEMU, busybox and the kernel, or skips with the reason
+  (fails instead when ``PYNUMABIND_VM_REQUIRED=1``, as in CI).
 * ``tests/vm/guest/`` holds tests meant to run INSIDE a guest; they are not collected on the host.
   ``test_guest_suite.py`` boots a guest and runs them there (the harness sets
   ``PYNUMABIND_IN_GUEST=1``).
@@ -17,13 +18,17 @@ from .harness import IN_GUEST_ENV, VmTools, VmUnavailable, ensure_tools
 
 IN_GUEST = os.environ.get(IN_GUEST_ENV) == "1"
 
+REQUIRED_ENV = "PYNUMABIND_VM_REQUIRED"
+"""Set to ``1`` (CI does) to make a missing QEMU/kernel a test failure instead of a skip."""
+
 collect_ignore = [] if IN_GUEST else ["guest"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "vm: boots QEMU multi-NUMA guests (slow; skipped only when QEMU or the guest kernel cannot be obtained)",
+        "vm: boots QEMU multi-NUMA guests (slow; skipped only when QEMU or the guest kernel "
+        "cannot be obtained)",
     )
 
 
@@ -35,4 +40,6 @@ def vm_tools() -> VmTools:
     try:
         return ensure_tools()
     except VmUnavailable as exc:
+        if os.environ.get(REQUIRED_ENV) == "1":
+            pytest.fail(f"{REQUIRED_ENV}=1 but the QEMU multi-NUMA guest is unavailable: {exc}")
         pytest.skip(f"QEMU multi-NUMA guest unavailable: {exc}")

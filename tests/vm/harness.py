@@ -113,9 +113,7 @@ class GuestError(VmError):
     """The guest did not run the command to completion (QEMU failed, init failed, panic...)."""
 
     def __init__(self, message: str, output: str) -> None:
-        super().__init__(
-            f"{message}\n--- guest console (last 4000 chars) ---\n{output[-4000:]}"
-        )
+        super().__init__(f"{message}\n--- guest console (last 4000 chars) ---\n{output[-4000:]}")
         self.output = output
 
 
@@ -222,8 +220,7 @@ class GuestTopology:
     def pci_bus_numbers(self) -> tuple[int, ...]:
         """Root bus number of each expander bridge, in ``pci_expander_nodes`` order."""
         return tuple(
-            _PXB_FIRST_BUS + i * _PXB_BUS_STRIDE
-            for i in range(len(self.pci_expander_nodes))
+            _PXB_FIRST_BUS + i * _PXB_BUS_STRIDE for i in range(len(self.pci_expander_nodes))
         )
 
     def pci_device_addresses(self) -> tuple[str, ...]:
@@ -272,9 +269,7 @@ class GuestTopology:
                             "-numa",
                             f"dist,src={b},dst={a},val={self.distance(b, a)}",
                         ]
-        for i, (node_id, bus_nr) in enumerate(
-            zip(self.pci_expander_nodes, self.pci_bus_numbers())
-        ):
+        for i, (node_id, bus_nr) in enumerate(zip(self.pci_expander_nodes, self.pci_bus_numbers())):
             args += [
                 "-device",
                 f"pxb,id=pxb{i},bus_nr={bus_nr},numa_node={node_id},bus=pci.0",
@@ -286,8 +281,7 @@ class GuestTopology:
         return json.dumps(
             {
                 "nodes": [
-                    {"cpus": list(node.cpu_ids), "mem_mb": node.mem_mb}
-                    for node in self.nodes
+                    {"cpus": list(node.cpu_ids), "mem_mb": node.mem_mb} for node in self.nodes
                 ],
                 "distances": self.distance_matrix(),
                 "pci_expander_nodes": list(self.pci_expander_nodes),
@@ -301,9 +295,7 @@ class GuestTopology:
     @classmethod
     def from_json(cls, text: str) -> GuestTopology:
         data = json.loads(text)
-        nodes = tuple(
-            GuestNode(tuple(n["cpus"]) or None, int(n["mem_mb"])) for n in data["nodes"]
-        )
+        nodes = tuple(GuestNode(tuple(n["cpus"]) or None, int(n["mem_mb"])) for n in data["nodes"])
         matrix: list[list[int]] = data["distances"]
         distances = {
             (a, b): int(matrix[a][b])
@@ -328,13 +320,15 @@ STANDARD_TOPOLOGY = GuestTopology(
     # Two sockets at the usual remote distance; node 2 stands for device memory attached close to
     # socket 1 (30) and farther from socket 0 (40).
     distances={(0, 1): 21, (1, 2): 30, (0, 2): 40},
-    pci_expander_nodes=(1,),
+    # A device on a CPU node and one on the memory-only node (as a Grace GPU on its HBM node).
+    pci_expander_nodes=(1, 2),
 )
 """Topology used by ``test_guest_suite.py`` for the guest-side tests in ``tests/vm/guest``.
 
 node0: CPUs 0-1, 512 MiB; node1: CPUs 2-3, 512 MiB; node2: memory only, 256 MiB.
-Distances 0-1 = 21, 1-2 = 30, 0-2 = 40.  One bochs-display PCI device (vendor 0x1234, device
-0x1111, class 0x038000) behind a pxb expander on node 1, at guest address 0000:21:00.0.
+Distances 0-1 = 21, 1-2 = 30, 0-2 = 40.  Two bochs-display PCI devices (vendor 0x1234, device
+0x1111, class 0x038000), each behind a pxb expander: on node 1 at guest address 0000:21:00.0
+(local_cpulist 2-3) and on the memory-only node 2 at 0000:41:00.0 (empty local_cpulist).
 """
 
 
@@ -382,9 +376,7 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _run_tool(
-    argv: Sequence[str], cwd: Path | None = None, timeout: float = 900
-) -> str:
+def _run_tool(argv: Sequence[str], cwd: Path | None = None, timeout: float = 900) -> str:
     """Run a setup command; raise VmUnavailable with its output if it fails."""
     log.info("running %s", shlex.join(argv))
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
@@ -403,9 +395,7 @@ def _run_tool(
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise VmUnavailable(f"{shlex.join(argv)} failed: {exc}") from exc
     if proc.returncode != 0:
-        raise VmUnavailable(
-            f"{shlex.join(argv)} exited {proc.returncode}:\n{proc.stdout[-2000:]}"
-        )
+        raise VmUnavailable(f"{shlex.join(argv)} exited {proc.returncode}:\n{proc.stdout[-2000:]}")
     return proc.stdout
 
 
@@ -498,9 +488,7 @@ def _cached_kernel(cache: Path) -> tuple[Path, Path] | None:
 
 def _natural_key(path: Path) -> list[tuple[int, str]]:
     """Sort key putting linux-image-6.1.0-50 after linux-image-6.1.0-9."""
-    return [
-        (int(p), "") if p.isdigit() else (-1, p) for p in re.split(r"(\d+)", path.name)
-    ]
+    return [(int(p), "") if p.isdigit() else (-1, p) for p in re.split(r"(\d+)", path.name)]
 
 
 def _fetch_kernel(cache: Path) -> tuple[Path, Path]:
@@ -525,9 +513,7 @@ def _fetch_kernel(cache: Path) -> tuple[Path, Path]:
         shutil.rmtree(workdir, ignore_errors=True)
     kernel = _cached_kernel(cache)
     if kernel is None:
-        raise VmUnavailable(
-            f"{package} did not contain boot/vmlinuz-* and lib/modules/<version>"
-        )
+        raise VmUnavailable(f"{package} did not contain boot/vmlinuz-* and lib/modules/<version>")
     return kernel
 
 
@@ -547,9 +533,7 @@ def ensure_tools() -> VmTools:
     try:
         cache.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise VmUnavailable(
-            f"cannot create the VM cache directory {cache}: {exc}"
-        ) from exc
+        raise VmUnavailable(f"cannot create the VM cache directory {cache}: {exc}") from exc
     with _locked(cache / ".lock"):
         qemu, busybox = _find_host_tools()
         if qemu is None or busybox is None:
@@ -557,12 +541,11 @@ def ensure_tools() -> VmTools:
             qemu, busybox = _find_host_tools()
             if qemu is None or busybox is None:
                 raise VmUnavailable(
-                    "qemu-system-x86_64 or a static /bin/busybox still missing after apt-get install"
+                    "qemu-system-x86_64 or a static /bin/busybox still missing after "
+                    "apt-get install"
                 )
         kernel = _cached_kernel(cache) or _fetch_kernel(cache)
-    _TOOLS = VmTools(
-        qemu=qemu, busybox=busybox, kernel=kernel[0], modules_dir=kernel[1]
-    )
+    _TOOLS = VmTools(qemu=qemu, busybox=busybox, kernel=kernel[0], modules_dir=kernel[1])
     log.info("VM tools: qemu=%s busybox=%s kernel=%s", qemu, busybox, kernel[0])
     return _TOOLS
 
@@ -628,9 +611,7 @@ def resolve_modules(
             continue
         if name not in index:
             builtin = modules_dir / "modules.builtin"
-            if builtin.is_file() and re.search(
-                rf"/{re.escape(name)}\.ko\b", builtin.read_text()
-            ):
+            if builtin.is_file() and re.search(rf"/{re.escape(name)}\.ko\b", builtin.read_text()):
                 deps[name] = []
                 continue  # built into the kernel, nothing to load
             raise VmError(f"kernel module {name} not found under {modules_dir}")
@@ -641,9 +622,7 @@ def resolve_modules(
     ordered: list[str] = []
     pending = sorted(loaded, key=lambda m: (rank.get(m, len(rank)), m))
     while pending:
-        ready = [
-            m for m in pending if all(d in ordered or d not in loaded for d in deps[m])
-        ]
+        ready = [m for m in pending if all(d in ordered or d not in loaded for d in deps[m])]
         if not ready:
             raise VmError(f"circular module dependencies among {pending}")
         ordered.append(ready[0])
@@ -719,7 +698,8 @@ mount -t devtmpfs devtmpfs /dev
 for m in {modules}; do
     insmod /modules/$m.ko || fail "insmod $m"
 done
-mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize={msize},cache=loose hostroot /mnt || fail "mount 9p"
+mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize={msize},cache=loose hostroot /mnt \
+    || fail "mount 9p"
 mount -t proc proc /mnt/proc || fail "mount proc"
 mount -t sysfs sysfs /mnt/sys || fail "mount sysfs"
 mount -t cgroup2 cgroup2 /mnt/sys/fs/cgroup || fail "mount cgroup2"
@@ -733,7 +713,8 @@ mkdir -p /mnt/tmp/.pynumabind-vm
 cp /payload.sh /mnt/tmp/.pynumabind-vm/payload.sh || fail "copy payload"
 echo "@@PYNUMABIND-VM:{nonce}:BEGIN@@"
 # Through a pipe, so the command sees a non-tty stdout as in CI (no colours, no progress rewrites).
-{{ env -i chroot /mnt /bin/sh /tmp/.pynumabind-vm/payload.sh </dev/null; echo $? >/payload.rc; }} 2>&1 | cat
+{{ env -i chroot /mnt /bin/sh /tmp/.pynumabind-vm/payload.sh </dev/null
+   echo $? >/payload.rc; }} 2>&1 | cat
 rc=$(cat /payload.rc)
 echo "@@PYNUMABIND-VM:{nonce}:EXIT:$rc@@"
 poweroff -f
@@ -741,9 +722,7 @@ sleep 5
 """
 
 
-def _payload_script(
-    command: Sequence[str] | str, env: Mapping[str, str], cwd: str
-) -> str:
+def _payload_script(command: Sequence[str] | str, env: Mapping[str, str], cwd: str) -> str:
     lines = ["# generated by tests/vm/harness.py; runs inside the chroot under /bin/sh"]
     for key, value in sorted(env.items()):
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
@@ -759,9 +738,7 @@ def _payload_script(
     return "\n".join(lines) + "\n"
 
 
-def build_initramfs(
-    tools: VmTools, payload: str, nonce: str, msize: int = 512 * 1024
-) -> bytes:
+def build_initramfs(tools: VmTools, payload: str, nonce: str, msize: int = 512 * 1024) -> bytes:
     """An uncompressed initramfs with busybox, the 9p modules, ``/init`` and ``/payload.sh``."""
     modules = resolve_modules(tools.modules_dir)
     archive = _Cpio()
@@ -804,13 +781,11 @@ class GuestResult:
     def tagged_lines(self, tag: str) -> list[str]:
         """Rest of every output line starting with ``tag`` (e.g. a JSON payload after a marker)."""
         return [
-            line[len(tag) :].strip()
-            for line in self.output.splitlines()
-            if line.startswith(tag)
+            line[len(tag) :].strip() for line in self.output.splitlines() if line.startswith(tag)
         ]
 
     def tagged_json(self, tag: str) -> Any:
-        """Parse the single ``tag``-prefixed line as JSON (raises ``VmError`` if not exactly one)."""
+        """Parse the one ``tag``-prefixed line as JSON (``VmError`` unless exactly one)."""
         lines = self.tagged_lines(tag)
         if len(lines) != 1:
             raise VmError(
@@ -819,9 +794,7 @@ class GuestResult:
         return json.loads(lines[0])
 
 
-def guest_env(
-    topology: GuestTopology, extra: Mapping[str, str] | None = None
-) -> dict[str, str]:
+def guest_env(topology: GuestTopology, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment every guest command starts with (the chroot starts from an empty one)."""
     env = {
         "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -1053,9 +1026,7 @@ def run_pytest_in_guest(
     """
     executable = sys.executable
     if not executable or not os.path.exists(os.path.realpath(executable)):
-        raise VmError(
-            f"cannot tell this interpreter's path (sys.executable={executable!r})"
-        )
+        raise VmError(f"cannot tell this interpreter's path (sys.executable={executable!r})")
     pythonpath = host_pythonpath()
     check_visible_in_guest([executable, REPO_ROOT, *pythonpath])
     merged = {"PYTHONPATH": os.pathsep.join(pythonpath)}

@@ -27,7 +27,7 @@ def test_guest_suite_passes(vm_tools: VmTools, pytestconfig: pytest.Config) -> N
     disabled = [name for name, key in SLOW_UNUSED_PLUGINS.items() if key not in addopts]
     result = run_pytest_in_guest(
         STANDARD_TOPOLOGY,
-        ["-v", "-rfEs", str(GUEST_TESTS)],
+        ["-v", "-rfEs", "--durations=12", str(GUEST_TESTS)],
         timeout=240,
         disable_plugins=disabled,
     )
@@ -37,8 +37,6 @@ def test_guest_suite_passes(vm_tools: VmTools, pytestconfig: pytest.Config) -> N
         f"{result.output}\n"
     )
     if result.returncode != 0:
-        pytest.fail(
-            f"guest pytest exited {result.returncode}:\n{result.output}", pytrace=False
-        )
+        pytest.fail(f"guest pytest exited {result.returncode}:\n{result.output}", pytrace=False)
     assert " passed" in result.output
     assert " skipped" not in result.output, "guest tests skipped inside the guest"

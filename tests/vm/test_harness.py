@@ -56,11 +56,13 @@ nodes = {}
 for d in sorted(Path("/sys/devices/system/node").glob("node[0-9]*")):
     meminfo = read(d / "meminfo")
     total_kb = next(int(l.split()[-2]) for l in meminfo.splitlines() if "MemTotal:" in l)
-    nodes[d.name] = {"cpulist": read(d / "cpulist"), "distance": [int(x) for x in read(d / "distance").split()],
+    nodes[d.name] = {"cpulist": read(d / "cpulist"),
+                     "distance": [int(x) for x in read(d / "distance").split()],
                      "mem_kb": total_kb}
 pci = {}
 for d in sorted(Path("/sys/bus/pci/devices").iterdir()):
-    pci[d.name] = {k: read(d / k) for k in ("vendor", "device", "class", "numa_node", "local_cpulist")}
+    pci[d.name] = {k: read(d / k)
+                   for k in ("vendor", "device", "class", "numa_node", "local_cpulist")}
 try:
     Path("/usr/.pynumabind-vm-write-test").write_text("x")
     root_writable = True
@@ -69,12 +71,14 @@ except OSError:
 Path("/tmp/probe").write_text("ok")
 report = {
     "nodes": nodes,
-    "states": {k: read(f"/sys/devices/system/node/{k}") for k in ("online", "possible", "has_cpu", "has_memory")},
+    "states": {k: read(f"/sys/devices/system/node/{k}")
+               for k in ("online", "possible", "has_cpu", "has_memory")},
     "pci": pci,
     "argv": sys.argv[1:],
     "executable": sys.executable,
     "cwd": os.getcwd(),
-    "env": {k: os.environ.get(k) for k in ("PYNUMABIND_IN_GUEST", "PYTHONDONTWRITEBYTECODE", "HOME")},
+    "env": {k: os.environ.get(k)
+            for k in ("PYNUMABIND_IN_GUEST", "PYTHONDONTWRITEBYTECODE", "HOME")},
     "root_writable": root_writable,
     "tmp_written": read("/tmp/probe") == "ok",
     "affinity": sorted(os.sched_getaffinity(0)),
@@ -97,9 +101,7 @@ def probe(vm_tools: VmTools) -> tuple[GuestResult, dict[str, Any]]:
     boot = "?" if result.boot_seconds is None else f"{result.boot_seconds:.1f}"
     sys.stdout.write(f"probe guest: {result.seconds:.1f} s in all, {boot} s booting\n")
     if "PROBE-JSON" not in result.output:
-        pytest.fail(
-            f"probe printed no report (exit {result.returncode}):\n{result.console}"
-        )
+        pytest.fail(f"probe printed no report (exit {result.returncode}):\n{result.console}")
     report: dict[str, Any] = result.tagged_json("PROBE-JSON")
     return result, report
 
@@ -147,9 +149,7 @@ def test_pci_devices_report_requested_node(
 ) -> None:
     pci = probe[1]["pci"]
     vendor, device, pci_class = PCI_DEVICE_IDS[PROBE_TOPOLOGY.pci_device]
-    expected = dict(
-        zip(PROBE_TOPOLOGY.pci_device_addresses(), PROBE_TOPOLOGY.pci_expander_nodes)
-    )
+    expected = dict(zip(PROBE_TOPOLOGY.pci_device_addresses(), PROBE_TOPOLOGY.pci_expander_nodes))
     assert expected == {"0000:21:00.0": 1, "0000:41:00.0": 2}
     for address, node in expected.items():
         assert address in pci, sorted(pci)
@@ -161,9 +161,7 @@ def test_pci_devices_report_requested_node(
         ) == (vendor, device, pci_class)
         assert int(dev["numa_node"]) == node
         # A device on a CPU-less node has no local CPUs at all (empty local_cpulist).
-        assert dev["local_cpulist"] == format_cpulist(
-            PROBE_TOPOLOGY.nodes[node].cpu_ids
-        )
+        assert dev["local_cpulist"] == format_cpulist(PROBE_TOPOLOGY.nodes[node].cpu_ids)
     # Devices on the main bus have no node, and all CPUs are local to them.
     main_bus = [d for a, d in pci.items() if a.startswith("0000:00:")]
     assert main_bus
@@ -188,9 +186,7 @@ def test_guest_environment(probe: tuple[GuestResult, dict[str, Any]]) -> None:
     assert report["root_writable"] is False
     assert report["tmp_written"] is True
     assert report["affinity"] == [0, 1, 2, 3]
-    assert (
-        "cpuset" in report["cgroup2_controllers"]
-    )  # for tests of cpuset-restricted binding
+    assert "cpuset" in report["cgroup2_controllers"]  # for tests of cpuset-restricted binding
 
 
 @pytest.mark.vm

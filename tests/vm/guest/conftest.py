@@ -8,6 +8,7 @@ machine.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,9 +18,7 @@ from ..harness import IN_GUEST_ENV, TOPOLOGY_ENV, GuestTopology
 _HERE = Path(__file__).resolve().parent
 
 
-def pytest_collection_modifyitems(
-    config: pytest.Config, items: list[pytest.Item]
-) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if os.environ.get(IN_GUEST_ENV) == "1":
         return
     skip = pytest.mark.skip(
@@ -37,3 +36,36 @@ def guest_topology() -> GuestTopology:
     if not text:
         pytest.skip(f"{TOPOLOGY_ENV} not set: not running under the VM harness")
     return GuestTopology.from_json(text)
+
+
+@pytest.fixture
+def pristine() -> Iterator[None]:
+    """Fail a test that leaves this process bound; put affinity and memory policy back.
+
+    The library tests bind the guest pytest process itself and undo it with
+    ``Binding.restore()``; this checks that restore really left every thread's mask and the
+    memory policy as they were, so one test's binding cannot leak into the next.
+    """
+    from pynumabind import _libnuma
+
+    before = {tid: frozenset(os.sched_getaffinity(tid)) for tid in _task_ids()}
+    policy_before = _libnuma.get_mempolicy()
+    yield
+    leaked = []
+    for tid, mask in before.items():
+        try:
+            now = frozenset(os.sched_getaffinity(tid))
+        except ProcessLookupError:
+            continue
+        if now != mask:
+            leaked.append(f"thread {tid} CPUs {sorted(now)} (was {sorted(mask)})")
+            os.sched_setaffinity(tid, mask)
+    policy = _libnuma.get_mempolicy()
+    if (policy.mode, policy.nodes) != (policy_before.mode, policy_before.nodes):
+        leaked.append(f"memory policy {policy.mode_name} {sorted(policy.nodes)}")
+        _libnuma.set_mempolicy(policy_before.mode, policy_before.nodes, policy_before.flags)
+    assert not leaked, "test left the process bound: " + "; ".join(leaked)
+
+
+def _task_ids() -> list[int]:
+    return [int(t) for t in os.listdir("/proc/self/task")]

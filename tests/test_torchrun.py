@@ -1,0 +1,146 @@
+"""A real torchrun job: 2 local workers (gloo backend), each binding itself.
+
+Each worker calls ``pynumabind.bind_current_process()`` with no arguments --
+rank and size come from torchrun's LOCAL_RANK/LOCAL_WORLD_SIZE, options from
+PYNUMABIND_* -- then reports what the kernel says.  The test compares each
+report with the plan the planner makes for that rank on this machine.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytestmark = [
+    pytest.mark.skipif(
+        importlib.util.find_spec("torch") is None,
+        reason="torch is not importable (.ci/run installs the torch==2.13.0+cpu wheel)",
+    ),
+    pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs CPUs 0 and 1"),
+]
+
+WORKER = textwrap.dedent(
+    """
+    import json, os, sys
+    import torch
+    import torch.distributed as dist
+    import pynumabind
+    from pynumabind import _libnuma
+
+    # Start torch's intra-op (OpenMP) pool first, as a real worker might:
+    # those threads already exist when we bind and must be rebound too.
+    torch.set_num_threads(2)
+    warm = torch.ones(256, 256)
+    (warm @ warm).sum()
+    threads_before = len(os.listdir("/proc/self/task"))
+    binding = pynumabind.bind_current_process()  # LOCAL_RANK, LOCAL_WORLD_SIZE, PYNUMABIND_*
+    dist.init_process_group("gloo")
+    # The collective runs on the bound CPUs: a real op, not just an import.
+    total = torch.tensor([float(os.environ["LOCAL_RANK"])])
+    dist.all_reduce(total)
+    with open("/proc/self/status") as handle:
+        status = dict(l.rstrip("\\n").split(":\\t", 1) for l in handle if ":\\t" in l)
+    tasks = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/status") as handle:
+                for line in handle:
+                    if line.startswith("Cpus_allowed_list:"):
+                        tasks[tid] = line.split(":", 1)[1].strip()
+        except FileNotFoundError:
+            pass
+    policy = _libnuma.get_mempolicy()
+    report = {
+        "local_rank": int(os.environ["LOCAL_RANK"]),
+        "cpus": status["Cpus_allowed_list"].strip(),
+        "task_cpus": sorted(set(tasks.values())),
+        "policy": [policy.mode_name, sorted(policy.nodes)],
+        "binding": binding.to_dict(),
+        "verify": binding.verify().to_dict(),
+        "all_reduce": total.item(),
+        "threads_before": threads_before,
+    }
+    with open(os.path.join(sys.argv[1], f"rank{report['local_rank']}.json"), "w") as out:
+        json.dump(report, out)
+    dist.destroy_process_group()
+    """
+)
+
+
+def _torchrun(tmp_path, extra_env):
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(os.environ)
+    for name in list(env):
+        if name.startswith("PYNUMABIND_") or name in ("LOCAL_RANK", "SLURM_LOCALID"):
+            del env[name]
+    env.update(extra_env)
+    env["OMP_NUM_THREADS"] = "2"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node=2",
+            str(script),
+            str(out),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, f"torchrun failed:\n{proc.stdout}\n{proc.stderr}"
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+
+
+def _expected_plans(**options):
+    from pynumabind import planner
+    from pynumabind.topology import Topology
+
+    topology = Topology.detect()
+    return [planner.plan(topology, rank, 2, **options) for rank in (0, 1)]
+
+
+def test_torchrun_workers_bind_as_planned_with_per_rank_cpus(tmp_path) -> None:
+    reports = _torchrun(tmp_path, {"PYNUMABIND_CPUS": "0;1", "PYNUMABIND_MEMORY": "bind"})
+    expected = _expected_plans(cpus="0;1", memory="bind")
+    for report, plan in zip(reports, expected):
+        rank = report["local_rank"]
+        assert report["binding"]["plan"] == plan.to_dict()
+        assert report["cpus"] == str(rank)  # rank 0 -> CPU 0, rank 1 -> CPU 1
+        # Every thread: torch's pool started before the bind, gloo's after it.
+        assert report["task_cpus"] == [str(rank)]
+        assert report["threads_before"] >= 2
+        bound = [t for t in report["binding"]["threads"] if t["action"] == "bound"]
+        assert len(bound) >= report["threads_before"]
+        assert report["policy"] == ["MPOL_BIND", sorted(plan.mems)]
+        assert report["verify"]["ok"] is True, report["verify"]
+        assert report["binding"]["partial"] is False
+    assert {r["all_reduce"] for r in reports} == {1.0}
+
+
+def test_torchrun_workers_bind_with_defaults(tmp_path) -> None:
+    reports = _torchrun(tmp_path, {"PYNUMABIND_MODE": "exclusive"})
+    expected = _expected_plans(mode="exclusive")
+    seen = set()
+    for report, plan in zip(reports, expected):
+        assert report["binding"]["plan"] == plan.to_dict()
+        assert plan.cpus is not None
+        cpus = report["binding"]["cpus"]
+        assert report["binding"]["plan"]["cpus"] == cpus
+        assert report["task_cpus"] == [cpus]
+        assert report["policy"][0] == "MPOL_PREFERRED"
+        assert report["verify"]["ok"] is True, report["verify"]
+        seen.add(cpus)
+    assert len(seen) == 2  # exclusive: disjoint CPUs per rank

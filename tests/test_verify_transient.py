@@ -1,0 +1,67 @@
+"""verify() and pages the kernel is moving at the moment it looks.
+
+``move_pages(nodes=NULL)`` answers ``-ENOENT`` for a page under migration
+(compaction, NUMA balancing), as if it were not there.  The QEMU guest tests
+saw it once for a freshly touched page; verify() must not call a binding
+broken for that, but must still report a page that stays missing.
+"""
+
+from __future__ import annotations
+
+import errno
+from typing import Any, Iterator, List
+
+import pytest
+
+from pynumabind import _libnuma, binder
+from pynumabind.planning import MemoryPolicy, Plan
+
+pytestmark = pytest.mark.skipif(not _libnuma.available(), reason="libnuma unavailable")
+
+
+@pytest.fixture
+def bound_to_node0() -> Iterator[binder.Binding]:
+    node = min(_libnuma.get_mems_allowed())
+    plan = Plan(rank=0, device=None, cpus=None, mems=frozenset({node}), policy=MemoryPolicy.BIND)
+    binding = binder.apply_plan(plan, on_error="raise")
+    try:
+        yield binding
+    finally:
+        binding.restore()
+
+
+def _answers(monkeypatch: pytest.MonkeyPatch, bad_calls: int) -> List[int]:
+    """Make the first ``bad_calls`` page queries report page 0 as -ENOENT."""
+    real = _libnuma.page_nodes
+    calls: List[int] = []
+
+    def flaky(buffer: Any) -> List[int]:
+        found = real(buffer)
+        calls.append(len(calls))
+        if len(calls) <= bad_calls:
+            found[0] = -errno.ENOENT
+        return found
+
+    monkeypatch.setattr(_libnuma, "page_nodes", flaky)
+    monkeypatch.setattr(binder, "_SETTLE_PAUSE", 0.0)
+    return calls
+
+
+def test_page_under_migration_is_asked_again(
+    bound_to_node0: binder.Binding, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = _answers(monkeypatch, bad_calls=2)
+    check = bound_to_node0.verify()
+    assert check.ok, check.problems
+    assert len(calls) == 3
+    assert min(check.page_nodes) >= 0
+
+
+def test_page_that_stays_missing_is_reported(
+    bound_to_node0: binder.Binding, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = _answers(monkeypatch, bad_calls=100)
+    check = bound_to_node0.verify()
+    assert not check.ok
+    assert any("test pages [0] not present" in p for p in check.problems), check.problems
+    assert len(calls) == binder._SETTLE_TRIES

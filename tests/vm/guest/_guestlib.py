@@ -1,0 +1,216 @@
+"""Helpers shared by the guest-side library tests (no pytest import: spawned workers use it).
+
+Everything here reads the kernel directly (``/proc``, ``sched_getaffinity``, ``move_pages``
+through ``pynumabind._libnuma``), so a test compares what the library claims with what the
+guest kernel reports, not with the library's own bookkeeping.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+# Standard topology (tests/vm/harness.py STANDARD_TOPOLOGY), spelled out for readable asserts.
+NODE0_CPUS = frozenset({0, 1})
+NODE1_CPUS = frozenset({2, 3})
+ALL_CPUS = NODE0_CPUS | NODE1_CPUS
+ALL_NODES = frozenset({0, 1, 2})
+
+# The bochs-display devices behind the pxb expanders on node 1 and on the memory-only node 2.
+PCI_VENDOR = 0x1234
+PCI_CLASS = "0x0380"
+PCI_ADDRESS = "0000:21:00.0"
+PCI_ADDRESS_NODE2 = "0000:41:00.0"
+
+GUEST_DIR = os.path.dirname(os.path.abspath(__file__))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(GUEST_DIR)))
+
+
+def task_affinities() -> Dict[int, frozenset[int]]:
+    """Every thread of this process and its CPU mask, as the kernel reports it now."""
+    out: Dict[int, frozenset[int]] = {}
+    for entry in os.listdir("/proc/self/task"):
+        try:
+            out[int(entry)] = frozenset(os.sched_getaffinity(int(entry)))
+        except (ProcessLookupError, FileNotFoundError):
+            pass  # exited while we looked
+    return out
+
+
+def status_field(name: str, pid: str = "self") -> str:
+    """One field of ``/proc/<pid>/status`` (``Cpus_allowed_list``, ``Mems_allowed_list``)."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as handle:
+        for line in handle:
+            if line.startswith(name + ":"):
+                return line.split(":", 1)[1].strip()
+    raise KeyError(name)
+
+
+def touch_pages(pages: int = 32) -> mmap.mmap:
+    """Fresh anonymous pages, each faulted in now under the calling thread's memory policy."""
+    region = mmap.mmap(-1, pages * mmap.PAGESIZE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    for index in range(pages):
+        region[index * mmap.PAGESIZE] = 1
+    return region
+
+
+SETTLE_TRIES = 5
+SETTLE_PAUSE = 0.05  # seconds
+
+
+def page_nodes(region: mmap.mmap) -> List[int]:
+    """Node of each page of ``region`` as ``move_pages(nodes=NULL)`` reports it.
+
+    A page the kernel is migrating at that instant (compaction, NUMA balancing) reads as
+    ``-ENOENT``; seen once in about ten guest runs, so a negative answer is asked again for a
+    moment before it is believed.
+    """
+    from pynumabind import _libnuma
+
+    found = _libnuma.page_nodes(region)
+    for _ in range(SETTLE_TRIES - 1):
+        if min(found, default=0) >= 0:
+            break
+        time.sleep(SETTLE_PAUSE)
+        found = _libnuma.page_nodes(region)
+    return found
+
+
+def fresh_page_nodes(pages: int = 32) -> List[int]:
+    region = touch_pages(pages)
+    try:
+        return page_nodes(region)
+    finally:
+        region.close()
+
+
+def mempolicy() -> Tuple[str, List[int]]:
+    """The calling thread's memory policy as (``MPOL_*`` name, sorted nodes)."""
+    from pynumabind import _libnuma
+
+    policy = _libnuma.get_mempolicy()
+    return policy.mode_name, sorted(policy.nodes)
+
+
+class Sleepers:
+    """Threads started before a bind, parked until :meth:`stop` (thread pools stand-in)."""
+
+    def __init__(self, count: int, pin: Optional[frozenset[int]] = None) -> None:
+        self._stop = threading.Event()
+        self._ready = threading.Barrier(count + 1)
+        self.tids: List[int] = []
+        self._lock = threading.Lock()
+        self._threads = [
+            threading.Thread(target=self._run, args=(pin,), name=f"sleeper-{i}", daemon=True)
+            for i in range(count)
+        ]
+        for thread in self._threads:
+            thread.start()
+        self._ready.wait(timeout=30)
+
+    def _run(self, pin: Optional[frozenset[int]]) -> None:
+        if pin is not None:
+            os.sched_setaffinity(0, pin)
+        with self._lock:
+            self.tids.append(threading.get_native_id())
+        self._ready.wait(timeout=30)
+        self._stop.wait(timeout=120)
+
+    def affinities(self) -> Dict[int, frozenset[int]]:
+        return {tid: frozenset(os.sched_getaffinity(tid)) for tid in self.tids}
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=30)
+
+
+def spawned_bind_worker(rank: int, nprocs: int, conn: Any) -> None:
+    """Target of the multiprocessing-spawn workers: bind as a real worker would, report back.
+
+    The report is what the kernel says after ``bind_current_process``: every thread's mask
+    (a thread started before the bind included), the memory policy, where fresh pages landed,
+    and the library's own verify().
+    """
+    try:
+        early = Sleepers(1)  # e.g. a framework thread started before the worker binds
+        from pynumabind import bind_current_process
+
+        binding = bind_current_process(
+            rank, nprocs=nprocs, mode="exclusive", memory="bind", environ={}
+        )
+        late = Sleepers(1)  # started after: inherits the bound CPUs
+        check = binding.verify()
+        report = {
+            "rank": rank,
+            "pid": os.getpid(),
+            "plan_cpus": sorted(binding.plan.cpus or ()) if binding.plan else None,
+            "plan_mems": sorted(binding.plan.mems) if binding.plan else None,
+            "tasks": {str(t): sorted(c) for t, c in task_affinities().items()},
+            "early": sorted(next(iter(early.affinities().values()))),
+            "late": sorted(next(iter(late.affinities().values()))),
+            "mempolicy": mempolicy(),
+            "pages": fresh_page_nodes(16),
+            "verify_ok": check.ok,
+            "verify_problems": list(check.problems),
+        }
+        early.stop()
+        late.stop()
+    except BaseException as exc:  # report, never hang the parent
+        report = {"rank": rank, "error": f"{type(exc).__name__}: {exc}"}
+    conn.send(report)
+    conn.close()
+
+
+def run_python(
+    code: str,
+    args: Sequence[str] = (),
+    *,
+    timeout: float = 120,
+    before_start: Optional[Callable[[subprocess.Popen[str]], None]] = None,
+) -> Dict[str, Any]:
+    """Run ``code`` in a fresh interpreter (this one, same import path); return its JSON.
+
+    The child must print one JSON object as its last stdout line.  With ``before_start``, the
+    child waits for a line on stdin, so the parent can act on it first (``sched_setaffinity``
+    by pid) and then let it go.
+    """
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    argv = [sys.executable, "-c", textwrap.dedent(code), *args]
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE if before_start else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    if before_start is not None:
+        assert proc.stdin is not None
+        try:
+            before_start(proc)
+        finally:
+            proc.stdin.write("go\n")
+            proc.stdin.close()
+            proc.stdin = None
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"child timed out:\n{out}\n{err}") from None
+    if proc.returncode != 0:
+        raise AssertionError(f"child exited {proc.returncode}:\nstdout:\n{out}\nstderr:\n{err}")
+    lines = out.strip().splitlines()
+    assert lines, f"child printed nothing; stderr:\n{err}"
+    result: Dict[str, Any] = json.loads(lines[-1])
+    result["_stderr"] = err
+    return result

@@ -265,6 +265,7 @@ def _cold(settings: Settings, env: Dict[str, str], preload: Tuple[str, ...]) -> 
     """Repeated first calls of bind_current_process(0), each in a fresh interpreter."""
     import_s: List[float] = []
     bind_s: List[float] = []
+    rebind_s: List[float] = []
     cold: Dict[str, Any] = {"nvml": "hidden (pynvml import fails)", "preloaded": list(preload)}
     for _ in range(settings.startup_reps):
         result = _run_json([sys.executable, "-c", cold_source(0, preload)], env)
@@ -273,12 +274,14 @@ def _cold(settings: Settings, env: Dict[str, str], preload: Tuple[str, ...]) -> 
             break
         import_s.append(result["import_s"] * 1e3)
         bind_s.append(result["bind_s"] * 1e3)
+        rebind_s.append(result["rebind_s"] * 1e3)
         cold["modules_after_bind"] = result.get("modules_after_bind")
         cold["entry"] = result.get("entry")
         cold["binding"] = result.get("binding")
     if bind_s:
         cold["import"] = summarize(import_s, "ms").to_dict()
         cold["bind"] = summarize(bind_s, "ms").to_dict()
+        cold["bind_modules_loaded"] = summarize(rebind_s, "ms").to_dict()
     return cold
 
 

@@ -118,6 +118,15 @@ def _overhead_md(data: Dict[str, Any]) -> List[str]:
                     f"(`import pynumabind` before it: {_s(cold.get('import'))})",
                 ]
             )
+            if "bind_modules_loaded" in cold:
+                rows.append(
+                    [
+                        f"`bind_current_process(0)` {label}, modules already loaded",
+                        _s(cold["bind_modules_loaded"]),
+                        f"{where}; second call: detect + plan + apply run anew, "
+                        "only the one-time imports are gone",
+                    ]
+                )
         else:
             rows.append(
                 [f"`bind_current_process(0)` {label}", "n/a", cold.get("error", "not measured")]

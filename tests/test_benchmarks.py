@@ -421,12 +421,13 @@ def test_cold_probe_binds_and_import_loads_neither_pynvml_nor_numpy() -> None:
     assert set(result) == {
         "import_s",
         "bind_s",
+        "rebind_s",
         "entry",
         "modules_after_import",
         "modules_after_bind",
         "binding",
     }
-    assert result["import_s"] > 0 and result["bind_s"] > 0
+    assert result["import_s"] > 0 and result["bind_s"] > 0 and result["rebind_s"] > 0
     assert "pynvml" not in result["modules_after_import"]
     assert "numpy" not in result["modules_after_import"]
     assert result["binding"]["plan"]["rank"] == 0
@@ -434,6 +435,6 @@ def test_cold_probe_binds_and_import_loads_neither_pynvml_nor_numpy() -> None:
 
 def test_cold_source_preloads_only_module_names() -> None:
     assert cold_source(3, ("json", "logging")).lstrip().startswith("import json\nimport logging\n")
-    assert "bind(3)" in cold_source(3)
+    assert cold_source(3).count("bind(3)") == 2  # the first call, then again with modules loaded
     with pytest.raises(ValueError, match="not a module name"):
         cold_source(0, ("os; import evil",))

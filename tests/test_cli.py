@@ -14,7 +14,9 @@ import pytest
 
 from pynumabind.topology import Cpu, Gpu, NumaNode, Topology
 
-SCRIPT = shutil.which("pynumabind") or str(Path(sys.executable).with_name("pynumabind"))
+# The script installed with the interpreter running the tests, not whatever is on PATH.
+_BESIDE = Path(sys.executable).with_name("pynumabind")
+SCRIPT = str(_BESIDE) if _BESIDE.exists() else (shutil.which("pynumabind") or str(_BESIDE))
 
 
 def run(
@@ -360,3 +362,21 @@ def test_exec_refuses_to_run_half_bound_by_default() -> None:
     assert warned.returncode == 0, warned.stderr
     assert warned.stdout.strip() == "ran"
     assert "WARNING" in warned.stderr and "EPERM" in warned.stderr
+
+
+def test_show_hides_placeholder_nodes_and_names_them_once(tmp_path: Path) -> None:
+    """GB200 exposes 34 nodes; 28 have neither CPUs nor memory."""
+    from sysfs_tree import build_sysfs
+
+    root = build_sysfs("gb200_nvl_tray", tmp_path / "sys")
+    result = run("show", "--sysfs-root", str(root))
+    assert result.returncode == 0, result.stderr
+    nodes_table = result.stdout.split("\n\n")[0].splitlines()[2:]
+    assert [line.split()[0] for line in nodes_table] == ["0", "1", "2", "10", "18", "26"]
+    assert [line.split()[-1] for line in nodes_table[2:]] == ["memory-only"] * 4
+    distance_header = result.stdout.split("Distances\n")[1].splitlines()[0].split()
+    assert distance_header == ["node", "0", "1", "2", "10", "18", "26"]
+    assert "nodes 3-9,11-17,19-25,27-33 have neither CPUs nor memory" in result.stdout
+    assert "node 3 has no CPUs" not in result.stdout
+    shown = json.loads(run("show", "--json", "--sysfs-root", str(root)).stdout)
+    assert len(shown["topology"]["nodes"]) == 34  # JSON keeps every node

@@ -256,11 +256,17 @@ def topology_warnings(topology: Topology) -> List[str]:
                 "(sysfs numa_node is -1); its ranks get no CPU binding"
             )
     for node in sorted(topology.nodes.values(), key=lambda n: n.id):
-        if not node.cpus:
+        if node.memory_only:
             warnings.append(
                 f"node {node.id} has no CPUs (memory-only: GPU memory, HBM or CXL); "
                 "ranks on it get CPUs from the nearest CPU node"
             )
+    empty = _empty_nodes(topology)
+    if empty:
+        warnings.append(
+            f"nodes {format_ids(empty)} have neither CPUs nor memory (placeholders, e.g. for "
+            "GPU memory partitions); they are never planned on"
+        )
     for note in topology.notes:
         if note not in warnings:
             warnings.append(note)
@@ -270,20 +276,26 @@ def topology_warnings(topology: Topology) -> List[str]:
 # ------------------------------------------------------------------ commands
 
 
+def _empty_nodes(topology: Topology) -> frozenset[int]:
+    """Nodes with neither CPUs nor memory (GB200 exposes dozens of these)."""
+    return frozenset(n.id for n in topology.nodes.values() if not n.cpus and not n.has_memory)
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     topology = load_topology(args)
     warnings = topology_warnings(topology)
     if args.json:
         _emit_json({"topology": topology.to_dict(), "warnings": warnings})
         return EXIT_OK
-    node_ids = sorted(topology.nodes)
+    # Placeholder nodes would only widen the tables; the warnings list them.
+    node_ids = sorted(set(topology.nodes) - _empty_nodes(topology)) or sorted(topology.nodes)
     rows = [
         [
             str(n),
             format_cpulist(topology.nodes[n].cpus) or "-",
             human_bytes(topology.nodes[n].memory_total if topology.nodes[n].has_memory else 0),
             human_bytes(topology.nodes[n].memory_free if topology.nodes[n].has_memory else 0),
-            "" if topology.nodes[n].cpus else "memory-only" if topology.nodes[n].has_memory else "",
+            "memory-only" if topology.nodes[n].memory_only else "",
         ]
         for n in node_ids
     ]

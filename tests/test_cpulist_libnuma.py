@@ -17,7 +17,7 @@ import re
 from typing import Callable, FrozenSet, List, Optional, Tuple
 
 import pytest
-from hypothesis import event, given
+from hypothesis import event, find, given, settings
 from hypothesis import strategies as st
 
 from pynumabind import _libnuma
@@ -304,3 +304,29 @@ def test_cpu_strings_agree_with_libnuma(text: str) -> None:
 @given(numactl_strings(NODES))
 def test_node_strings_agree_with_libnuma(text: str) -> None:
     event(_compare(text, _libnuma.parse_nodestring_all, ours_nodes, NODES))
+
+
+@pytest.mark.parametrize(
+    ("theirs", "ours", "universe"),
+    [
+        (_libnuma.parse_cpustring_all, ours_cpus, CPUS),
+        (_libnuma.parse_nodestring_all, ours_nodes, NODES),
+    ],
+    ids=["cpus", "nodes"],
+)
+@pytest.mark.parametrize("kind", ["same set", "both reject"])
+def test_generator_reaches_compared_cases(
+    theirs: Callable[[str], Optional[FrozenSet[int]]],
+    ours: Callable[[str], Optional[FrozenSet[int]]],
+    universe: FrozenSet[int],
+    kind: str,
+) -> None:
+    """The differential properties are not vacuous: their generator yields strings
+    that both parsers are compared on, accepted and rejected alike."""
+    strings = numactl_strings(universe)
+    found = find(
+        strings,
+        lambda text: _compare(text, theirs, ours, universe) == kind,
+        settings=settings(max_examples=5000, database=None),
+    )
+    assert _compare(found, theirs, ours, universe) == kind

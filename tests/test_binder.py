@@ -144,6 +144,32 @@ emit({"inside": inside, "late_inside": late_inside, "after": after, "restored": 
     assert result["restored"] is True
 
 
+def test_restore_leaves_a_thread_already_pinned_to_the_bound_cpus_alone() -> None:
+    # A thread pinned to exactly the plan's CPUs before the bind was not
+    # changed by it; restore() must not mistake it for a thread started
+    # after the bind and widen it to the caller's old mask.
+    result, _ = run_child(
+        PLAN
+        + """
+stop = threading.Event()
+tids = []
+def pinned():
+    os.sched_setaffinity(0, {1})
+    tids.append(threading.get_native_id())
+    stop.wait()
+t = threading.Thread(target=pinned)
+t.start()
+while not tids: time.sleep(0.01)
+b = apply_plan(plan("NONE", mems=()))
+b.restore()
+out = {"pinned": cpus_allowed(f"/proc/self/task/{tids[0]}/status"), "caller": cpus_allowed()}
+stop.set()
+emit(out)
+"""
+    )
+    assert result == {"pinned": "1", "caller": "0-1"}
+
+
 def test_restore_restores_a_previous_non_default_policy() -> None:
     result, _ = run_child(
         PLAN

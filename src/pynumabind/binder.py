@@ -159,8 +159,11 @@ class _UndoState:
         bound_cpus: Optional[frozenset[int]],
         policy_before: Optional[_libnuma.MemPolicy],
         policy_changed: bool,
+        *,
+        seen: frozenset[int] = frozenset(),
     ) -> None:
         self.masks = masks
+        self.seen = seen  # threads the bind scan saw: not "started after the bind"
         self.reference = reference
         self.bound_cpus = bound_cpus
         self.policy_before = policy_before
@@ -499,7 +502,7 @@ def _undo_all(undo: _UndoState) -> List[str]:
         # Threads started after the bind inherited the bound CPUs.
         try:
             for tid in _threads.list_thread_ids():
-                if tid not in masks and _threads.thread_affinity(tid) == undo.bound_cpus:
+                if tid not in undo.seen and _threads.thread_affinity(tid) == undo.bound_cpus:
                     masks[tid] = undo.reference
         except OSError as exc:
             failures.append(f"thread scan: {exc}")
@@ -568,6 +571,7 @@ def apply_plan(plan: Plan, *, migrate: bool = False, on_error: str = "warn") -> 
         bound_cpus=plan.cpus,
         policy_before=None,
         policy_changed=False,
+        seen=frozenset(r.tid for r in scan.results) if scan is not None else frozenset(),
     )
 
     def fail(what: str, exc: BaseException) -> None:

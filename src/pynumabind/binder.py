@@ -824,7 +824,7 @@ def bind_current_process(
     """Detect, plan and apply this worker's binding; read it back.
 
     ``rank`` defaults to the launcher's local rank (``LOCAL_RANK``,
-    ``SLURM_LOCALID``, ``OMPI_COMM_WORLD_LOCAL_RANK``); options default to
+    ``OMPI_COMM_WORLD_LOCAL_RANK``, ``SLURM_LOCALID``); options default to
     ``PYNUMABIND_*`` variables; explicit arguments win.  With
     ``PYNUMABIND_DISABLE=1`` it logs and returns a Binding that applied
     nothing.  ``device``, ``gpu_memory`` and ``interleave_nodes`` are passed

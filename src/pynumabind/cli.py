@@ -135,7 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="bind this process, then exec a command (replaces numactl wrappers)",
     )
     exec_.add_argument(
-        "--rank", type=int, help="local rank (default: LOCAL_RANK, SLURM_LOCALID, ...)"
+        "--rank",
+        type=int,
+        help="local rank (default: LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID)",
     )
     _plan_options(exec_)
     exec_.add_argument(

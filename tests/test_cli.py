@@ -197,6 +197,11 @@ def test_plan_node_override(snapshot: Path) -> None:
         (["plan", "--nodes", "0,9,0,0"], 1, ["9"]),
         (["plan", "--nodes", "0,x"], 2, ["'x'"]),
         (["plan", "--allowed-cpus", "0-1", "--nodes", "1,1,1,1"], 1, ["4-7,12-15", "0-1"]),
+        (["check", "--timeout", "inf"], 2, ["--timeout", "'inf'"]),
+        (["check", "--timeout", "1e300"], 2, ["--timeout"]),
+        (["check", "--timeout", "nan"], 2, ["--timeout"]),
+        (["check", "--timeout", "-1"], 2, ["--timeout"]),
+        (["check", "--timeout", "0"], 2, ["--timeout"]),
     ],
 )
 def test_bad_input_is_one_line_error(

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 from typing import Any, Dict, List, NoReturn, Optional, Sequence
@@ -113,6 +114,22 @@ def _plan_options(parser: argparse.ArgumentParser, *, with_nprocs: bool = True) 
     )
 
 
+_MAX_TIMEOUT = 1e6  # seconds; larger values overflow the poll() the check waits in
+
+
+def _timeout_seconds(text: str) -> float:
+    """A positive, finite ``--timeout``: inf, nan and huge values crash poll()."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= _MAX_TIMEOUT:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of seconds above 0 and at most {_MAX_TIMEOUT:g}"
+        )
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _common_options()
     parser = _Parser(
@@ -154,7 +171,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _plan_options(check)
     check.add_argument(
-        "--timeout", type=float, default=60.0, help="seconds to wait for the workers"
+        "--timeout",
+        type=_timeout_seconds,
+        default=60.0,
+        help="seconds to wait for the workers (default: 60)",
     )
 
     snapshot = commands.add_parser(

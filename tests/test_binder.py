@@ -170,6 +170,37 @@ emit(out)
     assert result == {"pinned": "1", "caller": "0-1"}
 
 
+def test_restore_puts_back_a_thread_started_while_the_bind_scanned() -> None:
+    # A thread started during the scan by an already bound thread inherits the
+    # bound CPUs; the scan sees it on them, but restore() must still widen it.
+    result, _ = run_child(
+        PLAN
+        + """
+from pynumabind import _threads
+stop = threading.Event()
+real_list = _threads.list_thread_ids
+started = []
+def list_and_spawn():
+    if not started and os.sched_getaffinity(0) == {1}:  # caller bound: CPU 1 is inherited
+        t = threading.Thread(target=stop.wait)
+        t.start()
+        started.append(t.native_id)
+    return real_list()
+_threads.list_thread_ids = list_and_spawn
+b = apply_plan(plan("NONE", mems=()))
+_threads.list_thread_ids = real_list
+seen = started[0] in [r.tid for r in b.threads]
+inside = cpus_allowed(f"/proc/self/task/{started[0]}/status")
+b.restore()
+out = {"seen": seen, "inside": inside,
+       "after": cpus_allowed(f"/proc/self/task/{started[0]}/status")}
+stop.set()
+emit(out)
+"""
+    )
+    assert result == {"seen": True, "inside": "1", "after": "0-1"}
+
+
 def test_restore_restores_a_previous_non_default_policy() -> None:
     result, _ = run_child(
         PLAN

@@ -160,10 +160,10 @@ class _UndoState:
         policy_before: Optional[_libnuma.MemPolicy],
         policy_changed: bool,
         *,
-        seen: frozenset[int] = frozenset(),
+        existing: frozenset[int] = frozenset(),
     ) -> None:
         self.masks = masks
-        self.seen = seen  # threads the bind scan saw: not "started after the bind"
+        self.existing = existing  # threads alive before the bind started
         self.reference = reference
         self.bound_cpus = bound_cpus
         self.policy_before = policy_before
@@ -502,7 +502,9 @@ def _undo_all(undo: _UndoState) -> List[str]:
         # Threads started after the bind inherited the bound CPUs.
         try:
             for tid in _threads.list_thread_ids():
-                if tid not in undo.seen and _threads.thread_affinity(tid) == undo.bound_cpus:
+                if tid in masks or tid in undo.existing:
+                    continue  # changed by the bind, or on these CPUs before it
+                if _threads.thread_affinity(tid) == undo.bound_cpus:
                     masks[tid] = undo.reference
         except OSError as exc:
             failures.append(f"thread scan: {exc}")
@@ -530,6 +532,7 @@ def apply_plan(plan: Plan, *, migrate: bool = False, on_error: str = "warn") -> 
 
     # ---- CPUs: all or nothing.
     scan: Optional[_threads.ThreadScan] = None
+    existing: frozenset[int] = frozenset()
     if plan.cpus is not None:
         wanted = plan.cpus
         if not wanted <= before:
@@ -537,6 +540,9 @@ def apply_plan(plan: Plan, *, migrate: bool = False, on_error: str = "warn") -> 
                 wanted, before, f"CPUs {format_ids(wanted - before)} are not allowed here"
             )
         try:
+            # Threads on exactly ``wanted`` already are left so by restore();
+            # ones started from here on that inherit it are not.
+            existing = frozenset(_threads.list_thread_ids())
             scan = _threads.bind_threads(wanted, reference=before)
         except _threads.ThreadAffinityError as exc:
             reason = "the kernel refused" + (
@@ -571,7 +577,7 @@ def apply_plan(plan: Plan, *, migrate: bool = False, on_error: str = "warn") -> 
         bound_cpus=plan.cpus,
         policy_before=None,
         policy_changed=False,
-        seen=frozenset(r.tid for r in scan.results) if scan is not None else frozenset(),
+        existing=existing,
     )
 
     def fail(what: str, exc: BaseException) -> None:

@@ -223,6 +223,15 @@ def test_missing_sysfs_root_is_usage_error(tmp_path: Path) -> None:
     assert_one_line_error(run("show", "--sysfs-root", str(tmp_path / "x")), 2, "not a directory")
 
 
+def test_empty_machine_options_are_errors_not_this_machine() -> None:
+    # `--topology "$SNAPSHOT"` with the variable unset must not quietly plan,
+    # check or bind for the local machine instead.
+    assert_one_line_error(run("plan", "--topology", ""), 1, "cannot read topology file ''")
+    assert_one_line_error(run("show", "--sysfs-root", ""), 2, "--sysfs-root", "not a directory")
+    result = run("exec", "--rank", "0", "--topology", "", "--", "true")
+    assert_one_line_error(result, 1, "cannot read topology file ''")
+
+
 def test_no_command_is_usage_error() -> None:
     result = run()
     assert result.returncode == 2 and "Traceback" not in result.stderr

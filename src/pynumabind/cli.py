@@ -212,9 +212,9 @@ def load_topology(args: argparse.Namespace) -> Topology:
     """The machine the command works on, with allowed-set overrides applied."""
     allowed_cpus = _option_list(args.allowed_cpus, "--allowed-cpus", nodes=False)
     allowed_mems = _option_list(args.allowed_mems, "--allowed-mems", nodes=True)
-    if args.topology:
+    if args.topology is not None:  # "" too: an unset variable must not mean "this machine"
         topology = Topology.load(args.topology)
-    elif args.sysfs_root:
+    elif args.sysfs_root is not None:
         if not os.path.isdir(args.sysfs_root):
             raise UsageError(f"--sysfs-root: {args.sysfs_root!r} is not a directory")
         topology = Topology.from_sysfs(args.sysfs_root)
@@ -255,9 +255,8 @@ def _plan_kwargs(args: argparse.Namespace) -> Dict[str, Any]:
 
 def _machine_given(args: argparse.Namespace) -> bool:
     """Whether the user described the machine; else workers detect it themselves."""
-    return bool(
-        args.topology or args.sysfs_root or args.allowed_cpus or args.allowed_mems or args.no_nvml
-    )
+    given = (args.topology, args.sysfs_root, args.allowed_cpus, args.allowed_mems)
+    return any(value is not None for value in given) or args.no_nvml
 
 
 def _emit_json(document: Dict[str, Any]) -> None:

@@ -419,6 +419,29 @@ def test_kernel_refusal_becomes_a_bind_error_naming_cpus(monkeypatch) -> None:
     assert _libnuma.get_mempolicy().mode == _libnuma.MPOL_DEFAULT
 
 
+def test_unreadable_thread_list_is_a_bind_error_and_changes_nothing() -> None:
+    # No /proc (a chroot or minimal sandbox): a typed error, not FileNotFoundError.
+    result, _ = run_child(
+        PLAN
+        + """
+from pynumabind import _threads
+_threads.TASK_DIR = "/nonexistent/task"
+try:
+    apply_plan(plan())
+    out = {"raised": None}
+except Exception as exc:
+    out = {"raised": type(exc).__name__, "message": str(exc)}
+out["cpus"] = cpus_allowed()
+out["policy"] = policy_now()
+emit(out)
+"""
+    )
+    assert result["raised"] == "BindError", result
+    assert "/nonexistent/task" in result["message"]
+    assert "nothing was changed" in result["message"]
+    assert result["cpus"] == "0-1" and result["policy"] == ["MPOL_DEFAULT", []]
+
+
 # ------------------------------------------- end to end: detect, plan, apply
 
 

@@ -556,6 +556,8 @@ def apply_plan(plan: Plan, *, migrate: bool = False, on_error: str = "warn") -> 
                     f"{error}; WARNING: threads {list(exc.restore_failures)} could not be restored"
                 )
             raise error from exc
+        except OSError as exc:  # /proc/self/task unreadable; bind_threads rolled back
+            raise _cpu_error(wanted, before, f"cannot read this process's threads ({exc})") from exc
         narrowed = [
             r for r in scan.results if r.action is _threads.ThreadAction.BOUND and r.after != wanted
         ]

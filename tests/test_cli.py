@@ -268,6 +268,37 @@ def test_exec_binds_the_child() -> None:
     assert seen["nodes"] == [0]
 
 
+def _run_with_closed(fd: int, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the script with standard output (1) or error (2) closed, as daemons do."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
+    return subprocess.run(
+        [SCRIPT, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        preexec_fn=lambda: os.close(fd),
+    )
+
+
+@pytest.mark.parametrize("closed", [1, 2])
+def test_exec_runs_the_command_with_a_closed_standard_stream(closed: int) -> None:
+    # numactl runs a command whose stdout or stderr is closed; so must exec.
+    still_open = 3 - closed
+    code = f"import os, sys; os.write({still_open}, b'ran ' + sys.argv[1].encode())"
+    args = ["exec", "--rank", "0", "--memory", "none", "--mode", "none"]
+    result = _run_with_closed(closed, *args, "--json", "--", sys.executable, "-c", code, "x")
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    assert ("ran x" in result.stdout) == (still_open == 1)
+    assert ("ran x" in result.stderr) == (still_open == 2)
+
+
+def test_show_with_standard_output_closed_is_one_line_error() -> None:
+    assert_one_line_error(_run_with_closed(1, "show"), 1, "standard output is closed")
+    assert_one_line_error(_run_with_closed(1, "plan", "--json"), 1, "standard output is closed")
+
+
 def test_exec_takes_rank_from_environment_and_passes_arguments_literally(tmp_path: Path) -> None:
     marker = tmp_path / "injected"
     hostile = f"; touch {marker}; $(touch {marker}) `touch {marker}`"

@@ -259,12 +259,18 @@ def _machine_given(args: argparse.Namespace) -> bool:
     return any(value is not None for value in given) or args.no_nvml
 
 
+def _write_stdout(text: str) -> None:
+    if sys.stdout is None:  # started with fd 1 closed
+        raise PynumabindError("standard output is closed")
+    sys.stdout.write(text)
+
+
 def _emit_json(document: Dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps({"schema": JSON_SCHEMA_VERSION, **document}, indent=2) + "\n")
+    _write_stdout(json.dumps({"schema": JSON_SCHEMA_VERSION, **document}, indent=2) + "\n")
 
 
 def _emit(text: str) -> None:
-    sys.stdout.write(text.rstrip("\n") + "\n")
+    _write_stdout(text.rstrip("\n") + "\n")
 
 
 def topology_warnings(topology: Topology) -> List[str]:
@@ -413,11 +419,12 @@ def cmd_exec(args: argparse.Namespace) -> int:
     binding = bind_current_process(
         args.rank, topology=topology, on_error=args.on_error, **_plan_kwargs(args)
     )
-    if args.json:
+    if args.json and sys.stderr is not None:
         # stdout belongs to the command; the report goes to stderr.
         sys.stderr.write(json.dumps({"schema": JSON_SCHEMA_VERSION, **binding.to_dict()}) + "\n")
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):  # None when started with it closed
+        if stream is not None:
+            stream.flush()
     try:
         os.execvp(argv[0], argv)  # noqa: S606 - no shell, by design
     except FileNotFoundError:
@@ -493,7 +500,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
             raise PynumabindError(f"cannot write {args.output!r}: {exc.strerror}") from exc
         log.info("wrote topology snapshot to %s", args.output)
     else:
-        sys.stdout.write(text)
+        _write_stdout(text)
     return EXIT_OK
 
 
@@ -507,7 +514,8 @@ COMMANDS = {
 
 
 def _error(message: str) -> None:
-    sys.stderr.write(f"pynumabind: error: {message}\n")
+    if sys.stderr is not None:  # started with fd 2 closed: the exit status must do
+        sys.stderr.write(f"pynumabind: error: {message}\n")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -84,6 +84,38 @@ emit(out)
     assert result["NONE"] == [None, ["MPOL_DEFAULT", []], True, False]
 
 
+OLD_KERNEL_LOCAL = """
+# Linux < 5.14 (RHEL 8's 4.18, Ubuntu 20.04's 5.4) stores MPOL_LOCAL as
+# MPOL_PREFERRED with an empty node mask and get_mempolicy reports it so.
+# This kernel is newer: emulate that answer at the libnuma boundary.
+real_lib = _libnuma.load()
+class OldKernelLib:
+    def __getattr__(self, name):
+        return getattr(real_lib, name)
+    def get_mempolicy(self, mode, mask, maxnode, addr, flags):
+        result = real_lib.get_mempolicy(mode, mask, maxnode, addr, flags)
+        if result == 0 and mode != _libnuma._ffi().NULL and mode[0] == _libnuma.MPOL_LOCAL:
+            mode[0] = _libnuma.MPOL_PREFERRED
+        return result
+_libnuma._state["lib"] = OldKernelLib()
+"""
+
+
+def test_local_policy_verifies_on_kernels_that_report_it_as_empty_preferred() -> None:
+    result, _ = run_child(
+        PLAN
+        + OLD_KERNEL_LOCAL
+        + """
+b = apply_plan(plan("LOCAL", mems=()))
+v = b.verify()
+emit({"notes": list(b.notes), "verify": v.to_dict(), "mempolicy": b.to_dict()["mempolicy"]})
+"""
+    )
+    assert result["verify"]["ok"] is True, result["verify"]
+    assert not any("reads back" in note for note in result["notes"]), result["notes"]
+    assert result["mempolicy"]["mode"] == "MPOL_LOCAL"
+
+
 def test_threads_rebound_pinned_left_and_policy_keepers_listed() -> None:
     result, _ = run_child(
         PLAN
@@ -142,6 +174,63 @@ emit({"inside": inside, "late_inside": late_inside, "after": after, "restored": 
     assert result["late_inside"] == "1"
     assert result["after"] == ["0-1", ["MPOL_DEFAULT", []], "0-1"]
     assert result["restored"] is True
+
+
+def test_restore_leaves_a_thread_already_pinned_to_the_bound_cpus_alone() -> None:
+    # A thread pinned to exactly the plan's CPUs before the bind was not
+    # changed by it; restore() must not mistake it for a thread started
+    # after the bind and widen it to the caller's old mask.
+    result, _ = run_child(
+        PLAN
+        + """
+stop = threading.Event()
+tids = []
+def pinned():
+    os.sched_setaffinity(0, {1})
+    tids.append(threading.get_native_id())
+    stop.wait()
+t = threading.Thread(target=pinned)
+t.start()
+while not tids: time.sleep(0.01)
+b = apply_plan(plan("NONE", mems=()))
+b.restore()
+out = {"pinned": cpus_allowed(f"/proc/self/task/{tids[0]}/status"), "caller": cpus_allowed()}
+stop.set()
+emit(out)
+"""
+    )
+    assert result == {"pinned": "1", "caller": "0-1"}
+
+
+def test_restore_puts_back_a_thread_started_while_the_bind_scanned() -> None:
+    # A thread started during the scan by an already bound thread inherits the
+    # bound CPUs; the scan sees it on them, but restore() must still widen it.
+    result, _ = run_child(
+        PLAN
+        + """
+from pynumabind import _threads
+stop = threading.Event()
+real_list = _threads.list_thread_ids
+started = []
+def list_and_spawn():
+    if not started and os.sched_getaffinity(0) == {1}:  # caller bound: CPU 1 is inherited
+        t = threading.Thread(target=stop.wait)
+        t.start()
+        started.append(t.native_id)
+    return real_list()
+_threads.list_thread_ids = list_and_spawn
+b = apply_plan(plan("NONE", mems=()))
+_threads.list_thread_ids = real_list
+seen = started[0] in [r.tid for r in b.threads]
+inside = cpus_allowed(f"/proc/self/task/{started[0]}/status")
+b.restore()
+out = {"seen": seen, "inside": inside,
+       "after": cpus_allowed(f"/proc/self/task/{started[0]}/status")}
+stop.set()
+emit(out)
+"""
+    )
+    assert result == {"seen": True, "inside": "1", "after": "0-1"}
 
 
 def test_restore_restores_a_previous_non_default_policy() -> None:
@@ -360,6 +449,29 @@ def test_kernel_refusal_becomes_a_bind_error_naming_cpus(monkeypatch) -> None:
     assert "may use CPUs 0-1" in message and "nothing was changed" in message
     assert isinstance(info.value.__cause__, _threads.ThreadAffinityError)
     assert _libnuma.get_mempolicy().mode == _libnuma.MPOL_DEFAULT
+
+
+def test_unreadable_thread_list_is_a_bind_error_and_changes_nothing() -> None:
+    # No /proc (a chroot or minimal sandbox): a typed error, not FileNotFoundError.
+    result, _ = run_child(
+        PLAN
+        + """
+from pynumabind import _threads
+_threads.TASK_DIR = "/nonexistent/task"
+try:
+    apply_plan(plan())
+    out = {"raised": None}
+except Exception as exc:
+    out = {"raised": type(exc).__name__, "message": str(exc)}
+out["cpus"] = cpus_allowed()
+out["policy"] = policy_now()
+emit(out)
+"""
+    )
+    assert result["raised"] == "BindError", result
+    assert "/nonexistent/task" in result["message"]
+    assert "nothing was changed" in result["message"]
+    assert result["cpus"] == "0-1" and result["policy"] == ["MPOL_DEFAULT", []]
 
 
 # ------------------------------------------- end to end: detect, plan, apply

@@ -197,6 +197,11 @@ def test_plan_node_override(snapshot: Path) -> None:
         (["plan", "--nodes", "0,9,0,0"], 1, ["9"]),
         (["plan", "--nodes", "0,x"], 2, ["'x'"]),
         (["plan", "--allowed-cpus", "0-1", "--nodes", "1,1,1,1"], 1, ["4-7,12-15", "0-1"]),
+        (["check", "--timeout", "inf"], 2, ["--timeout", "'inf'"]),
+        (["check", "--timeout", "1e300"], 2, ["--timeout"]),
+        (["check", "--timeout", "nan"], 2, ["--timeout"]),
+        (["check", "--timeout", "-1"], 2, ["--timeout"]),
+        (["check", "--timeout", "0"], 2, ["--timeout"]),
     ],
 )
 def test_bad_input_is_one_line_error(
@@ -216,6 +221,15 @@ def test_unreadable_topology_file(tmp_path: Path) -> None:
 
 def test_missing_sysfs_root_is_usage_error(tmp_path: Path) -> None:
     assert_one_line_error(run("show", "--sysfs-root", str(tmp_path / "x")), 2, "not a directory")
+
+
+def test_empty_machine_options_are_errors_not_this_machine() -> None:
+    # `--topology "$SNAPSHOT"` with the variable unset must not quietly plan,
+    # check or bind for the local machine instead.
+    assert_one_line_error(run("plan", "--topology", ""), 1, "cannot read topology file ''")
+    assert_one_line_error(run("show", "--sysfs-root", ""), 2, "--sysfs-root", "not a directory")
+    result = run("exec", "--rank", "0", "--topology", "", "--", "true")
+    assert_one_line_error(result, 1, "cannot read topology file ''")
 
 
 def test_no_command_is_usage_error() -> None:
@@ -252,6 +266,37 @@ def test_exec_binds_the_child() -> None:
     assert seen["cpus"] == [cpu]
     assert seen["mode"] == 2  # MPOL_BIND survives execve
     assert seen["nodes"] == [0]
+
+
+def _run_with_closed(fd: int, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the script with standard output (1) or error (2) closed, as daemons do."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
+    return subprocess.run(
+        [SCRIPT, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        preexec_fn=lambda: os.close(fd),
+    )
+
+
+@pytest.mark.parametrize("closed", [1, 2])
+def test_exec_runs_the_command_with_a_closed_standard_stream(closed: int) -> None:
+    # numactl runs a command whose stdout or stderr is closed; so must exec.
+    still_open = 3 - closed
+    code = f"import os, sys; os.write({still_open}, b'ran ' + sys.argv[1].encode())"
+    args = ["exec", "--rank", "0", "--memory", "none", "--mode", "none"]
+    result = _run_with_closed(closed, *args, "--json", "--", sys.executable, "-c", code, "x")
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    assert ("ran x" in result.stdout) == (still_open == 1)
+    assert ("ran x" in result.stderr) == (still_open == 2)
+
+
+def test_show_with_standard_output_closed_is_one_line_error() -> None:
+    assert_one_line_error(_run_with_closed(1, "show"), 1, "standard output is closed")
+    assert_one_line_error(_run_with_closed(1, "plan", "--json"), 1, "standard output is closed")
 
 
 def test_exec_takes_rank_from_environment_and_passes_arguments_literally(tmp_path: Path) -> None:

@@ -15,10 +15,24 @@ def test_rank_variables_in_order_of_precedence() -> None:
     env = {"LOCAL_RANK": "3", "SLURM_LOCALID": "1", "OMPI_COMM_WORLD_LOCAL_RANK": "2"}
     assert (resolve(env).rank, resolve(env).rank_source) == (3, "LOCAL_RANK")
     del env["LOCAL_RANK"]
-    assert (resolve(env).rank, resolve(env).rank_source) == (1, "SLURM_LOCALID")
-    del env["SLURM_LOCALID"]
     config = resolve(env)
     assert (config.rank, config.rank_source) == (2, "OMPI_COMM_WORLD_LOCAL_RANK")
+    del env["OMPI_COMM_WORLD_LOCAL_RANK"]
+    assert (resolve(env).rank, resolve(env).rank_source) == (1, "SLURM_LOCALID")
+
+
+def test_mpirun_inside_a_slurm_batch_job_uses_the_open_mpi_rank() -> None:
+    # mpirun in an sbatch script: every rank inherits the batch step's (or its
+    # orted's) SLURM_LOCALID=0; only Open MPI's variable tells the ranks apart.
+    env = {
+        "SLURM_LOCALID": "0",
+        "SLURM_NTASKS_PER_NODE": "4",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "2",
+        "OMPI_COMM_WORLD_LOCAL_SIZE": "4",
+    }
+    config = resolve(env)
+    assert (config.rank, config.rank_source) == (2, "OMPI_COMM_WORLD_LOCAL_RANK")
+    assert (config.nprocs, config.nprocs_source) == (4, "OMPI_COMM_WORLD_LOCAL_SIZE")
 
 
 def test_no_rank_lists_every_variable() -> None:

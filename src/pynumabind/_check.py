@@ -84,7 +84,7 @@ def _thread_cpus() -> Dict[int, frozenset[int]]:
                 for line in handle:
                     if line.startswith("Cpus_allowed_list:"):
                         out[int(path.split("/")[4])] = parse_cpulist(line.split(":", 1)[1])
-        except FileNotFoundError:  # the thread exited meanwhile
+        except (FileNotFoundError, ProcessLookupError):  # the thread exited meanwhile
             continue
     return out
 

@@ -8,8 +8,10 @@ environment reaches a shell, ``eval`` or a command line.
 Rules
 -----
 * The local rank comes from the first variable set among ``LOCAL_RANK``
-  (torchrun, DeepSpeed, Accelerate), ``SLURM_LOCALID`` (srun) and
-  ``OMPI_COMM_WORLD_LOCAL_RANK`` (Open MPI's mpirun).
+  (torchrun, DeepSpeed, Accelerate), ``OMPI_COMM_WORLD_LOCAL_RANK`` (Open
+  MPI's mpirun) and ``SLURM_LOCALID`` (srun).  Slurm's comes last because it
+  leaks: mpirun inside an sbatch script starts every rank with the batch
+  step's (or its daemon's) ``SLURM_LOCALID=0``.
 * The number of local processes comes from the *same* launcher as the rank
   when it sets one: ``LOCAL_WORLD_SIZE``; Slurm's ``SLURM_NTASKS_PER_NODE``
   (set by ``--ntasks-per-node``), else ``SLURM_TASKS_PER_NODE`` only when
@@ -52,7 +54,7 @@ __all__ = [
     "resolve",
 ]
 
-RANK_VARIABLES: Tuple[str, ...] = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK")
+RANK_VARIABLES: Tuple[str, ...] = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID")
 
 # rank variable -> the same launcher's local-size variables, in order.
 SIZE_VARIABLES: Mapping[str, Tuple[str, ...]] = {

@@ -295,7 +295,11 @@ def _node_array(nodes: AbstractSet[int]) -> Tuple[Any, int]:
 
 
 def get_mempolicy() -> MemPolicy:
-    """The calling thread's memory policy."""
+    """The calling thread's memory policy.
+
+    Linux < 5.14 reports local allocation (``MPOL_LOCAL``) as ``MPOL_PREFERRED``
+    with no nodes; it is returned as ``MPOL_LOCAL``, as newer kernels do.
+    """
     ffi = _ffi()
     nbits = possible_node_bits()
     mode = ffi.new("int *")
@@ -303,7 +307,11 @@ def get_mempolicy() -> MemPolicy:
     if load().get_mempolicy(mode, mask, nbits + 1, ffi.NULL, 0) < 0:
         raise NumaSyscallError(ffi.errno, "get_mempolicy")
     raw = int(mode[0])
-    return MemPolicy(raw & ~MPOL_MODE_FLAGS, words_to_set(mask), raw & MPOL_MODE_FLAGS)
+    nodes = words_to_set(mask)
+    base = raw & ~MPOL_MODE_FLAGS
+    if base == MPOL_PREFERRED and not nodes:
+        base = MPOL_LOCAL
+    return MemPolicy(base, nodes, raw & MPOL_MODE_FLAGS)
 
 
 def get_mems_allowed() -> frozenset[int]:

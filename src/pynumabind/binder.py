@@ -159,8 +159,11 @@ class _UndoState:
         bound_cpus: Optional[frozenset[int]],
         policy_before: Optional[_libnuma.MemPolicy],
         policy_changed: bool,
+        *,
+        existing: frozenset[int] = frozenset(),
     ) -> None:
         self.masks = masks
+        self.existing = existing  # threads alive before the bind started
         self.reference = reference
         self.bound_cpus = bound_cpus
         self.policy_before = policy_before
@@ -499,7 +502,9 @@ def _undo_all(undo: _UndoState) -> List[str]:
         # Threads started after the bind inherited the bound CPUs.
         try:
             for tid in _threads.list_thread_ids():
-                if tid not in masks and _threads.thread_affinity(tid) == undo.bound_cpus:
+                if tid in masks or tid in undo.existing:
+                    continue  # changed by the bind, or on these CPUs before it
+                if _threads.thread_affinity(tid) == undo.bound_cpus:
                     masks[tid] = undo.reference
         except OSError as exc:
             failures.append(f"thread scan: {exc}")
@@ -527,6 +532,7 @@ def apply_plan(plan: Plan, *, migrate: bool = False, on_error: str = "warn") -> 
 
     # ---- CPUs: all or nothing.
     scan: Optional[_threads.ThreadScan] = None
+    existing: frozenset[int] = frozenset()
     if plan.cpus is not None:
         wanted = plan.cpus
         if not wanted <= before:
@@ -534,6 +540,9 @@ def apply_plan(plan: Plan, *, migrate: bool = False, on_error: str = "warn") -> 
                 wanted, before, f"CPUs {format_ids(wanted - before)} are not allowed here"
             )
         try:
+            # Threads on exactly ``wanted`` already are left so by restore();
+            # ones started from here on that inherit it are not.
+            existing = frozenset(_threads.list_thread_ids())
             scan = _threads.bind_threads(wanted, reference=before)
         except _threads.ThreadAffinityError as exc:
             reason = "the kernel refused" + (
@@ -547,6 +556,8 @@ def apply_plan(plan: Plan, *, migrate: bool = False, on_error: str = "warn") -> 
                     f"{error}; WARNING: threads {list(exc.restore_failures)} could not be restored"
                 )
             raise error from exc
+        except OSError as exc:  # /proc/self/task unreadable; bind_threads rolled back
+            raise _cpu_error(wanted, before, f"cannot read this process's threads ({exc})") from exc
         narrowed = [
             r for r in scan.results if r.action is _threads.ThreadAction.BOUND and r.after != wanted
         ]
@@ -568,6 +579,7 @@ def apply_plan(plan: Plan, *, migrate: bool = False, on_error: str = "warn") -> 
         bound_cpus=plan.cpus,
         policy_before=None,
         policy_changed=False,
+        existing=existing,
     )
 
     def fail(what: str, exc: BaseException) -> None:
@@ -820,7 +832,7 @@ def bind_current_process(
     """Detect, plan and apply this worker's binding; read it back.
 
     ``rank`` defaults to the launcher's local rank (``LOCAL_RANK``,
-    ``SLURM_LOCALID``, ``OMPI_COMM_WORLD_LOCAL_RANK``); options default to
+    ``OMPI_COMM_WORLD_LOCAL_RANK``, ``SLURM_LOCALID``); options default to
     ``PYNUMABIND_*`` variables; explicit arguments win.  With
     ``PYNUMABIND_DISABLE=1`` it logs and returns a Binding that applied
     nothing.  ``device``, ``gpu_memory`` and ``interleave_nodes`` are passed

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 from typing import Any, Dict, List, NoReturn, Optional, Sequence
@@ -113,6 +114,22 @@ def _plan_options(parser: argparse.ArgumentParser, *, with_nprocs: bool = True) 
     )
 
 
+_MAX_TIMEOUT = 1e6  # seconds; larger values overflow the poll() the check waits in
+
+
+def _timeout_seconds(text: str) -> float:
+    """A positive, finite ``--timeout``: inf, nan and huge values crash poll()."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= _MAX_TIMEOUT:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of seconds above 0 and at most {_MAX_TIMEOUT:g}"
+        )
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _common_options()
     parser = _Parser(
@@ -135,7 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="bind this process, then exec a command (replaces numactl wrappers)",
     )
     exec_.add_argument(
-        "--rank", type=int, help="local rank (default: LOCAL_RANK, SLURM_LOCALID, ...)"
+        "--rank",
+        type=int,
+        help="local rank (default: LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID)",
     )
     _plan_options(exec_)
     exec_.add_argument(
@@ -152,7 +171,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _plan_options(check)
     check.add_argument(
-        "--timeout", type=float, default=60.0, help="seconds to wait for the workers"
+        "--timeout",
+        type=_timeout_seconds,
+        default=60.0,
+        help="seconds to wait for the workers (default: 60)",
     )
 
     snapshot = commands.add_parser(
@@ -190,9 +212,9 @@ def load_topology(args: argparse.Namespace) -> Topology:
     """The machine the command works on, with allowed-set overrides applied."""
     allowed_cpus = _option_list(args.allowed_cpus, "--allowed-cpus", nodes=False)
     allowed_mems = _option_list(args.allowed_mems, "--allowed-mems", nodes=True)
-    if args.topology:
+    if args.topology is not None:  # "" too: an unset variable must not mean "this machine"
         topology = Topology.load(args.topology)
-    elif args.sysfs_root:
+    elif args.sysfs_root is not None:
         if not os.path.isdir(args.sysfs_root):
             raise UsageError(f"--sysfs-root: {args.sysfs_root!r} is not a directory")
         topology = Topology.from_sysfs(args.sysfs_root)
@@ -233,17 +255,22 @@ def _plan_kwargs(args: argparse.Namespace) -> Dict[str, Any]:
 
 def _machine_given(args: argparse.Namespace) -> bool:
     """Whether the user described the machine; else workers detect it themselves."""
-    return bool(
-        args.topology or args.sysfs_root or args.allowed_cpus or args.allowed_mems or args.no_nvml
-    )
+    given = (args.topology, args.sysfs_root, args.allowed_cpus, args.allowed_mems)
+    return any(value is not None for value in given) or args.no_nvml
+
+
+def _write_stdout(text: str) -> None:
+    if sys.stdout is None:  # started with fd 1 closed
+        raise PynumabindError("standard output is closed")
+    sys.stdout.write(text)
 
 
 def _emit_json(document: Dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps({"schema": JSON_SCHEMA_VERSION, **document}, indent=2) + "\n")
+    _write_stdout(json.dumps({"schema": JSON_SCHEMA_VERSION, **document}, indent=2) + "\n")
 
 
 def _emit(text: str) -> None:
-    sys.stdout.write(text.rstrip("\n") + "\n")
+    _write_stdout(text.rstrip("\n") + "\n")
 
 
 def topology_warnings(topology: Topology) -> List[str]:
@@ -392,11 +419,12 @@ def cmd_exec(args: argparse.Namespace) -> int:
     binding = bind_current_process(
         args.rank, topology=topology, on_error=args.on_error, **_plan_kwargs(args)
     )
-    if args.json:
+    if args.json and sys.stderr is not None:
         # stdout belongs to the command; the report goes to stderr.
         sys.stderr.write(json.dumps({"schema": JSON_SCHEMA_VERSION, **binding.to_dict()}) + "\n")
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):  # None when started with it closed
+        if stream is not None:
+            stream.flush()
     try:
         os.execvp(argv[0], argv)  # noqa: S606 - no shell, by design
     except FileNotFoundError:
@@ -472,7 +500,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
             raise PynumabindError(f"cannot write {args.output!r}: {exc.strerror}") from exc
         log.info("wrote topology snapshot to %s", args.output)
     else:
-        sys.stdout.write(text)
+        _write_stdout(text)
     return EXIT_OK
 
 
@@ -486,7 +514,8 @@ COMMANDS = {
 
 
 def _error(message: str) -> None:
-    sys.stderr.write(f"pynumabind: error: {message}\n")
+    if sys.stderr is not None:  # started with fd 2 closed: the exit status must do
+        sys.stderr.write(f"pynumabind: error: {message}\n")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -82,6 +82,9 @@ def test_indices_select_and_reorder() -> None:
         ("0,,1", [0], "matches no device"),
         ("3,3,1", [3], "already listed"),
         ("GPU-nothing,0", [], "matches no device"),
+        # Unicode digits are not indices to CUDA (and int("\u00b2") raises).
+        ("0,\u00b2,1", [0], "matches no device"),
+        ("0,\u0661,1", [0], "matches no device"),
     ],
 )
 def test_first_invalid_entry_truncates(value: str, want: List[int], why: str) -> None:

@@ -124,7 +124,7 @@ def select_visible(
         mig = False
         where: Optional[int] = None
         why = "matches no device"
-        if token.isdigit():
+        if token.isascii() and token.isdigit():  # str.isdigit() also takes "²", "١"
             number = int(token)
             if number < len(devices):
                 where = number

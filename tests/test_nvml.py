@@ -14,6 +14,7 @@ import fake_nvml
 import sysfs_tree as st
 from pynumabind import _nvml
 from pynumabind.cpulist import parse_cpulist
+from pynumabind.errors import ConfigError
 from pynumabind.topology import Topology
 
 NVIDIA_MACHINES = [
@@ -228,9 +229,11 @@ def test_uuids_need_nvml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     desc = st.load_machine("dgx_h100")
     root = st.build_sysfs(desc, tmp_path / "t")
     fake_nvml.hide_pynvml(monkeypatch)
-    topo = detect(root, environ={"CUDA_VISIBLE_DEVICES": desc["gpus"][3]["uuid"]})
-    assert topo.gpus == ()  # without NVML no UUID is known: CUDA's rule drops it
-    assert any("matches no device" in n for n in topo.notes)
+    # Without NVML no UUID is known.  CUDA (which asks the driver) does see
+    # the GPU, so planning as if there were none would bind to a node that
+    # need not be the GPU's: the entry is an error, as a MIG UUID is.
+    with pytest.raises(ConfigError, match="no GPU UUID is known"):
+        detect(root, environ={"CUDA_VISIBLE_DEVICES": desc["gpus"][3]["uuid"]})
 
 
 def test_nvml_not_touched_without_nvidia_gpus_or_when_disabled(

@@ -143,6 +143,27 @@ def test_new_mig_uuids_need_nvml() -> None:
     assert any("not a MIG device NVML knows" in n for n in unknown.notes)
 
 
+@pytest.mark.parametrize(
+    "value",
+    [
+        "GPU-8d1c2e44-0000-1111-2222-333344445555",
+        "MIG-GPU-8d1c2e44-0000-1111-2222-333344445555/1/0",
+    ],
+)
+def test_uuids_without_known_uuids_are_a_config_error(tmp_path: Path, value: str) -> None:
+    """sysfs alone knows no NVIDIA UUIDs: a UUID entry cannot be resolved.
+
+    Treating it as "matches no device" left no visible GPU, and the planner
+    then spread ranks over the NUMA nodes as on a GPU-less machine, binding
+    to a node that need not be the GPU's.
+    """
+    topo = machine(tmp_path, "dgx_h100")
+    assert topo.gpus and not any(g.uuid for g in topo.gpus)
+    with pytest.raises(ConfigError, match="UUID"):
+        apply_visibility(topo, {"CUDA_VISIBLE_DEVICES": value})
+    assert physical(apply_visibility(topo, {"CUDA_VISIBLE_DEVICES": "5"})) == [5]
+
+
 def test_two_mig_slices_of_one_gpu_are_two_ordinals() -> None:
     parent = small().gpus[0].uuid
     assert parent is not None

@@ -16,7 +16,8 @@ CUDA rules implemented (NVIDIA, and any non-AMD accelerator):
   names ``MIG-GPU-<uuid>/<gi>/<ci>`` (resolved here: the parent is in the
   name) and ``MIG-<uuid>`` MIG UUIDs (resolved only with NVML's help, passed
   in as ``mig_parents``; without it they raise :class:`ConfigError`, since
-  guessing the GPU would bind to the wrong node);
+  guessing the GPU would bind to the wrong node; so do UUIDs and legacy MIG
+  names when no device has a known UUID, i.e. without NVML or KFD);
 * the first entry that names no device (out of range, unknown UUID,
   ambiguous prefix, ``-1``, garbage) ends the list, as CUDA does; a device
   named twice also ends it (assumption: CUDA does not expose one GPU twice);
@@ -130,6 +131,12 @@ def select_visible(
                 where = number
             else:
                 why = f"is out of range (there are {len(devices)} devices)"
+        elif upper.startswith(("GPU-", "MIG-GPU-")) and not any(g.uuid for g in devices):
+            raise ConfigError(
+                f"{variable} entry {token!r} names a GPU by UUID, but no GPU UUID is "
+                "known here (NVML or the KFD topology is not available), so which GPU "
+                "it is cannot be told; use GPU indices"
+            )
         elif upper.startswith("MIG-GPU-"):
             mig = True
             parent = "GPU-" + token[len("MIG-GPU-") :].split("/", 1)[0]

@@ -164,6 +164,16 @@ def test_uuids_without_known_uuids_are_a_config_error(tmp_path: Path, value: str
     assert physical(apply_visibility(topo, {"CUDA_VISIBLE_DEVICES": "5"})) == [5]
 
 
+def test_nvidia_uuids_do_not_trip_an_amd_gpu_without_uuid() -> None:
+    """HIP falls back to CUDA_VISIBLE_DEVICES; NVIDIA UUIDs there are not HIP's."""
+    base = small()
+    igpu = Gpu(index=4, pci_bus_id="0000:c1:00.0", vendor="amd", numa_node=0, physical_index=0)
+    topo = base.replace(gpus=(*base.gpus, igpu))
+    uuid = base.gpus[2].uuid
+    assert uuid is not None
+    assert physical(visible({"CUDA_VISIBLE_DEVICES": uuid}, topo)) == [2]
+
+
 def test_two_mig_slices_of_one_gpu_are_two_ordinals() -> None:
     parent = small().gpus[0].uuid
     assert parent is not None

@@ -105,11 +105,14 @@ def select_visible(
     *,
     variable: str,
     mig_parents: Optional[Mapping[str, str]] = None,
+    unknown_uuids_fatal: bool = True,
 ) -> Tuple[List[Gpu], List[str]]:
     """Apply one visible-devices variable to ``devices`` (already in order).
 
     Returns the selected devices in process order, and notes explaining any
-    entry that was dropped.
+    entry that was dropped.  A UUID entry when no device has a known UUID is
+    a :class:`ConfigError` unless ``unknown_uuids_fatal`` is false (HIP
+    reading CUDA_VISIBLE_DEVICES that names NVIDIA GPUs).
     """
     if value is None:
         return list(devices), []
@@ -131,7 +134,11 @@ def select_visible(
                 where = number
             else:
                 why = f"is out of range (there are {len(devices)} devices)"
-        elif upper.startswith(("GPU-", "MIG-GPU-")) and not any(g.uuid for g in devices):
+        elif (
+            unknown_uuids_fatal
+            and upper.startswith(("GPU-", "MIG-GPU-"))
+            and not any(g.uuid for g in devices)
+        ):
             raise ConfigError(
                 f"{variable} entry {token!r} names a GPU by UUID, but no GPU UUID is "
                 "known here (NVML or the KFD topology is not available), so which GPU "
@@ -213,7 +220,12 @@ def apply_visibility(
         hip_variable = "HIP_VISIBLE_DEVICES"
         if env.get(hip_variable) is None and env.get("CUDA_VISIBLE_DEVICES") is not None:
             hip_variable = "CUDA_VISIBLE_DEVICES"
-        hip, hip_notes = select_visible(rocr, env.get(hip_variable), variable=hip_variable)
+        hip, hip_notes = select_visible(
+            rocr,
+            env.get(hip_variable),
+            variable=hip_variable,
+            unknown_uuids_fatal=not (cuda_side and hip_variable == "CUDA_VISIBLE_DEVICES"),
+        )
         notes += rocr_notes + hip_notes
         visible += hip
     if cuda_side and amd_side:

@@ -8,6 +8,7 @@ import pytest
 
 import sysfs_tree as st
 from pynumabind.cpulist import parse_cpulist
+from pynumabind.errors import TopologyError
 from pynumabind.topology import Topology
 
 MACHINES = st.machine_names()
@@ -124,6 +125,30 @@ def test_json_round_trip_is_exact(machine) -> None:
     again = Topology.from_json(topo.to_json())
     assert again == topo
     assert again.to_json() == topo.to_json()
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "value"),
+    [
+        ("gpus", "uuid", 5),
+        ("gpus", "model", ["H100"]),
+        ("nodes", "has_memory", "false"),
+    ],
+)
+def test_snapshot_fields_of_the_wrong_type_are_a_topology_error(
+    tmp_path: Path, section: str, key: str, value: object
+) -> None:
+    """A hand-edited snapshot must fail on load, not later in the planner.
+
+    ``uuid: 5`` used to load and then raise AttributeError from
+    ``apply_visibility`` on a ``GPU-`` entry; ``has_memory: "false"`` was
+    read as True.
+    """
+    topo = Topology.from_sysfs(str(st.build_sysfs("dgx_h100", tmp_path / "m")))
+    data = topo.to_dict()
+    data[section][0][key] = value
+    with pytest.raises(TopologyError, match=key):
+        Topology.from_dict(data)
 
 
 # --------------------------------------------- cross-checks with raw sources

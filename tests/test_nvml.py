@@ -14,6 +14,7 @@ import fake_nvml
 import sysfs_tree as st
 from pynumabind import _nvml
 from pynumabind.cpulist import parse_cpulist
+from pynumabind.errors import ConfigError
 from pynumabind.topology import Topology
 
 NVIDIA_MACHINES = [
@@ -228,9 +229,11 @@ def test_uuids_need_nvml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     desc = st.load_machine("dgx_h100")
     root = st.build_sysfs(desc, tmp_path / "t")
     fake_nvml.hide_pynvml(monkeypatch)
-    topo = detect(root, environ={"CUDA_VISIBLE_DEVICES": desc["gpus"][3]["uuid"]})
-    assert topo.gpus == ()  # without NVML no UUID is known: CUDA's rule drops it
-    assert any("matches no device" in n for n in topo.notes)
+    # Without NVML no UUID is known.  CUDA (which asks the driver) does see
+    # the GPU, so planning as if there were none would bind to a node that
+    # need not be the GPU's: the entry is an error, as a MIG UUID is.
+    with pytest.raises(ConfigError, match="no GPU UUID is known"):
+        detect(root, environ={"CUDA_VISIBLE_DEVICES": desc["gpus"][3]["uuid"]})
 
 
 def test_nvml_not_touched_without_nvidia_gpus_or_when_disabled(
@@ -331,3 +334,42 @@ def test_old_pynvml_returning_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert topo.gpus[2].uuid == desc["gpus"][2]["uuid"]
     assert topo.gpus[2].model == "NVIDIA H100 80GB HBM3"
     assert topo.gpus[2].pci_bus_id == "0000:3a:00.0"
+
+
+@pytest.mark.parametrize("memory_affinity", ["", "0-1"])
+def test_an_affinity_spanning_nodes_does_not_invent_a_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, memory_affinity: str
+) -> None:
+    """A GPU without proximity (sysfs numa_node -1) has every CPU as NVML affinity.
+
+    Taking the lowest-id node of that tie placed every GPU on node 0 and
+    cited NVML for it; the node is unknown, and the planner then uses the
+    affinity itself.
+    """
+    desc = st.load_machine("dgx_h100")
+    for gpu in desc["gpus"]:
+        gpu["numa_node"] = -1
+        gpu.pop("local_cpulist", None)
+        gpu["nvml"] = {"cpu_affinity": desc["online_cpus"], "memory_affinity": memory_affinity}
+    root = st.build_sysfs(desc, tmp_path / "t")
+    fake_nvml.install_fake_nvml(monkeypatch, desc)
+    topo = detect(root)
+    assert [g.numa_node for g in topo.gpus] == [None] * len(desc["gpus"])
+    assert all(g.local_cpus == topo.online_cpus for g in topo.gpus)
+
+
+def test_a_socket_wide_affinity_defers_to_the_pci_numa_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The legacy call (no scope API) gives the socket's CPUs: on SNC/NPS that
+    is several nodes, and the PCI function's numa_node is the exact one."""
+    desc = st.load_machine("dgx_a100_nps4")
+    socket = {n["id"]: n["package"] for n in desc["nodes"]}
+    for gpu in desc["gpus"]:
+        package = socket[gpu["numa_node"]]
+        cpus = ",".join(n["cpus"] for n in desc["nodes"] if n["package"] == package)
+        gpu["nvml"] = {"cpu_affinity": cpus, "memory_affinity": ""}
+    root = st.build_sysfs(desc, tmp_path / "t")
+    fake_nvml.install_fake_nvml(monkeypatch, desc)
+    topo = detect(root)
+    assert [g.numa_node for g in topo.gpus] == desc["expect"]["gpu_numa_nodes"]

@@ -456,6 +456,22 @@ def test_invalid_mode_and_policy() -> None:
         plan(dgx_h100(), 0, memory="strict")
 
 
+@pytest.mark.parametrize(
+    ("options", "needle"),
+    [
+        ({"memory": "interleave", "interleave_nodes": 1}, "interleave_nodes"),
+        ({"devices": 3}, "devices"),
+        ({"devices": iter(range(8))}, "devices"),
+        ({"devices": set(range(8))}, "devices"),  # no order: which rank gets which?
+        ({"gpu_memory": "no"}, "gpu_memory"),  # bool("no") is True
+    ],
+)
+def test_arguments_of_the_wrong_type_are_config_errors(options: dict, needle: str) -> None:
+    """Not TypeError from deep inside, nor a silently different meaning."""
+    with pytest.raises(ConfigError, match=needle):
+        plan_all(dgx_h100(), **options)
+
+
 # ---------------------------------------------------------- rank range
 
 

@@ -18,7 +18,7 @@ import sysfs_tree as st
 from pynumabind import _libnuma
 from pynumabind._sysfs import normalize_bus_id, read_topology
 from pynumabind.cpulist import format_cpulist, parse_cpulist
-from pynumabind.errors import TopologyError
+from pynumabind.errors import ConfigError, TopologyError
 from pynumabind.topology import Topology
 
 
@@ -245,6 +245,44 @@ def test_caller_can_accept_another_vendor_and_class(tmp_path: Path) -> None:
 def test_bad_class_filters_are_rejected(tmp_path: Path, bad: str) -> None:
     with pytest.raises(TopologyError, match="PCI class"):
         Topology.from_sysfs(str(tree(tmp_path, "sparse_nodes")), pci_classes=[bad])
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"gpu_vendors": {"0x10de": "nvidia"}},  # ValueError from int()
+        {"gpu_vendors": ["0x10de"]},
+        {"gpu_vendors": 0x10DE},  # TypeError: not iterable
+        {"pci_classes": [None]},  # AttributeError
+        {"pci_classes": [0x1000000]},  # matched nothing, silently
+        {"pci_classes": [-1]},
+    ],
+)
+def test_bad_vendor_and_class_filters_are_topology_errors(tmp_path: Path, options: dict) -> None:
+    with pytest.raises(TopologyError, match="PCI"):
+        Topology.from_sysfs(str(tree(tmp_path, "sparse_nodes")), **options)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"allowed_cpus": 5},  # TypeError: not iterable
+        {"allowed_cpus": ["a"]},  # ValueError from int()
+        {"allowed_cpus": [1.5]},  # int() truncated it to CPU 1
+        {"allowed_mems": [-1]},  # kept as a "node that does not exist"
+        {"allowed_cpus": [True]},
+    ],
+)
+def test_bad_allowed_sets_are_config_errors(tmp_path: Path, options: dict) -> None:
+    with pytest.raises(ConfigError, match="allowed_"):
+        Topology.from_sysfs(str(tree(tmp_path, "dgx_h100")), **options)
+
+
+def test_allowed_sets_as_strings_are_lists_not_characters(tmp_path: Path) -> None:
+    """``"12"`` used to be iterated as characters: CPUs {1, 2}."""
+    root = str(tree(tmp_path, "dgx_h100"))
+    topo = Topology.from_sysfs(root, allowed_cpus="12,100-101", allowed_mems="1")
+    assert topo.allowed_cpus == {12, 100, 101} and topo.allowed_mems == {1}
 
 
 def test_gpu_local_cpus_come_from_pci_local_cpulist(tmp_path: Path) -> None:

@@ -82,6 +82,9 @@ def test_indices_select_and_reorder() -> None:
         ("0,,1", [0], "matches no device"),
         ("3,3,1", [3], "already listed"),
         ("GPU-nothing,0", [], "matches no device"),
+        # Unicode digits are not indices to CUDA (and int("\u00b2") raises).
+        ("0,\u00b2,1", [0], "matches no device"),
+        ("0,\u0661,1", [0], "matches no device"),
     ],
 )
 def test_first_invalid_entry_truncates(value: str, want: List[int], why: str) -> None:
@@ -138,6 +141,37 @@ def test_new_mig_uuids_need_nvml() -> None:
     unknown = visible({"CUDA_VISIBLE_DEVICES": f"3,{value}"}, mig_parents={})
     assert physical(unknown) == [3]
     assert any("not a MIG device NVML knows" in n for n in unknown.notes)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "GPU-8d1c2e44-0000-1111-2222-333344445555",
+        "MIG-GPU-8d1c2e44-0000-1111-2222-333344445555/1/0",
+    ],
+)
+def test_uuids_without_known_uuids_are_a_config_error(tmp_path: Path, value: str) -> None:
+    """sysfs alone knows no NVIDIA UUIDs: a UUID entry cannot be resolved.
+
+    Treating it as "matches no device" left no visible GPU, and the planner
+    then spread ranks over the NUMA nodes as on a GPU-less machine, binding
+    to a node that need not be the GPU's.
+    """
+    topo = machine(tmp_path, "dgx_h100")
+    assert topo.gpus and not any(g.uuid for g in topo.gpus)
+    with pytest.raises(ConfigError, match="UUID"):
+        apply_visibility(topo, {"CUDA_VISIBLE_DEVICES": value})
+    assert physical(apply_visibility(topo, {"CUDA_VISIBLE_DEVICES": "5"})) == [5]
+
+
+def test_nvidia_uuids_do_not_trip_an_amd_gpu_without_uuid() -> None:
+    """HIP falls back to CUDA_VISIBLE_DEVICES; NVIDIA UUIDs there are not HIP's."""
+    base = small()
+    igpu = Gpu(index=4, pci_bus_id="0000:c1:00.0", vendor="amd", numa_node=0, physical_index=0)
+    topo = base.replace(gpus=(*base.gpus, igpu))
+    uuid = base.gpus[2].uuid
+    assert uuid is not None
+    assert physical(visible({"CUDA_VISIBLE_DEVICES": uuid}, topo)) == [2]
 
 
 def test_two_mig_slices_of_one_gpu_are_two_ordinals() -> None:

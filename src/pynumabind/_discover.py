@@ -7,7 +7,8 @@ Order of trust for a GPU's NUMA node, and why:
    ``Gpu.memory_node`` and the CPU node is looked for below;
 2. NVML's memory affinity, restricted to CPU nodes, when it is one node
    (GB200 prints ``0,3-9,11-17``: node 0 plus empty placeholders);
-3. the CPU node covering most of NVML's CPU affinity;
+3. the CPU node holding all of NVML's CPU affinity (one spanning nodes
+   names none: see :func:`_sole_node_of`);
 4. the CPU node nearest (SLIT) to the GPU's memory node;
 5. the PCI function's sysfs ``numa_node``.
 
@@ -28,19 +29,15 @@ from .topology import Gpu, Topology
 __all__ = ["detect", "merge_nvml"]
 
 
-def _node_for_cpus(topology: Topology, cpus: frozenset[int], near: Optional[int]) -> Optional[int]:
-    """The CPU node holding most of ``cpus`` (ties: nearest to ``near``, then lowest id)."""
-    best: Optional[Tuple[int, int, int]] = None
-    chosen: Optional[int] = None
-    for node_id in topology.cpu_nodes:
-        overlap = len(topology.nodes[node_id].cpus & cpus)
-        if not overlap:
-            continue
-        distance = topology.distance(near, node_id) if near is not None else None
-        key = (-overlap, distance if distance is not None else 1 << 30, node_id)
-        if best is None or key < best:
-            best, chosen = key, node_id
-    return chosen
+def _sole_node_of(topology: Topology, cpus: frozenset[int]) -> Optional[int]:
+    """The one CPU node holding every CPU of ``cpus``; None when they span nodes.
+
+    An affinity spanning nodes names none of them: it is the socket-wide mask
+    of the legacy affinity call (several SNC/NPS nodes), or every CPU for a
+    GPU without proximity; taking the largest or lowest node would invent one.
+    """
+    spanned = [n for n in topology.cpu_nodes if topology.nodes[n].cpus & cpus]
+    return spanned[0] if len(spanned) == 1 else None
 
 
 def merge_nvml(topology: Topology, report: NvmlReport) -> Tuple[List[Gpu], List[str]]:
@@ -69,7 +66,7 @@ def merge_nvml(topology: Topology, report: NvmlReport) -> Tuple[List[Gpu], List[
             if len(candidates) == 1:
                 numa = next(iter(candidates))
         if numa is None and device.cpu_affinity:
-            numa = _node_for_cpus(topology, device.cpu_affinity, memory_node)
+            numa = _sole_node_of(topology, device.cpu_affinity)
         if numa is None and memory_node is not None:
             ranked = topology.nearest_cpu_nodes(memory_node)
             numa = ranked[0][0] if ranked else None

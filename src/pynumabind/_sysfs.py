@@ -15,13 +15,14 @@ gracefully and leaves a note in :attr:`Topology.notes`.
 from __future__ import annotations
 
 import errno
+import operator
 import os
 import re
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from .cpulist import parse_cpulist
-from .errors import ListParseError, PynumabindError, TopologyError, format_ids
+from .errors import ConfigError, ListParseError, PynumabindError, TopologyError, format_ids
 from .topology import Cpu, Gpu, NumaNode, Topology
 
 __all__ = [
@@ -337,13 +338,32 @@ class PciFunction:
     local_cpus: frozenset[int]
 
 
+def _index(value: object) -> Optional[int]:
+    """``value`` as a non-negative int (numpy ints too), None if it is not one."""
+    if isinstance(value, bool):
+        return None
+    try:
+        number = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+    return number if number >= 0 else None
+
+
 def _class_matchers(classes: Iterable[Union[str, int]]) -> List[Tuple[int, int]]:
     """(value, shift) pairs: ``0x03`` matches the base class, ``0x0302`` base+sub."""
     out = []
+    if isinstance(classes, (str, bytes)) or not isinstance(classes, Iterable):
+        raise TopologyError(f"PCI classes must be a list of classes, not {classes!r}")
     for item in classes:
-        if isinstance(item, int):
-            digits = 2 if item <= 0xFF else 4 if item <= 0xFFFF else 6
-            value = item
+        if not isinstance(item, str):
+            number = _index(item)
+            if number is None or number > 0xFFFFFF:
+                raise TopologyError(
+                    f"PCI class {item!r} must be a 2, 4 or 6 hex digit string or an int "
+                    "up to 0xffffff"
+                )
+            digits = 2 if number <= 0xFF else 4 if number <= 0xFFFF else 6
+            value = number
         else:
             text = item.strip().lower()
             text = text[2:] if text.startswith("0x") else text
@@ -357,10 +377,35 @@ def _class_matchers(classes: Iterable[Union[str, int]]) -> List[Tuple[int, int]]
 
 
 def _vendor_names(vendors: Union[Mapping[int, str], Iterable[int]]) -> Dict[int, str]:
-    if isinstance(vendors, Mapping):
-        return {int(k): str(v) for k, v in vendors.items()}
+    if isinstance(vendors, (str, bytes)) or not isinstance(vendors, Iterable):
+        raise TopologyError(f"PCI vendors must be ids or a mapping of ids, not {vendors!r}")
+    pairs = vendors.items() if isinstance(vendors, Mapping) else ((v, None) for v in vendors)
     names = dict(DEFAULT_GPU_VENDORS)
-    return {int(v): names.get(int(v), f"0x{int(v):04x}") for v in vendors}
+    out: Dict[int, str] = {}
+    for key, name in pairs:
+        number = _index(key)
+        if number is None or number > 0xFFFF:
+            raise TopologyError(f"PCI vendor id {key!r} is not an int from 0 to 0xffff")
+        out[number] = str(name) if name is not None else names.get(number, f"0x{number:04x}")
+    return out
+
+
+def _id_argument(value: object, what: str) -> frozenset[int]:
+    """An ``allowed_*`` argument: a list string (``"0-7"``) or non-negative ints."""
+    if isinstance(value, str):
+        try:
+            return parse_cpulist(value)
+        except ListParseError as exc:
+            raise ConfigError(f"{what}: {exc}") from exc
+    if isinstance(value, (bytes, bytearray)) or not isinstance(value, Iterable):
+        raise ConfigError(f"{what} must be a list string or an iterable of ids, not {value!r}")
+    out = set()
+    for item in value:
+        number = _index(item)
+        if number is None:
+            raise ConfigError(f"{what}: {item!r} is not a non-negative id")
+        out.add(number)
+    return frozenset(out)
 
 
 def scan_pci(
@@ -501,13 +546,13 @@ def _allowed(
     live = _is_live_root(root)
     memory_nodes = frozenset(n.id for n in nodes.values() if n.has_memory)
     if allowed_cpus is not None:
-        cpus = frozenset(int(c) for c in allowed_cpus)
+        cpus = _id_argument(allowed_cpus, "allowed_cpus")
     elif live:
         cpus = frozenset(os.sched_getaffinity(0))
     else:
         cpus = online
     if allowed_mems is not None:
-        mems = frozenset(int(m) for m in allowed_mems)
+        mems = _id_argument(allowed_mems, "allowed_mems")
     elif live:
         fresh = _live_mems_allowed(notes)
         mems = fresh if fresh is not None else memory_nodes

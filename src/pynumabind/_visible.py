@@ -16,7 +16,8 @@ CUDA rules implemented (NVIDIA, and any non-AMD accelerator):
   names ``MIG-GPU-<uuid>/<gi>/<ci>`` (resolved here: the parent is in the
   name) and ``MIG-<uuid>`` MIG UUIDs (resolved only with NVML's help, passed
   in as ``mig_parents``; without it they raise :class:`ConfigError`, since
-  guessing the GPU would bind to the wrong node);
+  guessing the GPU would bind to the wrong node; so do UUIDs and legacy MIG
+  names when no device has a known UUID, i.e. without NVML or KFD);
 * the first entry that names no device (out of range, unknown UUID,
   ambiguous prefix, ``-1``, garbage) ends the list, as CUDA does; a device
   named twice also ends it (assumption: CUDA does not expose one GPU twice);
@@ -104,11 +105,14 @@ def select_visible(
     *,
     variable: str,
     mig_parents: Optional[Mapping[str, str]] = None,
+    unknown_uuids_fatal: bool = True,
 ) -> Tuple[List[Gpu], List[str]]:
     """Apply one visible-devices variable to ``devices`` (already in order).
 
     Returns the selected devices in process order, and notes explaining any
-    entry that was dropped.
+    entry that was dropped.  A UUID entry when no device has a known UUID is
+    a :class:`ConfigError` unless ``unknown_uuids_fatal`` is false (HIP
+    reading CUDA_VISIBLE_DEVICES that names NVIDIA GPUs).
     """
     if value is None:
         return list(devices), []
@@ -124,12 +128,22 @@ def select_visible(
         mig = False
         where: Optional[int] = None
         why = "matches no device"
-        if token.isdigit():
+        if token.isascii() and token.isdigit():  # str.isdigit() also takes "²", "١"
             number = int(token)
             if number < len(devices):
                 where = number
             else:
                 why = f"is out of range (there are {len(devices)} devices)"
+        elif (
+            unknown_uuids_fatal
+            and upper.startswith(("GPU-", "MIG-GPU-"))
+            and not any(g.uuid for g in devices)
+        ):
+            raise ConfigError(
+                f"{variable} entry {token!r} names a GPU by UUID, but no GPU UUID is "
+                "known here (NVML or the KFD topology is not available), so which GPU "
+                "it is cannot be told; use GPU indices"
+            )
         elif upper.startswith("MIG-GPU-"):
             mig = True
             parent = "GPU-" + token[len("MIG-GPU-") :].split("/", 1)[0]
@@ -206,7 +220,12 @@ def apply_visibility(
         hip_variable = "HIP_VISIBLE_DEVICES"
         if env.get(hip_variable) is None and env.get("CUDA_VISIBLE_DEVICES") is not None:
             hip_variable = "CUDA_VISIBLE_DEVICES"
-        hip, hip_notes = select_visible(rocr, env.get(hip_variable), variable=hip_variable)
+        hip, hip_notes = select_visible(
+            rocr,
+            env.get(hip_variable),
+            variable=hip_variable,
+            unknown_uuids_fatal=not (cuda_side and hip_variable == "CUDA_VISIBLE_DEVICES"),
+        )
         notes += rocr_notes + hip_notes
         visible += hip
     if cuda_side and amd_side:

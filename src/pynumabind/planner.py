@@ -285,6 +285,8 @@ def _request(
 ) -> _Request:
     cpu_mode = CpuMode.parse(mode)
     policy = MemoryPolicy.parse(memory)
+    if not isinstance(gpu_memory, bool):
+        raise ConfigError(f"gpu_memory must be True or False, not {gpu_memory!r}")
     node_ids = frozenset(topology.nodes)
     node_sets = None if nodes is None else parse_nodes_override(nodes, universe=node_ids)
     cpu_sets = (
@@ -346,8 +348,15 @@ def _request(
             r % gpu_count if gpu_count else None for r in range(nprocs)
         ]
     else:
-        if isinstance(devices, (str, bytes)) or len(devices) != nprocs:
-            raise ConfigError(f"devices must give one device index per rank ({nprocs})")
+        if (
+            isinstance(devices, (str, bytes))
+            or not isinstance(devices, Sequence)
+            or len(devices) != nprocs
+        ):
+            raise ConfigError(
+                f"devices must be a sequence giving one device index per rank ({nprocs}), "
+                f"not {devices!r}"
+            )
         per_rank = []
         for r, value in enumerate(devices):
             per_rank.append(_device_index(topology, value))
@@ -367,8 +376,13 @@ def _request(
                 )
             except ListParseError as exc:
                 raise ConfigError(f"interleave_nodes: {exc}") from exc
-        else:
+        elif isinstance(interleave_nodes, Iterable):
             interleave = _int_set(interleave_nodes, "interleave_nodes", 0)
+        else:
+            raise ConfigError(
+                "interleave_nodes must be a node list string or an iterable of node ids, "
+                f"not {interleave_nodes!r}"
+            )
         _check_interleave_nodes(topology, interleave)
 
     return _Request(

@@ -257,7 +257,7 @@ class Topology:
                     cpus=parse_cpulist(n["cpus"]),
                     memory_total=_opt_int(n.get("memory_total")),
                     memory_free=_opt_int(n.get("memory_free")),
-                    has_memory=bool(n.get("has_memory", True)),
+                    has_memory=_typed(n.get("has_memory", True), bool, "has_memory"),
                     distances={int(k): int(v) for k, v in n.get("distances", {}).items()},
                 )
                 for n in data["nodes"]
@@ -281,8 +281,8 @@ class Topology:
                     vendor=str(g["vendor"]),
                     numa_node=_opt_int(g.get("numa_node")),
                     local_cpus=parse_cpulist(g.get("local_cpus", "")),
-                    uuid=g.get("uuid"),
-                    model=g.get("model"),
+                    uuid=_opt_str(g.get("uuid"), "uuid"),
+                    model=_opt_str(g.get("model"), "model"),
                     memory_node=_opt_int(g.get("memory_node")),
                     physical_index=_opt_int(g.get("physical_index")),
                     source=str(g.get("source", "snapshot")),
@@ -325,3 +325,16 @@ class Topology:
 
 def _opt_int(value: Any) -> Optional[int]:
     return None if value is None else int(value)
+
+
+def _typed(value: Any, kind: type, key: str) -> Any:
+    """``value`` when it is a ``kind``: ``bool("false")`` would read as True."""
+    if not isinstance(value, kind):
+        raise TopologyError(
+            f"malformed topology snapshot: {key} {value!r} is not a {kind.__name__}"
+        )
+    return value
+
+
+def _opt_str(value: Any, key: str) -> Optional[str]:
+    return None if value is None else str(_typed(value, str, key))

@@ -217,6 +217,9 @@ def test_unreadable_topology_file(tmp_path: Path) -> None:
     garbage = tmp_path / "garbage.json"
     garbage.write_text("{not json")
     assert_one_line_error(run("plan", "--topology", str(garbage)), 1, "not valid JSON")
+    binary = tmp_path / "binary.json"
+    binary.write_bytes(b'{"schema": 1, "nodes": "\xd0\x00\xff"}')
+    assert_one_line_error(run("show", "--topology", str(binary)), 1, "not UTF-8")
 
 
 def test_missing_sysfs_root_is_usage_error(tmp_path: Path) -> None:

@@ -320,6 +320,11 @@ class Topology:
                 text = handle.read()
         except OSError as exc:
             raise TopologyError(f"cannot read topology file {path!r}: {exc.strerror}") from exc
+        except UnicodeDecodeError as exc:
+            raise TopologyError(
+                f"topology file {path!r} is not UTF-8 text (byte {exc.start}): "
+                "expected JSON written by 'pynumabind snapshot'"
+            ) from exc
         return cls.from_json(text)
 
 

@@ -10,13 +10,25 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple, Type, TypeVar
 
 from .cpulist import format_cpulist
 from .errors import ConfigError
 from .topology import Gpu
 
 __all__ = ["CpuMode", "MemoryPolicy", "Plan"]
+
+
+_Choice = TypeVar("_Choice", bound=enum.Enum)
+
+
+def _parse_choice(cls: Type[_Choice], value: object, source: str) -> _Choice:
+    """One of ``cls``'s values, or a ConfigError listing them all."""
+    try:
+        return cls(value)
+    except ValueError:
+        choices = ", ".join(str(m.value) for m in cls)
+        raise ConfigError(f"invalid {source} {value!r}; choose one of: {choices}") from None
 
 
 class CpuMode(str, enum.Enum):
@@ -30,11 +42,7 @@ class CpuMode(str, enum.Enum):
 
     @classmethod
     def parse(cls, value: str | CpuMode, source: str = "mode") -> CpuMode:
-        try:
-            return cls(value)
-        except ValueError:
-            choices = ", ".join(m.value for m in cls)
-            raise ConfigError(f"invalid {source} {value!r}; choose one of: {choices}") from None
+        return _parse_choice(cls, value, source)
 
 
 class MemoryPolicy(str, enum.Enum):
@@ -48,11 +56,7 @@ class MemoryPolicy(str, enum.Enum):
 
     @classmethod
     def parse(cls, value: str | MemoryPolicy, source: str = "memory policy") -> MemoryPolicy:
-        try:
-            return cls(value)
-        except ValueError:
-            choices = ", ".join(m.value for m in cls)
-            raise ConfigError(f"invalid {source} {value!r}; choose one of: {choices}") from None
+        return _parse_choice(cls, value, source)
 
 
 @dataclass(frozen=True)

@@ -183,6 +183,20 @@ def _option(environ: Mapping[str, str], name: str) -> Optional[str]:
     return value
 
 
+def _per_rank_override(
+    environ: Mapping[str, str], value: Any, variable: str, option: str, sources: Dict[str, str]
+) -> Any:
+    """The argument if given, else the variable's text (stripped); records which."""
+    if value is not None:
+        sources[option] = "argument"
+        return value
+    text = _option(environ, variable)
+    if text is None:
+        return None
+    sources[option] = variable
+    return text.strip()
+
+
 def resolve(
     environ: Mapping[str, str],
     *,
@@ -259,20 +273,8 @@ def resolve(
         sources["memory"] = MEMORY_VARIABLE
     # Per-rank overrides ("0,0,1,1", "0-3;4-7") go to the planner as text; it
     # parses them against the topology and the binder names the variable in errors.
-    if nodes is None:
-        nodes = _option(environ, NODES_VARIABLE)
-        if nodes is not None:
-            nodes = nodes.strip()
-            sources["nodes"] = NODES_VARIABLE
-    else:
-        sources["nodes"] = "argument"
-    if cpus is None:
-        cpus = _option(environ, CPUS_VARIABLE)
-        if cpus is not None:
-            cpus = cpus.strip()
-            sources["cpus"] = CPUS_VARIABLE
-    else:
-        sources["cpus"] = "argument"
+    nodes = _per_rank_override(environ, nodes, NODES_VARIABLE, "nodes", sources)
+    cpus = _per_rank_override(environ, cpus, CPUS_VARIABLE, "cpus", sources)
 
     return EnvConfig(
         rank=rank,

@@ -14,8 +14,9 @@ import pytest
 
 from bindchild import run_child
 from pynumabind import _libnuma, binder
+from pynumabind.discovery import detect_topology
 from pynumabind.errors import BindError, ConfigError, PlanError
-from pynumabind.planning import MemoryPolicy, Plan
+from pynumabind.model import MemoryPolicy, Plan
 
 pytestmark = pytest.mark.skipif(
     len(os.sched_getaffinity(0)) < 2 or 0 not in _libnuma.get_mems_allowed(),
@@ -26,7 +27,7 @@ PLAN = """
 from pynumabind import _libnuma
 from pynumabind.binder import apply_plan
 from pynumabind.errors import BindError
-from pynumabind.planning import MemoryPolicy, Plan
+from pynumabind.model import MemoryPolicy, Plan
 def plan(policy="PREFERRED", cpus=(1,), mems=(0,)):
     return Plan(rank=0, device=None, cpus=None if cpus is None else frozenset(cpus),
                 mems=frozenset(mems), policy=MemoryPolicy[policy])
@@ -484,8 +485,8 @@ def test_bind_current_process_from_launcher_environment() -> None:
         """
 import pynumabind
 from pynumabind import planner
-from pynumabind.topology import Topology
-expected = planner.plan(Topology.detect(), 1, 2, mode="exclusive")  # before binding
+from pynumabind.discovery import detect_topology
+expected = planner.plan(detect_topology(), 1, 2, mode="exclusive")  # before binding
 binding = pynumabind.bind_current_process()
 emit({"expected": expected.to_dict(), "plan": binding.plan.to_dict(),
       "status": cpus_allowed(), "verify": binding.verify().ok})
@@ -525,11 +526,10 @@ emit({"plan": binding.plan.to_dict(), "policy": binding.policy_name, "status": c
 def test_bad_environment_overrides_name_their_variable(variables, error, needles) -> None:
     if error is None:  # a valid per-rank form: planned, not applied here
         from pynumabind import _environ, planner
-        from pynumabind.topology import Topology
 
         config = _environ.resolve({"LOCAL_RANK": "0", **variables})
-        binder._check_environment_overrides(config, Topology.detect())
-        assert planner.plan(Topology.detect(), 0, cpus=config.cpus).cpus == frozenset({1})
+        binder._check_environment_overrides(config, detect_topology())
+        assert planner.plan(detect_topology(), 0, cpus=config.cpus).cpus == frozenset({1})
         return
     before = os.sched_getaffinity(0), _libnuma.get_mempolicy()
     with pytest.raises(error) as info:

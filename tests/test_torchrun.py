@@ -17,6 +17,8 @@ import textwrap
 
 import pytest
 
+from pynumabind.discovery import detect_topology
+
 pytestmark = [
     pytest.mark.skipif(
         importlib.util.find_spec("torch") is None,
@@ -106,9 +108,8 @@ def _torchrun(tmp_path, extra_env):
 
 def _expected_plans(**options):
     from pynumabind import planner
-    from pynumabind.topology import Topology
 
-    topology = Topology.detect()
+    topology = detect_topology()
     return [planner.plan(topology, rank, 2, **options) for rank in (0, 1)]
 
 

@@ -14,7 +14,7 @@ from typing import Any, Iterator, List
 import pytest
 
 from pynumabind import _libnuma, binder
-from pynumabind.planning import MemoryPolicy, Plan
+from pynumabind.model import MemoryPolicy, Plan
 
 pytestmark = pytest.mark.skipif(not _libnuma.available(), reason="libnuma unavailable")
 

@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .cpulist import format_cpulist, parse_cpulist
 from .errors import PynumabindError
-from .topology import Topology
+from .model import Topology
 
 log = logging.getLogger(__name__)
 

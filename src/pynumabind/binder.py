@@ -1,4 +1,4 @@
-"""Apply a :class:`~pynumabind.planning.Plan` to the running process.
+"""Apply a :class:`~pynumabind.model.Plan` to the running process.
 
 This is the imperative shell around the pure planner: it changes kernel
 state, reads it back, and can undo it.  Three rules shape it:
@@ -52,11 +52,11 @@ from .errors import (
     PlanError,
     format_ids,
 )
-from .planning import CpuMode, MemoryPolicy, Plan
+from .model import CpuMode, MemoryPolicy, Plan
 
 if TYPE_CHECKING:  # pragma: no cover
     from . import _environ
-    from .topology import Topology
+    from .model import Topology
 
 __all__ = [
     "ON_ERROR_CHOICES",
@@ -863,10 +863,11 @@ def bind_current_process(
         return binding
     assert config.rank is not None  # resolve() raises when no rank is known
     from . import planner
-    from .topology import Topology
 
     if topology is None:
-        topology = Topology.detect()
+        from .discovery import detect_topology
+
+        topology = detect_topology()
     _check_environment_overrides(config, topology)
     options: Dict[str, Any] = {}
     if config.mode is not None:

@@ -1,0 +1,249 @@
+"""The pure planner: a :class:`Topology` and a rank in, a :class:`Plan` out.
+
+Nothing here does I/O, reads the environment or logs: every decision is
+returned in the plan's ``reasons`` (and the ones a launcher should surface in
+``warnings``), so the planner can be run on recorded machines and on
+thousands of generated ones.
+
+How a rank is placed
+--------------------
+1. Its device: ``device=`` if given, else GPU ``rank % len(topology.gpus)``
+   (more ranks than GPUs wrap around, with a warning).  Without GPUs, ranks
+   are spread evenly, in contiguous blocks, over the NUMA nodes that have
+   allowed CPUs; memory-only nodes never get CPU ranks.
+2. Its CPU node(s): the GPU's ``numa_node`` when that node has CPUs; when it
+   is a CPU-less memory node (Grace/GB200 HBM as NVML reports it) the nodes of
+   the GPU's ``local_cpus`` or, without those, the nearest CPU node by SLIT
+   distance (ties: lowest id); when the node is unknown, the nodes of
+   ``local_cpus``; with neither, the rank is left unbound (``cpus=None``).
+3. Its CPUs, by mode: ``node`` (all allowed CPUs of the node, or of the
+   GPU's affinity when the rank was placed by it), ``socket``
+   (all allowed CPUs of the node's package), ``exclusive`` (disjoint,
+   contiguous whole-core slices among the ranks on the same node, balanced to
+   within one core; a GPU affinity spanning nodes is narrowed to the node
+   holding most of it), ``core-complex`` (the same, but whole L3 groups per
+   rank when there are enough, else exclusive within groups) or ``none``.
+   Plans never leave the allowed CPUs; an empty intersection is a
+   :class:`PlanError`, never a silently unbound worker.
+4. Its memory nodes: the nodes of its CPUs (a ``nodes`` override names them
+   directly); a node without memory (or whose
+   memory is outside the allowed mems) is replaced by the nearest node with
+   allowed memory.  ``gpu_memory=True`` adds the GPU's own memory node.
+   ``interleave`` uses ``interleave_nodes`` or, by default, these same nodes.
+
+Overrides
+---------
+``nodes`` and ``cpus`` give every local rank its node(s) or CPUs and win over
+detection; they are validated against the machine and the allowed sets.
+
+* ``nodes``: a string, ranks separated by ``;`` when the string contains one
+  (``"0-1;2-3"``: each item a node list), else by ``,`` (``"0,0,1,1"``: the
+  vLLM form, one node per rank); or a sequence whose items are an ``int``, a
+  node-list string or a set of ints.
+* ``cpus``: a string with ranks separated by ``;`` (``"0-7;8-15"``: each item
+  a cpulist, ``+`` and ``!`` and ``all`` as in numactl); or a sequence whose
+  items are cpulist strings or sets of ints.  ``|`` is rejected, so a string
+  never has two readings.
+
+One parser reads both (:mod:`._overrides`).
+
+With ``nprocs=None`` an override's length is the number of local ranks;
+otherwise it must match ``nprocs``.
+
+Modules
+-------
+* :mod:`._overrides`: the one parser of the per-rank overrides;
+* :mod:`._request`: options checked against the machine once for all ranks,
+  and the one default number of local ranks (:func:`default_nprocs`);
+* :mod:`._place`: each rank's device and node(s), the one owner of GPU
+  locality;
+* :mod:`._cpus`: the CPUs, one function per mode;
+* :mod:`._sets`: cores, balanced slices, L3 groups and D'Hondt seats, on
+  plain sets (no Topology);
+* :mod:`._memory`: the memory nodes and policy.
+
+Consistency
+-----------
+:func:`plan` computes every rank's placement and returns its own, so rank
+``r``'s plan is the same whether it comes from ``plan(r)`` or from
+``plan_all()[r]``.  Errors are per rank where they can be: ``plan(r)`` fails
+only for its own rank's problems (another rank's node may lie outside this
+process's cpuset).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Iterable, List, Optional, Sequence, Union
+
+from ..errors import PlanError, PynumabindError
+from ..model import CpuMode, MemoryPolicy, Plan, Topology
+from ._cpus import choose_cpus
+from ._memory import choose_mems
+from ._overrides import (
+    RANK_SEPARATOR,
+    CpusOverride,
+    NodesOverride,
+    parse_cpus_override,
+    parse_nodes_override,
+)
+from ._place import RankState, nodes_of, place, primary_node
+from ._request import MAX_NPROCS, Request, build_request, check_int, check_overrides, device_index
+
+__all__ = [
+    "MAX_NPROCS",
+    "RANK_SEPARATOR",
+    "CpusOverride",
+    "NodesOverride",
+    "parse_cpus_override",
+    "parse_nodes_override",
+    "plan",
+    "plan_all",
+]
+
+
+def _finish(topology: Topology, request: Request, state: RankState) -> Union[Plan, PynumabindError]:
+    """The rank's plan from its placement and CPUs: memory, node, reasons."""
+    if state.error is not None:
+        return state.error
+    try:
+        mems, policy = choose_mems(
+            topology,
+            state,
+            policy=request.policy,
+            interleave_nodes=request.interleave_nodes,
+            gpu_memory=request.gpu_memory,
+            nodes_given=request.node_sets is not None,
+        )
+    except PlanError as exc:
+        return exc
+    node = state.primary
+    if state.cpus is not None:
+        nodes = nodes_of(topology, state.cpus)
+        if node not in nodes and nodes:
+            node = primary_node(topology, nodes, state.cpus)
+    assert state.cpus is None or (state.cpus and state.cpus <= topology.allowed_cpus)
+    assert mems <= topology.allowed_mems
+    return Plan(
+        rank=state.rank,
+        device=state.device,
+        cpus=state.cpus,
+        mems=mems,
+        policy=policy,
+        mode=request.mode,
+        node=node,
+        reasons=(request.nprocs_reason, *state.reasons),
+        warnings=tuple(state.warnings),
+    )
+
+
+def _plan_ranks(topology: Topology, request: Request) -> List[Union[Plan, PynumabindError]]:
+    check_overrides(topology, request)
+    states = [
+        place(
+            topology,
+            r,
+            nprocs=request.nprocs,
+            devices=request.devices,
+            explicit_device=request.explicit_device[r],
+            node_set=None if request.node_sets is None else request.node_sets[r],
+        )
+        for r in range(request.nprocs)
+    ]
+    choose_cpus(
+        topology,
+        request.mode,
+        states,
+        cpu_sets=request.cpu_sets,
+        nodes_given=request.node_sets is not None,
+    )
+    return [_finish(topology, request, s) for s in states]
+
+
+def plan(
+    topology: Topology,
+    rank: int,
+    nprocs: Optional[int] = None,
+    mode: Union[str, CpuMode] = "node",
+    memory: Union[str, MemoryPolicy] = "preferred",
+    *,
+    nodes: Optional[NodesOverride] = None,
+    cpus: Optional[CpusOverride] = None,
+    device: Optional[int] = None,
+    gpu_memory: bool = False,
+    interleave_nodes: Union[str, Iterable[int], None] = None,
+) -> Plan:
+    """The plan for local rank ``rank`` of ``nprocs``.
+
+    ``device`` (an index into ``topology.gpus``) overrides this rank's GPU;
+    the other ranks keep ``rank % len(gpus)`` when exclusive modes slice a
+    node.  Raises :class:`PlanError` or :class:`ConfigError` naming what was
+    wrong.
+    """
+    rank = check_int(rank, "rank")
+    if rank < 0:
+        raise PlanError(f"rank must be 0 <= rank, not {rank}")
+    base = build_request(
+        topology,
+        nprocs=nprocs,
+        mode=mode,
+        memory=memory,
+        nodes=nodes,
+        cpus=cpus,
+        devices=None,
+        gpu_memory=gpu_memory,
+        interleave_nodes=interleave_nodes,
+    )
+    if rank >= base.nprocs:
+        raise PlanError(
+            f"rank {rank} out of range: there are {base.nprocs} local ranks "
+            f"({base.nprocs_reason}); pass nprocs= to plan more"
+        )
+    request = base
+    if device is not None:
+        index = device_index(topology, device)
+        per_rank = list(base.devices)
+        explicit = list(base.explicit_device)
+        per_rank[rank] = index
+        explicit[rank] = True
+        request = replace(base, devices=tuple(per_rank), explicit_device=tuple(explicit))
+    result = _plan_ranks(topology, request)[rank]
+    if isinstance(result, PynumabindError):
+        raise result
+    return result
+
+
+def plan_all(
+    topology: Topology,
+    nprocs: Optional[int] = None,
+    mode: Union[str, CpuMode] = "node",
+    memory: Union[str, MemoryPolicy] = "preferred",
+    *,
+    nodes: Optional[NodesOverride] = None,
+    cpus: Optional[CpusOverride] = None,
+    devices: Optional[Sequence[int]] = None,
+    gpu_memory: bool = False,
+    interleave_nodes: Union[str, Iterable[int], None] = None,
+) -> List[Plan]:
+    """Plans for every local rank, in rank order.
+
+    ``devices`` optionally gives each rank's GPU index.  Raises the first
+    failing rank's error.
+    """
+    request = build_request(
+        topology,
+        nprocs=nprocs,
+        mode=mode,
+        memory=memory,
+        nodes=nodes,
+        cpus=cpus,
+        devices=devices,
+        gpu_memory=gpu_memory,
+        interleave_nodes=interleave_nodes,
+    )
+    plans: List[Plan] = []
+    for result in _plan_ranks(topology, request):
+        if isinstance(result, PynumabindError):
+            raise result
+        plans.append(result)
+    return plans

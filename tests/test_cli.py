@@ -359,6 +359,15 @@ def test_check_json_reports_each_worker() -> None:
         assert workers[0]["bound_cpus"] != workers[1]["bound_cpus"]
 
 
+def test_check_counts_ranks_as_the_planner_does() -> None:
+    # One owner of the default rank count: a two-entry cpus override means two
+    # ranks for `check` too (its own default said one rank per CPU node).
+    result = run("check", "--json", "--no-nvml", "--cpus", "0;0")
+    assert result.returncode == 0, result.stdout + result.stderr
+    workers = json.loads(result.stdout)["workers"]
+    assert [(w["rank"], w["planned_cpus"]) for w in workers] == [(0, "0"), (1, "0")]
+
+
 def _under_seccomp(*args: str) -> subprocess.CompletedProcess[str]:
     """Run the console script with set_mempolicy/mbind denied (EPERM), as in Docker."""
     import seccomp_filter

@@ -839,10 +839,10 @@ def bind_current_process(
     to :func:`~pynumabind.planner.plan`; see :func:`apply_plan` for
     ``migrate`` and ``on_error``.
     """
-    from . import _environ
+    from . import _environ, planner
 
     _check_on_error(on_error)
-    config = _environ.resolve(
+    options = _environ.resolve(
         os.environ if environ is None else environ,
         rank=rank,
         nprocs=nprocs,
@@ -850,56 +850,23 @@ def bind_current_process(
         memory=memory,
         nodes=nodes,
         cpus=cpus,
+        device=device,
+        gpu_memory=gpu_memory,
+        interleave_nodes=interleave_nodes,
     )
-    if config.disabled:
+    if options.disabled:
         binding = Binding(
             plan=None,
             applied=False,
             disabled=True,
-            notes=(f"disabled by {config.disabled_by}",),
+            notes=(f"disabled by {options.disabled_by}",),
             thread_id=threading.get_native_id(),
         )
         log.info("%s", binding.summary())
         return binding
-    assert config.rank is not None  # resolve() raises when no rank is known
-    from . import planner
-
     if topology is None:
         from .discovery import detect_topology
 
         topology = detect_topology()
-    _check_environment_overrides(config, topology)
-    options: Dict[str, Any] = {}
-    if config.mode is not None:
-        options["mode"] = config.mode
-    if config.memory is not None:
-        options["memory"] = config.memory
-    try:
-        plan = planner.plan(
-            topology,
-            config.rank,
-            config.nprocs,
-            nodes=config.nodes,
-            cpus=config.cpus,
-            device=device,
-            gpu_memory=gpu_memory,
-            interleave_nodes=interleave_nodes,
-            **options,
-        )
-    except (ConfigError, PlanError) as exc:
-        # Say which settings came from the environment: the user may not know.
-        from_env = [
-            f"{what} from {source}"
-            for what, source in (("rank", config.rank_source), ("nprocs", config.nprocs_source))
-            if source not in (None, "argument")
-        ]
-        from_env += [
-            f"{option} from {variable}"
-            for option in ("mode", "memory", "nodes", "cpus")
-            for variable in [config.from_environment(option)]
-            if variable is not None
-        ]
-        if not from_env:
-            raise
-        raise type(exc)(f"{exc} (settings from the environment: {', '.join(from_env)})") from exc
+    plan = planner.plan_for(topology, options)
     return apply_plan(plan, migrate=migrate, on_error=on_error)

@@ -26,6 +26,7 @@ import sys
 from typing import Any, Dict, List, NoReturn, Optional, Sequence
 
 from . import __version__, discovery
+from ._options import Options
 from ._report import human_bytes, table
 from .cpulist import format_cpulist, parse_cpulist, parse_nodelist
 from .errors import ConfigError, ListParseError, PynumabindError, format_ids
@@ -239,17 +240,17 @@ def machine_topology(args: argparse.Namespace) -> Topology:
     return topology.replace(**changes) if changes else topology
 
 
-def _plan_kwargs(args: argparse.Namespace) -> Dict[str, Any]:
-    kwargs: Dict[str, Any] = {}
-    if getattr(args, "nprocs", None) is not None:
-        if args.nprocs < 1:
-            raise UsageError(f"--nprocs must be at least 1, not {args.nprocs}")
-        kwargs["nprocs"] = args.nprocs
-    for name in ("mode", "memory", "nodes", "cpus"):
-        value = getattr(args, name, None)
-        if value is not None:
-            kwargs[name] = value
-    return kwargs
+def _options(args: argparse.Namespace) -> Options:
+    """The plan options given on the command line, validated once (see :mod:`._options`)."""
+    return Options.from_arguments(
+        rank=getattr(args, "rank", None),
+        nprocs=getattr(args, "nprocs", None),
+        mode=args.mode,
+        memory=args.memory,
+        nodes=args.nodes,
+        cpus=args.cpus,
+        flags=True,
+    )
 
 
 def _machine_given(args: argparse.Namespace) -> bool:
@@ -387,10 +388,11 @@ def _plan_rows(plans: Sequence[Plan]) -> List[List[str]]:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from .planner import plan_all
+    from .planner import plan_all_for
 
+    options = _options(args)
     topology = machine_topology(args)
-    plans = plan_all(topology, **_plan_kwargs(args))
+    plans = plan_all_for(topology, options)
     if args.json:
         _emit_json({"ranks": [p.to_dict() for p in plans]})
         return EXIT_OK
@@ -414,10 +416,9 @@ def cmd_exec(args: argparse.Namespace) -> int:
         argv = argv[1:]
     if not argv:
         raise UsageError("exec needs a command: pynumabind exec [options] -- CMD [ARGS...]")
+    options = _options(args)
     topology = machine_topology(args) if _machine_given(args) else None
-    binding = bind_current_process(
-        args.rank, topology=topology, on_error=args.on_error, **_plan_kwargs(args)
-    )
+    binding = bind_current_process(topology=topology, on_error=args.on_error, **options.keywords())
     if args.json and sys.stderr is not None:
         # stdout belongs to the command; the report goes to stderr.
         sys.stderr.write(json.dumps({"schema": JSON_SCHEMA_VERSION, **binding.to_dict()}) + "\n")
@@ -441,13 +442,9 @@ def cmd_exec(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     from ._check import run_check
 
+    options = _options(args)
     topology = machine_topology(args)
-    report = run_check(
-        topology,
-        timeout=args.timeout,
-        pass_topology=_machine_given(args),
-        **_plan_kwargs(args),
-    )
+    report = run_check(topology, options, timeout=args.timeout, pass_topology=_machine_given(args))
     if args.json:
         _emit_json(report.to_dict())
     else:

@@ -76,7 +76,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Iterable, List, Optional, Sequence, Union
 
-from ..errors import PlanError, PynumabindError
+from .._options import MAX_NPROCS, Options
+from ..errors import ConfigError, PlanError, PynumabindError
 from ..model import CpuMode, MemoryPolicy, Plan, Topology
 from ._cpus import choose_cpus
 from ._memory import choose_mems
@@ -88,17 +89,29 @@ from ._overrides import (
     parse_nodes_override,
 )
 from ._place import RankState, nodes_of, place, primary_node
-from ._request import MAX_NPROCS, Request, build_request, check_int, check_overrides, device_index
+from ._request import (
+    Request,
+    build_request,
+    check_int,
+    check_overrides,
+    default_nprocs,
+    device_index,
+)
 
 __all__ = [
     "MAX_NPROCS",
     "RANK_SEPARATOR",
     "CpusOverride",
     "NodesOverride",
+    "Options",
+    "default_nprocs",
+    "local_ranks",
     "parse_cpus_override",
     "parse_nodes_override",
     "plan",
     "plan_all",
+    "plan_all_for",
+    "plan_for",
 ]
 
 
@@ -160,6 +173,69 @@ def _plan_ranks(topology: Topology, request: Request) -> List[Union[Plan, Pynuma
     return [_finish(topology, request, s) for s in states]
 
 
+def _one(topology: Topology, request: Request, rank: int) -> Plan:
+    if rank >= request.nprocs:
+        raise PlanError(
+            f"rank {rank} out of range: there are {request.nprocs} local ranks "
+            f"({request.nprocs_reason}); pass nprocs= to plan more"
+        )
+    result = _plan_ranks(topology, request)[rank]
+    if isinstance(result, PynumabindError):
+        raise result
+    return result
+
+
+def plan_for(topology: Topology, options: Options) -> Plan:
+    """The plan for ``options.rank``, from options built once (see :mod:`.._options`).
+
+    ``options.device`` overrides this rank's GPU; the other ranks keep
+    ``rank % len(gpus)``.  An error caused by a setting from the environment
+    says which settings came from there.
+    """
+    if options.rank is None:
+        raise ConfigError("no rank to plan: options.rank is not set")
+    try:
+        request = build_request(topology, options)
+        if options.device is not None:
+            request = _with_device(topology, request, options.rank, options.device)
+        return _one(topology, request, options.rank)
+    except (ConfigError, PlanError) as exc:
+        blamed = options.blame(exc)
+        if blamed is exc:
+            raise
+        raise blamed from exc
+
+
+def _with_device(topology: Topology, request: Request, rank: int, device: int) -> Request:
+    if rank >= request.nprocs:
+        return request  # out of range: _one says so
+    index = device_index(topology, device)
+    per_rank = list(request.devices)
+    explicit = list(request.explicit_device)
+    per_rank[rank] = index
+    explicit[rank] = True
+    return replace(request, devices=tuple(per_rank), explicit_device=tuple(explicit))
+
+
+def plan_all_for(topology: Topology, options: Options) -> List[Plan]:
+    """Plans for every local rank, in rank order; raises the first failing rank's error."""
+    plans: List[Plan] = []
+    for result in _plan_ranks(topology, build_request(topology, options)):
+        if isinstance(result, PynumabindError):
+            raise result
+        plans.append(result)
+    return plans
+
+
+def local_ranks(topology: Topology, options: Options) -> int:
+    """How many local ranks ``options`` give on ``topology``: ``nprocs``, else the one default.
+
+    The default (:func:`default_nprocs`): one rank per entry of a per-rank
+    override, else per visible GPU, else per NUMA node with allowed CPUs.
+    """
+    return build_request(topology, options).nprocs
+
+
 def plan(
     topology: Topology,
     rank: int,
@@ -183,34 +259,18 @@ def plan(
     rank = check_int(rank, "rank")
     if rank < 0:
         raise PlanError(f"rank must be 0 <= rank, not {rank}")
-    base = build_request(
-        topology,
+    options = Options.from_arguments(
+        rank=rank,
         nprocs=nprocs,
         mode=mode,
         memory=memory,
         nodes=nodes,
         cpus=cpus,
-        devices=None,
+        device=device,
         gpu_memory=gpu_memory,
         interleave_nodes=interleave_nodes,
     )
-    if rank >= base.nprocs:
-        raise PlanError(
-            f"rank {rank} out of range: there are {base.nprocs} local ranks "
-            f"({base.nprocs_reason}); pass nprocs= to plan more"
-        )
-    request = base
-    if device is not None:
-        index = device_index(topology, device)
-        per_rank = list(base.devices)
-        explicit = list(base.explicit_device)
-        per_rank[rank] = index
-        explicit[rank] = True
-        request = replace(base, devices=tuple(per_rank), explicit_device=tuple(explicit))
-    result = _plan_ranks(topology, request)[rank]
-    if isinstance(result, PynumabindError):
-        raise result
-    return result
+    return plan_for(topology, options)
 
 
 def plan_all(
@@ -230,8 +290,7 @@ def plan_all(
     ``devices`` optionally gives each rank's GPU index.  Raises the first
     failing rank's error.
     """
-    request = build_request(
-        topology,
+    options = Options.from_arguments(
         nprocs=nprocs,
         mode=mode,
         memory=memory,
@@ -241,9 +300,4 @@ def plan_all(
         gpu_memory=gpu_memory,
         interleave_nodes=interleave_nodes,
     )
-    plans: List[Plan] = []
-    for result in _plan_ranks(topology, request):
-        if isinstance(result, PynumabindError):
-            raise result
-        plans.append(result)
-    return plans
+    return plan_all_for(topology, options)

@@ -13,24 +13,17 @@ visible GPU, else one per NUMA node with allowed CPUs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Iterable, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Optional, Tuple, Union
 
+from .._environ import shown
+from .._options import MAX_NPROCS, Options, check_nprocs
 from ..cpulist import parse_nodelist
 from ..errors import ConfigError, ListParseError, PlanError, format_ids
 from ..model import CpuMode, MemoryPolicy, Topology
-from ._overrides import (
-    RANK_SEPARATOR,
-    CpusOverride,
-    NodesOverride,
-    int_set,
-    parse_cpus_override,
-    parse_nodes_override,
-)
+from ._overrides import RANK_SEPARATOR, parse_cpus_override, parse_nodes_override
 from ._place import cpu_bearing_nodes
 
 __all__ = ["MAX_NPROCS", "Request", "build_request", "check_int", "default_nprocs", "device_index"]
-
-MAX_NPROCS = 65536  # local ranks; bounds the work when nprocs comes from the environment
 
 
 @dataclass(frozen=True)
@@ -84,25 +77,20 @@ def default_nprocs(topology: Topology, lengths: Optional[Dict[str, int]] = None)
 def _nprocs(topology: Topology, nprocs: Optional[int], lengths: Dict[str, int]) -> Tuple[int, str]:
     if nprocs is None:
         count, reason = default_nprocs(topology, lengths)
-    else:
-        count, reason = check_int(nprocs, "nprocs"), f"{nprocs} local ranks (given)"
-        for name, entries in lengths.items():
-            separators = f"{RANK_SEPARATOR!r}" + (" or ','" if name == "nodes" else "")
-            if entries != count:
-                raise ConfigError(
-                    f"the {name} override has {entries} entries but there are {count} local "
-                    f"ranks; give exactly one entry per rank (ranks separated by {separators})"
-                )
-    if count < 1:
-        if not topology.gpus and not lengths:
+        if count < 1 and not topology.gpus and not lengths:
             raise PlanError(
                 f"no NUMA node has an allowed CPU (allowed CPUs "
                 f"{format_ids(topology.allowed_cpus)}), so there is no rank to place"
             )
-        raise ConfigError(f"nprocs must be at least 1, not {count}")
-    if count > MAX_NPROCS:
-        raise ConfigError(f"nprocs {count} exceeds the limit of {MAX_NPROCS} local ranks")
-    return count, reason
+        return check_nprocs(count), reason
+    for name, entries in lengths.items():
+        separators = f"{RANK_SEPARATOR!r}" + (" or ','" if name == "nodes" else "")
+        if entries != nprocs:
+            raise ConfigError(
+                f"the {name} override has {entries} entries but there are {nprocs} local "
+                f"ranks; give exactly one entry per rank (ranks separated by {separators})"
+            )
+    return nprocs, f"{nprocs} local ranks (given)"
 
 
 def device_index(topology: Topology, value: object) -> int:
@@ -118,27 +106,23 @@ def device_index(topology: Topology, value: object) -> int:
 
 
 def _devices(
-    topology: Topology, devices: Optional[Sequence[int]], nprocs: int
+    topology: Topology, devices: Optional[Tuple[int, ...]], nprocs: int
 ) -> Tuple[Tuple[Optional[int], ...], Tuple[bool, ...]]:
     """Each rank's GPU index (``rank % gpus`` unless given) and whether it was given."""
     gpu_count = len(topology.gpus)
     if devices is None:
         wrapped = tuple(r % gpu_count if gpu_count else None for r in range(nprocs))
         return wrapped, (False,) * nprocs
-    if (
-        isinstance(devices, (str, bytes))
-        or not isinstance(devices, Sequence)
-        or len(devices) != nprocs
-    ):
+    if len(devices) != nprocs:
         raise ConfigError(
             f"devices must be a sequence giving one device index per rank ({nprocs}), "
-            f"not {devices!r}"
+            f"not {list(devices)!r}"
         )
     return tuple(device_index(topology, value) for value in devices), (True,) * nprocs
 
 
 def _interleave_nodes(
-    topology: Topology, policy: MemoryPolicy, value: Union[str, Iterable[int], None]
+    topology: Topology, policy: MemoryPolicy, value: Union[str, frozenset[int], None]
 ) -> Optional[frozenset[int]]:
     if value is None:
         return None
@@ -153,12 +137,8 @@ def _interleave_nodes(
             )
         except ListParseError as exc:
             raise ConfigError(f"interleave_nodes: {exc}") from exc
-    elif isinstance(value, Iterable):
-        wanted = int_set(value, "interleave_nodes", 0)
     else:
-        raise ConfigError(
-            f"interleave_nodes must be a node list string or an iterable of node ids, not {value!r}"
-        )
+        wanted = value
     _check_interleave_nodes(topology, wanted)
     return wanted
 
@@ -226,48 +206,53 @@ def check_overrides(topology: Topology, request: Request) -> None:
         _check_cpu_sets(topology, request.cpu_sets)
 
 
-def build_request(
-    topology: Topology,
-    *,
-    nprocs: Optional[int],
-    mode: Union[str, CpuMode],
-    memory: Union[str, MemoryPolicy],
-    nodes: Optional[NodesOverride],
-    cpus: Optional[CpusOverride],
-    devices: Optional[Sequence[int]],
-    gpu_memory: bool,
-    interleave_nodes: Union[str, Iterable[int], None],
-) -> Request:
-    cpu_mode = CpuMode.parse(mode)
-    policy = MemoryPolicy.parse(memory)
-    if not isinstance(gpu_memory, bool):
-        raise ConfigError(f"gpu_memory must be True or False, not {gpu_memory!r}")
-    node_sets = (
-        None if nodes is None else parse_nodes_override(nodes, universe=frozenset(topology.nodes))
+def _override(
+    options: Options, option: str, parse: Callable[[], Tuple[frozenset[int], ...]]
+) -> Optional[Tuple[frozenset[int], ...]]:
+    """Parse a per-rank override; a bad one from the environment names its variable."""
+    if getattr(options, option) is None:
+        return None
+    try:
+        return parse()
+    except ConfigError as exc:
+        variable = options.from_environment(option)
+        if variable is None:
+            raise
+        raise ConfigError(f"invalid {variable}={shown(getattr(options, option))}: {exc}") from exc
+
+
+def build_request(topology: Topology, options: Options) -> Request:
+    """Check ``options`` against the machine, once for all ranks."""
+    node_sets = _override(
+        options,
+        "nodes",
+        lambda: parse_nodes_override(options.nodes, universe=frozenset(topology.nodes)),
     )
-    cpu_sets = (
-        None
-        if cpus is None
-        else parse_cpus_override(cpus, universe=topology.online_cpus, allowed=topology.allowed_cpus)
+    cpu_sets = _override(
+        options,
+        "cpus",
+        lambda: parse_cpus_override(
+            options.cpus, universe=topology.online_cpus, allowed=topology.allowed_cpus
+        ),
     )
-    if cpu_sets is not None and cpu_mode is CpuMode.NONE:
+    if cpu_sets is not None and options.cpu_mode is CpuMode.NONE:
         raise ConfigError("a cpus override contradicts mode 'none' (which leaves CPUs alone)")
     lengths = {
         name: len(sets)
         for name, sets in (("nodes", node_sets), ("cpus", cpu_sets))
         if sets is not None
     }
-    count, reason = _nprocs(topology, nprocs, lengths)
-    per_rank, explicit = _devices(topology, devices, count)
+    count, reason = _nprocs(topology, options.nprocs, lengths)
+    per_rank, explicit = _devices(topology, options.devices, count)
     return Request(
         nprocs=count,
-        mode=cpu_mode,
-        policy=policy,
+        mode=options.cpu_mode,
+        policy=options.policy,
         devices=per_rank,
         explicit_device=explicit,
         node_sets=node_sets,
         cpu_sets=cpu_sets,
-        gpu_memory=gpu_memory,
-        interleave_nodes=_interleave_nodes(topology, policy, interleave_nodes),
+        gpu_memory=options.gpu_memory,
+        interleave_nodes=_interleave_nodes(topology, options.policy, options.interleave_nodes),
         nprocs_reason=reason,
     )

@@ -308,62 +308,64 @@ def _empty_nodes(topology: Topology) -> frozenset[int]:
     return frozenset(n.id for n in topology.nodes.values() if not n.cpus and not n.has_memory)
 
 
+def _node_tables(topology: Topology) -> List[str]:
+    # Placeholder nodes would only widen the tables; the warnings list them.
+    node_ids = sorted(set(topology.nodes) - _empty_nodes(topology)) or sorted(topology.nodes)
+    rows = []
+    for n in node_ids:
+        node = topology.nodes[n]
+        rows.append(
+            [
+                str(n),
+                format_cpulist(node.cpus) or "-",
+                human_bytes(node.memory_total if node.has_memory else 0),
+                human_bytes(node.memory_free if node.has_memory else 0),
+                "memory-only" if node.memory_only else "",
+            ]
+        )
+    distance_rows = [
+        [str(a)] + [str(topology.distance(a, b) or "-") for b in node_ids] for a in node_ids
+    ]
+    return [
+        "NUMA nodes",
+        table(["node", "cpus", "memory", "free", "kind"], rows),
+        "",
+        "Distances",
+        table(["node", *[str(n) for n in node_ids]], distance_rows),
+    ]
+
+
+def _gpu_table(topology: Topology) -> List[str]:
+    if not topology.gpus:
+        return ["GPUs: none visible"]
+    rows = [
+        [
+            str(g.index),
+            g.pci_bus_id,
+            g.model or g.vendor,
+            "-" if g.numa_node is None else str(g.numa_node),
+            format_cpulist(g.local_cpus) or "-",
+            "-" if g.memory_node is None else str(g.memory_node),
+            g.source,
+        ]
+        for g in topology.gpus
+    ]
+    headers = ["gpu", "pci bus id", "model", "node", "local cpus", "mem node", "source"]
+    return ["GPUs (in this process's order)", table(headers, rows)]
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     topology = machine_topology(args)
     warnings = topology_warnings(topology)
     if args.json:
         _emit_json({"topology": topology.to_dict(), "warnings": warnings})
         return EXIT_OK
-    # Placeholder nodes would only widen the tables; the warnings list them.
-    node_ids = sorted(set(topology.nodes) - _empty_nodes(topology)) or sorted(topology.nodes)
-    rows = [
-        [
-            str(n),
-            format_cpulist(topology.nodes[n].cpus) or "-",
-            human_bytes(topology.nodes[n].memory_total if topology.nodes[n].has_memory else 0),
-            human_bytes(topology.nodes[n].memory_free if topology.nodes[n].has_memory else 0),
-            "memory-only" if topology.nodes[n].memory_only else "",
-        ]
-        for n in node_ids
+    allowed = [
+        ["cpus", format_cpulist(topology.allowed_cpus) or "-"],
+        ["mems", format_cpulist(topology.allowed_mems) or "-"],
     ]
-    parts = ["NUMA nodes", table(["node", "cpus", "memory", "free", "kind"], rows)]
-    distance_rows = [
-        [str(a)] + [str(topology.distance(a, b) or "-") for b in node_ids] for a in node_ids
-    ]
-    parts += ["", "Distances", table(["node", *[str(n) for n in node_ids]], distance_rows)]
-    if topology.gpus:
-        gpu_rows = [
-            [
-                str(g.index),
-                g.pci_bus_id,
-                g.model or g.vendor,
-                "-" if g.numa_node is None else str(g.numa_node),
-                format_cpulist(g.local_cpus) or "-",
-                "-" if g.memory_node is None else str(g.memory_node),
-                g.source,
-            ]
-            for g in topology.gpus
-        ]
-        parts += [
-            "",
-            "GPUs (in this process's order)",
-            table(
-                ["gpu", "pci bus id", "model", "node", "local cpus", "mem node", "source"], gpu_rows
-            ),
-        ]
-    else:
-        parts += ["", "GPUs: none visible"]
-    parts += [
-        "",
-        "This process",
-        table(
-            ["allowed", "set"],
-            [
-                ["cpus", format_cpulist(topology.allowed_cpus) or "-"],
-                ["mems", format_cpulist(topology.allowed_mems) or "-"],
-            ],
-        ),
-    ]
+    parts = [*_node_tables(topology), "", *_gpu_table(topology)]
+    parts += ["", "This process", table(["allowed", "set"], allowed)]
     if warnings:
         parts += ["", "Warnings", *[f"  - {w}" for w in warnings]]
     _emit("\n".join(parts))

@@ -359,6 +359,15 @@ def test_check_json_reports_each_worker() -> None:
         assert workers[0]["bound_cpus"] != workers[1]["bound_cpus"]
 
 
+def test_plan_names_are_case_insensitive(snapshot: Path) -> None:
+    result = run(
+        "plan", "--json", "--mode", "Exclusive", "--memory", "BIND", "--topology", str(snapshot)
+    )
+    assert result.returncode == 0, result.stderr
+    ranks = json.loads(result.stdout)["ranks"]
+    assert {(r["mode"], r["policy"]) for r in ranks} == {("exclusive", "bind")}
+
+
 def test_check_counts_ranks_as_the_planner_does() -> None:
     # One owner of the default rank count: a two-entry cpus override means two
     # ranks for `check` too (its own default said one rank per CPU node).

@@ -671,3 +671,11 @@ def test_reason_names_the_memory_node_when_discovery_resolved_it() -> None:
         for r in result.reasons
     ), result.reasons
     assert not any("is on NUMA node 1 (sysfs numa_node)" in r for r in result.reasons)
+
+
+@pytest.mark.parametrize(("mode", "memory"), [("Node", "Preferred"), ("EXCLUSIVE", "Bind")])
+def test_names_are_case_insensitive_as_in_the_environment(mode: str, memory: str) -> None:
+    p = plan(dgx_h100(), 0, mode=mode, memory=memory)
+    assert p.mode.value == mode.lower() and p.policy.value == memory.lower()
+    with pytest.raises(ConfigError, match="invalid mode 'Nodes'"):
+        plan(dgx_h100(), 0, mode="Nodes")

@@ -10,8 +10,9 @@ checked without the machine is checked here, once:
   :data:`MAX_NPROCS` (:func:`check_nprocs` is the only check of a rank
   count, also used for counts read from launcher variables and for the count
   the planner derives);
-* ``mode`` and ``memory`` parsed into their enums (``None``: not given, the
-  planner's default ``node``/``preferred``);
+* ``mode`` and ``memory`` parsed into their enums, names case-insensitive
+  everywhere (API, CLI and environment; ``None``: not given, the planner's
+  default ``node``/``preferred``);
 * ``gpu_memory`` a bool; ``device`` an int; ``devices`` a sequence of ints;
 * ``interleave_nodes`` a node-list string or a set of non-negative ids (that
   it needs ``memory="interleave"`` is checked once the environment is merged).
@@ -68,7 +69,14 @@ def _check_int(value: object, what: str) -> int:
 
 
 def _enum(kind: Type[_E], value: Union[str, _E, None], what: str) -> Optional[_E]:
-    return None if value is None else kind.parse(value, what)
+    """A mode or memory policy; names are case-insensitive, as in the environment."""
+    if value is None:
+        return None
+    if isinstance(value, str) and not isinstance(value, kind):
+        for member in kind:
+            if member.value == value.lower():
+                return member
+    return kind.parse(value, what)  # the member itself, or the error naming the choices
 
 
 def _interleave(value: Union[str, Iterable[int], None]) -> Union[str, frozenset[int], None]:

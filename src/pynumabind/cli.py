@@ -98,11 +98,13 @@ def _plan_options(parser: argparse.ArgumentParser, *, with_nprocs: bool = True) 
         )
     group.add_argument(
         "--mode",
+        type=str.lower,  # names are case-insensitive everywhere
         choices=[m.value for m in CpuMode],
         help="how CPUs are chosen (default: node)",
     )
     group.add_argument(
         "--memory",
+        type=str.lower,
         choices=[p.value for p in MemoryPolicy],
         help="memory policy (default: preferred)",
     )

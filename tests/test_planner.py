@@ -679,3 +679,13 @@ def test_names_are_case_insensitive_as_in_the_environment(mode: str, memory: str
     assert p.mode.value == mode.lower() and p.policy.value == memory.lower()
     with pytest.raises(ConfigError, match="invalid mode 'Nodes'"):
         plan(dgx_h100(), 0, mode="Nodes")
+
+
+def test_many_ranks_keep_each_plan_small() -> None:
+    # 16,384 ranks on 8 GPUs: a plan's text must not list thousands of peers
+    # (quadratic strings made one rank's plan take 17 s and GBs; issue 16).
+    p = plan(dgx_h100(), 1, nprocs=16384, mode="exclusive")
+    assert p.device is not None and p.device.index == 1
+    assert "shared by ranks 1,9,17," in p.warnings[0] and "(2048 ranks)" in p.warnings[0]
+    assert max(len(text) for text in p.reasons) < 400
+    assert plan_all(dgx_h100(), nprocs=16384, mode="exclusive")[1] == p

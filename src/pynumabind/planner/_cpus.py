@@ -17,14 +17,16 @@ a :class:`~pynumabind.errors.PlanError`, never a silently unbound worker.
 
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import AbstractSet, Dict, List, Mapping, Optional, Tuple
 
 from ..errors import ConfigError, PlanError, format_ids
 from ..model import CpuMode, Topology
 from . import _sets
-from ._place import RankState, node_cpus, nodes_of, primary_node
+from ._place import RankState, node_cpus, nodes_of, primary_node, rank_ids
 
 __all__ = ["choose_cpus"]
+
+_EXCLUSIVE = (CpuMode.EXCLUSIVE, CpuMode.CORE_COMPLEX)
 
 
 def _empty(topology: Topology, state: RankState, wanted: frozenset[int], what: str) -> PlanError:
@@ -165,7 +167,7 @@ def _slice_group(
         return
     where = f"node(s) {format_ids(key)}"
     slices, notes, shared, core_count = _slices(topology, mode, pool, len(members), where)
-    peers = format_ids(frozenset(s.rank for s in members))
+    peers = rank_ids(s.rank for s in members)
     for position, (s, got) in enumerate(zip(members, slices)):
         s.cpus = got
         s.reasons.extend(notes)
@@ -180,13 +182,19 @@ def _slice_group(
             )
 
 
-def _mode_exclusive(topology: Topology, mode: CpuMode, states: List[RankState]) -> None:
+def _mode_exclusive(
+    topology: Topology,
+    mode: CpuMode,
+    states: List[RankState],
+    wanted: Optional[AbstractSet[int]],
+) -> None:
     groups: Dict[frozenset[int], List[RankState]] = {}
     for s in states:
         groups.setdefault(_slice_key(mode, s), []).append(s)
     _check_disjoint_groups(groups)
     for key, members in sorted(groups.items(), key=lambda kv: min(kv[0])):
-        _slice_group(topology, mode, key, members)
+        if wanted is None or any(s.rank in wanted for s in members):
+            _slice_group(topology, mode, key, members)
 
 
 def choose_cpus(
@@ -196,9 +204,17 @@ def choose_cpus(
     *,
     cpu_sets: Optional[Tuple[frozenset[int], ...]],
     nodes_given: bool,
+    wanted: Optional[AbstractSet[int]] = None,
 ) -> None:
-    """Set each live rank's ``cpus`` (or its ``error``) by ``mode``."""
+    """Set each live rank's ``cpus`` (or its ``error``) by ``mode``.
+
+    With ``wanted``, only those ranks (and, in the exclusive modes, the
+    ranks sharing their node) get CPUs: planning one rank stays
+    O(ranks on its node).
+    """
     live = [s for s in states if s.error is None]
+    if wanted is not None and mode not in _EXCLUSIVE:
+        live = [s for s in live if s.rank in wanted]
     if mode is CpuMode.NONE:
         for s in live:
             s.reasons.append("mode none: CPU affinity left alone")
@@ -208,8 +224,8 @@ def choose_cpus(
             _from_override(topology, s, cpu_sets[s.rank], nodes_given)
         return
     placed = [s for s in live if s.nodes]  # unknown node: left unbound, already explained
-    if mode in (CpuMode.EXCLUSIVE, CpuMode.CORE_COMPLEX):
-        _mode_exclusive(topology, mode, placed)
+    if mode in _EXCLUSIVE:
+        _mode_exclusive(topology, mode, placed, wanted)
     else:
         for s in placed:
             (_mode_node if mode is CpuMode.NODE else _mode_socket)(topology, s)

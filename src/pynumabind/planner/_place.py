@@ -24,7 +24,7 @@ only that one).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import AbstractSet, Iterable, List, Optional, Tuple
+from typing import AbstractSet, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from ..errors import PlanError, PynumabindError, format_ids
 from ..model import Gpu, Topology
@@ -203,14 +203,34 @@ def place_gpu(topology: Topology, state: RankState, gpu: Gpu) -> None:
 # ------------------------------------------------------------------ ranks
 
 
+def rank_ids(ranks: Iterable[int]) -> str:
+    """Rank ids as a cpulist, cut short past 60 characters (65,536 ranks stay one line)."""
+    ids = frozenset(ranks)
+    text = format_ids(ids)
+    if len(text) <= 60:
+        return text
+    cut = text.rfind(",", 0, 48)
+    return f"{text[:cut]},... ({len(ids)} ranks)"
+
+
+def sharing_ranks(devices: Tuple[Optional[int], ...]) -> Dict[int, str]:
+    """For each device, the ranks that use it (:func:`rank_ids`), in one pass."""
+    users: Dict[int, List[int]] = {}
+    for rank, device in enumerate(devices):
+        if device is not None:
+            users.setdefault(device, []).append(rank)
+    return {device: rank_ids(ranks) for device, ranks in users.items()}
+
+
 def _place_device(
     state: RankState,
     topology: Topology,
-    devices: Tuple[Optional[int], ...],
+    *,
+    device: Optional[int],
     explicit: bool,
     nprocs: int,
+    shared_by: Mapping[int, str],
 ) -> None:
-    device = devices[state.rank]
     if device is None:
         return
     rank = state.rank
@@ -218,11 +238,10 @@ def _place_device(
     if explicit:
         state.reasons.append(f"rank {rank} uses GPU {device} (given)")
     elif nprocs > len(topology.gpus):
-        sharing = [r for r in range(nprocs) if devices[r] == device]
         state.warn(
             f"{nprocs} ranks for {len(topology.gpus)} GPUs: devices wrap around "
             f"(rank % {len(topology.gpus)}); rank {rank} uses GPU {device}, shared by "
-            f"ranks {format_ids(frozenset(sharing))}"
+            f"ranks {shared_by[device]}"
         )
     else:
         state.reasons.append(f"rank {rank} uses GPU {device} (rank order)")
@@ -272,13 +291,25 @@ def place(
     rank: int,
     *,
     nprocs: int,
-    devices: Tuple[Optional[int], ...],
+    device: Optional[int],
     explicit_device: bool,
+    shared_by: Mapping[int, str],
     node_set: Optional[frozenset[int]],
 ) -> RankState:
-    """Rank ``rank``'s device and CPU node(s): a nodes override, its GPU, or an even spread."""
+    """Rank ``rank``'s device and CPU node(s): a nodes override, its GPU, or an even spread.
+
+    ``shared_by`` is :func:`sharing_ranks` of every rank's device, computed
+    once for all ranks.
+    """
     state = RankState(rank=rank)
-    _place_device(state, topology, devices, explicit_device, nprocs)
+    _place_device(
+        state,
+        topology,
+        device=device,
+        explicit=explicit_device,
+        nprocs=nprocs,
+        shared_by=shared_by,
+    )
     if node_set is not None:
         _place_on_override(topology, state, node_set)
     elif state.device is not None:

@@ -689,3 +689,15 @@ def test_many_ranks_keep_each_plan_small() -> None:
     assert "shared by ranks 1,9,17," in p.warnings[0] and "(2048 ranks)" in p.warnings[0]
     assert max(len(text) for text in p.reasons) < 400
     assert plan_all(dgx_h100(), nprocs=16384, mode="exclusive")[1] == p
+
+
+def test_plan_each_gives_every_rank_its_plan_or_its_own_error() -> None:
+    topo = dgx_h100(allowed_cpus=parse_cpulist(H100_NODE0))
+    from pynumabind.planner import plan_each
+
+    results = plan_each(topo)
+    assert [isinstance(r, Plan) for r in results] == [True] * 4 + [False] * 4
+    assert all(isinstance(r, PlanError) for r in results[4:])
+    assert "rank 5:" in str(results[5])
+    with pytest.raises(PlanError, match="rank 4:"):
+        plan_all(topo)

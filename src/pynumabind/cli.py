@@ -23,7 +23,7 @@ import logging
 import math
 import os
 import sys
-from typing import Any, Dict, List, NoReturn, Optional, Sequence
+from typing import Any, Dict, List, NoReturn, Optional, Sequence, Union
 
 from . import __version__, discovery
 from ._options import Options
@@ -374,9 +374,12 @@ def cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _plan_rows(plans: Sequence[Plan]) -> List[List[str]]:
+def _plan_rows(results: Sequence[Union[Plan, PynumabindError]]) -> List[List[str]]:
     rows = []
-    for plan in plans:
+    for rank, plan in enumerate(results):
+        if not isinstance(plan, Plan):
+            rows.append([str(rank), "-", "-", "error", "-", "-"])
+            continue
         device = "-" if plan.device is None else f"{plan.device.index} {plan.device.pci_bus_id}"
         rows.append(
             [
@@ -392,24 +395,51 @@ def _plan_rows(plans: Sequence[Plan]) -> List[List[str]]:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from .planner import plan_all_for
+    """The per-rank table; a rank that cannot be planned shows its error, the others their plan."""
+    from .planner import plan_each_for
 
     options = _options(args)
     topology = machine_topology(args)
-    plans = plan_all_for(topology, options)
+    results = plan_each_for(topology, options)
+    plans = [r for r in results if isinstance(r, Plan)]
+    errors = [(rank, r) for rank, r in enumerate(results) if not isinstance(r, Plan)]
+    if not plans:
+        raise errors[0][1]  # no rank can be planned: the first error says why
     if args.json:
-        _emit_json({"ranks": [p.to_dict() for p in plans]})
-        return EXIT_OK
-    text = table(["rank", "device", "node", "cpus", "mems", "policy"], _plan_rows(plans))
+        _emit_json(
+            {
+                "ranks": [
+                    r.to_dict() if isinstance(r, Plan) else {"rank": rank, "error": str(r)}
+                    for rank, r in enumerate(results)
+                ]
+            }
+        )
+    else:
+        _emit("\n".join(_plan_text(results)))
+    if errors:
+        _error(f"{len(errors)} of {len(results)} ranks cannot be planned (see the table)")
+        return EXIT_FAILURE
+    return EXIT_OK
+
+
+def _plan_text(results: Sequence[Union[Plan, PynumabindError]]) -> List[str]:
+    plans = [r for r in results if isinstance(r, Plan)]
+    text = table(["rank", "device", "node", "cpus", "mems", "policy"], _plan_rows(results))
     notes = [f"  rank {p.rank}: {r}" for p in plans for r in p.reasons]
     warnings = [f"  rank {p.rank}: {w}" for p in plans for w in p.warnings]
+    errors = [
+        f"  {r}" if str(r).startswith(f"rank {rank}:") else f"  rank {rank}: {r}"
+        for rank, r in enumerate(results)
+        if not isinstance(r, Plan)
+    ]
     out = [text]
     if notes:
         out += ["", "Reasons", *notes]
     if warnings:
         out += ["", "Warnings", *warnings]
-    _emit("\n".join(out))
-    return EXIT_OK
+    if errors:
+        out += ["", "Errors", *errors]
+    return out
 
 
 def cmd_exec(args: argparse.Namespace) -> int:

@@ -116,6 +116,8 @@ __all__ = [
     "plan",
     "plan_all",
     "plan_all_for",
+    "plan_each",
+    "plan_each_for",
     "plan_for",
 ]
 
@@ -234,10 +236,19 @@ def _with_device(topology: Topology, request: Request, rank: int, device: int) -
     return replace(request, devices=tuple(per_rank), explicit_device=tuple(explicit))
 
 
+def plan_each_for(topology: Topology, options: Options) -> List[Union[Plan, PynumabindError]]:
+    """Every local rank's plan, or the error that stops that rank alone, in rank order.
+
+    A problem with the options themselves (a bad override, a device out of
+    range) still raises: it concerns every rank.
+    """
+    return list(_plan_ranks(topology, build_request(topology, options)).values())
+
+
 def plan_all_for(topology: Topology, options: Options) -> List[Plan]:
     """Plans for every local rank, in rank order; raises the first failing rank's error."""
     plans: List[Plan] = []
-    for result in _plan_ranks(topology, build_request(topology, options)).values():
+    for result in plan_each_for(topology, options):
         if isinstance(result, PynumabindError):
             raise result
         plans.append(result)
@@ -290,6 +301,36 @@ def plan(
     return plan_for(topology, options)
 
 
+def plan_each(
+    topology: Topology,
+    nprocs: Optional[int] = None,
+    mode: Union[str, CpuMode] = "node",
+    memory: Union[str, MemoryPolicy] = "preferred",
+    *,
+    nodes: Optional[NodesOverride] = None,
+    cpus: Optional[CpusOverride] = None,
+    devices: Optional[Sequence[int]] = None,
+    gpu_memory: bool = False,
+    interleave_nodes: Union[str, Iterable[int], None] = None,
+) -> List[Union[Plan, PynumabindError]]:
+    """Like :func:`plan_all`, but each rank gets its plan or its own error.
+
+    For callers that want the other ranks when some cannot be planned (the
+    CLI's table; a launcher whose cpuset covers only some ranks).
+    """
+    options = Options.from_arguments(
+        nprocs=nprocs,
+        mode=mode,
+        memory=memory,
+        nodes=nodes,
+        cpus=cpus,
+        devices=devices,
+        gpu_memory=gpu_memory,
+        interleave_nodes=interleave_nodes,
+    )
+    return plan_each_for(topology, options)
+
+
 def plan_all(
     topology: Topology,
     nprocs: Optional[int] = None,
@@ -305,16 +346,20 @@ def plan_all(
     """Plans for every local rank, in rank order.
 
     ``devices`` optionally gives each rank's GPU index.  Raises the first
-    failing rank's error.
+    failing rank's error (:func:`plan_each` gives every rank's).
     """
-    options = Options.from_arguments(
-        nprocs=nprocs,
-        mode=mode,
-        memory=memory,
+    results = plan_each(
+        topology,
+        nprocs,
+        mode,
+        memory,
         nodes=nodes,
         cpus=cpus,
         devices=devices,
         gpu_memory=gpu_memory,
         interleave_nodes=interleave_nodes,
     )
-    return plan_all_for(topology, options)
+    for result in results:
+        if isinstance(result, PynumabindError):
+            raise result
+    return [r for r in results if isinstance(r, Plan)]

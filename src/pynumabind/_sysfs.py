@@ -575,8 +575,8 @@ def read_topology(
     *,
     allowed_cpus: Optional[Iterable[int]] = None,
     allowed_mems: Optional[Iterable[int]] = None,
-    gpu_vendors: Union[Mapping[int, str], Iterable[int]] = DEFAULT_GPU_VENDORS,
-    pci_classes: Iterable[Union[str, int]] = DEFAULT_PCI_CLASSES,
+    gpu_vendors: Optional[Union[Mapping[int, str], Iterable[int]]] = None,
+    pci_classes: Optional[Iterable[Union[str, int]]] = None,
     environ: Optional[Mapping[str, str]] = None,
 ) -> Topology:
     """The topology under sysfs ``root``.
@@ -584,7 +584,8 @@ def read_topology(
     ``gpu_vendors`` (PCI vendor id -> name, or just ids) and ``pci_classes``
     (``"0x03"`` base class, ``"0x0302"`` base+subclass, ``"0x030200"`` full)
     choose which PCI functions count as accelerators; pass extra ones to
-    accept other devices.  GPUs come in driver order: KFD order for AMD when
+    accept other devices; ``None`` means :data:`DEFAULT_GPU_VENDORS` /
+    :data:`DEFAULT_PCI_CLASSES`.  GPUs come in driver order: KFD order for AMD when
     the KFD topology is present, PCI address order otherwise (NVML's default
     order).  With ``environ``, ``CUDA_VISIBLE_DEVICES``/``ROCR_VISIBLE_DEVICES``
     from it are applied; without, every GPU is listed.
@@ -613,8 +614,9 @@ def read_topology(
         notes.append(f"online CPUs {format_ids(homeless)} belong to no NUMA node")
     cpus = _read_cpus(sysfs, online, node_of, notes)
 
-    vendors = _vendor_names(gpu_vendors)
-    functions = scan_pci(sysfs, online, nodes, vendors, pci_classes)
+    vendors = _vendor_names(DEFAULT_GPU_VENDORS if gpu_vendors is None else gpu_vendors)
+    classes = DEFAULT_PCI_CLASSES if pci_classes is None else pci_classes
+    functions = scan_pci(sysfs, online, nodes, vendors, classes)
     gpus = _gpus_from_pci(functions, vendors, nodes, notes)
     from . import _kfd
 

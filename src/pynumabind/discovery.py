@@ -149,13 +149,12 @@ def detect_topology(
     from . import _nvml, _sysfs, _visible
 
     env = os.environ if environ is None else environ
-    options: Dict[str, Any] = {}
-    if gpu_vendors is not None:
-        options["gpu_vendors"] = gpu_vendors
-    if pci_classes is not None:
-        options["pci_classes"] = pci_classes
     base = _sysfs.read_topology(
-        sysfs_root, allowed_cpus=allowed_cpus, allowed_mems=allowed_mems, **options
+        sysfs_root,
+        allowed_cpus=allowed_cpus,
+        allowed_mems=allowed_mems,
+        gpu_vendors=gpu_vendors,
+        pci_classes=pci_classes,
     )
     notes = list(base.notes)
     gpus = list(base.gpus)
@@ -200,13 +199,13 @@ def topology_from_sysfs(
     """
     from . import _sysfs
 
-    options: Dict[str, Any] = {}
-    if gpu_vendors is not None:
-        options["gpu_vendors"] = gpu_vendors
-    if pci_classes is not None:
-        options["pci_classes"] = pci_classes
     return _sysfs.read_topology(
-        root, allowed_cpus=allowed_cpus, allowed_mems=allowed_mems, environ=environ, **options
+        root,
+        allowed_cpus=allowed_cpus,
+        allowed_mems=allowed_mems,
+        gpu_vendors=gpu_vendors,
+        pci_classes=pci_classes,
+        environ=environ,
     )
 
 

@@ -7,6 +7,8 @@ import os
 from typing import Dict, FrozenSet, Iterator, List, Tuple
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as hyp_st
 
 from pynumabind.cpulist import (
     DEFAULT_MAX_ID,
@@ -17,7 +19,7 @@ from pynumabind.cpulist import (
     parse_cpumask,
     parse_nodelist,
 )
-from pynumabind.errors import ListParseError, PynumabindError
+from pynumabind.errors import EMPTY_IDS, ListParseError, PynumabindError, format_ids
 
 
 def ids(*parts: object) -> FrozenSet[int]:
@@ -636,3 +638,17 @@ def test_proc_self_status_allowed_sets_round_trip() -> None:
         == (fields["Cpus_allowed"])
     )
     assert parse_cpulist(fields["Cpus_allowed_list"]) == frozenset(os.sched_getaffinity(0))
+
+
+# ------------------------------------------------- one formatter for ids
+
+
+@given(hyp_st.frozensets(hyp_st.integers(0, 5000), max_size=60))
+def test_messages_and_json_write_ids_with_one_formatter(ids: FrozenSet[int]) -> None:
+    assert parse_cpulist(format_cpulist(ids)) == ids
+    if ids:
+        assert format_ids(ids) == format_cpulist(ids)
+    else:
+        # JSON and sysfs use the kernel's empty form; messages use one word.
+        assert (format_cpulist(ids), format_ids(ids), EMPTY_IDS) == ("", "-", "-")
+    assert format_ids(ids, empty="") == format_cpulist(ids)

@@ -449,47 +449,36 @@ def scan_pci(
     return found
 
 
-def _nearest_cpu_node(nodes: Mapping[int, NumaNode], node: int) -> Optional[int]:
-    """The CPU node nearest (SLIT) to ``node``; unknown distances last, ties by id."""
-    row = nodes[node].distances
-    ranked = sorted(
-        (row.get(other.id) is None, row.get(other.id) or 0, other.id)
-        for other in nodes.values()
-        if other.cpus
-    )
-    return ranked[0][2] if ranked else None
-
-
 def _gpus_from_pci(
     functions: List[PciFunction],
     vendors: Mapping[int, str],
     nodes: Mapping[int, NumaNode],
     notes: List[str],
 ) -> List[Gpu]:
+    """One :class:`Gpu` per function, recording what sysfs says and nothing more.
+
+    ``numa_node`` is the function's ``numa_node`` as the kernel gives it,
+    even a CPU-less node (Grace HBM, CXL): which CPUs such a GPU's rank gets
+    is the planner's decision, not discovery's.  Such a node with memory is
+    also the GPU's ``memory_node``.  ``local_cpus`` is ``local_cpulist``, or
+    the CPUs of its node when the kernel lists none.
+    """
     gpus = []
     for index, function in enumerate(functions):
         numa = function.numa_node
         memory_node: Optional[int] = None
-        if numa is not None and not nodes[numa].cpus:
-            # A device attached to a CPU-less node (CXL, some firmware):
-            # CPUs can only be bound on a node that has them.
-            nearest = _nearest_cpu_node(nodes, numa)
-            kept = ""
-            if nodes[numa].has_memory:
-                # Its own memory node (Grace HBM), as the NVML path records it, so
-                # that gpu_memory=True can still add it.
-                memory_node = numa
-                kept = f"; node {numa} is its memory node"
-            notes.append(
-                f"GPU {function.bus_id}: sysfs numa_node {numa} has no CPUs; "
-                f"using the nearest CPU node {nearest}{kept}"
-            )
-            numa = nearest
         local = function.local_cpus
-        if numa is not None and not local:
-            local = nodes[numa].cpus
-        if function.numa_node is None:
+        if numa is None:
             notes.append(f"GPU {function.bus_id}: the kernel reports no NUMA node (numa_node -1)")
+        elif not nodes[numa].cpus:
+            memory_node = numa if nodes[numa].has_memory else None
+            kept = f"; node {numa} is its memory node" if memory_node is not None else ""
+            notes.append(
+                f"GPU {function.bus_id}: sysfs numa_node {numa} has no CPUs{kept}; "
+                "the planner picks its CPU node"
+            )
+        elif not local:
+            local = nodes[numa].cpus
         gpus.append(
             Gpu(
                 index=index,

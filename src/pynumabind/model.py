@@ -92,11 +92,15 @@ class Gpu:
 
     ``index`` is the ordinal this process uses (after ``CUDA_VISIBLE_DEVICES``
     / ``ROCR_VISIBLE_DEVICES`` and the device order), ``physical_index`` the
-    driver's (NVML) index.  ``numa_node`` is ``None`` when unknown (sysfs
-    ``numa_node`` of -1 and no NVML answer).  ``memory_node`` is the GPU's own
-    CPU-less memory node on coherent systems (GH200/GB200).  ``source`` names
-    where ``numa_node`` came from (``"nvml"``, ``"sysfs"``, ``"kfd"`` ...), so
-    plans can cite it.
+    driver's (NVML) index.  The locality fields are facts as the sources
+    reported them (:mod:`pynumabind.discovery` says exactly which source, in
+    which order); deciding a rank's CPUs from them is the planner's job.
+    ``numa_node`` is the node a source names, ``None`` when unknown (sysfs
+    ``numa_node`` of -1 and no NVML answer); it is a CPU-less node only when
+    no source names one with CPUs.  ``memory_node`` is a CPU-less memory node
+    a source names for the GPU (its own HBM on GH200/GB200).  ``source``
+    names where ``numa_node`` came from (``"nvml"``, ``"sysfs"``), so plans
+    can cite it.
     """
 
     index: int

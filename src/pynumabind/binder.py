@@ -412,7 +412,7 @@ def _policy_request(plan: Plan) -> Tuple[Optional[int], frozenset[int], Optional
         return _libnuma.MPOL_INTERLEAVE, mems, None
     if len(mems) == 1:
         return _libnuma.MPOL_PREFERRED, mems, None
-    many = _libnuma.probe_features().preferred_many
+    many = _libnuma.supports_mode(_libnuma.MPOL_PREFERRED_MANY)
     if many:
         return _libnuma.MPOL_PREFERRED_MANY, mems, None
     first = min(mems)

@@ -14,7 +14,6 @@ from pynumabind.cpulist import (
     DEFAULT_MAX_ID,
     format_cpulist,
     format_cpumask,
-    format_nodelist,
     parse_cpulist,
     parse_cpumask,
     parse_nodelist,
@@ -315,7 +314,6 @@ def test_group_forms_have_a_total_budget() -> None:
 )
 def test_format_cpulist(values: object, text: str) -> None:
     assert format_cpulist(values) == text  # type: ignore[arg-type]
-    assert format_nodelist(values) == text  # type: ignore[arg-type]
     assert parse_cpulist(text) == frozenset(values)  # type: ignore[arg-type]
 
 

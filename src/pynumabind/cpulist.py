@@ -77,7 +77,6 @@ __all__ = [
     "DEFAULT_MAX_ID",
     "format_cpulist",
     "format_cpumask",
-    "format_nodelist",
     "parse_cpulist",
     "parse_cpumask",
     "parse_nodelist",
@@ -405,8 +404,6 @@ def format_cpulist(ids: Iterable[int]) -> str:
     """
     return format_ids(_checked_ids(ids), empty="")
 
-
-format_nodelist = format_cpulist
 
 
 def _set_bits(value: int, base: int, out: List[int]) -> None:

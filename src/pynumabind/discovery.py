@@ -55,6 +55,7 @@ dropped with a note.
 from __future__ import annotations
 
 import os
+import stat
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from ._nvml import NvmlDevice, NvmlReport
@@ -277,15 +278,41 @@ def topology_from_sysfs(
 
 
 def load_topology(path: str) -> Topology:
-    """Read a snapshot file written by ``pynumabind snapshot``."""
+    """Read a snapshot file written by ``pynumabind snapshot``.
+
+    The file is untrusted input: only a regular file is read (a FIFO would
+    hang, ``/dev/zero`` never ends), at most
+    :data:`~pynumabind.model.MAX_SNAPSHOT_CHARS` bytes of it, and the
+    contents are checked as :meth:`Topology.from_dict` says.  Every error
+    names the file.
+    """
+    text = _read_snapshot(path)
     try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
+        return Topology.from_json(text)
+    except TopologyError as exc:
+        raise TopologyError(f"topology file {path!r}: {exc}") from exc
+
+
+def _read_snapshot(path: str) -> str:
+    from .model import MAX_SNAPSHOT_CHARS
+
+    try:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise TopologyError(f"topology file {path!r} is not a regular file")
+            data = handle.read(MAX_SNAPSHOT_CHARS + 1)
     except OSError as exc:
         raise TopologyError(f"cannot read topology file {path!r}: {exc.strerror}") from exc
+    if len(data) > MAX_SNAPSHOT_CHARS:
+        raise TopologyError(
+            f"topology file {path!r} is larger than {MAX_SNAPSHOT_CHARS} bytes: not a snapshot"
+        )
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise TopologyError(
             f"topology file {path!r} is not UTF-8 text (byte {exc.start}): "
             "expected JSON written by 'pynumabind snapshot'"
         ) from exc
-    return Topology.from_json(text)

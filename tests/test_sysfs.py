@@ -171,19 +171,16 @@ def test_a_missing_required_node_file_raises(tmp_path: Path) -> None:
 
 def test_unreadable_file_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """EACCES/EIO on a file that must be read: an error naming it, not a guess."""
-    import builtins
-
-    from pynumabind import _sysfs
-
     root = tree(tmp_path, "sparse_nodes")
     target = str(root / "devices/system/node/node0/cpulist")
+    real_open = os.open
 
     def guarded(path, *args, **kwargs):  # type: ignore[no-untyped-def]
-        if str(path) == target:
+        if str(path) == target:  # root ignores chmod 000: deny it here
             raise PermissionError(13, "Permission denied", str(path))
-        return builtins.open(path, *args, **kwargs)
+        return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr(_sysfs, "open", guarded, raising=False)
+    monkeypatch.setattr(os, "open", guarded)
     with pytest.raises(TopologyError, match=r"cannot read sysfs file .*node0/cpulist: Permission"):
         topology_from_sysfs(str(root))
 
@@ -194,6 +191,37 @@ def test_a_directory_in_place_of_a_file_raises(tmp_path: Path) -> None:
     path.unlink()
     path.mkdir()
     with pytest.raises(TopologyError, match=r"node0/cpulist"):
+        topology_from_sysfs(str(root))
+
+
+def test_a_superscript_cache_index_is_not_a_number(tmp_path: Path) -> None:
+    root = tree(tmp_path, "dgx_h100")
+    (root / "devices/system/cpu/cpu0/cache/index\u00b2").mkdir()  # '²'.isdigit() is True
+    topo = topology_from_sysfs(str(root))
+    assert topo.cpus[0].l3
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "dev-null-is-not-regular"])
+def test_special_files_in_a_sysfs_tree_are_refused_without_hanging(
+    tmp_path: Path, kind: str
+) -> None:
+    root = tree(tmp_path, "dgx_h100")
+    path = root / "devices/system/node/node0/cpulist"
+    path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero" if kind == "dev-zero" else "/dev/null")
+    with pytest.raises(TopologyError, match="node0/cpulist is not a regular file"):
+        topology_from_sysfs(str(root))
+
+
+def test_an_oversized_sysfs_file_is_refused(tmp_path: Path) -> None:
+    root = tree(tmp_path, "dgx_h100")
+    path = root / "devices/system/node/node0/distance"
+    with open(path, "wb") as handle:
+        handle.truncate((1 << 20) + 1)
+    with pytest.raises(TopologyError, match="node0/distance is larger than"):
         topology_from_sysfs(str(root))
 
 

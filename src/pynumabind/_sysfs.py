@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
+from ._textfile import read_ascii
 from .cpulist import parse_cpulist
 from .errors import ConfigError, ListParseError, PynumabindError, TopologyError, format_ids
 from .model import Cpu, Gpu, NumaNode, Topology
@@ -78,14 +79,11 @@ class _Reader:
     def text(self, *parts: str, required: bool = True) -> Optional[str]:
         path = self.path(*parts)
         try:
-            with open(path, encoding="ascii") as handle:
-                return handle.read()
+            return read_ascii(path)
         except (FileNotFoundError, NotADirectoryError):
             if required:
                 raise TopologyError(f"missing sysfs file {path}") from None
             return None
-        except UnicodeDecodeError as exc:
-            raise TopologyError(f"sysfs file {path} is not ASCII text") from exc
         except OSError as exc:
             # EINVAL/ENODEV: an attribute the kernel refuses to show; treat
             # an optional one as absent, a required one as an error.
@@ -126,11 +124,16 @@ class _Reader:
 
 
 def _numbered(names: Iterable[str], prefix: str) -> List[int]:
-    """Ids of entries named ``<prefix><digits>`` (``node3``, ``cpu17``)."""
+    """Ids of entries named ``<prefix><digits>`` (``node3``, ``cpu17``).
+
+    ASCII digits only: ``str.isdigit`` also accepts ``index²``, which
+    ``int`` then rejects.
+    """
     out = []
     for name in names:
-        if name.startswith(prefix) and name[len(prefix) :].isdigit():
-            out.append(int(name[len(prefix) :]))
+        digits = name[len(prefix) :]
+        if name.startswith(prefix) and digits.isascii() and digits.isdigit():
+            out.append(int(digits))
     return sorted(out)
 
 

@@ -142,3 +142,35 @@ def test_recipe_extra_worker_rank_is_rejected() -> None:
 
     with pytest.raises(PlanError, match="rank 2 out of range"):
         planner.plan(Topology.detect(), 2, 2)
+
+
+def test_recipe_executor_reports_a_failed_bind(tmp_path: Path) -> None:
+    """The recipe's note: a bind that fails breaks the executor, with the reason on stderr."""
+    (tmp_path / "bindrecipe.py").write_text(recipe("multiprocessing"))
+    script = textwrap.dedent(
+        """
+        import os
+        from concurrent.futures.process import BrokenProcessPool
+        from bindrecipe import bound_executor
+
+        if __name__ == "__main__":
+            try:
+                with bound_executor(2) as pool:
+                    pool.submit(os.getpid).result()
+            except BrokenProcessPool as exc:
+                print("BrokenProcessPool:", exc)
+        """
+    )
+    (tmp_path / "driver.py").write_text(script)
+    proc = subprocess.run(
+        [sys.executable, str(tmp_path / "driver.py")],
+        cwd=tmp_path,
+        env=_clean_env({"PYNUMABIND_CPUS": "4095;4095"}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.stdout.startswith("BrokenProcessPool:"), (proc.stdout, proc.stderr)
+    assert "Exception in initializer" in proc.stderr
+    assert "PYNUMABIND_CPUS" in proc.stderr, proc.stderr  # the error names the variable

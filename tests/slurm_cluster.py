@@ -18,6 +18,11 @@ host's Slurm or MUNGE setup:
 
 :func:`start` raises :class:`SlurmUnavailable` with the reason (and the
 daemons' log tails) when anything cannot be installed or started.
+
+Cost, measured on the 2-vCPU development machine (Debian 12, Slurm 22.05):
+installing the 8 packages (no recommends, package lists present) and
+starting the cluster took 10.6 s; starting it with the packages installed,
+1.2 s; the three Slurm tests, about 3 s more.
 """
 
 from __future__ import annotations

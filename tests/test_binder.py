@@ -13,7 +13,7 @@ import os
 import pytest
 
 from bindchild import run_child
-from pynumabind import _libnuma, binder
+from pynumabind import _apply, _libnuma, binder
 from pynumabind.discovery import detect_topology
 from pynumabind.errors import BindError, ConfigError, PlanError
 from pynumabind.model import MemoryPolicy, Plan
@@ -390,7 +390,8 @@ def test_empty_cpu_set_is_a_plan_error() -> None:
 def test_preferred_on_several_nodes(monkeypatch, preferred_many, mode, nodes, noted) -> None:
     features = _libnuma.Features(True, True, preferred_many, None, {})
     monkeypatch.setattr(_libnuma, "probe_features", lambda: features)
-    got_mode, got_nodes, note = binder._policy_request(_plan(mems=frozenset({0, 2})))
+    request = _apply.policy_request(_plan(mems=frozenset({0, 2})))
+    got_mode, got_nodes, note = request.mode, request.nodes, request.note
     assert (got_mode, got_nodes) == (mode, frozenset(nodes))
     if noted is None:
         assert note is None
@@ -439,7 +440,7 @@ def test_kernel_refusal_becomes_a_bind_error_naming_cpus(monkeypatch) -> None:
     """How a (real, see test_cpuset) ThreadAffinityError is reported by apply_plan."""
     from pynumabind import _threads
 
-    def refuse(cpus, *, reference=None, max_passes=8):
+    def refuse(cpus, *, reference=None, max_passes=8, record=None):
         raise _threads.ThreadAffinityError(22, 4242, cpus, (4241,), ())
 
     monkeypatch.setattr(_threads, "bind_threads", refuse)
@@ -581,3 +582,51 @@ emit(out)
     assert result["mems"] == [0]
     assert result["error"] and "interleave" in result["error"]
     assert result["after"] == ["MPOL_DEFAULT", []]
+
+
+def test_verify_flags_a_live_thread_the_bind_never_saw() -> None:
+    # A thread that escaped the scan (thread churn: it appeared after the last
+    # pass) is still on the mask from before the bind.  verify() judges every
+    # live thread that is not deliberately pinned, not only the ones it bound.
+    result, _ = run_child(
+        PLAN
+        + """
+from pynumabind import _threads
+stop = threading.Event()
+hidden = threading.Thread(target=stop.wait); hidden.start()
+real_list = _threads.list_thread_ids
+_threads.list_thread_ids = lambda: [t for t in real_list() if t != hidden.native_id]
+b = apply_plan(plan("NONE", mems=()))
+_threads.list_thread_ids = real_list
+v = b.verify()
+status = task_cpus()
+stop.set()
+emit({"verify": v.to_dict(), "hidden": hidden.native_id, "status": status})
+"""
+    )
+    assert result["status"][str(result["hidden"])] == "0-1"  # really left behind
+    verify = result["verify"]
+    assert verify["ok"] is False
+    assert any(f"thread {result['hidden']} escaped the binding" in p for p in verify["problems"]), (
+        verify
+    )
+
+
+def test_verify_accepts_a_thread_pinned_elsewhere_after_the_bind() -> None:
+    # Deliberately pinned (neither the plan's CPUs nor the pre-bind mask): not a problem.
+    result, _ = run_child(
+        PLAN
+        + """
+stop = threading.Event()
+b = apply_plan(plan("NONE", mems=()))
+def pin_self():
+    os.sched_setaffinity(0, {0})
+    stop.wait()
+t = threading.Thread(target=pin_self); t.start()
+while os.sched_getaffinity(t.native_id) != {0}: time.sleep(0.01)
+v = b.verify()
+stop.set()
+emit({"verify": v.to_dict()})
+"""
+    )
+    assert result["verify"]["ok"] is True, result["verify"]

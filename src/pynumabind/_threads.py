@@ -150,6 +150,14 @@ def restore_threads(masks: Dict[int, frozenset[int]]) -> Tuple[List[int], List[i
     return restored, failed
 
 
+def _roll_back(changed: Dict[int, frozenset[int]]) -> Tuple[List[int], List[int]]:
+    """Restore ``changed`` and forget the threads put back; (restored, failed) tids."""
+    restored, failed = restore_threads(changed)
+    for tid in restored:
+        changed.pop(tid, None)
+    return restored, failed
+
+
 @dataclass(frozen=True)
 class ThreadScan:
     """Result of :func:`bind_threads`.
@@ -177,6 +185,7 @@ def bind_threads(
     *,
     reference: Optional[frozenset[int]] = None,
     max_passes: int = DEFAULT_MAX_PASSES,
+    record: Optional[Dict[int, frozenset[int]]] = None,
 ) -> ThreadScan:
     """Set ``cpus`` as the affinity of every thread that is not pinned elsewhere.
 
@@ -184,6 +193,11 @@ def bind_threads(
     defaults to the calling thread's mask before the call.  The calling thread
     is bound first, so threads it starts while we scan inherit ``cpus``.  A
     thread already on exactly ``cpus`` counts as bound (nothing to change).
+
+    ``record`` (tid -> mask before) receives each thread's previous mask
+    *before* its mask is changed, so a caller's undo journal holds every
+    change even if an exception interrupts this call at any point; entries
+    this call rolls back itself are removed again.
 
     Raises :class:`ThreadAffinityError` after rolling back on any failure
     other than a thread's exit.
@@ -196,7 +210,7 @@ def bind_threads(
     if reference is None:
         reference = frozenset(os.sched_getaffinity(0))
     results: Dict[int, ThreadResult] = {}
-    changed: Dict[int, frozenset[int]] = {}  # tid -> mask before we changed it
+    changed = {} if record is None else record  # tid -> mask before we changed it
 
     def handle(tid: int) -> None:
         before = frozenset(os.sched_getaffinity(0)) if tid == caller else thread_affinity(tid)
@@ -208,17 +222,18 @@ def bind_threads(
             results[tid] = ThreadResult(tid, name, before, before, ThreadAction.LEFT_PINNED)
             return
         if before != cpus:
+            changed[tid] = before  # recorded first: an interrupt cannot lose the change
             try:
                 os.sched_setaffinity(tid, cpus)
             except OSError as exc:
+                del changed[tid]
                 if exc.errno in _GONE:
                     results[tid] = ThreadResult(tid, name, before, None, ThreadAction.EXITED)
                     return
-                restored, failed = restore_threads(changed)
+                restored, failed = _roll_back(changed)
                 raise ThreadAffinityError(
                     exc.errno or errno.EINVAL, tid, cpus, tuple(restored), tuple(failed)
                 ) from exc
-            changed[tid] = before
         # Read back: the kernel silently drops CPUs outside the cpuset.
         after = thread_affinity(tid)
         action = ThreadAction.BOUND if after is not None else ThreadAction.EXITED
@@ -239,7 +254,7 @@ def bind_threads(
     except ThreadAffinityError:
         raise  # already rolled back
     except BaseException:
-        restore_threads(changed)  # KeyboardInterrupt, a /proc read error...: never half-bound
+        _roll_back(changed)  # KeyboardInterrupt, a /proc read error...: never half-bound
         raise
     ordered = tuple(sorted(results.values(), key=lambda r: r.tid))
     return ThreadScan(ordered, passes, converged)

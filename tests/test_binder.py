@@ -630,3 +630,25 @@ emit({"verify": v.to_dict()})
 """
     )
     assert result["verify"]["ok"] is True, result["verify"]
+
+
+def test_json_writes_an_empty_id_set_as_the_plan_does() -> None:
+    # One form for an empty id set in all JSON: "" (Plan.to_dict), never "-".
+    result, _ = run_child(
+        PLAN
+        + """
+from pynumabind import _check
+from pynumabind.discovery import detect_topology
+b = apply_plan(plan("LOCAL", mems=()))
+out = {"binding": b.to_dict()}
+b.restore()
+snapshot = detect_topology(use_nvml=False).to_json(indent=None)
+out["check"] = _check.check_this_process(0, 1, {"memory": "none"}, snapshot).to_dict()
+emit(out)
+"""
+    )
+    binding, check = result["binding"], result["check"]
+    assert binding["plan"]["mems"] == ""
+    assert binding["policy_nodes"] == "" and binding["mempolicy"]["nodes"] == ""
+    assert check["ok"] is True, check
+    assert (check["mems"], check["page_nodes"]) == ("", "")

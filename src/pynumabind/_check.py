@@ -39,7 +39,11 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class WorkerReport:
-    """What one worker found about its own binding."""
+    """What one worker found about its own binding.
+
+    Id sets are cpulists, ``""`` when empty (as in every JSON form); ``"-"``
+    means not known (the worker sent no report).
+    """
 
     rank: int
     ok: bool
@@ -145,9 +149,9 @@ def check_this_process(
         device=device,
         planned_cpus="unbound" if plan.cpus is None else format_cpulist(plan.cpus),
         actual_cpus=format_cpulist(frozenset().union(*masks.values())),
-        planned_mems=format_cpulist(plan.mems) or "-",
+        planned_mems=format_cpulist(plan.mems),
         policy=plan.policy.value,
-        page_nodes=format_cpulist(placed) or "-",
+        page_nodes=format_cpulist(placed),
         problems=tuple(problems),
         reasons=tuple(plan.reasons),
     )

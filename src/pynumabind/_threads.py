@@ -27,6 +27,7 @@ import threading
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
+from .cpulist import format_cpulist
 from .errors import format_ids
 
 __all__ = [
@@ -74,8 +75,8 @@ class ThreadResult:
         return {
             "tid": self.tid,
             "name": self.name,
-            "before": None if self.before is None else format_ids(self.before),
-            "after": None if self.after is None else format_ids(self.after),
+            "before": None if self.before is None else format_cpulist(self.before),
+            "after": None if self.after is None else format_cpulist(self.after),
             "action": self.action.value,
         }
 

@@ -49,6 +49,7 @@ from typing import (
 from . import _apply, _libnuma, _threads
 from ._apply import Journal, Skipped
 from ._verify import VERIFY_PAGES, VerifyResult, verify_binding
+from .cpulist import format_cpulist
 from .errors import BindError, ConfigError, PlanError, format_ids
 from .model import CpuMode, MemoryPolicy, Plan
 
@@ -160,12 +161,15 @@ class Binding:
         return text
 
     def to_dict(self) -> Dict[str, Any]:
-        """JSON-ready form (for ``pynumabind bind --json`` and reports)."""
+        """JSON-ready form (for ``pynumabind exec --json`` and reports).
+
+        Id sets are cpulists, ``""`` when empty (as in ``Plan.to_dict``).
+        """
         policy = None
         if self.mempolicy is not None:
             policy = {
                 "mode": self.mempolicy.mode_name,
-                "nodes": format_ids(self.mempolicy.nodes),
+                "nodes": format_cpulist(self.mempolicy.nodes),
                 "flags": self.mempolicy.flags,
             }
         return {
@@ -173,11 +177,11 @@ class Binding:
             "applied": self.applied,
             "disabled": self.disabled,
             "partial": self.partial,
-            "cpus": None if self.cpus is None else format_ids(self.cpus),
+            "cpus": None if self.cpus is None else format_cpulist(self.cpus),
             "threads": [t.to_dict() for t in self.threads],
             "threads_converged": self.threads_converged,
             "policy_requested": self.policy_name,
-            "policy_nodes": format_ids(self.policy_nodes),
+            "policy_nodes": format_cpulist(self.policy_nodes),
             "memory_applied": self.memory_applied,
             "mempolicy": policy,
             "threads_keeping_policy": list(self.threads_keeping_policy),

@@ -439,22 +439,42 @@ def bind_current_process(
         cpus=cpus,
     )
     if config.disabled:
-        binding = Binding(
-            plan=None,
-            applied=False,
-            disabled=True,
-            notes=(f"disabled by {config.disabled_by}",),
-            thread_id=threading.get_native_id(),
-        )
-        log.info("%s", binding.summary())
-        return binding
-    assert config.rank is not None  # resolve() raises when no rank is known
-    from . import planner
-
+        return _disabled(config)
     if topology is None:
         from .discovery import detect_topology
 
         topology = detect_topology()
+    plan = _plan(
+        config, topology, device=device, gpu_memory=gpu_memory, interleave_nodes=interleave_nodes
+    )
+    return apply_plan(plan, migrate=migrate, on_error=on_error)
+
+
+def _disabled(config: _environ.EnvConfig) -> Binding:
+    """PYNUMABIND_DISABLE: a logged Binding that applied nothing."""
+    binding = Binding(
+        plan=None,
+        applied=False,
+        disabled=True,
+        notes=(f"disabled by {config.disabled_by}",),
+        thread_id=threading.get_native_id(),
+    )
+    log.info("%s", binding.summary())
+    return binding
+
+
+def _plan(
+    config: _environ.EnvConfig,
+    topology: Topology,
+    *,
+    device: Optional[int],
+    gpu_memory: bool,
+    interleave_nodes: Union[str, Iterable[int], None],
+) -> Plan:
+    """This rank's plan; an error says which settings came from the environment."""
+    from . import planner
+
+    assert config.rank is not None  # resolve() raises when no rank is known
     _check_environment_overrides(config, topology)
     options: Dict[str, Any] = {}
     if config.mode is not None:
@@ -462,7 +482,7 @@ def bind_current_process(
     if config.memory is not None:
         options["memory"] = config.memory
     try:
-        plan = planner.plan(
+        return planner.plan(
             topology,
             config.rank,
             config.nprocs,
@@ -474,19 +494,23 @@ def bind_current_process(
             **options,
         )
     except (ConfigError, PlanError) as exc:
-        # Say which settings came from the environment: the user may not know.
-        from_env = [
-            f"{what} from {source}"
-            for what, source in (("rank", config.rank_source), ("nprocs", config.nprocs_source))
-            if source not in (None, "argument")
-        ]
-        from_env += [
-            f"{option} from {variable}"
-            for option in ("mode", "memory", "nodes", "cpus")
-            for variable in [config.from_environment(option)]
-            if variable is not None
-        ]
+        from_env = _settings_from_environment(config)
         if not from_env:
             raise
         raise type(exc)(f"{exc} (settings from the environment: {', '.join(from_env)})") from exc
-    return apply_plan(plan, migrate=migrate, on_error=on_error)
+
+
+def _settings_from_environment(config: _environ.EnvConfig) -> List[str]:
+    """Which settings came from the environment: the user may not know."""
+    from_env = [
+        f"{what} from {source}"
+        for what, source in (("rank", config.rank_source), ("nprocs", config.nprocs_source))
+        if source not in (None, "argument")
+    ]
+    from_env += [
+        f"{option} from {variable}"
+        for option in ("mode", "memory", "nodes", "cpus")
+        for variable in [config.from_environment(option)]
+        if variable is not None
+    ]
+    return from_env

@@ -171,7 +171,12 @@ class Journal:
 
     @property
     def owns_policy(self) -> bool:
-        return any(isinstance(record, PolicyUndo) for record in self.records)
+        # A loop, not any(genexpr): an interrupt landing in a generator being
+        # closed early is printed and dropped ("Exception ignored").
+        for record in self.records:
+            if isinstance(record, PolicyUndo):
+                return True
+        return False
 
     def rollback(self) -> List[str]:
         """Undo every record, newest first, each once; return what failed."""

@@ -15,7 +15,8 @@ state, reads it back, and can undo it.  Three rules shape it:
   the CPU binding and logs one WARNING that says how to fix it
   (``on_error="warn"``, the default: a worker that runs is better than a
   worker that dies), or rolls everything back and raises
-  (``on_error="raise"``).
+  (``on_error="raise"``).  Any other exception, ``KeyboardInterrupt``
+  included, rolls back what was changed before it propagates.
 * **Raw syscalls only.**  libnuma's void setters report errors by printing;
   here every policy change goes through ``set_mempolicy`` and friends, whose
   errno becomes a typed error.

@@ -652,3 +652,73 @@ emit(out)
     assert binding["policy_nodes"] == "" and binding["mempolicy"]["nodes"] == ""
     assert check["ok"] is True, check
     assert (check["mems"], check["page_nodes"]) == ("", "")
+
+
+def test_restore_in_a_forked_child_is_refused_and_leaves_the_parent_bound() -> None:
+    # Thread ids name the parent's threads: a child's restore() must not touch them.
+    result, _ = run_child(
+        PLAN
+        + """
+stop = threading.Event()
+pool = threading.Thread(target=stop.wait); pool.start()
+b = apply_plan(plan("NONE", mems=()))  # CPUs only: no thread check to hide behind
+read, write = os.pipe()
+pid = os.fork()
+if pid == 0:
+    try:
+        b.restore()
+        message = "restored"
+    except BindError as exc:
+        message = str(exc)
+    os.write(write, message.encode())
+    os._exit(0)
+os.close(write)
+os.waitpid(pid, 0)
+child = os.read(read, 4096).decode()
+out = {"child": child, "pool": cpus_allowed(f"/proc/self/task/{pool.native_id}/status"),
+       "main": cpus_allowed(), "restored": b.restored}
+b.restore()
+out["after"] = [cpus_allowed(), cpus_allowed(f"/proc/self/task/{pool.native_id}/status")]
+stop.set()
+emit(out)
+"""
+    )
+    assert "must run in process" in result["child"] and "forked child" in result["child"]
+    assert (result["main"], result["pool"]) == ("1", "1")  # the parent stayed bound
+    assert result["restored"] is False
+    assert result["after"] == ["0-1", "0-1"]  # and restores in its own process
+
+
+def test_restores_go_in_reverse_order_of_the_binds() -> None:
+    # bind A, bind B, A.restore(), B.restore() used to end with A's policy in
+    # force, both saying restored=True.  Now A is refused until B is restored.
+    result, _ = run_child(
+        PLAN
+        + """
+a = apply_plan(plan("BIND", cpus=(1,)))
+b = apply_plan(plan("INTERLEAVE", cpus=(1,)))
+out = {}
+try:
+    a.restore()
+    out["refused"] = None
+except BindError as exc:
+    out["refused"] = str(exc)
+out["after_refusal"] = [cpus_allowed(), policy_now(), a.restored]
+b.restore()
+out["after_b"] = [cpus_allowed(), policy_now()]
+a.restore()
+out["after_a"] = [cpus_allowed(), policy_now(), a.restored, b.restored]
+# Bindings that change nothing in common restore in any order.
+c = apply_plan(plan("NONE", cpus=(1,), mems=()))
+d = apply_plan(plan("BIND", cpus=None))
+c.restore()
+d.restore()
+out["unrelated"] = [cpus_allowed(), policy_now()]
+emit(out)
+"""
+    )
+    assert "newer binding" in result["refused"] and "restore it first" in result["refused"]
+    assert result["after_refusal"] == ["1", ["MPOL_INTERLEAVE", [0]], False]
+    assert result["after_b"] == ["1", ["MPOL_BIND", [0]]]
+    assert result["after_a"] == ["0-1", ["MPOL_DEFAULT", []], True, True]
+    assert result["unrelated"] == ["0-1", ["MPOL_DEFAULT", []]]

@@ -29,6 +29,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple, Union
 
@@ -151,7 +152,21 @@ UndoRecord = Union[CpuUndo, PolicyUndo]
 
 
 class Journal:
-    """Undo records of one bind, newest last; the one mutable part of a Binding."""
+    """Undo records of one bind, newest last; the one mutable part of a Binding.
+
+    Journals still in force are kept (weakly, in bind order) in a
+    per-process stack, which defines what restoring one means:
+
+    * Restores go in the reverse order of the binds.  A binding is refused
+      (:class:`BindError`, nothing changed) while a newer one that changed
+      the same things is still in force -- CPU masks, which are
+      process-wide, or the memory policy of the same thread.  Unrelated
+      bindings (say, two threads each setting only its own policy) restore
+      in any order.
+    * A journal belongs to the process and thread that made it: in a forked
+      child its thread ids name the parent's threads, so restoring there is
+      refused; the memory policy can only be put back by its own thread.
+    """
 
     def __init__(self) -> None:
         self.pid = os.getpid()
@@ -159,6 +174,7 @@ class Journal:
         self.records: List[UndoRecord] = []
         self.restored = False
         self.lock = threading.Lock()
+        _IN_FORCE.append(weakref.ref(self))
 
     def add(self, record: UndoRecord) -> None:
         """Record an undo *before* making the change it undoes."""
@@ -178,13 +194,76 @@ class Journal:
                 return True
         return False
 
+    @property
+    def owns_cpus(self) -> bool:
+        for record in self.records:
+            if isinstance(record, CpuUndo):
+                return True
+        return False
+
     def rollback(self) -> List[str]:
         """Undo every record, newest first, each once; return what failed."""
         failures: List[str] = []
         while self.records:
             failures.extend(self.records[-1].undo())
             self.records.pop()
+        _forget(self)
         return failures
+
+    def restore(self) -> List[str]:
+        """Roll back once, if this process, thread and stack position allow it."""
+        with self.lock:
+            if self.restored:
+                return []
+            self._check_may_restore()
+            failures = self.rollback()
+            self.restored = True
+            return failures
+
+    def _check_may_restore(self) -> None:
+        if os.getpid() != self.pid:
+            raise BindError(
+                f"restore() must run in process {self.pid}, which made the binding (called "
+                f"from process {os.getpid()}, a forked child?); nothing was changed"
+            )
+        if self.owns_policy and threading.get_native_id() != self.thread_id:
+            raise BindError(
+                f"restore() must run on thread {self.thread_id}, which bound the memory "
+                f"policy (called from thread {threading.get_native_id()})"
+            )
+        newer = _newer_overlapping(self)
+        if newer is not None:
+            raise BindError(
+                f"a newer binding (made on thread {newer.thread_id}) changed the same "
+                f"{'CPU affinity' if self.owns_cpus and newer.owns_cpus else 'memory policy'} "
+                "and is still in force; restore it first (restores go in the reverse order "
+                "of the binds); nothing was changed"
+            )
+
+
+_IN_FORCE: List[weakref.ref[Journal]] = []  # journals of this process, in bind order
+
+
+def _forget(journal: Journal) -> None:
+    for ref in list(_IN_FORCE):
+        if ref() is journal or ref() is None:
+            _IN_FORCE.remove(ref)
+
+
+def _newer_overlapping(journal: Journal) -> Optional[Journal]:
+    """The newest journal made after ``journal`` that changed the same things."""
+    found: Optional[Journal] = None
+    seen = False
+    for ref in list(_IN_FORCE):
+        other = ref()
+        if other is journal:
+            seen = True
+        elif seen and other is not None and other.records and other.pid == journal.pid:
+            cpus = journal.owns_cpus and other.owns_cpus
+            policy = journal.owns_policy and other.owns_policy
+            if cpus or (policy and other.thread_id == journal.thread_id):
+                found = other
+    return found
 
 
 # -------------------------------------------------------------------- steps

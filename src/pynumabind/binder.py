@@ -213,22 +213,16 @@ class Binding:
 
         Threads started after the bind that inherited the bound CPUs go back
         to the caller's previous mask too.  Must run on the binding thread
-        when a memory policy was applied (it is that thread's).  Idempotent.
-        Raises :class:`BindError` if something could not be put back.
+        when a memory policy was applied (it is that thread's), in the process
+        that bound (not a forked child), and after any newer binding that
+        changed the same things was restored (a stack; see
+        :class:`._apply.Journal`).  Idempotent.  Raises :class:`BindError`
+        when refused (nothing changed) or if something could not be put back.
         """
         journal = self._undo
         if journal is None:
             return
-        with journal.lock:
-            if journal.restored:
-                return
-            if journal.owns_policy and threading.get_native_id() != journal.thread_id:
-                raise BindError(
-                    f"restore() must run on thread {journal.thread_id}, which bound the memory "
-                    f"policy (called from thread {threading.get_native_id()})"
-                )
-            failures = journal.rollback()
-            journal.restored = True
+        failures = journal.restore()
         if failures:
             raise BindError("could not fully restore the binding: " + "; ".join(failures))
         log.debug("pynumabind: binding restored")

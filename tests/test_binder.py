@@ -722,3 +722,73 @@ emit(out)
     assert result["after_b"] == ["1", ["MPOL_BIND", [0]]]
     assert result["after_a"] == ["0-1", ["MPOL_DEFAULT", []], True, True]
     assert result["unrelated"] == ["0-1", ["MPOL_DEFAULT", []]]
+
+
+def test_binds_in_one_process_are_serialised() -> None:
+    # Two threads binding at once read each other's half-applied masks as
+    # "allowed" and "not pinned"; the second bind waits for the first.
+    result, _ = run_child(
+        PLAN
+        + """
+from pynumabind import _threads
+real_list = _threads.list_thread_ids
+inside, release, b_done = threading.Event(), threading.Event(), threading.Event()
+first = threading.get_native_id()
+def list_and_pause():
+    if threading.get_native_id() == first and not inside.is_set():
+        inside.set()
+        release.wait(10)
+    return real_list()
+_threads.list_thread_ids = list_and_pause
+bindings = {}
+def a():
+    bindings["a"] = apply_plan(plan("NONE", mems=()))
+def b():
+    inside.wait(10)
+    bindings["b"] = apply_plan(plan("NONE", mems=()))
+    b_done.set()
+tb = threading.Thread(target=b); tb.start()
+seen = {}
+def release_later():
+    inside.wait(10)
+    seen["b_finished_while_a_inside"] = b_done.wait(0.5)
+    release.set()
+tr = threading.Thread(target=release_later); tr.start()
+a()  # thread A is the main thread; it pauses inside its bind
+tb.join(); tr.join()
+emit({"b_finished_while_a_inside": seen["b_finished_while_a_inside"],
+      "both": sorted(bindings), "status": cpus_allowed()})
+"""
+    )
+    assert result["b_finished_while_a_inside"] is False
+    assert result["both"] == ["a", "b"] and result["status"] == "1"
+
+
+def test_a_bind_that_leaves_the_calling_thread_unbound_is_an_error() -> None:
+    # Someone narrows the caller's own mask while the bind scans: the scan would
+    # call the caller "deliberately pinned" and return a binding that is not one.
+    result, _ = run_child(
+        PLAN
+        + """
+from pynumabind import _threads
+stop = threading.Event()
+pool = threading.Thread(target=stop.wait); pool.start()
+real_list = _threads.list_thread_ids
+def list_after_someone_narrows_the_caller():
+    os.sched_setaffinity(0, {0})
+    return real_list()
+_threads.list_thread_ids = list_after_someone_narrows_the_caller
+try:
+    apply_plan(plan("BIND"))
+    out = {"error": None}
+except BindError as exc:
+    out = {"error": str(exc)}
+_threads.list_thread_ids = real_list
+out.update(pool=cpus_allowed(f"/proc/self/task/{pool.native_id}/status"), policy=policy_now())
+stop.set()
+emit(out)
+"""
+    )
+    assert result["error"] and "calling thread's own mask changed to 0" in result["error"]
+    assert result["pool"] == "0-1"  # what the bind had changed was put back
+    assert result["policy"] == ["MPOL_DEFAULT", []]

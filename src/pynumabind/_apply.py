@@ -329,6 +329,17 @@ def bind_cpus(
         raise _refused(exc, wanted, before) from exc
     except OSError as exc:  # /proc/self/task unreadable; bind_threads rolled back
         raise cpu_error(wanted, before, f"cannot read this process's threads ({exc})") from exc
+    caller = [r for r in scan.results if r.tid == journal.thread_id]
+    if not caller or caller[0].action is not _threads.ThreadAction.BOUND:
+        journal.rollback()
+        mask = caller[0].before if caller else None
+        raise cpu_error(
+            wanted,
+            before,
+            f"the calling thread's own mask changed to {format_ids(mask)} while binding "
+            "(another thread binding at the same time?); a worker whose own thread is "
+            "unbound is not bound",
+        )
     narrowed = [
         r for r in scan.results if r.action is _threads.ThreadAction.BOUND and r.after != wanted
     ]

@@ -16,7 +16,9 @@ state, reads it back, and can undo it.  Three rules shape it:
   (``on_error="warn"``, the default: a worker that runs is better than a
   worker that dies), or rolls everything back and raises
   (``on_error="raise"``).  Any other exception, ``KeyboardInterrupt``
-  included, rolls back what was changed before it propagates.
+  included, rolls back what was changed before it propagates.  Binds in one
+  process are serialised, and a bind that leaves the calling thread itself
+  unbound is an error, not a success.
 * **Raw syscalls only.**  libnuma's void setters report errors by printing;
   here every policy change goes through ``set_mempolicy`` and friends, whose
   errno becomes a typed error.
@@ -71,6 +73,20 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 ON_ERROR_CHOICES: Tuple[str, ...] = ("warn", "raise")
+
+# One bind at a time in a process: two threads binding at once would each read
+# the other's half-applied masks as "allowed" and "not pinned".  Reentrant:
+# bind_current_process holds it over detect, plan and apply_plan.
+_BIND_LOCK = threading.RLock()
+
+
+def _new_bind_lock() -> None:
+    # A child forked while another thread held the lock must not inherit it held.
+    global _BIND_LOCK  # noqa: PLW0603 - reset at fork, nowhere else
+    _BIND_LOCK = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_new_bind_lock)
 
 
 @dataclass(frozen=True, eq=False)
@@ -257,12 +273,13 @@ def apply_plan(plan: Plan, *, migrate: bool = False, on_error: str = "warn") -> 
     if plan.cpus is not None and not plan.cpus:
         raise PlanError(f"plan for rank {plan.rank} has an empty CPU set")
     request = _apply.policy_request(plan)
-    journal = Journal()
-    try:
-        return _apply_steps(plan, request, journal, migrate=migrate, on_error=on_error)
-    except BaseException:
-        journal.rollback()  # never half-bound: whatever was recorded goes back
-        raise
+    with _BIND_LOCK:
+        journal = Journal()
+        try:
+            return _apply_steps(plan, request, journal, migrate=migrate, on_error=on_error)
+        except BaseException:
+            journal.rollback()  # never half-bound: whatever was recorded goes back
+            raise
 
 
 def _apply_steps(
@@ -435,14 +452,19 @@ def bind_current_process(
     )
     if config.disabled:
         return _disabled(config)
-    if topology is None:
-        from .discovery import detect_topology
+    with _BIND_LOCK:  # what detect reads as allowed must not be another bind's half-work
+        if topology is None:
+            from .discovery import detect_topology
 
-        topology = detect_topology()
-    plan = _plan(
-        config, topology, device=device, gpu_memory=gpu_memory, interleave_nodes=interleave_nodes
-    )
-    return apply_plan(plan, migrate=migrate, on_error=on_error)
+            topology = detect_topology()
+        plan = _plan(
+            config,
+            topology,
+            device=device,
+            gpu_memory=gpu_memory,
+            interleave_nodes=interleave_nodes,
+        )
+        return apply_plan(plan, migrate=migrate, on_error=on_error)
 
 
 def _disabled(config: _environ.EnvConfig) -> Binding:

@@ -84,17 +84,29 @@ class Interrupter:
 """
 
 
-def test_interrupt_at_every_point_of_a_bind_leaves_it_bound_or_untouched() -> None:
+BIND_CALLS = {
+    "apply_plan": "lambda: apply_plan(plan, migrate=True)",
+    "bind_current_process": "lambda: bind_current_process(0, topology=topology, nprocs=1, "
+    "memory='bind', cpus='1', environ={})",
+}
+
+
+@pytest.mark.parametrize("call", sorted(BIND_CALLS))
+def test_interrupt_at_every_point_of_a_bind_leaves_it_bound_or_untouched(call: str) -> None:
     result, _ = run_child(
         INTERRUPTER
+        + f"call = {BIND_CALLS[call]}\n"
         + """
+from pynumabind import bind_current_process
+from pynumabind.discovery import detect_topology
+topology = detect_topology(use_nvml=False)
 baseline = state()
 bad, interrupted, k = [], 0, 0
 while True:
     k += 1
     interrupter = Interrupter(k)
     try:
-        binding = interrupter.run(lambda: apply_plan(plan, migrate=True))
+        binding = interrupter.run(call)
     except KeyboardInterrupt:
         interrupted += 1
         if state() != baseline:

@@ -273,13 +273,14 @@ def apply_plan(plan: Plan, *, migrate: bool = False, on_error: str = "warn") -> 
     if plan.cpus is not None and not plan.cpus:
         raise PlanError(f"plan for rank {plan.rank} has an empty CPU set")
     request = _apply.policy_request(plan)
-    with _BIND_LOCK:
-        journal = Journal()
-        try:
+    journal = Journal()
+    try:  # outside the lock's with: an interrupt as it releases must roll back too
+        with _BIND_LOCK:
             return _apply_steps(plan, request, journal, migrate=migrate, on_error=on_error)
-        except BaseException:
+    except BaseException:
+        with _BIND_LOCK:
             journal.rollback()  # never half-bound: whatever was recorded goes back
-            raise
+        raise
 
 
 def _apply_steps(
@@ -452,19 +453,26 @@ def bind_current_process(
     )
     if config.disabled:
         return _disabled(config)
-    with _BIND_LOCK:  # what detect reads as allowed must not be another bind's half-work
-        if topology is None:
-            from .discovery import detect_topology
+    binding: Optional[Binding] = None
+    try:
+        with _BIND_LOCK:  # what detect reads as allowed must not be another bind's half-work
+            if topology is None:
+                from .discovery import detect_topology
 
-            topology = detect_topology()
-        plan = _plan(
-            config,
-            topology,
-            device=device,
-            gpu_memory=gpu_memory,
-            interleave_nodes=interleave_nodes,
-        )
-        return apply_plan(plan, migrate=migrate, on_error=on_error)
+                topology = detect_topology()
+            plan = _plan(
+                config,
+                topology,
+                device=device,
+                gpu_memory=gpu_memory,
+                interleave_nodes=interleave_nodes,
+            )
+            binding = apply_plan(plan, migrate=migrate, on_error=on_error)
+    except BaseException:
+        if binding is not None and binding._undo is not None:  # interrupted as the lock went
+            binding._undo.rollback()
+        raise
+    return binding
 
 
 def _disabled(config: _environ.EnvConfig) -> Binding:

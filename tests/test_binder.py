@@ -792,3 +792,63 @@ emit(out)
     assert result["error"] and "calling thread's own mask changed to 0" in result["error"]
     assert result["pool"] == "0-1"  # what the bind had changed was put back
     assert result["policy"] == ["MPOL_DEFAULT", []]
+
+
+CHURN = """
+from pynumabind import _threads
+real_list = _threads.list_thread_ids
+fresh = iter(range(2**22 + 1, 2**23))  # above any pid_max: never a real thread
+# Every scan finds a thread it has not seen, gone by the time it looks (churn).
+_threads.list_thread_ids = lambda: real_list() + [next(fresh)]
+"""
+
+
+def test_a_scan_that_never_converges_is_a_partial_binding_with_a_skip() -> None:
+    result, _ = run_child(
+        PLAN
+        + CHURN
+        + """
+records = []
+class Keep(logging.Handler):
+    def emit(self, record): records.append((record.levelname, record.getMessage()))
+logging.getLogger("pynumabind").addHandler(Keep())
+start = time.monotonic()
+b = apply_plan(plan())
+elapsed = time.monotonic() - start
+try:
+    apply_plan(plan(), on_error="raise")
+    raised = None
+except BindError as exc:
+    raised = str(exc)
+emit({"binding": b.to_dict(), "elapsed": elapsed, "raised": raised,
+      "warnings": [m for level, m in records if level == "WARNING"], "status": cpus_allowed()})
+"""
+    )
+    binding = result["binding"]
+    assert binding["threads_converged"] is False
+    assert binding["partial"] is True
+    assert [s["what"] for s in binding["skipped"]] == ["CPU affinity of late threads"]
+    assert "kept appearing" in binding["skipped"][0]["reason"]
+    assert "bind first thing in the worker" in binding["skipped"][0]["fix"]
+    assert len(result["warnings"]) == 1 and "kept appearing" in result["warnings"][0]
+    assert result["elapsed"] < 5
+    assert "rolled back" in result["raised"]  # on_error="raise": nothing kept
+    assert result["status"] == "1"  # ... of the second bind; the first still holds
+
+
+def test_a_rescan_stops_at_its_time_limit() -> None:
+    result, _ = run_child(
+        CHURN
+        + """
+real_handle_name = _threads.thread_name
+def slow_name(tid):
+    time.sleep(0.2)
+    return real_handle_name(tid)
+_threads.thread_name = slow_name
+start = time.monotonic()
+scan = _threads.bind_threads(frozenset({1}), max_passes=1000, time_limit=0.5)
+emit({"elapsed": time.monotonic() - start, "converged": scan.converged, "passes": scan.passes})
+"""
+    )
+    assert result["converged"] is False
+    assert result["passes"] < 10 and result["elapsed"] < 3, result

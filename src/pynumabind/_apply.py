@@ -50,6 +50,7 @@ __all__ = [
     "PolicyRequest",
     "PolicyUndo",
     "Skipped",
+    "ThreadChurn",
     "bind_cpus",
     "fix_for",
     "migrate_pages",
@@ -94,6 +95,16 @@ class Skipped:
 
     def to_dict(self) -> Dict[str, Any]:
         return {"what": self.what, "reason": self.reason, "fix": self.fix, "errno": self.errno}
+
+
+class ThreadChurn(Exception):
+    """The thread scan gave up while new threads kept appearing."""
+
+
+_CHURN_FIX = (
+    "bind first thing in the worker, before thread pools start (threads that bound threads "
+    "start inherit the CPUs); Binding.verify() names any live thread left off the plan"
+)
 
 
 # ------------------------------------------------------------------ journal
@@ -445,8 +456,10 @@ def read_back_policy(
 
 
 def fix_for(exc: BaseException, what: str) -> str:
-    """What a user can do about a failed memory-policy or migration call."""
+    """What a user can do about a failed step (memory policy, migration, thread churn)."""
     err = getattr(exc, "errno", None)
+    if isinstance(exc, ThreadChurn):
+        return _CHURN_FIX
     if isinstance(exc, LibnumaUnavailableError):
         return "install the libnuma runtime package (see the error)"
     if err == errno.EPERM:

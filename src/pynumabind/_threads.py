@@ -10,8 +10,9 @@ A thread counts as *not deliberately pinned* when its mask equals the
 caller's mask before binding; any other thread was pinned by someone on
 purpose and is left alone (and reported).  The walk is repeated until a pass
 finds no thread it has not seen (bounded), so threads spawned while we bind
-are caught too.  Threads may exit at any moment: ESRCH/ENOENT means
-"exited", not failure.
+are caught too; when threads keep appearing the walk stops after a bounded
+number of passes and time, and says it did not converge.  Threads may exit
+at any moment: ESRCH/ENOENT means "exited", not failure.
 
 Any other failure (EINVAL: the cpuset forbids every wanted CPU; EPERM: a
 seccomp filter) rolls back the threads already changed and raises
@@ -24,6 +25,7 @@ import enum
 import errno
 import os
 import threading
+import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
@@ -45,6 +47,7 @@ __all__ = [
 
 TASK_DIR = "/proc/self/task"
 DEFAULT_MAX_PASSES = 8
+DEFAULT_TIME_LIMIT = 1.0  # seconds; no new pass starts after this
 
 _GONE = (errno.ESRCH, errno.ENOENT)
 
@@ -187,6 +190,7 @@ def bind_threads(
     reference: Optional[frozenset[int]] = None,
     max_passes: int = DEFAULT_MAX_PASSES,
     record: Optional[Dict[int, frozenset[int]]] = None,
+    time_limit: float = DEFAULT_TIME_LIMIT,
 ) -> ThreadScan:
     """Set ``cpus`` as the affinity of every thread that is not pinned elsewhere.
 
@@ -194,6 +198,10 @@ def bind_threads(
     defaults to the calling thread's mask before the call.  The calling thread
     is bound first, so threads it starts while we scan inherit ``cpus``.  A
     thread already on exactly ``cpus`` counts as bound (nothing to change).
+
+    The rescan stops after ``max_passes`` passes or once ``time_limit``
+    seconds have gone by (a pass in progress finishes), whichever comes
+    first; the scan then says it did not converge.
 
     ``record`` (tid -> mask before) receives each thread's previous mask
     *before* its mask is changed, so a caller's undo journal holds every
@@ -242,9 +250,10 @@ def bind_threads(
 
     passes = 0
     converged = False
+    give_up = time.monotonic() + time_limit
     try:
         handle(caller)
-        while passes < max_passes:
+        while passes < max_passes and (passes == 0 or time.monotonic() < give_up):
             fresh = [tid for tid in list_thread_ids() if tid not in results]
             if not fresh:
                 converged = True

@@ -300,10 +300,11 @@ def _apply_steps(
     if plan.cpus is not None:
         scan = _apply.bind_cpus(plan.cpus, before, journal)
         if not scan.converged:
-            notes.append(
-                f"threads kept appearing after {scan.passes} scans; late ones inherit the "
-                "bound CPUs only if a bound thread started them"
+            churn = _apply.ThreadChurn(
+                f"threads kept appearing after {scan.passes} scans; a thread the scan missed "
+                "keeps its old CPUs, and so do the threads it starts"
             )
+            _settle("CPU affinity of late threads", churn, journal, on_error, skipped)
     memory_applied = False
     if request.mode is not None:
         failure = _apply.set_policy(request, journal)

@@ -852,3 +852,18 @@ emit({"elapsed": time.monotonic() - start, "converged": scan.converged, "passes"
     )
     assert result["converged"] is False
     assert result["passes"] < 10 and result["elapsed"] < 3, result
+
+
+def test_bindings_nobody_holds_leave_no_trace_in_the_restore_stack() -> None:
+    import gc
+
+    from pynumabind import _apply
+
+    nothing = _plan(cpus=None, mems=frozenset(), policy=MemoryPolicy.NONE)
+    held = binder.apply_plan(nothing)
+    for _ in range(1000):
+        binder.apply_plan(nothing)
+    gc.collect()
+    binder.apply_plan(nothing)
+    assert len(_apply._IN_FORCE) <= 3  # held, and at most the last two
+    assert any(ref() is held._undo for ref in _apply._IN_FORCE)

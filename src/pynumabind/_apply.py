@@ -185,6 +185,7 @@ class Journal:
         self.records: List[UndoRecord] = []
         self.restored = False
         self.lock = threading.Lock()
+        _forget(None)  # drop the journals of bindings nobody holds any more
         _IN_FORCE.append(weakref.ref(self))
 
     def add(self, record: UndoRecord) -> None:
@@ -255,7 +256,8 @@ class Journal:
 _IN_FORCE: List[weakref.ref[Journal]] = []  # journals of this process, in bind order
 
 
-def _forget(journal: Journal) -> None:
+def _forget(journal: Optional[Journal]) -> None:
+    """Drop ``journal`` and every journal already garbage-collected from the stack."""
     for ref in list(_IN_FORCE):
         if ref() is journal or ref() is None:
             _IN_FORCE.remove(ref)

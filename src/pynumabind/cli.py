@@ -488,9 +488,9 @@ def cmd_check(args: argparse.Namespace) -> int:
                 w.device or "-",
                 w.planned_cpus,
                 w.actual_cpus,
-                w.planned_mems,
+                w.planned_mems or "-",
                 w.policy,
-                w.page_nodes,
+                w.page_nodes or "-",
                 "ok" if w.ok else "FAIL",
             ]
             for w in report.workers

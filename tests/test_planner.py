@@ -701,3 +701,14 @@ def test_plan_each_gives_every_rank_its_plan_or_its_own_error() -> None:
     assert "rank 5:" in str(results[5])
     with pytest.raises(PlanError, match="rank 4:"):
         plan_all(topo)
+
+
+def test_cpus_override_away_from_the_gpu_warns_and_memory_follows_the_cpus() -> None:
+    p = plan(dgx_h100(), 0, cpus="56-59;0-3;0-3;0-3;56-59;56-59;56-59;56-59")
+    assert p.cpus == frozenset(range(56, 60)) and p.mems == frozenset({1})
+    assert len(p.warnings) == 1
+    assert p.warnings[0] == (
+        "cpus override puts rank 0 on node(s) 1, away from its GPU 0 (0000:18:00.0) on "
+        "node(s) 0; its memory policy follows the CPUs"
+    )
+    assert plan(dgx_h100(), 1, cpus="56-59;0-3;0-3;0-3;56-59;56-59;56-59;56-59").warnings == ()

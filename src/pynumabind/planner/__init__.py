@@ -47,6 +47,10 @@ detection; they are validated against the machine and the allowed sets.
 
 One parser reads both (:mod:`._overrides`).
 
+A ``cpus`` override that moves a rank off its GPU's node warns, and its
+memory follows the CPUs, not the GPU (vLLM's choice is the GPU; see
+:mod:`._cpus`).
+
 With ``nprocs=None`` an override's length is the number of local ranks;
 otherwise it must match ``nprocs``.
 

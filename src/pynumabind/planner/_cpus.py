@@ -11,8 +11,13 @@
 * ``none``: CPU affinity left alone.
 
 A ``cpus`` override wins over every mode but ``none`` (which it
-contradicts).  Plans never leave the allowed CPUs; an empty intersection is
-a :class:`~pynumabind.errors.PlanError`, never a silently unbound worker.
+contradicts).  When it puts a rank on a node other than its GPU's, the plan
+warns, and the memory policy follows the CPUs (the nodes the rank will run
+on), not the GPU: that is pynumabind's choice; vLLM's binding follows the
+GPU instead.  A ``nodes`` override names the memory nodes directly.
+
+Plans never leave the allowed CPUs; an empty intersection is a
+:class:`~pynumabind.errors.PlanError`, never a silently unbound worker.
 """
 
 from __future__ import annotations
@@ -57,8 +62,16 @@ def _from_override(
     state.cpus = got
     state.reasons.append(f"cpus override: rank {state.rank} gets CPUs {format_ids(got)}")
     if not nodes_given:
+        gpu_nodes = state.nodes  # where the GPU placed the rank, before the override
         state.nodes = nodes_of(topology, got)
         state.primary = primary_node(topology, state.nodes, got) if state.nodes else None
+        off = state.nodes - gpu_nodes
+        if state.device is not None and gpu_nodes and off:
+            state.warn(
+                f"cpus override puts rank {state.rank} on node(s) {format_ids(off)}, away from "
+                f"its GPU {state.device.index} ({state.device.pci_bus_id}) on node(s) "
+                f"{format_ids(gpu_nodes)}; its memory policy follows the CPUs"
+            )
 
 
 def _mode_node(topology: Topology, state: RankState) -> None:

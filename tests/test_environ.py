@@ -258,3 +258,14 @@ def test_options_are_built_once_and_carry_every_plan_input() -> None:
     assert merged.mode is CpuMode.EXCLUSIVE and merged.sources["mode"] == "command line"
     with pytest.raises(ConfigError, match="--nprocs must be at least 1"):
         Options.from_arguments(nprocs=0, flags=True)
+
+
+def test_require_node_from_the_environment() -> None:
+    assert resolve({"LOCAL_RANK": "0"}).require_node is False
+    config = resolve({"LOCAL_RANK": "0", "PYNUMABIND_REQUIRE_NODE": "yes"})
+    assert config.require_node and config.from_environment("require_node") == (
+        "PYNUMABIND_REQUIRE_NODE"
+    )
+    assert resolve({"LOCAL_RANK": "0"}, require_node=True).require_node
+    with pytest.raises(ConfigError, match="PYNUMABIND_REQUIRE_NODE"):
+        resolve({"LOCAL_RANK": "0", "PYNUMABIND_REQUIRE_NODE": "maybe"})

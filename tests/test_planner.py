@@ -14,7 +14,13 @@ import pytest
 from pynumabind.cpulist import format_cpulist, parse_cpulist
 from pynumabind.errors import ConfigError, PlanError
 from pynumabind.model import CpuMode, MemoryPolicy, Plan
-from pynumabind.planner import parse_cpus_override, parse_nodes_override, plan, plan_all
+from pynumabind.planner import (
+    parse_cpus_override,
+    parse_nodes_override,
+    plan,
+    plan_all,
+    plan_each,
+)
 from topology_builders import (
     dgx_a100_nps4,
     dgx_h100,
@@ -712,3 +718,13 @@ def test_cpus_override_away_from_the_gpu_warns_and_memory_follows_the_cpus() -> 
         "node(s) 0; its memory policy follows the CPUs"
     )
     assert plan(dgx_h100(), 1, cpus="56-59;0-3;0-3;0-3;56-59;56-59;56-59;56-59").warnings == ()
+
+
+def test_require_node_turns_an_unknown_gpu_node_into_a_plan_error() -> None:
+    topo = mi300x_unknown_gpu_node()
+    assert plan(topo, 3).cpus is None  # default: unbound, with a warning
+    with pytest.raises(PlanError, match=r"rank 3: GPU 3 \(.*\) has no known NUMA node"):
+        plan(topo, 3, require_node=True)
+    assert plan(topo, 2, require_node=True).cpus is not None  # other ranks are unaffected
+    results = plan_each(topo, require_node=True)
+    assert [isinstance(r, PlanError) for r in results] == [i == 3 for i in range(len(results))]

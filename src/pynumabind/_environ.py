@@ -27,6 +27,8 @@ Rules
   counts as unset (``PYNUMABIND_MODE= cmd`` clears it).
 * ``PYNUMABIND_DISABLE``: ``1/true/yes/on`` disables binding (a logged
   no-op); ``0/false/no/off`` or empty leave it enabled.
+  ``PYNUMABIND_REQUIRE_NODE`` takes the same values: a GPU whose NUMA node
+  is unknown then fails the plan instead of leaving the rank unbound.
 * Explicit arguments always win over the environment.
 * A rank or size variable that is set must be a non-negative integer (a
   size a positive one), even when empty: a launcher that exports
@@ -71,6 +73,7 @@ MEMORY_VARIABLE = "PYNUMABIND_MEMORY"
 NODES_VARIABLE = "PYNUMABIND_NODES"
 CPUS_VARIABLE = "PYNUMABIND_CPUS"
 DISABLE_VARIABLE = "PYNUMABIND_DISABLE"
+REQUIRE_NODE_VARIABLE = "PYNUMABIND_REQUIRE_NODE"
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"", "0", "false", "no", "off"})
@@ -241,6 +244,12 @@ def resolve(
             f"processes {nprocs} (from {nprocs_source})"
         )
     sources = dict(given.sources)
+    require_node = given.require_node
+    require_value = environ.get(REQUIRE_NODE_VARIABLE)
+    if not require_node and require_value is not None:
+        require_node = parse_flag(REQUIRE_NODE_VARIABLE, require_value)
+        if require_node:
+            sources["require_node"] = REQUIRE_NODE_VARIABLE
     return replace(
         given,
         rank=rank,
@@ -248,6 +257,7 @@ def resolve(
         nprocs=nprocs,
         nprocs_source=nprocs_source,
         disabled=disabled,
+        require_node=require_node,
         disabled_by=f"{DISABLE_VARIABLE}={disable_value}" if disabled else None,
         **_choices(environ, given, sources),
         sources=sources,

@@ -24,8 +24,9 @@ per-rank overrides ``nodes`` and ``cpus`` stay as given: ``all``, ``!`` and
 
 ``sources`` records where each option came from (``"argument"``, a CLI flag,
 or the environment variable), so an error can name the variable the user
-may not know was set.  Later options (a snapshot file, ``require_node``) get
-a field and a variable here, and nowhere else.
+may not know was set.  ``require_node`` (``PYNUMABIND_REQUIRE_NODE``) turns a
+GPU whose NUMA node is unknown into a PlanError.  Later options (a snapshot
+file) get a field and a variable here, and nowhere else.
 """
 
 from __future__ import annotations
@@ -128,6 +129,7 @@ class Options:
     devices: Optional[Tuple[int, ...]] = None  # every rank's GPU
     gpu_memory: bool = False
     interleave_nodes: Union[str, frozenset[int], None] = None
+    require_node: bool = False  # a GPU whose NUMA node is unknown is a PlanError
     rank_source: Optional[str] = None
     nprocs_source: Optional[str] = None
     disabled: bool = False
@@ -148,12 +150,14 @@ class Options:
         devices: Optional[Sequence[int]] = None,
         gpu_memory: bool = False,
         interleave_nodes: Union[str, Iterable[int], None] = None,
+        require_node: bool = False,
         flags: bool = False,
     ) -> Options:
         """Options from keyword arguments; ``flags``: from the CLI (errors say ``--nprocs``)."""
         prefix, source = ("--", COMMAND_LINE) if flags else ("", ARGUMENT)
-        if not isinstance(gpu_memory, bool):
-            raise ConfigError(f"gpu_memory must be True or False, not {gpu_memory!r}")
+        for name, flag in (("gpu_memory", gpu_memory), ("require_node", require_node)):
+            if not isinstance(flag, bool):
+                raise ConfigError(f"{name} must be True or False, not {flag!r}")
         choices = {"mode": mode, "memory": memory, "nodes": nodes, "cpus": cpus}
         given = [name for name, value in choices.items() if value is not None]
         return cls(
@@ -167,6 +171,7 @@ class Options:
             devices=_devices(devices),
             gpu_memory=gpu_memory,
             interleave_nodes=_interleave(interleave_nodes),
+            require_node=require_node,
             rank_source=None if rank is None else source,
             nprocs_source=None if nprocs is None else source,
             sources={name: source for name in given},
@@ -193,7 +198,7 @@ class Options:
         ]
         out += [
             f"{option} from {variable}"
-            for option in ("mode", "memory", "nodes", "cpus")
+            for option in ("mode", "memory", "nodes", "cpus", "require_node")
             for variable in [self.from_environment(option)]
             if variable is not None
         ]
@@ -217,4 +222,6 @@ class Options:
             out["gpu_memory"] = True
         if self.interleave_nodes is not None:
             out["interleave_nodes"] = self.interleave_nodes
+        if self.require_node:
+            out["require_node"] = True
         return out

@@ -97,7 +97,14 @@ from ._overrides import (
     parse_cpus_override,
     parse_nodes_override,
 )
-from ._place import RankState, nodes_of, place, primary_node, sharing_ranks
+from ._place import (
+    RankState,
+    nodes_of,
+    place,
+    primary_node,
+    require_known_node,
+    sharing_ranks,
+)
 from ._request import (
     Request,
     build_request,
@@ -184,6 +191,9 @@ def _plan_ranks(
         )
         for r in range(request.nprocs)
     ]
+    if request.require_node and request.node_sets is None:
+        for state in states:
+            require_known_node(topology, state)
     choose_cpus(
         topology,
         request.mode,
@@ -280,6 +290,7 @@ def plan(
     device: Optional[int] = None,
     gpu_memory: bool = False,
     interleave_nodes: Union[str, Iterable[int], None] = None,
+    require_node: bool = False,
 ) -> Plan:
     """The plan for local rank ``rank`` of ``nprocs``.
 
@@ -301,6 +312,7 @@ def plan(
         device=device,
         gpu_memory=gpu_memory,
         interleave_nodes=interleave_nodes,
+        require_node=require_node,
     )
     return plan_for(topology, options)
 
@@ -316,6 +328,7 @@ def plan_each(
     devices: Optional[Sequence[int]] = None,
     gpu_memory: bool = False,
     interleave_nodes: Union[str, Iterable[int], None] = None,
+    require_node: bool = False,
 ) -> List[Union[Plan, PynumabindError]]:
     """Like :func:`plan_all`, but each rank gets its plan or its own error.
 
@@ -331,6 +344,7 @@ def plan_each(
         devices=devices,
         gpu_memory=gpu_memory,
         interleave_nodes=interleave_nodes,
+        require_node=require_node,
     )
     return plan_each_for(topology, options)
 
@@ -346,6 +360,7 @@ def plan_all(
     devices: Optional[Sequence[int]] = None,
     gpu_memory: bool = False,
     interleave_nodes: Union[str, Iterable[int], None] = None,
+    require_node: bool = False,
 ) -> List[Plan]:
     """Plans for every local rank, in rank order.
 
@@ -362,6 +377,7 @@ def plan_all(
         devices=devices,
         gpu_memory=gpu_memory,
         interleave_nodes=interleave_nodes,
+        require_node=require_node,
     )
     for result in results:
         if isinstance(result, PynumabindError):

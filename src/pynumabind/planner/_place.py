@@ -200,6 +200,18 @@ def place_gpu(topology: Topology, state: RankState, gpu: Gpu) -> None:
             )
 
 
+def require_known_node(topology: Topology, state: RankState) -> None:
+    """``require_node``: a GPU whose NUMA node is unknown fails its rank's plan."""
+    gpu = state.device
+    if gpu is None or (gpu.numa_node is not None and gpu.numa_node in topology.nodes):
+        return
+    state.error = PlanError(
+        f"rank {state.rank}: {gpu_label(gpu)} has no known NUMA node ({gpu.source} reports "
+        f"{'none' if gpu.numa_node is None else gpu.numa_node}) and require_node is set "
+        "(require_node=True or PYNUMABIND_REQUIRE_NODE=1)"
+    )
+
+
 # ------------------------------------------------------------------ ranks
 
 

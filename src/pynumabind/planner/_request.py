@@ -40,6 +40,7 @@ class Request:
     gpu_memory: bool
     interleave_nodes: Optional[frozenset[int]]
     nprocs_reason: str
+    require_node: bool = False
 
 
 def check_int(value: object, what: str) -> int:
@@ -255,4 +256,5 @@ def build_request(topology: Topology, options: Options) -> Request:
         gpu_memory=options.gpu_memory,
         interleave_nodes=_interleave_nodes(topology, options.policy, options.interleave_nodes),
         nprocs_reason=reason,
+        require_node=options.require_node,
     )

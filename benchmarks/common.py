@@ -7,11 +7,50 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Optional
 
-__all__ = ["Settings", "Setup", "run_worker", "say", "worker_env"]
+if TYPE_CHECKING:
+    from pynumabind.topology import Topology
+
+__all__ = [
+    "Settings",
+    "Setup",
+    "detect_topology",
+    "discovery_api",
+    "read_topology",
+    "run_worker",
+    "say",
+    "worker_env",
+]
 
 PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ------------------------------------------------------------ discovery
+#
+# Every use of the library's discovery API in the benchmarks goes through
+# the two helpers below, and they reach the library through ``discovery_api``
+# alone: when discovery moves (``Topology.from_sysfs``/``detect`` becoming a
+# ``pynumabind.discovery`` module), the import line there is the one to change.
+
+
+def discovery_api() -> Any:
+    """The object whose ``from_sysfs(root, ...)`` and ``detect(...)`` discover a machine."""
+    from pynumabind.topology import Topology as api
+
+    return api
+
+
+def read_topology(root: str = "/sys", **options: Any) -> Topology:
+    """The machine under sysfs ``root``, files only (no NVML), as the library reads it."""
+    topology: Topology = discovery_api().from_sysfs(root, **options)
+    return topology
+
+
+def detect_topology(**options: Any) -> Topology:
+    """This machine and process (sysfs + NVML + visibility); ``sysfs_root=`` for a fake tree."""
+    topology: Topology = discovery_api().detect(**options)
+    return topology
 
 
 def say(message: str) -> None:

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Optional, Tuple
 
 if TYPE_CHECKING:
     from pynumabind.topology import Topology
@@ -74,6 +74,27 @@ class Settings:
     @property
     def apply_reps(self) -> int:
         return 200 if self.quick else 2000
+
+    # targets (issue 14's table): timed calls per fresh process (second bind, from_sysfs)
+    @property
+    def inner_reps(self) -> int:
+        return 20 if self.quick else 50
+
+    # scaling: generated sysfs trees (the 4,096-CPU tree alone takes ~10 s to write)
+    @property
+    def scaling_cpus(self) -> Tuple[int, ...]:
+        return (2, 64, 256, 1024) if self.quick else (2, 64, 256, 1024, 4096)
+
+    @property
+    def scaling_reps(self) -> int:
+        return 3 if self.quick else 7
+
+    # threads: apply_plan with this many threads alive
+    thread_counts: Tuple[int, ...] = (1, 10, 100, 1000)
+
+    def thread_reps(self, threads: int) -> int:
+        """Repetitions at ``threads`` threads: fewer as each apply gets longer."""
+        return max(10, self.apply_reps // max(1, threads // 10))
 
     # locality
     @property

@@ -240,7 +240,7 @@ def probe_sysfs(root: str, reps: int) -> Dict[str, Any]:
 
 
 def probe_scaling(root: str, reps: int, nprocs: int, modes: List[str]) -> Dict[str, Any]:
-    """Per CPU mode, ``reps`` times: discover the tree at ``root``, then plan rank 0 of ``nprocs``.
+    """``reps`` rounds over the CPU modes: discover the tree at ``root``, plan rank 0 of ``nprocs``.
 
     Discovery is ``detect`` without NVML (there is no GPU behind a fake
     tree) and with an empty environment (every GPU visible); the first
@@ -264,18 +264,20 @@ def probe_scaling(root: str, reps: int, nprocs: int, modes: List[str]) -> Dict[s
         "nprocs": nprocs,
         "modes": {},
     }
-    for mode in modes:
-        detect_ms: List[float] = []
-        plan_ms: List[float] = []
-        result: Any = None
-        for _ in range(reps):
+    timings: Dict[str, Dict[str, List[float]]] = {m: {"detect": [], "plan": []} for m in modes}
+    results: Dict[str, Any] = {}
+    for _ in range(reps):  # modes round-robin, so a slow moment hits them all alike
+        for mode in modes:
             start = time.perf_counter()
             topology = discover()
             found = time.perf_counter()
-            result = planner.plan(topology, 0, nprocs, mode=mode)
+            results[mode] = planner.plan(topology, 0, nprocs, mode=mode)
             done = time.perf_counter()
-            detect_ms.append((found - start) * 1e3)
-            plan_ms.append((done - found) * 1e3)
+            timings[mode]["detect"].append((found - start) * 1e3)
+            timings[mode]["plan"].append((done - found) * 1e3)
+    for mode in modes:
+        detect_ms, plan_ms = timings[mode]["detect"], timings[mode]["plan"]
+        result = results.get(mode)
         out["modes"][mode] = {
             "detect_ms": detect_ms,
             "plan_ms": plan_ms,

@@ -575,8 +575,25 @@ def render_plots(results: Dict[str, Any], directory: str) -> List[str]:
         )
         ax.axhline(5.0, color="darkred", linestyle="--", linewidth=0.8)
         ax.text(2, 5.4, "issue 14: from_sysfs ≤ 5 ms on 224 CPUs", fontsize=8, color="darkred")
+        dgx = {r["key"]: r for r in benches.get("targets", {}).get("rows", [])}.get(
+            "from_sysfs_dgx_h100", {}
+        )
+        if "summary" in dgx:
+            ax.plot(
+                [224],
+                [dgx["summary"]["median"]],
+                marker="*",
+                markersize=12,
+                linestyle="none",
+                color="darkred",
+                label="from_sysfs, DGX H100 fixture (224 CPUs; targets suite)",
+            )
         ax.set_xscale("log")
         ax.set_yscale("log")
+        sizes = sorted({m["cpus"] for m in scaling})
+        ax.set_xticks(sizes)
+        ax.set_xticklabels([f"{n:,}" for n in sizes])
+        ax.minorticks_off()
         ax.set_xlabel("CPUs in the generated sysfs tree (log)")
         ax.set_ylabel("ms (log; median, error bar: IQR)")
         ax.set_title(f"Detect + plan against machine size\n{subtitle}", fontsize=10)

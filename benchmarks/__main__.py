@@ -96,6 +96,7 @@ def collect(settings: Settings, suites: List[str]) -> Dict[str, Any]:
         "topology": topology_snapshot(),
         "benchmarks": {},
         "durations_s": {},
+        "load_average": {"start": round(os.getloadavg()[0], 2)},
     }
     for name in suites:
         say(f"[{name}]")
@@ -106,6 +107,7 @@ def collect(settings: Settings, suites: List[str]) -> Dict[str, Any]:
             results["benchmarks"][name] = {"error": f"{type(exc).__name__}: {exc}"}
             say(f"  {name} failed: {type(exc).__name__}: {exc}")
         results["durations_s"][name] = round(time.monotonic() - start, 2)
+    results["load_average"]["end"] = round(os.getloadavg()[0], 2)
     return results
 
 

@@ -85,9 +85,14 @@ class Settings:
     def scaling_cpus(self) -> Tuple[int, ...]:
         return (2, 64, 256, 1024) if self.quick else (2, 64, 256, 1024, 4096)
 
-    @property
-    def scaling_reps(self) -> int:
-        return 3 if self.quick else 7
+    def scaling_reps(self, cpus: int) -> int:
+        """Rounds over the modes for a ``cpus``-CPU tree: more where a round is cheap.
+
+        A preempted read costs a scheduler tick (ms) on a shared box, as much
+        as a whole small discovery, so small trees need more samples.
+        """
+        base = 3 if self.quick else 7
+        return base * (4 if cpus <= 64 else 2 if cpus <= 256 else 1)
 
     # threads: apply_plan with this many threads alive
     thread_counts: Tuple[int, ...] = (1, 10, 100, 1000)

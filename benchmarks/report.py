@@ -71,6 +71,14 @@ def render_markdown(results: Dict[str, Any]) -> str:
         f"> **{virt.get('verdict', 'virtualization unknown')}**",
         "",
     ]
+    load = results.get("load_average")
+    if load:
+        lines += [
+            "Load average (1 min) at the start and the end of the run: "
+            f"{load.get('start', '?')} / {load.get('end', '?')} "
+            f"on {machine.get('logical_cpus', '?')} CPUs (others' work makes the numbers noisy).",
+            "",
+        ]
     benches = results.get("benchmarks", {})
     if "targets" in benches:
         lines += _targets_md(benches["targets"], results.get("ffi_mode", ""))
@@ -199,7 +207,8 @@ def _scaling_md(data: Dict[str, Any]) -> List[str]:
         "",
         f"Generated sysfs trees ({data.get('tree_filesystem')}), one fresh process per tree; "
         f"detect (files only, NVML {data.get('nvml', 'not used')}) then plan rank 0 of one rank "
-        f"per GPU, {data.get('reps')} times per mode. Cells: detect + plan, median [IQR]; "
+        "per GPU, the modes round-robin (rounds per tree: *Reps*). Cells: detect + plan, median "
+        "[IQR]; "
         "the last row: the growth exponent k of time ∝ CPUs^k (least squares, ≥ 64 CPUs).",
         "",
     ]
@@ -211,12 +220,15 @@ def _scaling_md(data: Dict[str, Any]) -> List[str]:
             f"{machine['pci_functions']} PCI fn"
         )
         if "error" in machine:
-            rows.append([machine["cpus"], shape, "", machine["error"][:120]] + [""] * len(modes))
+            rows.append(
+                [machine["cpus"], shape, "", "", machine["error"][:120]] + [""] * len(modes)
+            )
             continue
         cells = [_t(machine["modes"][m]["total"]) if m in machine["modes"] else "" for m in modes]
         node = machine["modes"].get(modes[0]) if modes else None
         split = f"{_t(node['detect'])} + {_t(node['plan'])}" if node else ""
-        rows.append([machine["cpus"], shape, machine.get("tree_files", ""), split, *cells])
+        files, reps = machine.get("tree_files", ""), machine.get("reps", "")
+        rows.append([machine["cpus"], shape, files, reps, split, *cells])
     slopes: List[Any] = []
     for mode in modes:
         points = [
@@ -226,8 +238,15 @@ def _scaling_md(data: Dict[str, Any]) -> List[str]:
         ]
         slope = loglog_slope(points)
         slopes.append("" if slope is None else f"k = {slope:.2f}")
-    rows.append(["growth", "", "", "", *slopes])
-    header = ["CPUs", "Machine", "Files", f"{modes[0] if modes else ''}: detect + plan", *modes]
+    rows.append(["growth", "", "", "", "", *slopes])
+    header = [
+        "CPUs",
+        "Machine",
+        "Files",
+        "Reps",
+        f"{modes[0] if modes else ''}: detect + plan",
+        *modes,
+    ]
     out += _table(header, rows)
     out.append("")
     return out

@@ -47,7 +47,6 @@ def run_scaling(
 ) -> Dict[str, Any]:
     """The series; ``cpus``/``reps``/``modes`` override the settings."""
     sizes = tuple(settings.scaling_cpus if cpus is None else cpus)
-    reps = settings.scaling_reps if reps is None else reps
     try:
         generator = sysfs_tree_module()
     except ImportError as exc:
@@ -55,7 +54,6 @@ def run_scaling(
     parent = tree_directory()
     out: Dict[str, Any] = {
         "available": True,
-        "reps": reps,
         "modes": list(modes),
         "tree_filesystem": "tmpfs (/dev/shm)" if parent else "default temporary directory",
         "nvml": "not used (no GPU behind a generated tree)",
@@ -64,8 +62,10 @@ def run_scaling(
     for count in sizes:
         packages, per_package, smt = machine_shape(count)
         desc = generated_machine(count)
+        rounds = settings.scaling_reps(count) if reps is None else reps
         entry: Dict[str, Any] = {
             "cpus": count,
+            "reps": rounds,
             "packages": packages,
             "nodes": packages * per_package,
             "smt": smt,
@@ -80,14 +80,14 @@ def run_scaling(
             build_tree(desc, scratch, generator)
             entry["tree_write_s"] = round(time.monotonic() - start, 2)
             entry["tree_files"] = count_files(scratch)
-            say(f"  scaling: {count} CPUs, detect + plan x {reps} per mode")
+            say(f"  scaling: {count} CPUs, detect + plan x {rounds} per mode")
             argv = [
                 sys.executable,
                 "-m",
                 "benchmarks.probe",
                 "scaling",
                 scratch,
-                str(reps),
+                str(rounds),
                 str(entry["gpus"]),
                 *modes,
             ]

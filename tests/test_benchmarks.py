@@ -622,6 +622,7 @@ def test_scaling_suite_times_every_mode(series: dict[str, Any]) -> None:
     assert [m["cpus"] for m in data["machines"]] == [2, 64]
     for machine in data["machines"]:
         assert "error" not in machine, machine.get("error")
+        assert machine["reps"] == 1
         assert machine["discovered"]["cpus"] == machine["cpus"]
         assert machine["discovered"]["nodes"] == machine["nodes"]
         assert set(machine["modes"]) == {"node", "socket", "exclusive", "core-complex"}
@@ -653,7 +654,9 @@ def test_issue14_sections_render(series: dict[str, Any], tmp_path: Path) -> None
     assert "### Issue 14: discovery and binding cost against a numactl exec" in text
     for what, _target, _limit, _unit in TARGETS.values():
         assert what in text
-    assert "| 64 | 2 pkg, 2 node(s), SMT, 8 GPU(s), 16 PCI fn |" in text
+    assert re.search(
+        r"\| 64 \| 2 pkg, 2 node\(s\), SMT, 8 GPU\(s\), 16 PCI fn \| \d+ \| 1 \|", text
+    )
     assert "### Apply time against the number of threads" in text
     pytest.importorskip("matplotlib")
     written = report.render_plots(document, str(tmp_path))

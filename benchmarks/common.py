@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, Iterable, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
 
 if TYPE_CHECKING:
     from pynumabind.topology import Topology
@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Settings",
     "Setup",
+    "bare_python",
     "detect_topology",
     "discovery_api",
     "read_topology",
@@ -169,6 +170,26 @@ def worker_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
         env.setdefault(name, "1")
     env.update(extra or {})
     return env
+
+
+def bare_python(env: Dict[str, str]) -> Tuple[List[str], Dict[str, str]]:
+    """``python -S`` and an environment in which it still finds pynumabind and its dependencies.
+
+    Without ``-S``, ``site`` runs every ``.pth`` file of site-packages, and
+    one that imports modules (some environments' do: typing, re, enum...)
+    makes a "bare interpreter" figure too small.  ``-S`` skips site; the
+    directories it would have added (this interpreter's site-packages, and
+    where pynumabind itself is found, editable installs included) go on
+    ``PYTHONPATH`` after what ``env`` already has there.
+    """
+    import pynumabind
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(pynumabind.__file__)))
+    sites = [p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages")]
+    current = [p for p in env.get("PYTHONPATH", "").split(":") if p]
+    out = dict(env)
+    out["PYTHONPATH"] = ":".join(dict.fromkeys([*current, here, *sites]))
+    return [sys.executable, "-S"], out
 
 
 def run_worker(setup: Setup, task: Dict[str, Any], timeout: float) -> Dict[str, Any]:

@@ -38,15 +38,23 @@ COLD_WATCHED = (
     "pynumabind._kfd",
 )
 
+# Modules a worker may or may not have loaded before it imports pynumabind;
+# the cold program says which were, so a "bare" figure can be checked bare.
+STARTUP_WATCHED = ("typing", "re", "enum", "json", "dataclasses", "logging", "contextlib")
+
 # First import, then the first bind_current_process(RANK): detect, plan, apply.
-# Only builtin modules (time, sys) are loaded before the clock stops.
+# Only builtin modules (time, sys) are loaded before the clock stops; run it
+# with ``python -S`` (see benchmarks.common.bare_python) or site's .pth files
+# may have loaded more.
 COLD_SOURCE = """
 PRELOAD
+import sys
 import time
+before = sorted(m for m in STARTUP_TUPLE if m in sys.modules)
+modules_before = len(sys.modules)
 start = time.perf_counter()
 import pynumabind
 imported = time.perf_counter()
-import sys
 WATCHED = WATCHED_TUPLE
 after_import = sorted(m for m in WATCHED if m in sys.modules)
 begin = time.perf_counter()
@@ -75,6 +83,8 @@ print(json.dumps({
     "bind_s": bound - begin,
     "rebind_s": rebound - again,
     "entry": entry,
+    "loaded_before_import": before,
+    "module_count_before_import": modules_before,
     "modules_after_import": after_import,
     "modules_after_bind": sorted(m for m in WATCHED if m in sys.modules),
     "binding": described,
@@ -90,6 +100,7 @@ def cold_source(rank: int, preload: Tuple[str, ...] = ()) -> str:
     return (
         COLD_SOURCE.replace("PRELOAD", "".join(f"import {name}\n" for name in preload))
         .replace("WATCHED_TUPLE", repr(COLD_WATCHED))
+        .replace("STARTUP_TUPLE", repr(STARTUP_WATCHED))
         .replace("RANK", str(int(rank)))
     )
 

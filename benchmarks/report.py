@@ -139,6 +139,19 @@ def _targets_md(data: Dict[str, Any], ffi_mode: str) -> List[str]:
         "give; *verdict* says whether that whole range is on one side of 1.",
         "",
     ]
+    if data.get("interpreter"):
+        before = data.get("bare_loaded_before_import")
+        if before is None:
+            preloaded = "not reported"
+        elif before:
+            preloaded = ", ".join(before)
+        else:
+            preloaded = "none of typing, re, enum, json, dataclasses, logging, contextlib"
+        out += [
+            f"Interpreter of the import and first-bind rows: {data['interpreter']}; loaded in "
+            f"the bare one before `import pynumabind`: {preloaded}.",
+            "",
+        ]
     if "parsed at run time" in ffi_mode:
         out += [
             "**Editable install: libnuma's cffi declarations are parsed at run time, which the "

@@ -20,7 +20,10 @@ Rows (each with the issue's target and the ratio to it):
 
 Everything runs round-robin, one fresh process per measurement and per
 round, so slow and fast moments of a noisy machine hit every row alike; the
-order within a round rotates.  pynvml is hidden from the bind rows (its
+order within a round rotates.  The interpreters of the import and first-bind
+rows run with ``-S`` (:func:`benchmarks.common.bare_python`): no ``.pth``
+file loads anything before the clock starts, and the JSON lists which
+common stdlib modules were loaded before the import.  pynvml is hidden from the bind rows (its
 import fails), as in the overhead suite: the rows measure pynumabind's own
 cost, not NVML's.  ``build_rows`` is pure (samples in, rows out).
 """
@@ -33,7 +36,7 @@ import sys
 import tempfile
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .common import Settings, say, worker_env
+from .common import Settings, bare_python, say, worker_env
 from .overhead import NVML_BLOCKER, WORKER_PRELOADED, _run_json, _time_command, ensure_numactl
 from .probe import cold_source
 from .stats import Summary, ratio, summarize
@@ -212,8 +215,10 @@ def run_targets(
     }
     notes: Dict[str, str] = {}
     modules: Optional[List[str]] = None
+    before: Optional[List[str]] = None
     with tempfile.TemporaryDirectory(prefix="pynumabind-targets-") as scratch:
         env = _blocker_env(scratch)
+        python_s, env_s = bare_python(env)  # no site: nothing but what the row says is loaded
         tree = os.path.join(scratch, "sysfs")
         try:
             from .trees import build_tree
@@ -240,18 +245,19 @@ def run_targets(
             samples["numactl_true"].append(elapsed * 1e3)
 
         def cold_bare() -> None:
-            nonlocal modules
-            result = _run_json([sys.executable, "-c", cold_source(0)], env)
+            nonlocal modules, before
+            result = _run_json([*python_s, "-c", cold_source(0)], env_s)
             if "error" in result:
                 notes["import_and_first_bind"] = notes["import"] = result["error"]
                 return
             samples["import"].append(result["import_s"] * 1e3)
             samples["import_and_first_bind"].append((result["import_s"] + result["bind_s"]) * 1e3)
             modules = result.get("modules_after_import")
+            before = result.get("loaded_before_import")
 
         def cold_preloaded() -> None:
             program = cold_source(0, WORKER_PRELOADED)
-            result = _run_json([sys.executable, "-c", program], env)
+            result = _run_json([*python_s, "-c", program], env_s)
             if "error" in result:
                 notes["first_bind_preloaded"] = result["error"]
                 return
@@ -294,7 +300,7 @@ def run_targets(
             if index == 0:
                 for values in samples.values():
                     values.clear()
-                modules = None
+                modules = before = None
     paired = min(len(samples["true"]), len(samples["numactl_true"]))
     samples["anchor"] = [samples["numactl_true"][i] - samples["true"][i] for i in range(paired)]
     rows = build_rows({k: samples[k] for k in (*TARGETS, "raw")}, modules, notes)
@@ -310,6 +316,8 @@ def run_targets(
         "numactl": {"path": numactl, "status": how, "available": numactl is not None},
         "nvml": "hidden (pynvml import fails) in every bind row",
         "preloaded": list(WORKER_PRELOADED),
+        "interpreter": "python -S (no site, no .pth files); pynumabind's path on PYTHONPATH",
+        "bare_loaded_before_import": before,
         "fixture": FIXTURE,
         "rows": rows,
         "also": extra,

@@ -12,7 +12,6 @@ import re
 import shlex
 import statistics
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,14 @@ from benchmarks import report
 from benchmarks.__main__ import main as bench_main
 from benchmarks.__main__ import write_results
 from benchmarks.ckernels import load_kernels
-from benchmarks.common import Settings, Setup, read_topology, run_worker, worker_env
+from benchmarks.common import (
+    Settings,
+    Setup,
+    bare_python,
+    read_topology,
+    run_worker,
+    worker_env,
+)
 from benchmarks.gpu import run_gpu
 from benchmarks.jitter import count_migrations
 from benchmarks.locality import locality_ratios, locality_setups, setup_kind
@@ -423,13 +429,14 @@ def test_importtime_descendants_are_the_deeper_lines_above() -> None:
 
 
 def test_cold_probe_binds_and_import_loads_neither_pynvml_nor_numpy() -> None:
-    """The cold measurement's program, run for real in a fresh interpreter."""
+    """The cold measurement's program, run for real in a bare (``-S``) interpreter."""
+    python_s, env = bare_python(worker_env())
     done = subprocess.run(
-        [sys.executable, "-c", cold_source(0)],
+        [*python_s, "-c", cold_source(0)],
         capture_output=True,
         text=True,
         timeout=120,
-        env=worker_env(),
+        env=env,
         check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]
@@ -439,6 +446,8 @@ def test_cold_probe_binds_and_import_loads_neither_pynvml_nor_numpy() -> None:
         "bind_s",
         "rebind_s",
         "entry",
+        "loaded_before_import",
+        "module_count_before_import",
         "modules_after_import",
         "modules_after_bind",
         "binding",
@@ -447,6 +456,7 @@ def test_cold_probe_binds_and_import_loads_neither_pynvml_nor_numpy() -> None:
     assert "pynvml" not in result["modules_after_import"]
     assert "numpy" not in result["modules_after_import"]
     assert result["binding"]["plan"]["rank"] == 0
+    assert result["loaded_before_import"] == []  # -S: no .pth file preloaded typing, re...
 
 
 def test_cold_source_preloads_only_module_names() -> None:
@@ -613,6 +623,7 @@ def test_targets_suite_reports_every_row(series: dict[str, Any]) -> None:
     assert rows["second_bind"]["reference"]["name"] == "raw"
     assert rows["second_bind"]["summary"]["n"] == 2  # one process, inner_reps calls
     assert isinstance(rows["import"]["modules_after_import"], list)
+    assert data["bare_loaded_before_import"] == []
     assert data["rounds"] == 1 and data["fixture"] == "dgx_h100"
 
 

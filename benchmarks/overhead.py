@@ -229,13 +229,14 @@ def run_import(settings: Settings) -> Dict[str, Any]:
     env = worker_env()
     cumulative: List[float] = []
     descendants: List[Tuple[str, float]] = []
+    python_s, env_s = bare_python(env)  # no .pth file may import typing & co. first
     for _ in range(settings.startup_reps):
         done = subprocess.run(
-            [sys.executable, "-X", "importtime", "-c", "import pynumabind"],
+            [*python_s, "-X", "importtime", "-c", "import pynumabind"],
             check=False,
             capture_output=True,
             text=True,
-            env=env,
+            env=env_s,
             timeout=60,
         )
         value = parse_importtime(done.stderr, "pynumabind")

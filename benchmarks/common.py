@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
 
 if TYPE_CHECKING:
-    from pynumabind.topology import Topology
+    from pynumabind.model import Topology
 
 __all__ = [
     "Settings",
@@ -31,26 +31,25 @@ PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #
 # Every use of the library's discovery API in the benchmarks goes through
 # the two helpers below, and they reach the library through ``discovery_api``
-# alone: when discovery moves (``Topology.from_sysfs``/``detect`` becoming a
-# ``pynumabind.discovery`` module), the import line there is the one to change.
+# alone: when discovery moves again, the import line there is the one to change.
 
 
 def discovery_api() -> Any:
-    """The object whose ``from_sysfs(root, ...)`` and ``detect(...)`` discover a machine."""
-    from pynumabind.topology import Topology as api
+    """The module whose ``topology_from_sysfs(root, ...)``/``detect_topology(...)`` discover."""
+    from pynumabind import discovery as api
 
     return api
 
 
 def read_topology(root: str = "/sys", **options: Any) -> Topology:
     """The machine under sysfs ``root``, files only (no NVML), as the library reads it."""
-    topology: Topology = discovery_api().from_sysfs(root, **options)
+    topology: Topology = discovery_api().topology_from_sysfs(root, **options)
     return topology
 
 
 def detect_topology(**options: Any) -> Topology:
     """This machine and process (sysfs + NVML + visibility); ``sysfs_root=`` for a fake tree."""
-    topology: Topology = discovery_api().detect(**options)
+    topology: Topology = discovery_api().detect_topology(**options)
     return topology
 
 

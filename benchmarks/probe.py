@@ -312,7 +312,7 @@ def _plan_and_applier(pynumabind: Any, rank: int) -> Tuple[Any, Callable[[Any], 
     same one the raw syscalls get.
     """
     from pynumabind import _libnuma, binder
-    from pynumabind.planning import MemoryPolicy, Plan
+    from pynumabind.model import MemoryPolicy, Plan
 
     try:
         binding = bind_entry(pynumabind)[0](rank)

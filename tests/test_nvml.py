@@ -14,8 +14,9 @@ import fake_nvml
 import sysfs_tree as st
 from pynumabind import _nvml
 from pynumabind.cpulist import parse_cpulist
+from pynumabind.discovery import detect_topology
 from pynumabind.errors import ConfigError
-from pynumabind.topology import Topology
+from pynumabind.model import Topology
 
 NVIDIA_MACHINES = [
     name
@@ -26,7 +27,7 @@ NVIDIA_MACHINES = [
 
 def detect(root: Path, **kw: Any) -> Topology:
     kw.setdefault("environ", {})
-    return Topology.detect(sysfs_root=str(root), **kw)
+    return detect_topology(sysfs_root=str(root), **kw)
 
 
 def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, **fake_kw: Any):
@@ -277,7 +278,7 @@ def test_import_pynumabind_does_not_import_pynvml() -> None:
     code = (
         "import sys, pynumabind\n"
         "pynumabind.Topology\n"
-        "from pynumabind import _discover, _nvml, _sysfs, _visible, _kfd\n"
+        "from pynumabind import discovery, _nvml, _sysfs, _visible, _kfd\n"
         "assert 'pynvml' not in sys.modules, 'pynvml imported eagerly'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -18,8 +18,9 @@ import sysfs_tree as st
 from pynumabind import _libnuma
 from pynumabind._sysfs import normalize_bus_id, read_topology
 from pynumabind.cpulist import format_cpulist, parse_cpulist
+from pynumabind.discovery import detect_topology, topology_from_sysfs
 from pynumabind.errors import ConfigError, TopologyError
-from pynumabind.topology import Topology
+from pynumabind.model import Topology
 
 
 def tree(tmp_path: Path, name: str, **changes: object) -> Path:
@@ -62,14 +63,14 @@ def test_sparse_node_ids_map_distance_columns_by_online_order(tmp_path: Path) ->
     root = tree(tmp_path, "sparse_nodes")
     row = (root / "devices/system/node/node8/distance").read_text()
     assert row == "40 10\n"  # two columns: node 0 and node 8
-    topo = Topology.from_sysfs(str(root))
+    topo = topology_from_sysfs(str(root))
     assert topo.distance(8, 0) == 40 and topo.distance(8, 8) == 10
     assert topo.distance(0, 1) is None
     assert [g.numa_node for g in topo.gpus] == [0, 8]
 
 
 def test_memoryless_cpu_nodes(tmp_path: Path) -> None:
-    topo = Topology.from_sysfs(str(tree(tmp_path, "threadripper_memless")))
+    topo = topology_from_sysfs(str(tree(tmp_path, "threadripper_memless")))
     assert [topo.nodes[n].has_memory for n in range(4)] == [False, True, True, False]
     assert topo.nodes[0].cpus == parse_cpulist("0-5,24-29")
     assert topo.nodes[0].memory_total == 0
@@ -78,7 +79,7 @@ def test_memoryless_cpu_nodes(tmp_path: Path) -> None:
 
 
 def test_cpu_less_memory_nodes_on_grace(tmp_path: Path) -> None:
-    topo = Topology.from_sysfs(str(tree(tmp_path, "gb200_nvl_tray")))
+    topo = topology_from_sysfs(str(tree(tmp_path, "gb200_nvl_tray")))
     assert topo.cpu_nodes == (0, 1)
     assert topo.nodes[2].memory_only and topo.nodes[2].memory_total == 190464 * 2**20
     assert not topo.nodes[3].has_memory and not topo.nodes[3].cpus
@@ -92,14 +93,14 @@ def test_offline_cpus_are_dropped_from_nodes(tmp_path: Path) -> None:
     root = tree(tmp_path, "rtx4090_nps4")
     # The fixture lists CPU 255 in node 7's cpulist, as some kernels do.
     assert (root / "devices/system/node/node7/cpulist").read_text() == "112-127,240-255\n"
-    topo = Topology.from_sysfs(str(root))
+    topo = topology_from_sysfs(str(root))
     assert 255 not in topo.cpus and 255 not in topo.nodes[7].cpus
     assert topo.cpus[127].siblings == {127}  # its SMT sibling 255 is offline
     assert 255 not in topo.allowed_cpus
 
 
 def test_kernel_without_numa_is_one_node_with_a_note(tmp_path: Path) -> None:
-    topo = Topology.from_sysfs(str(tree(tmp_path, "single_gpu_no_numa")))
+    topo = topology_from_sysfs(str(tree(tmp_path, "single_gpu_no_numa")))
     assert list(topo.nodes) == [0]
     assert topo.nodes[0].cpus == parse_cpulist("0-7")
     assert any("kernel without NUMA" in n for n in topo.notes)
@@ -108,7 +109,7 @@ def test_kernel_without_numa_is_one_node_with_a_note(tmp_path: Path) -> None:
 
 
 def test_missing_cache_and_die_information_degrades_with_notes(tmp_path: Path) -> None:
-    topo = Topology.from_sysfs(str(tree(tmp_path, "dgx_h100", l3=None, die_id=False)))
+    topo = topology_from_sysfs(str(tree(tmp_path, "dgx_h100", l3=None, die_id=False)))
     assert all(c.l3 == frozenset() for c in topo.cpus.values())
     assert all(c.die is None for c in topo.cpus.values())
     assert any("no L3 cache information" in n for n in topo.notes)
@@ -120,7 +121,7 @@ def test_missing_cache_and_die_information_degrades_with_notes(tmp_path: Path) -
 def test_missing_topology_directory_degrades(tmp_path: Path) -> None:
     root = tree(tmp_path, "sparse_nodes")
     shutil.rmtree(root / "devices/system/cpu/cpu3/topology")
-    topo = Topology.from_sysfs(str(root))
+    topo = topology_from_sysfs(str(root))
     assert topo.cpus[3].core == 3 and topo.cpus[3].package == 0
     assert any("no topology/ for CPUs 3" in n for n in topo.notes)
 
@@ -128,7 +129,7 @@ def test_missing_topology_directory_degrades(tmp_path: Path) -> None:
 def test_missing_cpu_online_file_falls_back_to_per_cpu_flags(tmp_path: Path) -> None:
     root = tree(tmp_path, "rtx4090_nps4")
     (root / "devices/system/cpu/online").unlink()
-    topo = Topology.from_sysfs(str(root))
+    topo = topology_from_sysfs(str(root))
     assert topo.online_cpus == parse_cpulist("0-254")
     assert any("cpu/online missing" in n for n in topo.notes)
 
@@ -154,7 +155,7 @@ def test_malformed_files_raise_naming_the_file(
     root = tree(tmp_path, "sparse_nodes")
     (root / relative).write_text(content)
     with pytest.raises(TopologyError) as info:
-        Topology.from_sysfs(str(root))
+        topology_from_sysfs(str(root))
     assert fragment in str(info.value)
     assert relative in str(info.value)
 
@@ -163,7 +164,7 @@ def test_a_missing_required_node_file_raises(tmp_path: Path) -> None:
     root = tree(tmp_path, "dgx_h100")
     (root / "devices/system/node/node1/cpulist").unlink()
     with pytest.raises(TopologyError, match=r"missing sysfs file .*node1/cpulist"):
-        Topology.from_sysfs(str(root))
+        topology_from_sysfs(str(root))
 
 
 def test_unreadable_file_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -182,7 +183,7 @@ def test_unreadable_file_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 
     monkeypatch.setattr(_sysfs, "open", guarded, raising=False)
     with pytest.raises(TopologyError, match=r"cannot read sysfs file .*node0/cpulist: Permission"):
-        Topology.from_sysfs(str(root))
+        topology_from_sysfs(str(root))
 
 
 def test_a_directory_in_place_of_a_file_raises(tmp_path: Path) -> None:
@@ -191,26 +192,26 @@ def test_a_directory_in_place_of_a_file_raises(tmp_path: Path) -> None:
     path.unlink()
     path.mkdir()
     with pytest.raises(TopologyError, match=r"node0/cpulist"):
-        Topology.from_sysfs(str(root))
+        topology_from_sysfs(str(root))
 
 
 def test_a_cpu_in_two_nodes_is_inconsistent(tmp_path: Path) -> None:
     root = tree(tmp_path, "dgx_h100")
     (root / "devices/system/node/node1/cpulist").write_text("55-111,168-223\n")
     with pytest.raises(TopologyError, match="CPU 55 is listed in both node 0 and node 1"):
-        Topology.from_sysfs(str(root))
+        topology_from_sysfs(str(root))
 
 
 def test_empty_root_raises(tmp_path: Path) -> None:
     with pytest.raises(TopologyError, match="no CPU information"):
-        Topology.from_sysfs(str(tmp_path))
+        topology_from_sysfs(str(tmp_path))
 
 
 # ----------------------------------------------------------- PCI choice
 
 
 def test_nvswitch_is_not_a_gpu(tmp_path: Path) -> None:
-    topo = Topology.from_sysfs(str(tree(tmp_path, "dgx_h100")))
+    topo = topology_from_sysfs(str(tree(tmp_path, "dgx_h100")))
     assert "0000:05:00.0" not in [g.pci_bus_id for g in topo.gpus]
     assert len(topo.gpus) == 8
 
@@ -228,23 +229,23 @@ def test_caller_can_accept_another_vendor_and_class(tmp_path: Path) -> None:
         },
     ]
     root = st.build_sysfs(desc, tmp_path / "vm")
-    assert [g.pci_bus_id for g in Topology.from_sysfs(str(root)).gpus] == [
+    assert [g.pci_bus_id for g in topology_from_sysfs(str(root)).gpus] == [
         "0004:04:00.0",
         "0035:03:00.0",
     ]
-    topo = Topology.from_sysfs(str(root), gpu_vendors={0x1AF4: "virtio"}, pci_classes=["0x0200"])
+    topo = topology_from_sysfs(str(root), gpu_vendors={0x1AF4: "virtio"}, pci_classes=["0x0200"])
     assert [(g.pci_bus_id, g.vendor, g.numa_node) for g in topo.gpus] == [
         ("0000:00:05.0", "virtio", 8)
     ]
     assert topo.gpus[0].local_cpus == parse_cpulist("8-15,24-31")
-    both = Topology.from_sysfs(str(root), gpu_vendors=[0x10DE, 0x1AF4], pci_classes=("0x03", 0x02))
+    both = topology_from_sysfs(str(root), gpu_vendors=[0x10DE, 0x1AF4], pci_classes=("0x03", 0x02))
     assert [g.vendor for g in both.gpus] == ["0x1af4", "nvidia", "nvidia"]
 
 
 @pytest.mark.parametrize("bad", ["0x3", "display", "0x0302000"])
 def test_bad_class_filters_are_rejected(tmp_path: Path, bad: str) -> None:
     with pytest.raises(TopologyError, match="PCI class"):
-        Topology.from_sysfs(str(tree(tmp_path, "sparse_nodes")), pci_classes=[bad])
+        topology_from_sysfs(str(tree(tmp_path, "sparse_nodes")), pci_classes=[bad])
 
 
 @pytest.mark.parametrize(
@@ -260,7 +261,7 @@ def test_bad_class_filters_are_rejected(tmp_path: Path, bad: str) -> None:
 )
 def test_bad_vendor_and_class_filters_are_topology_errors(tmp_path: Path, options: dict) -> None:
     with pytest.raises(TopologyError, match="PCI"):
-        Topology.from_sysfs(str(tree(tmp_path, "sparse_nodes")), **options)
+        topology_from_sysfs(str(tree(tmp_path, "sparse_nodes")), **options)
 
 
 @pytest.mark.parametrize(
@@ -275,18 +276,18 @@ def test_bad_vendor_and_class_filters_are_topology_errors(tmp_path: Path, option
 )
 def test_bad_allowed_sets_are_config_errors(tmp_path: Path, options: dict) -> None:
     with pytest.raises(ConfigError, match="allowed_"):
-        Topology.from_sysfs(str(tree(tmp_path, "dgx_h100")), **options)
+        topology_from_sysfs(str(tree(tmp_path, "dgx_h100")), **options)
 
 
 def test_allowed_sets_as_strings_are_lists_not_characters(tmp_path: Path) -> None:
     """``"12"`` used to be iterated as characters: CPUs {1, 2}."""
     root = str(tree(tmp_path, "dgx_h100"))
-    topo = Topology.from_sysfs(root, allowed_cpus="12,100-101", allowed_mems="1")
+    topo = topology_from_sysfs(root, allowed_cpus="12,100-101", allowed_mems="1")
     assert topo.allowed_cpus == {12, 100, 101} and topo.allowed_mems == {1}
 
 
 def test_gpu_local_cpus_come_from_pci_local_cpulist(tmp_path: Path) -> None:
-    topo = Topology.from_sysfs(str(tree(tmp_path, "dgx_a100_nps4")))
+    topo = topology_from_sysfs(str(tree(tmp_path, "dgx_a100_nps4")))
     assert topo.gpus[0].local_cpus == parse_cpulist("48-63,176-191")
 
 
@@ -295,15 +296,15 @@ def test_gpu_local_cpus_come_from_pci_local_cpulist(tmp_path: Path) -> None:
 
 def test_foreign_root_defaults_to_everything_and_parameters_override(tmp_path: Path) -> None:
     root = str(tree(tmp_path, "dgx_h100"))
-    topo = Topology.from_sysfs(root)
+    topo = topology_from_sysfs(root)
     assert topo.allowed_cpus == topo.online_cpus and topo.allowed_mems == {0, 1}
-    narrowed = Topology.from_sysfs(root, allowed_cpus=range(8), allowed_mems=[1])
+    narrowed = topology_from_sysfs(root, allowed_cpus=range(8), allowed_mems=[1])
     assert narrowed.allowed_cpus == set(range(8)) and narrowed.allowed_mems == {1}
 
 
 def test_allowed_cpus_outside_online_are_dropped_with_a_note(tmp_path: Path) -> None:
     root = str(tree(tmp_path, "rtx4090_nps4"))
-    topo = Topology.from_sysfs(root, allowed_cpus=[250, 255], allowed_mems=[7, 9])
+    topo = topology_from_sysfs(root, allowed_cpus=[250, 255], allowed_mems=[7, 9])
     assert topo.allowed_cpus == {250} and topo.allowed_mems == {7}
     assert any("255 are not online" in n for n in topo.notes)
     assert any("9 do not exist" in n for n in topo.notes)
@@ -327,7 +328,7 @@ def _status_list(key: str) -> frozenset[int]:
 
 
 def test_live_machine_agrees_with_libnuma_and_proc() -> None:
-    topo = Topology.detect(use_nvml=False, environ={})
+    topo = detect_topology(use_nvml=False, environ={})
     for node in topo.nodes.values():
         assert node.cpus == _libnuma.node_to_cpus(node.id)
         for other in topo.nodes:
@@ -346,9 +347,9 @@ def test_live_machine_agrees_with_libnuma_and_proc() -> None:
 
 _CHILD = """
 import json, os
-from pynumabind.topology import Topology
+from pynumabind.discovery import detect_topology
 os.sched_setaffinity(0, {1})
-topo = Topology.detect(use_nvml=False, environ={})
+topo = detect_topology(use_nvml=False, environ={})
 status = [l for l in open('/proc/self/status') if l.startswith('Cpus_allowed_list')][0]
 print(json.dumps({"allowed": sorted(topo.allowed_cpus), "status": status.split(':')[1].strip()}))
 """
@@ -374,16 +375,16 @@ def test_live_allowed_cpus_follow_this_process(monkeypatch: pytest.MonkeyPatch) 
     before = os.sched_getaffinity(0)
     try:
         os.sched_setaffinity(0, {min(before)})
-        assert Topology.from_sysfs("/sys").allowed_cpus == {min(before)}
+        assert topology_from_sysfs("/sys").allowed_cpus == {min(before)}
     finally:
         os.sched_setaffinity(0, before)
-    assert Topology.from_sysfs("/sys").allowed_cpus == frozenset(before)
+    assert topology_from_sysfs("/sys").allowed_cpus == frozenset(before)
 
 
 def test_gpu_on_a_cpu_less_node_is_given_the_nearest_cpu_node(tmp_path: Path) -> None:
     desc = st.load_machine("gh200_single")
     desc["gpus"][0]["numa_node"] = 1  # firmware placing the GPU on its HBM node
-    topo = Topology.from_sysfs(str(st.build_sysfs(desc, tmp_path / "t")))
+    topo = topology_from_sysfs(str(st.build_sysfs(desc, tmp_path / "t")))
     assert topo.gpus[0].numa_node == 0
     # The HBM node is kept as the GPU's memory node (as NVML discovery does), so that
     # gpu_memory=True can add it; the QEMU guest test checks the same on a real kernel.
@@ -459,7 +460,7 @@ def machines(draw: hyp_st.DrawFn) -> dict:
 @given(machines())
 def test_generated_machines_read_back_exactly(desc: dict) -> None:
     with tempfile.TemporaryDirectory() as scratch:
-        topo = Topology.from_sysfs(str(st.build_sysfs(desc, scratch)))
+        topo = topology_from_sysfs(str(st.build_sysfs(desc, scratch)))
     online = parse_cpulist(desc["online_cpus"])
     table = st.node_distances(desc)
     assert sorted(topo.nodes) == sorted(n["id"] for n in desc["nodes"])
@@ -496,8 +497,8 @@ _CPUSET_CHILD = """
 import json, os, sys
 with open(os.path.join(sys.argv[1], "tasks"), "w") as handle:
     handle.write(str(os.getpid()))
-from pynumabind.topology import Topology
-topo = Topology.detect(use_nvml=False, environ={})
+from pynumabind.discovery import detect_topology
+topo = detect_topology(use_nvml=False, environ={})
 print(json.dumps({"cpus": sorted(topo.allowed_cpus), "mems": sorted(topo.allowed_mems)}))
 """
 
@@ -531,7 +532,7 @@ def test_live_cpuset_restriction_is_seen(tmp_path: Path) -> None:
 def test_negative_die_id_means_unknown(tmp_path: Path) -> None:
     root = tree(tmp_path, "sparse_nodes")
     (root / "devices/system/cpu/cpu2/topology/die_id").write_text("-1\n")
-    assert Topology.from_sysfs(str(root)).cpus[2].die is None
+    assert topology_from_sysfs(str(root)).cpus[2].die is None
 
 
 def test_live_mems_fall_back_to_proc_status_without_libnuma(
@@ -543,7 +544,7 @@ def test_live_mems_fall_back_to_proc_status_without_libnuma(
         raise LibnumaUnavailableError("libnuma.so.1 not found (test)")
 
     monkeypatch.setattr(_libnuma, "get_mems_allowed", unavailable)
-    topo = Topology.from_sysfs("/sys")
+    topo = topology_from_sysfs("/sys")
     assert topo.allowed_mems == _status_list("Mems_allowed_list")
     assert any("using Mems_allowed_list" in n for n in topo.notes)
 
@@ -552,7 +553,7 @@ def test_missing_meminfo_and_has_memory_are_noted(tmp_path: Path) -> None:
     root = tree(tmp_path, "threadripper_memless")
     (root / "devices/system/node/has_memory").unlink()
     (root / "devices/system/node/node2/meminfo").unlink()
-    topo = Topology.from_sysfs(str(root))
+    topo = topology_from_sysfs(str(root))
     # Without has_memory, MemTotal decides: 0 kB means no memory.
     assert [topo.nodes[n].has_memory for n in range(4)] == [False, True, True, False]
     assert topo.nodes[2].memory_total is None

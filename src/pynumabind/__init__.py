@@ -34,17 +34,20 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "parse_cpumask": ("cpulist", "parse_cpumask"),
     "format_cpumask": ("cpulist", "format_cpumask"),
     # topology
-    "Topology": ("topology", "Topology"),
-    "NumaNode": ("topology", "NumaNode"),
-    "Cpu": ("topology", "Cpu"),
-    "Gpu": ("topology", "Gpu"),
+    "Topology": ("model", "Topology"),
+    "NumaNode": ("model", "NumaNode"),
+    "Cpu": ("model", "Cpu"),
+    "Gpu": ("model", "Gpu"),
     # planning
-    "Plan": ("planning", "Plan"),
-    "CpuMode": ("planning", "CpuMode"),
-    "MemoryPolicy": ("planning", "MemoryPolicy"),
+    "Plan": ("model", "Plan"),
+    "CpuMode": ("model", "CpuMode"),
+    "MemoryPolicy": ("model", "MemoryPolicy"),
     "plan": ("planner", "plan"),
     "plan_all": ("planner", "plan_all"),
     # discovery
+    "detect_topology": ("discovery", "detect_topology"),
+    "topology_from_sysfs": ("discovery", "topology_from_sysfs"),
+    "load_topology": ("discovery", "load_topology"),
     "apply_visibility": ("_visible", "apply_visibility"),
     # binding
     "Binding": ("binder", "Binding"),
@@ -81,14 +84,17 @@ __all__ = [
     "apply_plan",
     "apply_visibility",
     "bind_current_process",
+    "detect_topology",
     "format_cpulist",
     "format_cpumask",
     "format_nodelist",
+    "load_topology",
     "parse_cpulist",
     "parse_cpumask",
     "parse_nodelist",
     "plan",
     "plan_all",
+    "topology_from_sysfs",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -103,6 +109,7 @@ if TYPE_CHECKING:  # pragma: no cover
         parse_cpumask,
         parse_nodelist,
     )
+    from .discovery import detect_topology, load_topology, topology_from_sysfs
     from .errors import (
         BindError,
         ConfigError,
@@ -113,9 +120,8 @@ if TYPE_CHECKING:  # pragma: no cover
         PynumabindError,
         TopologyError,
     )
+    from .model import Cpu, CpuMode, Gpu, MemoryPolicy, NumaNode, Plan, Topology
     from .planner import plan, plan_all
-    from .planning import CpuMode, MemoryPolicy, Plan
-    from .topology import Cpu, Gpu, NumaNode, Topology
 
 
 def __getattr__(name: str) -> Any:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Dict, List, Optional
 
 from .errors import TopologyError
-from .topology import Gpu
+from .model import Gpu
 
 __all__ = ["KfdGpu", "apply_kfd", "read_kfd"]
 

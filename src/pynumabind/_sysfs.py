@@ -23,7 +23,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from .cpulist import parse_cpulist
 from .errors import ConfigError, ListParseError, PynumabindError, TopologyError, format_ids
-from .topology import Cpu, Gpu, NumaNode, Topology
+from .model import Cpu, Gpu, NumaNode, Topology
 
 __all__ = [
     "DEFAULT_GPU_VENDORS",

@@ -41,7 +41,7 @@ from dataclasses import replace
 from typing import Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from .errors import ConfigError
-from .topology import Gpu, Topology
+from .model import Gpu, Topology
 
 __all__ = [
     "CUDA_DEVICE_ORDERS",

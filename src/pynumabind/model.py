@@ -1,8 +1,11 @@
-"""The machine, as immutable values.
+"""The values everything else passes around: the machine, and what a rank gets.
 
-Nothing in this module does I/O: a :class:`Topology` is built by the
-discovery modules (``_sysfs``, ``_nvml``, ``_kfd``) or from a JSON snapshot,
-and consumed by the pure planner.  That split is what lets the planner be
+Nothing in this module does I/O and nothing here imports discovery, planning
+or binding: it is the leaf every other module stands on.  A
+:class:`Topology` is built by :mod:`pynumabind.discovery` (sysfs, NVML, KFD,
+or a JSON snapshot) and consumed by the pure planner
+(:mod:`pynumabind.planner`), which produces :class:`Plan` values that the
+binder applies and the CLI prints.  That split is what lets the planner be
 tested on thousands of generated machines.
 
 JSON snapshots use canonical cpulists for sets, so they stay readable and
@@ -12,14 +15,24 @@ diffable, and :meth:`Topology.from_json` restores exactly what
 
 from __future__ import annotations
 
+import enum
 import json
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Type, TypeVar
 
 from .cpulist import format_cpulist, parse_cpulist
-from .errors import TopologyError
+from .errors import ConfigError, TopologyError
 
-__all__ = ["SCHEMA_VERSION", "Cpu", "Gpu", "NumaNode", "Topology"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "Cpu",
+    "CpuMode",
+    "Gpu",
+    "MemoryPolicy",
+    "NumaNode",
+    "Plan",
+    "Topology",
+]
 
 SCHEMA_VERSION = 1
 
@@ -165,33 +178,6 @@ class Topology:
 
         return replace(self, **changes)
 
-    # ----------------------------------------------------- construction
-
-    @classmethod
-    def from_sysfs(
-        cls,
-        root: str = "/sys",
-        *,
-        allowed_cpus: Optional[Iterable[int]] = None,
-        allowed_mems: Optional[Iterable[int]] = None,
-        **options: Any,
-    ) -> Topology:
-        """Read a machine from a sysfs tree (``root`` stands for ``/sys``)."""
-        from . import _sysfs
-
-        topology: Topology = _sysfs.read_topology(
-            root, allowed_cpus=allowed_cpus, allowed_mems=allowed_mems, **options
-        )
-        return topology
-
-    @classmethod
-    def detect(cls, **options: Any) -> Topology:
-        """This machine and this process, with NVML when it is available."""
-        from . import _discover
-
-        topology: Topology = _discover.detect(**options)
-        return topology
-
     # ------------------------------------------------------------- JSON
 
     def to_dict(self) -> Dict[str, Any]:
@@ -312,21 +298,6 @@ class Topology:
             raise TopologyError("topology snapshot must be a JSON object")
         return cls.from_dict(data)
 
-    @classmethod
-    def load(cls, path: str) -> Topology:
-        """Read a snapshot file written by ``pynumabind snapshot``."""
-        try:
-            with open(path, encoding="utf-8") as handle:
-                text = handle.read()
-        except OSError as exc:
-            raise TopologyError(f"cannot read topology file {path!r}: {exc.strerror}") from exc
-        except UnicodeDecodeError as exc:
-            raise TopologyError(
-                f"topology file {path!r} is not UTF-8 text (byte {exc.start}): "
-                "expected JSON written by 'pynumabind snapshot'"
-            ) from exc
-        return cls.from_json(text)
-
 
 def _opt_int(value: Any) -> Optional[int]:
     return None if value is None else int(value)
@@ -343,3 +314,95 @@ def _typed(value: Any, kind: type, key: str) -> Any:
 
 def _opt_str(value: Any, key: str) -> Optional[str]:
     return None if value is None else str(_typed(value, str, key))
+
+
+# ------------------------------------------------------------------ plans
+
+
+_Choice = TypeVar("_Choice", bound=enum.Enum)
+
+
+def _parse_choice(cls: Type[_Choice], value: object, source: str) -> _Choice:
+    """One of ``cls``'s values, or a ConfigError listing them all."""
+    try:
+        return cls(value)
+    except ValueError:
+        choices = ", ".join(str(m.value) for m in cls)
+        raise ConfigError(f"invalid {source} {value!r}; choose one of: {choices}") from None
+
+
+class CpuMode(str, enum.Enum):
+    """How a rank's CPUs are chosen."""
+
+    NODE = "node"  # all allowed CPUs of the device's NUMA node
+    SOCKET = "socket"  # all allowed CPUs of the device's package (spans SNC/NPS nodes)
+    EXCLUSIVE = "exclusive"  # disjoint whole-core slices among ranks sharing a node
+    CORE_COMPLEX = "core-complex"  # like exclusive, split along L3 cache groups
+    NONE = "none"  # leave CPU affinity alone
+
+    @classmethod
+    def parse(cls, value: str | CpuMode, source: str = "mode") -> CpuMode:
+        return _parse_choice(cls, value, source)
+
+
+class MemoryPolicy(str, enum.Enum):
+    """Which memory policy a rank gets."""
+
+    PREFERRED = "preferred"  # local first, spill over instead of OOM
+    BIND = "bind"  # strict, like numactl --membind
+    INTERLEAVE = "interleave"  # round-robin over the plan's nodes
+    LOCAL = "local"  # allocate on the node of the CPU that faults
+    NONE = "none"  # leave the memory policy alone
+
+    @classmethod
+    def parse(cls, value: str | MemoryPolicy, source: str = "memory policy") -> MemoryPolicy:
+        return _parse_choice(cls, value, source)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The binding one rank should get, and why.
+
+    ``cpus`` is ``None`` when CPU affinity is to be left alone (mode
+    ``none``, or a device whose node is unknown); otherwise it is a non-empty
+    subset of the allowed CPUs.  ``mems`` are the memory-policy nodes (empty
+    for ``local`` and ``none``).  ``node`` is the CPU node the rank was placed
+    on, ``None`` when unplaced.  ``reasons`` cite each decision's source;
+    ``warnings`` are the subset a launcher should surface.
+    """
+
+    rank: int
+    device: Optional[Gpu]
+    cpus: Optional[frozenset[int]]
+    mems: frozenset[int]
+    policy: MemoryPolicy
+    mode: CpuMode = CpuMode.NODE
+    node: Optional[int] = None
+    reasons: Tuple[str, ...] = ()
+    warnings: Tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The documented JSON form (``pynumabind plan --json``)."""
+        device = None
+        if self.device is not None:
+            gpu = self.device
+            device = {
+                "index": gpu.index,
+                "pci_bus_id": gpu.pci_bus_id,
+                "vendor": gpu.vendor,
+                "uuid": gpu.uuid,
+                "model": gpu.model,
+                "numa_node": gpu.numa_node,
+                "memory_node": gpu.memory_node,
+            }
+        return {
+            "rank": self.rank,
+            "device": device,
+            "mode": self.mode.value,
+            "node": self.node,
+            "cpus": None if self.cpus is None else format_cpulist(self.cpus),
+            "mems": format_cpulist(self.mems),
+            "policy": self.policy.value,
+            "reasons": list(self.reasons),
+            "warnings": list(self.warnings),
+        }

@@ -1,4 +1,11 @@
-"""This machine and this process: sysfs + NVML + KFD + visibility.
+"""Discovery's front door: this machine (sysfs + NVML + KFD + visibility), another
+machine's sysfs tree, or a snapshot file, each as a :class:`~pynumabind.model.Topology`.
+
+Three public functions, each with its real keywords: :func:`detect_topology`
+(this machine and this process), :func:`topology_from_sysfs` (any sysfs tree:
+``/sys`` or a copy of another machine's), :func:`load_topology` (a JSON
+snapshot written by ``pynumabind snapshot``).  The model module is a leaf:
+it imports none of this, so there is no import cycle, lazy or not.
 
 Order of trust for a GPU's NUMA node, and why:
 
@@ -23,10 +30,10 @@ import os
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from ._nvml import NvmlReport
-from .errors import format_ids
-from .topology import Gpu, Topology
+from .errors import TopologyError, format_ids
+from .model import Gpu, Topology
 
-__all__ = ["detect", "merge_nvml"]
+__all__ = ["detect_topology", "load_topology", "merge_nvml", "topology_from_sysfs"]
 
 
 def _sole_node_of(topology: Topology, cpus: frozenset[int]) -> Optional[int]:
@@ -123,7 +130,7 @@ def _with(gpu: Gpu, **changes: Any) -> Gpu:
     return replace(gpu, **changes)
 
 
-def detect(
+def detect_topology(
     *,
     environ: Optional[Mapping[str, str]] = None,
     use_nvml: bool = True,
@@ -175,3 +182,44 @@ def detect(
         notes.append("NVML not used (use_nvml=False); GPU NUMA nodes from sysfs PCI")
     topology = base.replace(gpus=tuple(gpus), notes=tuple(notes))
     return _visible.apply_visibility(topology, env, mig_parents=mig_parents)
+
+
+def topology_from_sysfs(
+    root: str = "/sys",
+    *,
+    allowed_cpus: Optional[Iterable[int]] = None,
+    allowed_mems: Optional[Iterable[int]] = None,
+    gpu_vendors: Optional[Union[Mapping[int, str], Iterable[int]]] = None,
+    pci_classes: Optional[Iterable[Union[str, int]]] = None,
+    environ: Optional[Mapping[str, str]] = None,
+) -> Topology:
+    """The machine under sysfs ``root`` (``/sys``, or another machine's copy), without NVML.
+
+    See :func:`pynumabind._sysfs.read_topology` for what each keyword means;
+    ``None`` keeps its default.
+    """
+    from . import _sysfs
+
+    options: Dict[str, Any] = {}
+    if gpu_vendors is not None:
+        options["gpu_vendors"] = gpu_vendors
+    if pci_classes is not None:
+        options["pci_classes"] = pci_classes
+    return _sysfs.read_topology(
+        root, allowed_cpus=allowed_cpus, allowed_mems=allowed_mems, environ=environ, **options
+    )
+
+
+def load_topology(path: str) -> Topology:
+    """Read a snapshot file written by ``pynumabind snapshot``."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError as exc:
+        raise TopologyError(f"cannot read topology file {path!r}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise TopologyError(
+            f"topology file {path!r} is not UTF-8 text (byte {exc.start}): "
+            "expected JSON written by 'pynumabind snapshot'"
+        ) from exc
+    return Topology.from_json(text)

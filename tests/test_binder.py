@@ -388,8 +388,8 @@ def test_empty_cpu_set_is_a_plan_error() -> None:
     ],
 )
 def test_preferred_on_several_nodes(monkeypatch, preferred_many, mode, nodes, noted) -> None:
-    features = _libnuma.Features(True, True, preferred_many, None, {})
-    monkeypatch.setattr(_libnuma, "probe_features", lambda: features)
+    probed = {_libnuma.MPOL_PREFERRED_MANY: preferred_many}
+    monkeypatch.setattr(_libnuma, "supports_mode", probed.__getitem__)
     request = _apply.policy_request(_plan(mems=frozenset({0, 2})))
     got_mode, got_nodes, note = request.mode, request.nodes, request.note
     assert (got_mode, got_nodes) == (mode, frozenset(nodes))

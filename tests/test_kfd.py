@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,28 @@ def test_kfd_gpu_not_accepted_on_pci_is_noted(tmp_path: Path) -> None:
 
 def test_no_kfd_directory_means_none(tmp_path: Path) -> None:
     assert read_kfd(str(tmp_path)) is None
+
+
+def test_non_ascii_kfd_properties_are_a_topology_error(tmp_path: Path) -> None:
+    node = tmp_path / KFD_TOPOLOGY / "0"
+    node.mkdir(parents=True)
+    (node / "gpu_id").write_text("17\n")
+    (node / "properties").write_bytes(b"location_id 12\nname \xff\xfe\n")
+    with pytest.raises(TopologyError, match="not ASCII text") as info:
+        read_kfd(str(tmp_path))
+    assert "properties" in str(info.value)
+
+
+def test_kfd_node_names_take_ascii_digits_only(tmp_path: Path) -> None:
+    base = tmp_path / KFD_TOPOLOGY
+    (base / "\u00b2").mkdir(parents=True)  # '²'.isdigit() is True; int('²') raises
+    assert read_kfd(str(tmp_path)) == []
+
+
+def test_a_fifo_in_the_kfd_tree_does_not_hang(tmp_path: Path) -> None:
+    node = tmp_path / KFD_TOPOLOGY / "0"
+    node.mkdir(parents=True)
+    (node / "gpu_id").write_text("17\n")
+    os.mkfifo(node / "properties")
+    with pytest.raises(TopologyError, match="not a regular file"):
+        read_kfd(str(tmp_path))

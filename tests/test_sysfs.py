@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hyp_st
 
+import libnuma_oracle as oracle
 import sysfs_tree as st
 from pynumabind import _libnuma
 from pynumabind._sysfs import normalize_bus_id, read_topology
@@ -21,6 +22,7 @@ from pynumabind.cpulist import format_cpulist, parse_cpulist
 from pynumabind.discovery import detect_topology, topology_from_sysfs
 from pynumabind.errors import ConfigError, TopologyError
 from pynumabind.model import Topology
+from pynumabind.planner import plan
 
 
 def tree(tmp_path: Path, name: str, **changes: object) -> Path:
@@ -169,19 +171,16 @@ def test_a_missing_required_node_file_raises(tmp_path: Path) -> None:
 
 def test_unreadable_file_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """EACCES/EIO on a file that must be read: an error naming it, not a guess."""
-    import builtins
-
-    from pynumabind import _sysfs
-
     root = tree(tmp_path, "sparse_nodes")
     target = str(root / "devices/system/node/node0/cpulist")
+    real_open = os.open
 
     def guarded(path, *args, **kwargs):  # type: ignore[no-untyped-def]
-        if str(path) == target:
+        if str(path) == target:  # root ignores chmod 000: deny it here
             raise PermissionError(13, "Permission denied", str(path))
-        return builtins.open(path, *args, **kwargs)
+        return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr(_sysfs, "open", guarded, raising=False)
+    monkeypatch.setattr(os, "open", guarded)
     with pytest.raises(TopologyError, match=r"cannot read sysfs file .*node0/cpulist: Permission"):
         topology_from_sysfs(str(root))
 
@@ -192,6 +191,37 @@ def test_a_directory_in_place_of_a_file_raises(tmp_path: Path) -> None:
     path.unlink()
     path.mkdir()
     with pytest.raises(TopologyError, match=r"node0/cpulist"):
+        topology_from_sysfs(str(root))
+
+
+def test_a_superscript_cache_index_is_not_a_number(tmp_path: Path) -> None:
+    root = tree(tmp_path, "dgx_h100")
+    (root / "devices/system/cpu/cpu0/cache/index\u00b2").mkdir()  # '²'.isdigit() is True
+    topo = topology_from_sysfs(str(root))
+    assert topo.cpus[0].l3
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "dev-null-is-not-regular"])
+def test_special_files_in_a_sysfs_tree_are_refused_without_hanging(
+    tmp_path: Path, kind: str
+) -> None:
+    root = tree(tmp_path, "dgx_h100")
+    path = root / "devices/system/node/node0/cpulist"
+    path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero" if kind == "dev-zero" else "/dev/null")
+    with pytest.raises(TopologyError, match="node0/cpulist is not a regular file"):
+        topology_from_sysfs(str(root))
+
+
+def test_an_oversized_sysfs_file_is_refused(tmp_path: Path) -> None:
+    root = tree(tmp_path, "dgx_h100")
+    path = root / "devices/system/node/node0/distance"
+    with open(path, "wb") as handle:
+        handle.truncate((1 << 20) + 1)
+    with pytest.raises(TopologyError, match="node0/distance is larger than"):
         topology_from_sysfs(str(root))
 
 
@@ -330,9 +360,9 @@ def _status_list(key: str) -> frozenset[int]:
 def test_live_machine_agrees_with_libnuma_and_proc() -> None:
     topo = detect_topology(use_nvml=False, environ={})
     for node in topo.nodes.values():
-        assert node.cpus == _libnuma.node_to_cpus(node.id)
+        assert node.cpus == oracle.node_to_cpus(node.id)
         for other in topo.nodes:
-            assert topo.distance(node.id, other) == _libnuma.distance(node.id, other)
+            assert topo.distance(node.id, other) == oracle.distance(node.id, other)
         if node.has_memory:
             total, free = _libnuma.node_memory(node.id)
             assert node.memory_total == total
@@ -342,7 +372,7 @@ def test_live_machine_agrees_with_libnuma_and_proc() -> None:
     assert topo.allowed_mems == _status_list("Mems_allowed_list")
     assert topo.online_cpus == parse_cpulist(Path("/sys/devices/system/cpu/online").read_text())
     for cpu in topo.cpus.values():
-        assert _libnuma.node_of_cpu(cpu.id) == cpu.node
+        assert oracle.node_of_cpu(cpu.id) == cpu.node
 
 
 _CHILD = """
@@ -381,15 +411,19 @@ def test_live_allowed_cpus_follow_this_process(monkeypatch: pytest.MonkeyPatch) 
     assert topology_from_sysfs("/sys").allowed_cpus == frozenset(before)
 
 
-def test_gpu_on_a_cpu_less_node_is_given_the_nearest_cpu_node(tmp_path: Path) -> None:
+def test_gpu_on_a_cpu_less_node_is_recorded_as_found_and_planned_nearest(tmp_path: Path) -> None:
     desc = st.load_machine("gh200_single")
     desc["gpus"][0]["numa_node"] = 1  # firmware placing the GPU on its HBM node
     topo = topology_from_sysfs(str(st.build_sysfs(desc, tmp_path / "t")))
-    assert topo.gpus[0].numa_node == 0
-    # The HBM node is kept as the GPU's memory node (as NVML discovery does), so that
-    # gpu_memory=True can add it; the QEMU guest test checks the same on a real kernel.
-    assert topo.gpus[0].memory_node == 1
+    # Discovery records the fact; the HBM node is also the GPU's memory node
+    # (as NVML discovery does), so that gpu_memory=True can add it; the QEMU
+    # guest test checks the same on a real kernel.
+    assert (topo.gpus[0].numa_node, topo.gpus[0].memory_node) == (1, 1)
     assert any("numa_node 1 has no CPUs" in n for n in topo.notes)
+    # The planner, the one owner of the decision, binds the nearest CPU node.
+    placed = plan(topo, 0)
+    assert (placed.node, placed.cpus) == (0, topo.nodes[0].cpus)
+    assert plan(topo, 0, gpu_memory=True).mems == {0, 1}
 
 
 # ------------------------------------------------- generated machines
@@ -429,21 +463,22 @@ def machines(draw: hyp_st.DrawFn) -> dict:
     for a in range(count):
         for b in range(a + 1, count):
             matrix[a][b] = matrix[b][a] = draw(hyp_st.integers(11, 255))
-    cpu_nodes = [n["id"] for n in nodes if n["cpus"]]
     gpus = []
     for k in range(draw(hyp_st.integers(0, 3))):
-        numa = draw(hyp_st.sampled_from([-1, *cpu_nodes]))
-        gpus.append(
-            {
-                "bus_id": f"0000:{0x10 + k:02x}:00.0",
-                "vendor": "0x10de",
-                "device": "0x2330",
-                "class": "0x030200",
-                "model": "X",
-                "uuid": f"GPU-{k}",
-                "numa_node": numa,
-            }
-        )
+        # Any node, CPU-less ones too (CXL, firmware naming the GPU's HBM node).
+        numa = draw(hyp_st.sampled_from([-1, *ids]))
+        gpu = {
+            "bus_id": f"0000:{0x10 + k:02x}:00.0",
+            "vendor": "0x10de",
+            "device": "0x2330",
+            "class": "0x030200",
+            "model": "X",
+            "uuid": f"GPU-{k}",
+            "numa_node": numa,
+        }
+        if numa >= 0:  # the kernel's local_cpulist is its node's CPUs (none: empty)
+            gpu["local_cpulist"] = nodes[ids.index(numa)]["cpus"]
+        gpus.append(gpu)
     return {
         "name": "generated",
         "provenance": ["hypothesis"],
@@ -477,16 +512,22 @@ def test_generated_machines_read_back_exactly(desc: dict) -> None:
         assert (got_cpu.siblings, got_cpu.l3) == (fact.siblings, fact.l3)
     with_cpus = {n["id"] for n in desc["nodes"] if parse_cpulist(n["cpus"]) & online}
 
-    def expected_node(numa: int) -> object:
-        if numa < 0:
-            return None
-        if numa in with_cpus:
-            return numa
-        # every CPU of its node is offline: the nearest node with online CPUs
+    memory = {n["id"] for n in desc["nodes"] if n["memory_mb"]}
+
+    def nearest(numa: int) -> int:
         return min(with_cpus, key=lambda other: (table[numa][other], other))
 
-    want = [(g["bus_id"], expected_node(g["numa_node"])) for g in desc["gpus"]]
+    # Discovery records the kernel's numa_node as it is, even when every CPU
+    # of that node is offline (then it is also the memory node, if it has
+    # memory); the planner alone picks the nearest node with online CPUs.
+    want = [(g["bus_id"], g["numa_node"] if g["numa_node"] >= 0 else None) for g in desc["gpus"]]
     assert [(g.pci_bus_id, g.numa_node) for g in topo.gpus] == want
+    for gpu in topo.gpus:
+        cpu_less = gpu.numa_node is not None and gpu.numa_node not in with_cpus
+        assert gpu.memory_node == (gpu.numa_node if cpu_less and gpu.numa_node in memory else None)
+        if cpu_less and with_cpus and not gpu.local_cpus:
+            placed = plan(topo, gpu.index, nprocs=len(topo.gpus), mode="node", memory="none")
+            assert placed.node == nearest(gpu.numa_node), placed.reasons
     assert topo.allowed_mems == {n["id"] for n in desc["nodes"] if n["memory_mb"]}
     assert Topology.from_json(topo.to_json()) == topo
 

@@ -310,7 +310,7 @@ def policy_request(plan: Plan) -> PolicyRequest:
         return PolicyRequest(_libnuma.MPOL_INTERLEAVE, mems)
     if len(mems) == 1:
         return PolicyRequest(_libnuma.MPOL_PREFERRED, mems)
-    many = _libnuma.probe_features().preferred_many
+    many = _libnuma.supports_mode(_libnuma.MPOL_PREFERRED_MANY)
     if many:
         return PolicyRequest(_libnuma.MPOL_PREFERRED_MANY, mems)
     first = min(mems)

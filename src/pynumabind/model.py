@@ -10,7 +10,12 @@ tested on thousands of generated machines.
 
 JSON snapshots use canonical cpulists for sets, so they stay readable and
 diffable, and :meth:`Topology.from_json` restores exactly what
-:meth:`Topology.to_json` wrote.
+:meth:`Topology.to_json` wrote.  A snapshot read back is untrusted input
+(``--topology`` names any file): its size is bounded
+(:data:`MAX_SNAPSHOT_CHARS`), deep nesting is a :class:`TopologyError`, not
+a RecursionError, every id must be a non-negative int within the kernel's
+limits, every set is kept within the snapshot's own CPUs and nodes, and the
+ids all its lists hold together are bounded (see :class:`_Snapshot`).
 """
 
 from __future__ import annotations
@@ -20,8 +25,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Type, TypeVar
 
-from .cpulist import format_cpulist, parse_cpulist
-from .errors import ConfigError, TopologyError
+from .cpulist import DEFAULT_MAX_ID, format_cpulist, parse_cpulist
+from .errors import ConfigError, ListParseError, TopologyError
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -92,11 +97,15 @@ class Gpu:
 
     ``index`` is the ordinal this process uses (after ``CUDA_VISIBLE_DEVICES``
     / ``ROCR_VISIBLE_DEVICES`` and the device order), ``physical_index`` the
-    driver's (NVML) index.  ``numa_node`` is ``None`` when unknown (sysfs
-    ``numa_node`` of -1 and no NVML answer).  ``memory_node`` is the GPU's own
-    CPU-less memory node on coherent systems (GH200/GB200).  ``source`` names
-    where ``numa_node`` came from (``"nvml"``, ``"sysfs"``, ``"kfd"`` ...), so
-    plans can cite it.
+    driver's (NVML) index.  The locality fields are facts as the sources
+    reported them (:mod:`pynumabind.discovery` says exactly which source, in
+    which order); deciding a rank's CPUs from them is the planner's job.
+    ``numa_node`` is the node a source names, ``None`` when unknown (sysfs
+    ``numa_node`` of -1 and no NVML answer); it is a CPU-less node only when
+    no source names one with CPUs.  ``memory_node`` is a CPU-less memory node
+    a source names for the GPU (its own HBM on GH200/GB200).  ``source``
+    names where ``numa_node`` came from (``"nvml"``, ``"sysfs"``), so plans
+    can cite it.
     """
 
     index: int
@@ -231,58 +240,16 @@ class Topology:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Topology:
+        """The topology a snapshot dict describes; every field is checked (see the module)."""
+        if not isinstance(data, Mapping):
+            raise TopologyError("topology snapshot must be a JSON object")
+        if data.get("schema") != SCHEMA_VERSION:
+            raise TopologyError(
+                f"unsupported topology schema {data.get('schema')!r} "
+                f"(this pynumabind reads schema {SCHEMA_VERSION})"
+            )
         try:
-            if data.get("schema") != SCHEMA_VERSION:
-                raise TopologyError(
-                    f"unsupported topology schema {data.get('schema')!r} "
-                    f"(this pynumabind reads schema {SCHEMA_VERSION})"
-                )
-            nodes = {
-                int(n["id"]): NumaNode(
-                    id=int(n["id"]),
-                    cpus=parse_cpulist(n["cpus"]),
-                    memory_total=_opt_int(n.get("memory_total")),
-                    memory_free=_opt_int(n.get("memory_free")),
-                    has_memory=_typed(n.get("has_memory", True), bool, "has_memory"),
-                    distances={int(k): int(v) for k, v in n.get("distances", {}).items()},
-                )
-                for n in data["nodes"]
-            }
-            cpus = {
-                int(c["id"]): Cpu(
-                    id=int(c["id"]),
-                    node=_opt_int(c.get("node")),
-                    package=int(c["package"]),
-                    core=int(c["core"]),
-                    die=_opt_int(c.get("die")),
-                    siblings=parse_cpulist(c.get("siblings", "")),
-                    l3=parse_cpulist(c.get("l3", "")),
-                )
-                for c in data["cpus"]
-            }
-            gpus = tuple(
-                Gpu(
-                    index=int(g["index"]),
-                    pci_bus_id=str(g["pci_bus_id"]),
-                    vendor=str(g["vendor"]),
-                    numa_node=_opt_int(g.get("numa_node")),
-                    local_cpus=parse_cpulist(g.get("local_cpus", "")),
-                    uuid=_opt_str(g.get("uuid"), "uuid"),
-                    model=_opt_str(g.get("model"), "model"),
-                    memory_node=_opt_int(g.get("memory_node")),
-                    physical_index=_opt_int(g.get("physical_index")),
-                    source=str(g.get("source", "snapshot")),
-                )
-                for g in data.get("gpus", [])
-            )
-            return cls(
-                nodes=nodes,
-                cpus=cpus,
-                gpus=gpus,
-                allowed_cpus=parse_cpulist(data["allowed_cpus"]),
-                allowed_mems=parse_cpulist(data["allowed_mems"]),
-                notes=tuple(str(n) for n in data.get("notes", [])),
-            )
+            return _Snapshot(data).topology()
         except TopologyError:
             raise
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -290,17 +257,45 @@ class Topology:
 
     @classmethod
     def from_json(cls, text: str) -> Topology:
+        if len(text) > MAX_SNAPSHOT_CHARS:
+            raise TopologyError(
+                f"topology snapshot is {len(text)} characters; at most {MAX_SNAPSHOT_CHARS} "
+                "are read"
+            )
         try:
             data = json.loads(text)
         except ValueError as exc:
             raise TopologyError(f"topology snapshot is not valid JSON: {exc}") from exc
+        except RecursionError:
+            raise TopologyError("topology snapshot is nested too deeply to be one") from None
         if not isinstance(data, dict):
             raise TopologyError("topology snapshot must be a JSON object")
         return cls.from_dict(data)
 
 
-def _opt_int(value: Any) -> Optional[int]:
-    return None if value is None else int(value)
+# --------------------------------------------------------------- snapshots
+
+#: The most characters a snapshot may have: a 8,192-CPU machine writes about 1 MB.
+MAX_SNAPSHOT_CHARS = 16 << 20
+#: Kernel limits: CPU ids below CONFIG_NR_CPUS (cpulist's default bound), node
+#: ids below MAX_NUMNODES (NODES_SHIFT is at most 10), other ids C ints.
+MAX_CPU_ID = DEFAULT_MAX_ID
+MAX_NODE_ID = (1 << 10) - 1
+MAX_INT = (1 << 31) - 1
+MAX_BYTES = (1 << 64) - 1
+
+
+def _int(value: Any, what: str, limit: int) -> int:
+    """``value`` when it is an int from 0 to ``limit``: no bool, float or string."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
+        raise TopologyError(
+            f"malformed topology snapshot: {what} {value!r} is not an integer from 0 to {limit}"
+        )
+    return value
+
+
+def _opt(value: Any, what: str, limit: int) -> Optional[int]:
+    return None if value is None else _int(value, what, limit)
 
 
 def _typed(value: Any, kind: type, key: str) -> Any:
@@ -314,6 +309,111 @@ def _typed(value: Any, kind: type, key: str) -> Any:
 
 def _opt_str(value: Any, key: str) -> Optional[str]:
     return None if value is None else str(_typed(value, str, key))
+
+
+class _Snapshot:
+    """Reads one snapshot dict as untrusted input.
+
+    Rules: every id is a non-negative int within the kernel's limits (no
+    bool, no float); every set of CPUs or nodes is intersected with the CPUs
+    and nodes the snapshot itself lists; an id list naming ids above the
+    largest the snapshot lists is an error, so no list expands past the
+    snapshot's own size; identical lists are parsed once and shared; and the
+    ids kept across all distinct lists are bounded by :attr:`budget`, so a
+    few kilobytes cannot claim hundreds of megabytes.
+    """
+
+    def __init__(self, data: Mapping[str, Any]) -> None:
+        self.data = data
+        entries = (_typed(data["nodes"], list, "nodes"), _typed(data["cpus"], list, "cpus"))
+        self.node_ids = self._ids(entries[0], "node id", MAX_NODE_ID)
+        self.cpu_ids = self._ids(entries[1], "CPU id", MAX_CPU_ID)
+        self.budget = 64 * (len(self.cpu_ids) + len(self.node_ids)) + 65536
+        self.parsed: Dict[Tuple[str, str], frozenset[int]] = {}
+
+    @staticmethod
+    def _ids(entries: List[Any], what: str, limit: int) -> frozenset[int]:
+        ids = [_int(_typed(e, dict, what)["id"], what, limit) for e in entries]
+        if len(set(ids)) != len(ids):
+            raise TopologyError(f"malformed topology snapshot: a {what} is listed twice")
+        return frozenset(ids)
+
+    def ids(self, text: Any, what: str, kind: str = "cpu") -> frozenset[int]:
+        """An id list of the snapshot, within its own CPUs (or nodes)."""
+        key = (kind, _typed(text, str, what))
+        cached = self.parsed.get(key)
+        if cached is not None:
+            return cached
+        known = self.cpu_ids if kind == "cpu" else self.node_ids
+        try:
+            parsed = parse_cpulist(text, max_id=max(known, default=0))
+        except ListParseError as exc:
+            raise TopologyError(f"malformed topology snapshot: {what}: {exc}") from exc
+        kept = parsed & known
+        self.budget -= len(kept)
+        if self.budget < 0:
+            raise TopologyError(
+                "malformed topology snapshot: its id lists hold far more ids than its "
+                f"{len(self.cpu_ids)} CPUs and {len(self.node_ids)} nodes can"
+            )
+        self.parsed[key] = kept
+        return kept
+
+    def node(self, entry: Mapping[str, Any]) -> NumaNode:
+        distances = _typed(entry.get("distances", {}), dict, "distances")
+        row = {}
+        for key, value in distances.items():
+            other = int(key) if key.isascii() and key.isdigit() and len(key) < 6 else -1
+            if other in self.node_ids:
+                row[other] = _int(value, "distance", MAX_INT)
+        return NumaNode(
+            id=entry["id"],
+            cpus=self.ids(entry["cpus"], "node cpus"),
+            memory_total=_opt(entry.get("memory_total"), "memory_total", MAX_BYTES),
+            memory_free=_opt(entry.get("memory_free"), "memory_free", MAX_BYTES),
+            has_memory=_typed(entry.get("has_memory", True), bool, "has_memory"),
+            distances=row,
+        )
+
+    def cpu(self, entry: Mapping[str, Any]) -> Cpu:
+        return Cpu(
+            id=entry["id"],
+            node=_opt(entry.get("node"), "CPU node", MAX_NODE_ID),
+            package=_int(entry["package"], "package", MAX_INT),
+            core=_int(entry["core"], "core", MAX_INT),
+            die=_opt(entry.get("die"), "die", MAX_INT),
+            siblings=self.ids(entry.get("siblings", ""), "siblings"),
+            l3=self.ids(entry.get("l3", ""), "l3"),
+        )
+
+    def gpu(self, entry: Mapping[str, Any]) -> Gpu:
+        return Gpu(
+            index=_int(entry["index"], "GPU index", MAX_CPU_ID),
+            pci_bus_id=_typed(entry["pci_bus_id"], str, "pci_bus_id"),
+            vendor=_typed(entry["vendor"], str, "vendor"),
+            numa_node=_opt(entry.get("numa_node"), "numa_node", MAX_NODE_ID),
+            local_cpus=self.ids(entry.get("local_cpus", ""), "local_cpus"),
+            uuid=_opt_str(entry.get("uuid"), "uuid"),
+            model=_opt_str(entry.get("model"), "model"),
+            memory_node=_opt(entry.get("memory_node"), "memory_node", MAX_NODE_ID),
+            physical_index=_opt(entry.get("physical_index"), "physical_index", MAX_CPU_ID),
+            source=_typed(entry.get("source", "snapshot"), str, "source"),
+        )
+
+    def topology(self) -> Topology:
+        data = self.data
+        nodes = {n.id: n for n in map(self.node, data["nodes"])}
+        cpus = {c.id: c for c in map(self.cpu, data["cpus"])}
+        gpus = tuple(self.gpu(_typed(g, dict, "gpu")) for g in data.get("gpus", []))
+        notes = _typed(data.get("notes", []), list, "notes")
+        return Topology(
+            nodes=nodes,
+            cpus=cpus,
+            gpus=gpus,
+            allowed_cpus=self.ids(data["allowed_cpus"], "allowed_cpus"),
+            allowed_mems=self.ids(data["allowed_mems"], "allowed_mems", kind="node"),
+            notes=tuple(_typed(n, str, "note") for n in notes),
+        )
 
 
 # ------------------------------------------------------------------ plans

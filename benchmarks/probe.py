@@ -182,7 +182,6 @@ def probe_warm(rank: int, reps: int, extra_threads: int) -> Dict[str, Any]:
     every thread (not only the caller) is part of the job.
     """
     import pynumabind
-    from pynumabind import _libnuma
     from pynumabind.cpulist import format_cpulist
 
     stop, _ = _idle_threads(extra_threads)

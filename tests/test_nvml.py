@@ -373,3 +373,39 @@ def test_a_socket_wide_affinity_defers_to_the_pci_numa_node(
     fake_nvml.install_fake_nvml(monkeypatch, desc)
     topo = detect(root)
     assert [g.numa_node for g in topo.gpus] == desc["expect"]["gpu_numa_nodes"]
+
+
+# ------------------------------------------- the fake offers what nvidia-ml-py offers
+
+
+def test_fake_refuses_a_function_the_real_module_lacks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """nvidia-ml-py 12.535.x has no nvmlDeviceGetNumaNodeId: neither may the fake."""
+    desc = st.load_machine("gb200_nvl_tray")
+    if hasattr(real_pynvml, "nvmlDeviceGetNumaNodeId"):
+        assert "nvmlDeviceGetNumaNodeId" in fake_nvml.FakeNvml(desc).provided
+        monkeypatch.delattr(real_pynvml, "nvmlDeviceGetNumaNodeId")
+    fake = fake_nvml.install_fake_nvml(monkeypatch, desc)
+    assert not hasattr(fake.module, "nvmlDeviceGetNumaNodeId")
+    assert fake.refused == ["nvmlDeviceGetNumaNodeId"]
+
+
+def test_fake_rejects_a_signature_unlike_the_real_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    def nvmlDeviceGetCpuAffinity(handle: Any) -> None:  # a wrapper with one parameter less
+        return None
+
+    monkeypatch.setattr(real_pynvml, "nvmlDeviceGetCpuAffinity", nvmlDeviceGetCpuAffinity)
+    with pytest.raises(TypeError, match=r"nvmlDeviceGetCpuAffinity\(handle, cpuSetSize\)"):
+        fake_nvml.FakeNvml(st.load_machine("dgx_h100"))
+
+
+def test_fake_knows_every_nvml_function_the_library_calls() -> None:
+    """A new call in _nvml without a fake for it would pass as 'missing wrapper'."""
+    import re
+
+    source = Path(_nvml.__file__).read_text(encoding="utf-8")
+    called = set(re.findall(r"\b(nvml[A-Z][A-Za-z]+)\b", source))
+    fake = fake_nvml.FakeNvml(st.load_machine("dgx_h100"))
+    assert called, "no NVML function found in _nvml.py"
+    assert called <= set(fake.provided) | set(fake.refused), called - set(fake.provided)
+    known = fake.provided + fake.refused
+    assert set(fake.provided) == {n for n in known if hasattr(real_pynvml, n)}

@@ -52,6 +52,9 @@ def test_every_nvidia_machine_matches_its_source(
             assert gpu.numa_node == want["numa_node"]
             assert gpu.source == "nvml"
     assert fake.init_count == fake.shutdown_count == 1
+    # Every wrapper _nvml uses is in the installed nvidia-ml-py (so in the floor,
+    # when the suite runs against the oldest allowed release: tox -e nvml-oldest).
+    assert not [n for n in topo.notes if " wrapper: " in n]
 
 
 def test_nvml_calls_use_node_scope_and_sized_masks(
@@ -387,6 +390,34 @@ def test_fake_refuses_a_function_the_real_module_lacks(monkeypatch: pytest.Monke
     fake = fake_nvml.install_fake_nvml(monkeypatch, desc)
     assert not hasattr(fake.module, "nvmlDeviceGetNumaNodeId")
     assert fake.refused == ["nvmlDeviceGetNumaNodeId"]
+
+
+def test_a_pynvml_without_the_numa_wrapper_is_noted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Below the floor the HBM nodes were lost silently; now one note says so."""
+    if hasattr(real_pynvml, "nvmlDeviceGetNumaNodeId"):
+        monkeypatch.delattr(real_pynvml, "nvmlDeviceGetNumaNodeId")
+    _desc, root, fake = setup(tmp_path, monkeypatch, "gb200_nvl_tray")
+    report = _nvml.query(cpu_words=3, node_words=1)
+    assert all(d.numa_node_id is None for d in report.devices)
+    wanted = "has no nvmlDeviceGetNumaNodeId wrapper: GPU memory nodes (Grace/GB200 HBM)"
+    assert [n for n in report.notes if wanted in n] == [
+        n for n in report.notes if f"nvidia-ml-py>={_nvml.NVML_PY_FLOOR}" in n
+    ]
+    assert sum(wanted in n for n in report.notes) == 1  # once, not once per GPU
+    assert sum(wanted in n for n in detect(root).notes) == 1
+    assert "nvmlDeviceGetNumaNodeId" not in fake.calls
+
+
+def test_the_declared_floor_is_the_one_the_library_names() -> None:
+    import re
+
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    if not pyproject.is_file():
+        pytest.skip("not run from a source checkout (no pyproject.toml)")
+    pins = re.findall(r'"nvidia-ml-py>=([0-9.]+)"', pyproject.read_text(encoding="utf-8"))
+    assert pins == [_nvml.NVML_PY_FLOOR]
 
 
 def test_fake_rejects_a_signature_unlike_the_real_one(monkeypatch: pytest.MonkeyPatch) -> None:

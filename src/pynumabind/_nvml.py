@@ -10,6 +10,20 @@ When NVML is missing (ImportError) or cannot start (library not found,
 driver not loaded, ...) :func:`query` raises :class:`NvmlUnavailable` with
 the reason; discovery then falls back to sysfs PCI scanning and records the
 reason in ``Topology.notes``.
+
+The nvidia-ml-py floor (``pyproject.toml``: ``nvidia-ml-py>=12.550.52``,
+:data:`NVML_PY_FLOOR`) is the first release with an
+``nvmlDeviceGetNumaNodeId`` wrapper, the only call that names a Grace/GB200
+GPU's own (CPU-less) memory node; 12.535.x lacks it.  The floor was raised
+rather than the C symbol called through pynvml's loaded library because
+nvidia-ml-py is pure Python whose every wrapper looks its C symbol up only
+when called (a newer binding runs on an older driver: a symbol the driver
+lacks is FunctionNotFound for that call alone), so the higher floor costs no
+driver compatibility, while calling the symbol ourselves would mean reaching
+into pynvml's private loader and re-declaring NVIDIA's ctypes prototypes.
+A ``pynvml`` module that still lacks a wrapper (another distribution's
+``pynvml.py``, a vendored copy) works: the call is skipped and one note
+names the module, the missing wrapper and what it costs.
 """
 
 from __future__ import annotations
@@ -21,9 +35,19 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Type
 from .cpulist import parse_cpumask
 from .errors import ListParseError, PynumabindError, TopologyError
 
-__all__ = ["NvmlDevice", "NvmlReport", "NvmlUnavailable", "query"]
+__all__ = ["NVML_PY_FLOOR", "NvmlDevice", "NvmlReport", "NvmlUnavailable", "query"]
 
 log = logging.getLogger(__name__)
+
+#: The oldest nvidia-ml-py allowed (keep equal to pyproject.toml's floor).
+NVML_PY_FLOOR = "12.550.52"
+
+#: What is lost when the ``pynvml`` module in use lacks a wrapper.
+_WITHOUT = {
+    "nvmlDeviceGetNumaNodeId": "GPU memory nodes (Grace/GB200 HBM) are not asked of NVML",
+    "nvmlDeviceGetCpuAffinityWithinScope": "CPU affinity is the socket-wide legacy mask",
+    "nvmlDeviceGetMemoryAffinity": "NVML's memory affinity is not asked",
+}
 
 
 class NvmlUnavailable(PynumabindError):
@@ -108,6 +132,7 @@ def _collect(pynvml: Any, cpu_words: int, node_words: int, mig_uuids: Sequence[s
         raise NvmlUnavailable(f"nvmlDeviceGetCount failed: {exc}") from None
     devices: List[NvmlDevice] = []
     notes: List[str] = []
+    missing: List[str] = []  # wrappers this pynvml module does not have
     for index in range(count):
         try:
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
@@ -119,7 +144,9 @@ def _collect(pynvml: Any, cpu_words: int, node_words: int, mig_uuids: Sequence[s
 
         def optional(call: str, *args: Any) -> Any:
             function = getattr(pynvml, call, None)
-            if function is None:  # an older nvidia-ml-py without this call
+            if function is None:  # a pynvml older than the floor: noted once below
+                if call not in missing:
+                    missing.append(call)
                 return None
             try:
                 return function(handle, *args)  # noqa: B023
@@ -165,7 +192,26 @@ def _collect(pynvml: Any, cpu_words: int, node_words: int, mig_uuids: Sequence[s
             parents[mig] = _text(pynvml.nvmlDeviceGetUUID(parent))
         except NVMLError as exc:
             notes.append(f"NVML does not know MIG device {mig!r}: {exc}")
+    notes.extend(_missing_note(pynvml, call) for call in missing)
     return NvmlReport(devices=tuple(devices), mig_parents=parents, notes=tuple(notes))
+
+
+def _missing_note(pynvml: Any, call: str) -> str:
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            release = f"nvidia-ml-py {version('nvidia-ml-py')}"
+        except PackageNotFoundError:
+            release = "not from nvidia-ml-py"
+    except ImportError:  # pragma: no cover - importlib.metadata is stdlib from 3.8
+        release = "release unknown"
+    where = getattr(pynvml, "__file__", None) or "?"
+    cost = _WITHOUT.get(call, "that answer is not asked")
+    return (
+        f"pynvml ({where}, {release}) has no {call} wrapper: {cost}; "
+        f"install nvidia-ml-py>={NVML_PY_FLOOR}"
+    )
 
 
 def _bus_id(info: Any) -> str:

@@ -9,6 +9,16 @@ strings as ``str``, affinity masks as sequences of 64-bit words (least
 significant first), ``nvmlDeviceGetPciInfo(h).busId`` in NVML's
 ``00000000:18:00.0`` upper-case form.
 
+The fake cannot offer more than the installed nvidia-ml-py does: a function
+is on the fake module only when the real ``pynvml`` defines it too, and its
+parameters must have the real wrapper's names, in order (checked when the
+fake is built; a mismatch is a ``TypeError``).  Run against the oldest
+nvidia-ml-py that ``pyproject.toml`` allows (tox env ``nvml-oldest``), the
+suite therefore exercises exactly what that version offers, and a floor
+that lacks a wrapper ``_nvml`` relies on fails the suite instead of passing
+it.  Constants (``NVML_AFFINITY_SCOPE_*``) and error classes are copied
+from the real module the same way: only those it has.
+
 Knobs (keyword arguments):
 
 * ``init_error``: NVML error code raised by ``nvmlInit`` (e.g.
@@ -17,6 +27,9 @@ Knobs (keyword arguments):
   (default: the description's order);
 * ``no_scope_api``: ``nvmlDeviceGetCpuAffinityWithinScope`` raises
   FunctionNotFound (an old driver), forcing the legacy call;
+* ``driver_lacks``: names of functions whose C symbol the driver lacks:
+  they raise FunctionNotFound, as the real wrappers do (the wrapper is
+  there, the library is older);
 * ``mig``: ``{mig_uuid: parent_gpu_uuid}`` MIG devices known to the driver;
 * ``bytes_strings``: return ``bytes`` for names, UUIDs and bus ids, as
   nvidia-ml-py releases before 11.515 did.
@@ -24,14 +37,38 @@ Knobs (keyword arguments):
 
 from __future__ import annotations
 
+import inspect
 import types
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import pynvml as _real
 
 from pynumabind.cpulist import parse_cpulist
 
-_ERROR_NAMES = [name for name in dir(_real) if name.startswith(("NVMLError", "NVML_ERROR_"))]
+_CONSTANTS = ("NVML_AFFINITY_SCOPE_NODE", "NVML_AFFINITY_SCOPE_SOCKET")
+
+
+def _parameters(function: Callable[..., Any]) -> List[str]:
+    return list(inspect.signature(function).parameters)
+
+
+def offered(name: str, fake_function: Callable[..., Any], real: Any = None) -> bool:
+    """Whether the real ``pynvml`` (default: the installed one) has ``name``.
+
+    A fake whose parameters differ from the real wrapper's (names, in order)
+    is a ``TypeError``: it would let a call the real one rejects pass.
+    """
+    real = _real if real is None else real
+    real_function = getattr(real, name, None)
+    if real_function is None:
+        return False
+    want, have = _parameters(real_function), _parameters(fake_function)
+    if want != have:
+        raise TypeError(
+            f"fake pynvml.{name}({', '.join(have)}) does not match the installed "
+            f"nvidia-ml-py's {name}({', '.join(want)})"
+        )
+    return True
 
 
 class _Handle:
@@ -68,18 +105,23 @@ class FakeNvml:
         init_error: Optional[int] = None,
         order: Optional[Sequence[int]] = None,
         no_scope_api: bool = False,
+        driver_lacks: Sequence[str] = (),
         mig: Optional[Dict[str, str]] = None,
         bytes_strings: bool = False,
     ) -> None:
         gpus = [g for g in desc.get("gpus", []) if g["vendor"] == "0x10de"]
         self.gpus = [gpus[i] for i in order] if order is not None else gpus
         self.init_error = init_error
-        self.no_scope_api = no_scope_api
+        self.driver_lacks = set(driver_lacks)
+        if no_scope_api:
+            self.driver_lacks.add("nvmlDeviceGetCpuAffinityWithinScope")
         self.mig = dict(mig or {})
         self.bytes_strings = bytes_strings
         self.init_count = 0
         self.shutdown_count = 0
         self.calls: List[str] = []
+        self.provided: List[str] = []  # functions the installed nvidia-ml-py has
+        self.refused: List[str] = []  # functions the fake knows but it lacks
         self.module = self._build_module()
 
     # ------------------------------------------------------------ helpers
@@ -92,6 +134,8 @@ class FakeNvml:
         self.calls.append(name)
         if self.init_count <= self.shutdown_count:
             raise self._error(_real.NVML_ERROR_UNINITIALIZED)
+        if name in self.driver_lacks:
+            raise self._error(_real.NVML_ERROR_FUNCTION_NOT_FOUND)
 
     def _handle(self, handle: Any) -> _Handle:
         if not isinstance(handle, _Handle):
@@ -104,10 +148,9 @@ class FakeNvml:
         fake = self
         module = types.ModuleType("pynvml")
         module.__dict__["__fake__"] = fake
-        for name in _ERROR_NAMES:
-            setattr(module, name, getattr(_real, name))
-        module.NVML_AFFINITY_SCOPE_NODE = _real.NVML_AFFINITY_SCOPE_NODE
-        module.NVML_AFFINITY_SCOPE_SOCKET = _real.NVML_AFFINITY_SCOPE_SOCKET
+        for name in dir(_real):
+            if name.startswith(("NVMLError", "NVML_ERROR_")) or name in _CONSTANTS:
+                setattr(module, name, getattr(_real, name))
 
         def nvmlInit() -> None:
             fake.calls.append("nvmlInit")
@@ -141,9 +184,9 @@ class FakeNvml:
                         return _Handle(gpu, index, mig_of=uuid)
             raise fake._error(_real.NVML_ERROR_NOT_FOUND)
 
-        def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle: Any) -> _Handle:
+        def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(migDevice: Any) -> _Handle:
             fake._check("nvmlDeviceGetDeviceHandleFromMigDeviceHandle")
-            h = fake._handle(handle)
+            h = fake._handle(migDevice)
             if h.mig_of is None:
                 raise fake._error(_real.NVML_ERROR_INVALID_ARGUMENT)
             return _Handle(h.gpu, h.index)
@@ -166,24 +209,30 @@ class FakeNvml:
             fake._check("nvmlDeviceGetName")
             return text(str(fake._handle(handle).gpu["model"]))
 
-        def nvmlDeviceGetCpuAffinityWithinScope(handle: Any, size: int, scope: int) -> List[int]:
+        def nvmlDeviceGetCpuAffinityWithinScope(
+            handle: Any,
+            cpuSetSize: int,
+            scope: int,
+        ) -> List[int]:
             fake._check("nvmlDeviceGetCpuAffinityWithinScope")
-            if fake.no_scope_api:
-                raise fake._error(_real.NVML_ERROR_FUNCTION_NOT_FOUND)
             if scope not in (_real.NVML_AFFINITY_SCOPE_NODE, _real.NVML_AFFINITY_SCOPE_SOCKET):
                 raise fake._error(_real.NVML_ERROR_INVALID_ARGUMENT)
             cpus = parse_cpulist(fake._handle(handle).gpu["nvml"]["cpu_affinity"])
-            return _words(cpus, size)
+            return _words(cpus, cpuSetSize)
 
-        def nvmlDeviceGetCpuAffinity(handle: Any, size: int) -> List[int]:
+        def nvmlDeviceGetCpuAffinity(handle: Any, cpuSetSize: int) -> List[int]:
             fake._check("nvmlDeviceGetCpuAffinity")
             cpus = parse_cpulist(fake._handle(handle).gpu["nvml"]["cpu_affinity"])
-            return _words(cpus, size)
+            return _words(cpus, cpuSetSize)
 
-        def nvmlDeviceGetMemoryAffinity(handle: Any, size: int, scope: int) -> List[int]:
+        def nvmlDeviceGetMemoryAffinity(
+            handle: Any,
+            nodeSetSize: int,
+            scope: int,
+        ) -> List[int]:
             fake._check("nvmlDeviceGetMemoryAffinity")
             nodes = parse_cpulist(fake._handle(handle).gpu["nvml"]["memory_affinity"])
-            return _words(nodes, size)
+            return _words(nodes, nodeSetSize)
 
         def nvmlDeviceGetNumaNodeId(handle: Any) -> int:
             fake._check("nvmlDeviceGetNumaNodeId")
@@ -207,7 +256,12 @@ class FakeNvml:
             nvmlDeviceGetMemoryAffinity,
             nvmlDeviceGetNumaNodeId,
         ):
-            setattr(module, function.__name__, function)
+            name = function.__name__
+            if offered(name, function):
+                setattr(module, name, function)
+                fake.provided.append(name)
+            else:
+                fake.refused.append(name)
         return module
 
 

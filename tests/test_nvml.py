@@ -53,6 +53,9 @@ def test_every_nvidia_machine_matches_its_source(
             assert gpu.numa_node == want["numa_node"]
             assert gpu.source == "nvml"
     assert fake.init_count == fake.shutdown_count == 1
+    # Every wrapper _nvml uses is in the installed nvidia-ml-py (so in the floor,
+    # when the suite runs against the oldest allowed release: tox -e nvml-oldest).
+    assert not [n for n in topo.notes if " wrapper: " in n]
 
 
 def test_nvml_calls_use_node_scope_and_sized_masks(
@@ -403,3 +406,297 @@ def test_numa_id_not_supported_keeps_the_sysfs_memory_node(
     assert plans[0].mems == first_mems
     assert [p.mems for p in plans] == [p.mems for p in plan_all(without, gpu_memory=True)]
     assert [p.cpus for p in plans] == [p.cpus for p in plan_all(without, gpu_memory=True)]
+
+
+# ------------------------------------------- the fake offers what nvidia-ml-py offers
+
+
+def test_fake_refuses_a_function_the_real_module_lacks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """nvidia-ml-py 12.535.x has no nvmlDeviceGetNumaNodeId: neither may the fake."""
+    desc = st.load_machine("gb200_nvl_tray")
+    if hasattr(real_pynvml, "nvmlDeviceGetNumaNodeId"):
+        assert "nvmlDeviceGetNumaNodeId" in fake_nvml.FakeNvml(desc).provided
+        monkeypatch.delattr(real_pynvml, "nvmlDeviceGetNumaNodeId")
+    fake = fake_nvml.install_fake_nvml(monkeypatch, desc)
+    assert not hasattr(fake.module, "nvmlDeviceGetNumaNodeId")
+    assert fake.refused == ["nvmlDeviceGetNumaNodeId"]
+
+
+def test_a_pynvml_without_the_numa_wrapper_is_noted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Below the floor the HBM nodes were lost silently; now one note says so."""
+    if hasattr(real_pynvml, "nvmlDeviceGetNumaNodeId"):
+        monkeypatch.delattr(real_pynvml, "nvmlDeviceGetNumaNodeId")
+    _desc, root, fake = setup(tmp_path, monkeypatch, "gb200_nvl_tray")
+    report = _nvml.query(cpu_words=3, node_words=1)
+    assert all(d.numa_node_id is None for d in report.devices)
+    wanted = "has no nvmlDeviceGetNumaNodeId wrapper: GPU memory nodes (Grace/GB200 HBM)"
+    assert [n for n in report.notes if wanted in n] == [
+        n for n in report.notes if f"nvidia-ml-py>={_nvml.NVML_PY_FLOOR}" in n
+    ]
+    assert sum(wanted in n for n in report.notes) == 1  # once, not once per GPU
+    assert sum(wanted in n for n in detect(root).notes) == 1
+    assert "nvmlDeviceGetNumaNodeId" not in fake.calls
+
+
+def test_the_declared_floor_is_the_one_the_library_names() -> None:
+    import re
+
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    if not pyproject.is_file():
+        pytest.skip("not run from a source checkout (no pyproject.toml)")
+    pins = re.findall(r'"nvidia-ml-py>=([0-9.]+)"', pyproject.read_text(encoding="utf-8"))
+    assert pins == [_nvml.NVML_PY_FLOOR]
+
+
+def test_fake_rejects_a_signature_unlike_the_real_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    def nvmlDeviceGetCpuAffinity(handle: Any) -> None:  # a wrapper with one parameter less
+        return None
+
+    monkeypatch.setattr(real_pynvml, "nvmlDeviceGetCpuAffinity", nvmlDeviceGetCpuAffinity)
+    with pytest.raises(TypeError, match=r"nvmlDeviceGetCpuAffinity\(handle, cpuSetSize\)"):
+        fake_nvml.FakeNvml(st.load_machine("dgx_h100"))
+
+
+def test_fake_knows_every_nvml_function_the_library_calls() -> None:
+    """A new call in _nvml without a fake for it would pass as 'missing wrapper'."""
+    import re
+
+    source = Path(_nvml.__file__).read_text(encoding="utf-8")
+    called = set(re.findall(r"\b(nvml[A-Z][A-Za-z]+)\b", source))
+    fake = fake_nvml.FakeNvml(st.load_machine("dgx_h100"))
+    assert called, "no NVML function found in _nvml.py"
+    assert called <= set(fake.provided) | set(fake.refused), called - set(fake.provided)
+    known = fake.provided + fake.refused
+    assert set(fake.provided) == {n for n in known if hasattr(real_pynvml, n)}
+
+
+# ------------------------------------------------ NVML once per process (issue 14)
+
+
+def test_a_second_discovery_does_not_ask_nvml_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _desc, root, fake = setup(tmp_path, monkeypatch, "dgx_h100")
+    first = detect(root)
+    asked = list(fake.calls)
+    second = detect(root, environ={"CUDA_VISIBLE_DEVICES": "3,1"})
+    assert fake.calls == asked  # not even nvmlInit
+    assert fake.init_count == fake.shutdown_count == 1
+    assert [g.pci_bus_id for g in second.gpus] == [
+        first.gpus[3].pci_bus_id,
+        first.gpus[1].pci_bus_id,
+    ]
+    assert detect(root) == first
+
+
+def test_nvml_asks_each_gpu_once_per_call_it_needs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _desc, root, fake = setup(tmp_path, monkeypatch, "dgx_h100")
+    detect(root)
+    per_gpu = [
+        "nvmlDeviceGetHandleByIndex",
+        "nvmlDeviceGetPciInfo",
+        "nvmlDeviceGetCpuAffinityWithinScope",
+        "nvmlDeviceGetUUID",
+        "nvmlDeviceGetName",
+        "nvmlDeviceGetMemoryAffinity",
+    ]
+    if hasattr(real_pynvml, "nvmlDeviceGetNumaNodeId"):
+        per_gpu.append("nvmlDeviceGetNumaNodeId")
+    want = {"nvmlInit": 1, "nvmlDeviceGetCount": 1, "nvmlShutdown": 1}
+    want.update({call: 8 for call in per_gpu})
+    assert {c: fake.calls.count(c) for c in set(fake.calls)} == want
+
+
+def test_a_call_the_driver_lacks_is_asked_once_and_noted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _desc, root, fake = setup(
+        tmp_path, monkeypatch, "gb200_nvl_tray", driver_lacks=["nvmlDeviceGetNumaNodeId"]
+    )
+    topo = detect(root)
+    assert fake.calls.count("nvmlDeviceGetNumaNodeId") == 1  # not once per GPU
+    assert [n for n in topo.notes if "nvmlDeviceGetNumaNodeId" in n] == [
+        "the driver's NVML has no nvmlDeviceGetNumaNodeId (FunctionNotFound): "
+        "GPU memory nodes (Grace/GB200 HBM) are not asked of NVML"
+    ]
+
+
+def test_unavailable_nvml_is_not_looked_for_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code = real_pynvml.NVML_ERROR_LIBRARY_NOT_FOUND
+    _desc, root, fake = setup(tmp_path, monkeypatch, "dgx_h100", init_error=code)
+    first = detect(root)
+    assert detect(root) == first
+    assert fake.calls == ["nvmlInit"]
+    with pytest.raises(_nvml.NvmlUnavailable, match="Library Not Found"):
+        _nvml.query()
+    assert fake.calls == ["nvmlInit"]
+
+
+def test_new_mig_devices_are_resolved_without_asking_the_gpus_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    desc = st.load_machine("dgx_a100_nps4")
+    mig1 = "MIG-5c6a4c66-1d27-5a13-b4b5-8f0a6e2f3e51"
+    mig2 = "MIG-0d2b3c4e-1111-2222-3333-444455556666"
+    mig = {mig1: desc["gpus"][6]["uuid"], mig2: desc["gpus"][1]["uuid"]}
+    _d, root, fake = setup(tmp_path, monkeypatch, "dgx_a100_nps4", mig=mig)
+    assert [g.physical_index for g in detect(root).gpus] == list(range(8))
+    asked = len(fake.calls)
+    topo = detect(root, environ={"CUDA_VISIBLE_DEVICES": f"{mig1},{mig2}"})
+    assert [(g.physical_index, g.numa_node) for g in topo.gpus] == [(6, 5), (1, 3)]
+    resolve = [
+        "nvmlDeviceGetHandleByUUID",
+        "nvmlDeviceGetDeviceHandleFromMigDeviceHandle",
+        "nvmlDeviceGetUUID",
+    ]
+    assert fake.calls[asked:] == ["nvmlInit", *resolve, *resolve, "nvmlShutdown"]
+    asked = len(fake.calls)
+    assert detect(root, environ={"CUDA_VISIBLE_DEVICES": mig2}).gpus[0].physical_index == 1
+    assert fake.calls[asked:] == []
+    assert fake.init_count == fake.shutdown_count == 2
+
+
+def test_other_mask_sizes_ask_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _desc, _root, fake = setup(tmp_path, monkeypatch, "gb200_nvl_tray")
+    small = _nvml.query(cpu_words=3, node_words=1)
+    assert _nvml.query(cpu_words=3, node_words=1) == small and fake.init_count == 1
+    assert _nvml.query(cpu_words=4, node_words=1) == small and fake.init_count == 2
+    _nvml.forget()
+    assert _nvml.query(cpu_words=4, node_words=1) == small and fake.init_count == 3
+    assert fake.init_count == fake.shutdown_count
+
+
+def test_a_fork_child_asks_nvml_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+    import os
+
+    _desc, root, fake = setup(tmp_path, monkeypatch, "dgx_h100")
+    parent = detect(root)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: report, then leave without running pytest's exit handlers
+        try:
+            child = detect(root)
+            said = {"inits": fake.init_count, "same": child == parent}
+            os.write(write, json.dumps(said).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        said = json.loads(pipe.read() or "{}")
+    os.waitpid(pid, 0)
+    assert said == {"inits": 2, "same": True}  # the parent's one, then the child's own
+    assert fake.init_count == 1
+    assert detect(root) == parent and fake.init_count == 1
+
+
+# ------------------------------------------------ every NVML failure stays typed
+
+
+def _raiser(error: BaseException) -> Any:
+    def raising(*args: Any) -> Any:
+        raise error
+
+    return raising
+
+
+FAILURES = {
+    "NVMLError": lambda: real_pynvml.NVMLError(real_pynvml.NVML_ERROR_UNKNOWN),
+    "OSError": lambda: OSError(5, "Input/output error"),
+    "RuntimeError": lambda: RuntimeError("binding bug"),
+    "UnicodeDecodeError": lambda: UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid"),
+}
+
+
+@pytest.mark.parametrize("failure", sorted(FAILURES))
+@pytest.mark.parametrize("call", fake_nvml.FakeNvml(st.load_machine("dgx_h100")).provided)
+def test_any_failure_of_any_nvml_call_is_a_note_or_unavailable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: str, failure: str
+) -> None:
+    desc = st.load_machine("dgx_a100_nps4")
+    mig = "MIG-5c6a4c66-1d27-5a13-b4b5-8f0a6e2f3e51"
+    root = st.build_sysfs(desc, tmp_path / "t")
+    fake = fake_nvml.install_fake_nvml(
+        monkeypatch,
+        desc,
+        mig={mig: desc["gpus"][6]["uuid"]},
+        no_scope_api=call == "nvmlDeviceGetCpuAffinity",  # so that the legacy call is made
+    )
+    monkeypatch.setattr(fake.module, call, _raiser(FAILURES[failure]()))
+    unusable = call in ("nvmlInit", "nvmlDeviceGetCount")
+    # Without NVML a MIG UUID is a ConfigError (only NVML can resolve it): ask for
+    # one only where NVML itself is usable.
+    visible = "0" if unusable else f"0,{mig}"
+    topo = detect(root, environ={"CUDA_VISIBLE_DEVICES": visible})  # never raises
+    if unusable:
+        assert any(n.startswith(f"NVML unavailable ({call} failed: ") for n in topo.notes)
+        assert [(g.source, g.numa_node) for g in topo.gpus] == [("sysfs", 3)]
+    elif call != "nvmlShutdown":
+        assert any(call in n or "does not know MIG device" in n for n in topo.notes), topo.notes
+    inits = fake.init_count
+    assert inits == (0 if call == "nvmlInit" else 1)
+    # The same answer again, from what this process learnt.
+    assert detect(root, environ={"CUDA_VISIBLE_DEVICES": visible}) == topo
+    assert fake.init_count == inits
+
+
+@pytest.mark.parametrize(
+    ("call", "answer"),
+    [
+        ("nvmlDeviceGetCpuAffinityWithinScope", "not a mask"),
+        ("nvmlDeviceGetCpuAffinityWithinScope", [-1]),
+        ("nvmlDeviceGetCpuAffinityWithinScope", None),
+        ("nvmlDeviceGetMemoryAffinity", [1 << 70]),
+        ("nvmlDeviceGetNumaNodeId", "two"),
+        ("nvmlDeviceGetUUID", b"\xff\xfe"),
+        ("nvmlDeviceGetName", b"\xc3"),
+    ],
+)
+def test_an_unusable_answer_is_a_note_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: str, answer: Any
+) -> None:
+    _desc, root, fake = setup(tmp_path, monkeypatch, "dgx_h100")
+    if not hasattr(fake.module, call):
+        pytest.skip(f"the installed nvidia-ml-py has no {call}")
+    monkeypatch.setattr(fake.module, call, lambda *args: answer)
+    topo = detect(root)
+    assert len(topo.gpus) == 8
+    assert sum(f"{call} gave an unusable answer" in n for n in topo.notes) == 8
+    assert [g.numa_node for g in topo.gpus] == [0, 0, 0, 0, 1, 1, 1, 1]
+
+
+@pytest.mark.parametrize("bus_id", [None, "zz:00.0", b"\xff"])
+def test_an_unusable_pci_id_skips_that_gpu_with_a_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bus_id: Any
+) -> None:
+    _desc, root, fake = setup(tmp_path, monkeypatch, "dgx_h100")
+    real_info = fake.module.nvmlDeviceGetPciInfo
+
+    def nvmlDeviceGetPciInfo(handle: Any) -> Any:
+        info = real_info(handle)
+        if handle.index == 2:
+            info.busId = info.busIdLegacy = bus_id
+        return info
+
+    monkeypatch.setattr(fake.module, "nvmlDeviceGetPciInfo", nvmlDeviceGetPciInfo)
+    topo = detect(root)
+    assert any(n.startswith("NVML GPU 2: nvmlDeviceGetPciInfo failed (") for n in topo.notes)
+    assert len(topo.gpus) == 7
+
+
+def test_a_module_that_is_not_nvidia_ml_py_is_unavailable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import types
+
+    root = st.build_sysfs("dgx_h100", tmp_path / "t")
+    monkeypatch.setitem(sys.modules, "pynvml", types.ModuleType("pynvml"))
+    topo = detect(root)
+    assert any("is not nvidia-ml-py's (no NVMLError)" in n for n in topo.notes)
+    assert [g.numa_node for g in topo.gpus] == [0, 0, 0, 0, 1, 1, 1, 1]

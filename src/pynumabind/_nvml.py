@@ -10,20 +10,46 @@ When NVML is missing (ImportError) or cannot start (library not found,
 driver not loaded, ...) :func:`query` raises :class:`NvmlUnavailable` with
 the reason; discovery then falls back to sysfs PCI scanning and records the
 reason in ``Topology.notes``.
+
+The nvidia-ml-py floor (``pyproject.toml``: ``nvidia-ml-py>=12.550.52``,
+:data:`NVML_PY_FLOOR`) is the first release with an
+``nvmlDeviceGetNumaNodeId`` wrapper, the only call that names a Grace/GB200
+GPU's own (CPU-less) memory node; 12.535.x lacks it.  The floor was raised
+rather than the C symbol called through pynvml's loaded library because
+nvidia-ml-py is pure Python whose every wrapper looks its C symbol up only
+when called (a newer binding runs on an older driver: a symbol the driver
+lacks is FunctionNotFound for that call alone), so the higher floor costs no
+driver compatibility, while calling the symbol ourselves would mean reaching
+into pynvml's private loader and re-declaring NVIDIA's ctypes prototypes.
+A ``pynvml`` module that still lacks a wrapper (another distribution's
+``pynvml.py``, a vendored copy) works: the call is skipped and one note
+names the module, the missing wrapper and what it costs.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import threading
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Type
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type
 
 from .cpulist import parse_cpumask
-from .errors import ListParseError, PynumabindError, TopologyError
+from .errors import PynumabindError, TopologyError
 
-__all__ = ["NvmlDevice", "NvmlReport", "NvmlUnavailable", "query"]
+__all__ = ["NVML_PY_FLOOR", "NvmlDevice", "NvmlReport", "NvmlUnavailable", "forget", "query"]
 
 log = logging.getLogger(__name__)
+
+#: The oldest nvidia-ml-py allowed (keep equal to pyproject.toml's floor).
+NVML_PY_FLOOR = "12.550.52"
+
+#: What is lost when the ``pynvml`` module in use lacks a wrapper.
+_WITHOUT = {
+    "nvmlDeviceGetNumaNodeId": "GPU memory nodes (Grace/GB200 HBM) are not asked of NVML",
+    "nvmlDeviceGetCpuAffinityWithinScope": "CPU affinity is the socket-wide legacy mask",
+    "nvmlDeviceGetMemoryAffinity": "NVML's memory affinity is not asked",
+}
 
 
 class NvmlUnavailable(PynumabindError):
@@ -59,8 +85,58 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _words(array: Any) -> List[int]:
-    return [int(word) for word in array]
+def _mask(array: Any) -> frozenset[int]:
+    return parse_cpumask([int(word) for word in array])
+
+
+def _node_id(value: Any) -> Optional[int]:
+    node = int(value)
+    return node if node >= 0 else None
+
+
+# ------------------------------------------------------- once per process
+
+
+@dataclass
+class _Answers:
+    """What this process learnt from NVML (or why it cannot use it)."""
+
+    module: Any  # the pynvml module asked: another one (a test's fake) asks again
+    failure: Optional[str] = None  # NvmlUnavailable's reason, when NVML cannot be used
+    words: Tuple[int, int] = (0, 0)  # (cpu_words, node_words) the masks were asked with
+    devices: Tuple[NvmlDevice, ...] = ()
+    notes: Tuple[str, ...] = ()
+    mig_parents: Dict[str, str] = field(default_factory=dict)
+    mig_notes: Dict[str, str] = field(default_factory=dict)
+
+    def report(self, migs: Sequence[str]) -> NvmlReport:
+        return NvmlReport(
+            devices=self.devices,
+            mig_parents={m: self.mig_parents[m] for m in migs if m in self.mig_parents},
+            notes=self.notes + tuple(self.mig_notes[m] for m in migs if m in self.mig_notes),
+        )
+
+
+class _State:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.answers: Optional[_Answers] = None
+
+
+_STATE = _State()
+
+
+def forget() -> None:
+    """Drop what this process learnt from NVML; the next :func:`query` asks again.
+
+    Runs in every fork child (``os.register_at_fork``), with a fresh lock in
+    case another thread of the parent held it at the fork.
+    """
+    _STATE.lock = threading.Lock()
+    _STATE.answers = None
+
+
+os.register_at_fork(after_in_child=forget)
 
 
 def query(
@@ -74,98 +150,227 @@ def query(
     ``cpu_words``/``node_words`` size the 64-bit affinity arrays (at least
     ``ceil(max id + 1 / 64)``).  ``mig_uuids`` are ``MIG-<uuid>`` names to
     resolve to their parent GPU's UUID while NVML is open.
+
+    NVML is initialised at most once per process for the devices: a later
+    call with the same mask sizes returns what the first one learnt (the
+    GPUs, their affinities and NUMA ids cannot change under a running
+    process) without touching NVML, and one that names MIG devices not yet
+    resolved opens NVML only to resolve those.  ``NvmlUnavailable`` is
+    remembered too: a driver that is not there is not looked for again.
+    What is remembered is keyed on the ``pynvml`` module object and the mask
+    sizes, and dropped in a fork child (which may sit in another device
+    cgroup, and must not inherit NVML state), or by :func:`forget`.
     """
+    pynvml = _import()
+    words = (max(1, cpu_words), max(1, node_words))
+    migs = tuple(dict.fromkeys(mig_uuids))
+    with _STATE.lock:
+        known = _STATE.answers
+        if known is not None and known.module is not pynvml:
+            known = None
+        if known is not None and known.failure is not None:
+            raise NvmlUnavailable(known.failure)
+        if known is not None and known.words != words:
+            known = None
+        todo = [m for m in migs if known is None or m not in known.mig_parents]
+        todo = [m for m in todo if known is None or m not in known.mig_notes]
+        if known is None or todo:
+            known = _ask(pynvml, words, todo, known)
+            _STATE.answers = known
+        if known.failure is not None:
+            raise NvmlUnavailable(known.failure)
+        return known.report(migs)
+
+
+def _import() -> Any:
     try:
         import pynvml
     except ImportError as exc:
         raise NvmlUnavailable(f"pynvml (nvidia-ml-py) is not importable: {exc}") from None
+    except Exception as exc:  # a broken pynvml module: its import raised
+        raise NvmlUnavailable(
+            f"pynvml (nvidia-ml-py) failed to import: {exc} ({type(exc).__name__})"
+        ) from None
     if pynvml is None:  # pragma: no cover - sys.modules entry blocked
         raise NvmlUnavailable("pynvml (nvidia-ml-py) is not importable")
+    if not isinstance(getattr(pynvml, "NVMLError", None), type):
+        where = getattr(pynvml, "__file__", None) or "?"
+        raise NvmlUnavailable(f"the pynvml module at {where} is not nvidia-ml-py's (no NVMLError)")
+    return pynvml
+
+
+def _ask(
+    pynvml: Any, words: Tuple[int, int], migs: Sequence[str], known: Optional[_Answers]
+) -> _Answers:
+    """Open NVML, ask what ``known`` lacks, shut NVML down.
+
+    Every exception the binding raises (NVMLError, and anything else: ctypes,
+    a decode error, a malformed answer) becomes ``NvmlUnavailable`` when it
+    stops NVML from being used at all, and a note otherwise.
+    """
     try:
         pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        raise NvmlUnavailable(f"nvmlInit failed: {exc} ({type(exc).__name__})") from None
-    except OSError as exc:  # pragma: no cover - ctypes loader oddities
-        raise NvmlUnavailable(f"nvmlInit failed: {exc}") from None
+    except Exception as exc:
+        reason = f"nvmlInit failed: {exc} ({type(exc).__name__})"
+        if known is None:
+            return _Answers(module=pynvml, failure=reason)
+        mig_notes = dict(known.mig_notes)
+        for mig in migs:
+            mig_notes[mig] = f"NVML does not know MIG device {mig!r}: {reason}"
+        return _replace(known, mig_notes=mig_notes)
     try:
-        return _collect(pynvml, max(1, cpu_words), max(1, node_words), mig_uuids)
+        if known is None:
+            try:
+                known = _collect(pynvml, words)
+            except NvmlUnavailable as exc:
+                return _Answers(module=pynvml, failure=exc.reason)
+        parents, mig_notes = dict(known.mig_parents), dict(known.mig_notes)
+        for mig in migs:
+            try:
+                mig_handle = pynvml.nvmlDeviceGetHandleByUUID(mig)
+                parent = pynvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig_handle)
+                parents[mig] = _text(pynvml.nvmlDeviceGetUUID(parent))
+            except Exception as exc:
+                mig_notes[mig] = f"NVML does not know MIG device {mig!r}: {_say(exc)}"
+        return _replace(known, mig_parents=parents, mig_notes=mig_notes)
     finally:
         try:
             pynvml.nvmlShutdown()
-        except pynvml.NVMLError as exc:  # pragma: no cover - nothing to do about it
-            log.debug("nvmlShutdown failed: %s", exc)
+        except Exception as exc:  # nothing to do about it
+            log.debug("nvmlShutdown failed: %s", _say(exc))
 
 
-def _collect(pynvml: Any, cpu_words: int, node_words: int, mig_uuids: Sequence[str]) -> NvmlReport:
-    NVMLError = pynvml.NVMLError
-    unsupported: Tuple[Type[BaseException], ...] = (
-        pynvml.NVMLError_NotSupported,
-        pynvml.NVMLError_FunctionNotFound,
-    )
+def _replace(answers: _Answers, **changes: Any) -> _Answers:
+    from dataclasses import replace
+
+    return replace(answers, **changes)
+
+
+def _say(exc: BaseException) -> str:
+    """An NVML error as NVML words it; anything else with its type."""
+    if type(exc).__name__.startswith("NVMLError"):
+        return str(exc)
+    return f"{exc} ({type(exc).__name__})"
+
+
+class _Asker:
+    """Per-device calls that may go unanswered, each answer converted.
+
+    A wrapper the module lacks is noted once (``missing``); a C symbol the
+    driver lacks (FunctionNotFound) is asked of the first GPU only
+    (``absent``); NOT_SUPPORTED is a silent "no answer"; any other error,
+    and an answer ``convert`` rejects, is a note on that GPU.
+    """
+
+    def __init__(self, pynvml: Any) -> None:
+        self.pynvml = pynvml
+        self.missing: List[str] = []
+        self.absent: List[str] = []
+        self.not_supported: Tuple[Type[BaseException], ...] = tuple(
+            t for t in (getattr(pynvml, "NVMLError_NotSupported", None),) if isinstance(t, type)
+        )
+        self.not_found: Tuple[Type[BaseException], ...] = tuple(
+            t for t in (getattr(pynvml, "NVMLError_FunctionNotFound", None),) if isinstance(t, type)
+        )
+
+    def ask(
+        self,
+        handle: Any,
+        label: str,
+        notes: List[str],
+        call: str,
+        convert: Callable[[Any], Any],
+        *args: Any,
+    ) -> Any:
+        function = getattr(self.pynvml, call, None)
+        if function is None:  # a pynvml older than the floor: noted once per report
+            if call not in self.missing:
+                self.missing.append(call)
+            return None
+        if call in self.absent:
+            return None
+        try:
+            answer = function(handle, *args)
+        except self.not_supported:
+            return None
+        except self.not_found:
+            self.absent.append(call)
+            return None
+        except Exception as exc:
+            notes.append(f"{label}: {call} failed: {_say(exc)}")
+            return None
+        try:
+            return convert(answer)
+        except (TypeError, ValueError, OverflowError) as exc:
+            notes.append(f"{label}: {call} gave an unusable answer {answer!r} ({exc}); ignored")
+            return None
+
+
+def _collect(pynvml: Any, words: Tuple[int, int]) -> _Answers:
+    cpu_words, node_words = words
     try:
         count = int(pynvml.nvmlDeviceGetCount())
-    except NVMLError as exc:
-        raise NvmlUnavailable(f"nvmlDeviceGetCount failed: {exc}") from None
+    except Exception as exc:
+        raise NvmlUnavailable(f"nvmlDeviceGetCount failed: {_say(exc)}") from None
+    scope = getattr(pynvml, "NVML_AFFINITY_SCOPE_NODE", 0)
+    asker = _Asker(pynvml)
     devices: List[NvmlDevice] = []
     notes: List[str] = []
     for index in range(count):
+        call = "nvmlDeviceGetHandleByIndex"
         try:
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            call = "nvmlDeviceGetPciInfo"
             bus_id = _bus_id(pynvml.nvmlDeviceGetPciInfo(handle))
-        except NVMLError as exc:
-            notes.append(f"NVML GPU {index}: cannot get its handle or PCI id ({exc}); skipped")
+        except Exception as exc:
+            notes.append(f"NVML GPU {index}: {call} failed ({_say(exc)}); skipped")
             continue
         here: List[str] = []
+        label = f"NVML GPU {index} ({bus_id})"
 
-        def optional(call: str, *args: Any) -> Any:
-            function = getattr(pynvml, call, None)
-            if function is None:  # an older nvidia-ml-py without this call
-                return None
-            try:
-                return function(handle, *args)  # noqa: B023
-            except unsupported:
-                return None
-            except NVMLError as exc:
-                here.append(f"NVML GPU {index} ({bus_id}): {call} failed: {exc}")  # noqa: B023
-                return None
+        def ask(call: str, convert: Callable[[Any], Any], *args: Any) -> Any:
+            return asker.ask(handle, label, here, call, convert, *args)  # noqa: B023
 
-        uuid = optional("nvmlDeviceGetUUID")
-        name = optional("nvmlDeviceGetName")
-        cpu_mask = optional(
-            "nvmlDeviceGetCpuAffinityWithinScope", cpu_words, pynvml.NVML_AFFINITY_SCOPE_NODE
-        )
-        if cpu_mask is None:
-            cpu_mask = optional("nvmlDeviceGetCpuAffinity", cpu_words)
-        memory_mask = optional(
-            "nvmlDeviceGetMemoryAffinity", node_words, pynvml.NVML_AFFINITY_SCOPE_NODE
-        )
-        numa = optional("nvmlDeviceGetNumaNodeId")
-        try:
-            cpus = parse_cpumask(_words(cpu_mask)) if cpu_mask is not None else frozenset()
-            mems = parse_cpumask(_words(memory_mask)) if memory_mask is not None else None
-        except ListParseError as exc:
-            raise TopologyError(f"NVML GPU {index}: malformed affinity mask: {exc}") from exc
+        cpus = ask("nvmlDeviceGetCpuAffinityWithinScope", _mask, cpu_words, scope)
+        if cpus is None:
+            cpus = ask("nvmlDeviceGetCpuAffinity", _mask, cpu_words)
         devices.append(
             NvmlDevice(
                 index=index,
                 pci_bus_id=bus_id,
-                uuid=_text(uuid) if uuid is not None else None,
-                name=_text(name) if name is not None else None,
-                cpu_affinity=cpus,
-                memory_affinity=mems,
-                numa_node_id=int(numa) if numa is not None and int(numa) >= 0 else None,
+                uuid=ask("nvmlDeviceGetUUID", _text),
+                name=ask("nvmlDeviceGetName", _text),
+                cpu_affinity=cpus if cpus is not None else frozenset(),
+                memory_affinity=ask("nvmlDeviceGetMemoryAffinity", _mask, node_words, scope),
+                numa_node_id=ask("nvmlDeviceGetNumaNodeId", _node_id),
                 notes=tuple(here),
             )
         )
-    parents: Dict[str, str] = {}
-    for mig in mig_uuids:
+    notes.extend(_missing_note(pynvml, call) for call in asker.missing)
+    notes.extend(
+        f"the driver's NVML has no {call} (FunctionNotFound): {_WITHOUT[call]}"
+        for call in asker.absent
+        if call in _WITHOUT
+    )
+    return _Answers(module=pynvml, words=words, devices=tuple(devices), notes=tuple(notes))
+
+
+def _missing_note(pynvml: Any, call: str) -> str:
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
         try:
-            mig_handle = pynvml.nvmlDeviceGetHandleByUUID(mig)
-            parent = pynvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig_handle)
-            parents[mig] = _text(pynvml.nvmlDeviceGetUUID(parent))
-        except NVMLError as exc:
-            notes.append(f"NVML does not know MIG device {mig!r}: {exc}")
-    return NvmlReport(devices=tuple(devices), mig_parents=parents, notes=tuple(notes))
+            release = f"nvidia-ml-py {version('nvidia-ml-py')}"
+        except PackageNotFoundError:
+            release = "not from nvidia-ml-py"
+    except ImportError:  # pragma: no cover - importlib.metadata is stdlib from 3.8
+        release = "release unknown"
+    where = getattr(pynvml, "__file__", None) or "?"
+    cost = _WITHOUT.get(call, "that answer is not asked")
+    return (
+        f"pynvml ({where}, {release}) has no {call} wrapper: {cost}; "
+        f"install nvidia-ml-py>={NVML_PY_FLOOR}"
+    )
 
 
 def _bus_id(info: Any) -> str:

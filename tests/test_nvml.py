@@ -1,11 +1,23 @@
-"""NVML discovery against a fake pynvml fed from the recorded machines."""
+"""NVML discovery against a fake pynvml fed from the recorded machines.
+
+The only user of ``fake_nvml``; ``.ci/nvml_oldest.py`` (CI, and ``tox -e
+nvml-oldest``) runs this file again against the oldest nvidia-ml-py that
+``pyproject.toml`` allows, with ``PYNUMABIND_EXPECT_NVML_PY`` naming it, so
+the floor is tested and not just declared.
+
+A recorded machine's sysfs tree is built once per module (``trees``): the
+tests only read it, and the fixture checks at the end that none changed it.
+A test that changes a tree, or builds one from a changed description, builds
+its own under ``tmp_path``.
+"""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import pynvml as real_pynvml
 import pytest
@@ -25,23 +37,54 @@ NVIDIA_MACHINES = [
 ]
 
 
+Trees = Callable[[str], Path]
+
+
+def _fingerprint(root: Path) -> List[Tuple[str, int, int]]:
+    """Every path under ``root`` with its size and mtime: what a change would touch."""
+    seen = []
+    for here, dirs, files in os.walk(root):
+        for entry in dirs + files:
+            path = os.path.join(here, entry)
+            info = os.lstat(path)
+            seen.append((os.path.relpath(path, root), info.st_size, info.st_mtime_ns))
+    return sorted(seen)
+
+
+@pytest.fixture(scope="module")
+def trees(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Trees]:
+    """``trees(name)``: the recorded machine's sysfs tree, built on first use in this module."""
+    built: Dict[str, Path] = {}
+    prints: Dict[str, List[Tuple[str, int, int]]] = {}
+
+    def tree(name: str) -> Path:
+        if name not in built:
+            built[name] = st.build_sysfs(name, tmp_path_factory.mktemp(name) / name)
+            prints[name] = _fingerprint(built[name])
+        return built[name]
+
+    yield tree
+    changed = [name for name, root in built.items() if _fingerprint(root) != prints[name]]
+    assert not changed, f"a test changed the shared sysfs tree(s) {changed}: build your own"
+
+
 def detect(root: Path, **kw: Any) -> Topology:
     kw.setdefault("environ", {})
     return detect_topology(sysfs_root=str(root), **kw)
 
 
-def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, **fake_kw: Any):
+def setup(trees: Trees, monkeypatch: pytest.MonkeyPatch, name: str, **fake_kw: Any):
     desc = st.load_machine(name)
-    root = st.build_sysfs(desc, tmp_path / name)
+    root = trees(name)
     fake = fake_nvml.install_fake_nvml(monkeypatch, desc, **fake_kw)
     return desc, root, fake
 
 
 @pytest.mark.parametrize("name", NVIDIA_MACHINES)
 def test_every_nvidia_machine_matches_its_source(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+    trees: Trees, monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
-    desc, root, fake = setup(tmp_path, monkeypatch, name)
+    desc, root, fake = setup(trees, monkeypatch, name)
     topo = detect(root)
     expect = st.gpu_expectations(desc)
     assert len(topo.gpus) == len(desc["gpus"])
@@ -59,9 +102,9 @@ def test_every_nvidia_machine_matches_its_source(
 
 
 def test_nvml_calls_use_node_scope_and_sized_masks(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    trees: Trees, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _desc, root, fake = setup(tmp_path, monkeypatch, "dgx_h100")
+    _desc, root, fake = setup(trees, monkeypatch, "dgx_h100")
     topo = detect(root)
     assert "nvmlDeviceGetCpuAffinityWithinScope" in fake.calls
     assert "nvmlDeviceGetCpuAffinity" not in fake.calls
@@ -70,17 +113,17 @@ def test_nvml_calls_use_node_scope_and_sized_masks(
 
 
 def test_old_driver_without_scope_call_uses_plain_cpu_affinity(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    trees: Trees, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _desc, root, fake = setup(tmp_path, monkeypatch, "dgx_h100", no_scope_api=True)
+    _desc, root, fake = setup(trees, monkeypatch, "dgx_h100", no_scope_api=True)
     topo = detect(root)
     assert "nvmlDeviceGetCpuAffinity" in fake.calls
     assert topo.gpus[0].local_cpus == parse_cpulist("0-55,112-167")
 
 
-def test_nvml_order_differs_from_pci_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nvml_order_differs_from_pci_order(trees: Trees, monkeypatch: pytest.MonkeyPatch) -> None:
     order = [7, 6, 5, 4, 3, 2, 1, 0]
-    desc, root, _fake = setup(tmp_path, monkeypatch, "dgx_h100", order=order)
+    desc, root, _fake = setup(trees, monkeypatch, "dgx_h100", order=order)
     topo = detect(root)
     assert [g.pci_bus_id for g in topo.gpus] == [desc["gpus"][i]["bus_id"] for i in order]
     assert [g.numa_node for g in topo.gpus] == [1, 1, 1, 1, 0, 0, 0, 0]
@@ -93,18 +136,18 @@ def test_nvml_order_differs_from_pci_order(tmp_path: Path, monkeypatch: pytest.M
     assert detect(root, environ={"CUDA_VISIBLE_DEVICES": "0"}).gpus[0].numa_node == 1
 
 
-def test_uuid_visible_devices_through_nvml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    desc, root, _fake = setup(tmp_path, monkeypatch, "dgx_a100_nps4")
+def test_uuid_visible_devices_through_nvml(trees: Trees, monkeypatch: pytest.MonkeyPatch) -> None:
+    desc, root, _fake = setup(trees, monkeypatch, "dgx_a100_nps4")
     gpu5, gpu2 = desc["gpus"][5]["uuid"], desc["gpus"][2]["uuid"]
     topo = detect(root, environ={"CUDA_VISIBLE_DEVICES": f"{gpu5},{gpu2[:12]}"})
     assert [(g.physical_index, g.numa_node) for g in topo.gpus] == [(5, 7), (2, 1)]
 
 
-def test_mig_uuid_resolved_through_nvml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_mig_uuid_resolved_through_nvml(trees: Trees, monkeypatch: pytest.MonkeyPatch) -> None:
     desc = st.load_machine("dgx_a100_nps4")
     mig = "MIG-5c6a4c66-1d27-5a13-b4b5-8f0a6e2f3e51"
     _d, root, fake = setup(
-        tmp_path, monkeypatch, "dgx_a100_nps4", mig={mig: desc["gpus"][6]["uuid"]}
+        trees, monkeypatch, "dgx_a100_nps4", mig={mig: desc["gpus"][6]["uuid"]}
     )
     topo = detect(root, environ={"CUDA_VISIBLE_DEVICES": mig})
     assert [(g.physical_index, g.numa_node) for g in topo.gpus] == [(6, 5)]
@@ -114,8 +157,8 @@ def test_mig_uuid_resolved_through_nvml(tmp_path: Path, monkeypatch: pytest.Monk
     assert any("MIG-0000" in n for n in unknown.notes)
 
 
-def test_grace_memory_node_and_cpu_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _desc, root, _fake = setup(tmp_path, monkeypatch, "gb200_nvl_tray")
+def test_grace_memory_node_and_cpu_node(trees: Trees, monkeypatch: pytest.MonkeyPatch) -> None:
+    _desc, root, _fake = setup(trees, monkeypatch, "gb200_nvl_tray")
     topo = detect(root)
     assert [(g.numa_node, g.memory_node) for g in topo.gpus] == [(0, 2), (0, 10), (1, 18), (1, 26)]
     for gpu in topo.gpus:
@@ -124,10 +167,10 @@ def test_grace_memory_node_and_cpu_node(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_grace_cpu_node_from_cpu_affinity_then_distance(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    trees: Trees, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     desc = st.load_machine("gh200_quad")
-    root = st.build_sysfs(desc, tmp_path / "t")
+    root = trees("gh200_quad")
     for gpu in desc["gpus"]:
         gpu["nvml"]["memory_affinity"] = ""
     fake_nvml.install_fake_nvml(monkeypatch, desc)
@@ -142,9 +185,9 @@ def test_grace_cpu_node_from_cpu_affinity_then_distance(
 
 
 def test_cgroup_hiding_a_node_empties_nvml_affinity(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    trees: Trees, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    desc, root, _fake = setup(tmp_path, monkeypatch, "a100_pcie_slurm_cgroup")
+    desc, root, _fake = setup(trees, monkeypatch, "a100_pcie_slurm_cgroup")
     topo = detect(
         root,
         allowed_cpus=parse_cpulist(desc["allowed_cpus"]),
@@ -158,28 +201,28 @@ def test_cgroup_hiding_a_node_empties_nvml_affinity(
 
 
 def test_offline_cpu_missing_from_nvml_affinity(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    trees: Trees, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _desc, root, _fake = setup(tmp_path, monkeypatch, "rtx4090_nps4")
+    _desc, root, _fake = setup(trees, monkeypatch, "rtx4090_nps4")
     topo = detect(root)
     assert topo.gpus[4].local_cpus == parse_cpulist("112-127,240-254")
     assert [g.numa_node for g in topo.gpus] == [3, 2, 1, 0, 7, 6, 5, 4]
 
 
 def test_container_sees_fewer_gpus_than_sysfs(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    trees: Trees, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _desc, root, _fake = setup(tmp_path, monkeypatch, "dgx_h100", order=[5, 1])
+    _desc, root, _fake = setup(trees, monkeypatch, "dgx_h100", order=[5, 1])
     topo = detect(root)
     assert [g.pci_bus_id for g in topo.gpus] == ["0000:ab:00.0", "0000:2a:00.0"]
     assert sum("not enumerated by NVML" in n for n in topo.notes) == 6
 
 
 def test_sysfs_and_nvml_disagreeing_is_noted(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    trees: Trees, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     desc = st.load_machine("dgx_h100")
-    root = st.build_sysfs(desc, tmp_path / "t")
+    root = trees("dgx_h100")
     desc["gpus"][0]["nvml"]["memory_affinity"] = "1"
     desc["gpus"][0]["nvml"]["cpu_affinity"] = "56-111,168-223"
     fake_nvml.install_fake_nvml(monkeypatch, desc)
@@ -188,8 +231,8 @@ def test_sysfs_and_nvml_disagreeing_is_noted(
     assert any("sysfs numa_node says 0" in n for n in topo.notes)
 
 
-def test_numa_less_kernel_single_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _desc, root, _fake = setup(tmp_path, monkeypatch, "single_gpu_no_numa")
+def test_numa_less_kernel_single_gpu(trees: Trees, monkeypatch: pytest.MonkeyPatch) -> None:
+    _desc, root, _fake = setup(trees, monkeypatch, "single_gpu_no_numa")
     topo = detect(root)
     # NVML says NOT_SUPPORTED for the NUMA id; its CPU affinity lies in node 0,
     # the only node, so the GPU gets node 0 from NVML.
@@ -207,9 +250,9 @@ def test_numa_less_kernel_single_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyP
     ],
 )
 def test_init_failure_falls_back_to_sysfs(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int, text: str
+    trees: Trees, monkeypatch: pytest.MonkeyPatch, code: int, text: str
 ) -> None:
-    _desc, root, fake = setup(tmp_path, monkeypatch, "dgx_a100_nps4", init_error=code)
+    _desc, root, fake = setup(trees, monkeypatch, "dgx_a100_nps4", init_error=code)
     topo = detect(root)
     assert [g.numa_node for g in topo.gpus] == [3, 3, 1, 1, 7, 7, 5, 5]
     assert all(g.source == "sysfs" and g.uuid is None for g in topo.gpus)
@@ -220,18 +263,18 @@ def test_init_failure_falls_back_to_sysfs(
 
 
 def test_missing_pynvml_falls_back_to_sysfs(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    trees: Trees, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    root = st.build_sysfs("dgx_h100", tmp_path / "t")
+    root = trees("dgx_h100")
     fake_nvml.hide_pynvml(monkeypatch)
     topo = detect(root)
     assert [g.numa_node for g in topo.gpus] == [0, 0, 0, 0, 1, 1, 1, 1]
     assert any("not importable" in n for n in topo.notes)
 
 
-def test_uuids_need_nvml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_uuids_need_nvml(trees: Trees, monkeypatch: pytest.MonkeyPatch) -> None:
     desc = st.load_machine("dgx_h100")
-    root = st.build_sysfs(desc, tmp_path / "t")
+    root = trees("dgx_h100")
     fake_nvml.hide_pynvml(monkeypatch)
     # Without NVML no UUID is known.  CUDA (which asks the driver) does see
     # the GPU, so planning as if there were none would bind to a node that
@@ -241,21 +284,21 @@ def test_uuids_need_nvml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_nvml_not_touched_without_nvidia_gpus_or_when_disabled(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    trees: Trees, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _desc, root, fake = setup(tmp_path, monkeypatch, "mi300x_spr")
+    _desc, root, fake = setup(trees, monkeypatch, "mi300x_spr")
     detect(root)
     assert fake.calls == []
-    _desc, root, fake = setup(tmp_path, monkeypatch, "dgx_h100")
+    _desc, root, fake = setup(trees, monkeypatch, "dgx_h100")
     topo = detect(root, use_nvml=False)
     assert fake.calls == []
     assert any("use_nvml=False" in n for n in topo.notes)
 
 
 def test_per_device_errors_are_noted_not_fatal(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    trees: Trees, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _desc, root, fake = setup(tmp_path, monkeypatch, "dgx_h100")
+    _desc, root, fake = setup(trees, monkeypatch, "dgx_h100")
 
     def lost(handle: Any) -> str:
         raise real_pynvml.NVMLError(real_pynvml.NVML_ERROR_GPU_IS_LOST)
@@ -267,8 +310,8 @@ def test_per_device_errors_are_noted_not_fatal(
     assert fake.init_count == fake.shutdown_count == 1
 
 
-def test_query_reports_raw_nvml_view(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _desc, _root, fake = setup(tmp_path, monkeypatch, "gb200_nvl_tray")
+def test_query_reports_raw_nvml_view(trees: Trees, monkeypatch: pytest.MonkeyPatch) -> None:
+    _desc, _root, fake = setup(trees, monkeypatch, "gb200_nvl_tray")
     report = _nvml.query(cpu_words=3, node_words=1)
     first = report.devices[0]
     assert first.pci_bus_id == "0008:01:00.0"
@@ -292,7 +335,9 @@ def test_container_without_pci_sysfs_uses_nvml_alone(
 ) -> None:
     import shutil
 
-    _desc, root, fake = setup(tmp_path, monkeypatch, "dgx_a100_nps4")
+    desc = st.load_machine("dgx_a100_nps4")
+    root = st.build_sysfs(desc, tmp_path / "t")  # its own: this test removes a part
+    fake = fake_nvml.install_fake_nvml(monkeypatch, desc)
     shutil.rmtree(root / "bus")
     topo = detect(root)
     assert [g.numa_node for g in topo.gpus] == [3, 3, 1, 1, 7, 7, 5, 5]
@@ -332,8 +377,8 @@ def test_extra_device_kind_through_detect(tmp_path: Path, monkeypatch: pytest.Mo
     assert fake.calls == []  # no NVIDIA device: NVML is not loaded
 
 
-def test_old_pynvml_returning_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    desc, root, _fake = setup(tmp_path, monkeypatch, "dgx_h100", bytes_strings=True)
+def test_old_pynvml_returning_bytes(trees: Trees, monkeypatch: pytest.MonkeyPatch) -> None:
+    desc, root, _fake = setup(trees, monkeypatch, "dgx_h100", bytes_strings=True)
     topo = detect(root)
     assert topo.gpus[2].uuid == desc["gpus"][2]["uuid"]
     assert topo.gpus[2].model == "NVIDIA H100 80GB HBM3"
@@ -423,12 +468,12 @@ def test_fake_refuses_a_function_the_real_module_lacks(monkeypatch: pytest.Monke
 
 
 def test_a_pynvml_without_the_numa_wrapper_is_noted(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    trees: Trees, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Below the floor the HBM nodes were lost silently; now one note says so."""
     if hasattr(real_pynvml, "nvmlDeviceGetNumaNodeId"):
         monkeypatch.delattr(real_pynvml, "nvmlDeviceGetNumaNodeId")
-    _desc, root, fake = setup(tmp_path, monkeypatch, "gb200_nvl_tray")
+    _desc, root, fake = setup(trees, monkeypatch, "gb200_nvl_tray")
     report = _nvml.query(cpu_words=3, node_words=1)
     assert all(d.numa_node_id is None for d in report.devices)
     wanted = "has no nvmlDeviceGetNumaNodeId wrapper: GPU memory nodes (Grace/GB200 HBM)"
@@ -448,6 +493,32 @@ def test_the_declared_floor_is_the_one_the_library_names() -> None:
         pytest.skip("not run from a source checkout (no pyproject.toml)")
     pins = re.findall(r'"nvidia-ml-py>=([0-9.]+)"', pyproject.read_text(encoding="utf-8"))
     assert pins == [_nvml.NVML_PY_FLOOR]
+
+
+def _release(version: str) -> Tuple[int, ...]:
+    assert all(part.isdigit() for part in version.split(".")), f"not a release: {version!r}"
+    return tuple(int(part) for part in version.split("."))
+
+
+def test_the_pynvml_under_test_is_the_nvidia_ml_py_expected() -> None:
+    """The imported ``pynvml`` belongs to an nvidia-ml-py the floor allows, and,
+    with ``PYNUMABIND_EXPECT_NVML_PY`` set (the nvml-oldest run), to exactly that
+    release: a run meant for the floor cannot pass on another version."""
+    from importlib import metadata
+
+    where = Path(real_pynvml.__file__).resolve()
+    owners = [
+        dist
+        for dist in metadata.distributions()
+        if (dist.metadata["Name"] or "").lower().replace("_", "-") == "nvidia-ml-py"
+        and any(Path(str(dist.locate_file(f))).resolve() == where for f in dist.files or ())
+    ]
+    assert len(owners) == 1, f"pynvml at {where} belongs to {len(owners)} nvidia-ml-py installs"
+    version = owners[0].version
+    expected = os.environ.get("PYNUMABIND_EXPECT_NVML_PY")
+    if expected:
+        assert version == expected, f"pynvml at {where} is nvidia-ml-py {version}, not {expected}"
+    assert _release(version) >= _release(_nvml.NVML_PY_FLOOR), (version, _nvml.NVML_PY_FLOOR)
 
 
 def test_fake_rejects_a_signature_unlike_the_real_one(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -476,9 +547,9 @@ def test_fake_knows_every_nvml_function_the_library_calls() -> None:
 
 
 def test_a_second_discovery_does_not_ask_nvml_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    trees: Trees, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _desc, root, fake = setup(tmp_path, monkeypatch, "dgx_h100")
+    _desc, root, fake = setup(trees, monkeypatch, "dgx_h100")
     first = detect(root)
     asked = list(fake.calls)
     second = detect(root, environ={"CUDA_VISIBLE_DEVICES": "3,1"})
@@ -492,9 +563,9 @@ def test_a_second_discovery_does_not_ask_nvml_again(
 
 
 def test_nvml_asks_each_gpu_once_per_call_it_needs(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    trees: Trees, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _desc, root, fake = setup(tmp_path, monkeypatch, "dgx_h100")
+    _desc, root, fake = setup(trees, monkeypatch, "dgx_h100")
     detect(root)
     per_gpu = [
         "nvmlDeviceGetHandleByIndex",
@@ -512,10 +583,10 @@ def test_nvml_asks_each_gpu_once_per_call_it_needs(
 
 
 def test_a_call_the_driver_lacks_is_asked_once_and_noted(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    trees: Trees, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _desc, root, fake = setup(
-        tmp_path, monkeypatch, "gb200_nvl_tray", driver_lacks=["nvmlDeviceGetNumaNodeId"]
+        trees, monkeypatch, "gb200_nvl_tray", driver_lacks=["nvmlDeviceGetNumaNodeId"]
     )
     topo = detect(root)
     assert fake.calls.count("nvmlDeviceGetNumaNodeId") == 1  # not once per GPU
@@ -526,10 +597,10 @@ def test_a_call_the_driver_lacks_is_asked_once_and_noted(
 
 
 def test_unavailable_nvml_is_not_looked_for_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    trees: Trees, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     code = real_pynvml.NVML_ERROR_LIBRARY_NOT_FOUND
-    _desc, root, fake = setup(tmp_path, monkeypatch, "dgx_h100", init_error=code)
+    _desc, root, fake = setup(trees, monkeypatch, "dgx_h100", init_error=code)
     first = detect(root)
     assert detect(root) == first
     assert fake.calls == ["nvmlInit"]
@@ -539,13 +610,13 @@ def test_unavailable_nvml_is_not_looked_for_again(
 
 
 def test_new_mig_devices_are_resolved_without_asking_the_gpus_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    trees: Trees, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     desc = st.load_machine("dgx_a100_nps4")
     mig1 = "MIG-5c6a4c66-1d27-5a13-b4b5-8f0a6e2f3e51"
     mig2 = "MIG-0d2b3c4e-1111-2222-3333-444455556666"
     mig = {mig1: desc["gpus"][6]["uuid"], mig2: desc["gpus"][1]["uuid"]}
-    _d, root, fake = setup(tmp_path, monkeypatch, "dgx_a100_nps4", mig=mig)
+    _d, root, fake = setup(trees, monkeypatch, "dgx_a100_nps4", mig=mig)
     assert [g.physical_index for g in detect(root).gpus] == list(range(8))
     asked = len(fake.calls)
     topo = detect(root, environ={"CUDA_VISIBLE_DEVICES": f"{mig1},{mig2}"})
@@ -562,8 +633,8 @@ def test_new_mig_devices_are_resolved_without_asking_the_gpus_again(
     assert fake.init_count == fake.shutdown_count == 2
 
 
-def test_other_mask_sizes_ask_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _desc, _root, fake = setup(tmp_path, monkeypatch, "gb200_nvl_tray")
+def test_other_mask_sizes_ask_again(trees: Trees, monkeypatch: pytest.MonkeyPatch) -> None:
+    _desc, _root, fake = setup(trees, monkeypatch, "gb200_nvl_tray")
     small = _nvml.query(cpu_words=3, node_words=1)
     assert _nvml.query(cpu_words=3, node_words=1) == small and fake.init_count == 1
     assert _nvml.query(cpu_words=4, node_words=1) == small and fake.init_count == 2
@@ -572,11 +643,11 @@ def test_other_mask_sizes_ask_again(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert fake.init_count == fake.shutdown_count
 
 
-def test_a_fork_child_asks_nvml_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_fork_child_asks_nvml_itself(trees: Trees, monkeypatch: pytest.MonkeyPatch) -> None:
     import json
     import os
 
-    _desc, root, fake = setup(tmp_path, monkeypatch, "dgx_h100")
+    _desc, root, fake = setup(trees, monkeypatch, "dgx_h100")
     parent = detect(root)
     read, write = os.pipe()
     pid = os.fork()
@@ -617,11 +688,11 @@ FAILURES = {
 @pytest.mark.parametrize("failure", sorted(FAILURES))
 @pytest.mark.parametrize("call", fake_nvml.FakeNvml(st.load_machine("dgx_h100")).provided)
 def test_any_failure_of_any_nvml_call_is_a_note_or_unavailable(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: str, failure: str
+    trees: Trees, monkeypatch: pytest.MonkeyPatch, call: str, failure: str
 ) -> None:
     desc = st.load_machine("dgx_a100_nps4")
     mig = "MIG-5c6a4c66-1d27-5a13-b4b5-8f0a6e2f3e51"
-    root = st.build_sysfs(desc, tmp_path / "t")
+    root = trees("dgx_a100_nps4")
     fake = fake_nvml.install_fake_nvml(
         monkeypatch,
         desc,
@@ -659,9 +730,9 @@ def test_any_failure_of_any_nvml_call_is_a_note_or_unavailable(
     ],
 )
 def test_an_unusable_answer_is_a_note_not_a_traceback(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: str, answer: Any
+    trees: Trees, monkeypatch: pytest.MonkeyPatch, call: str, answer: Any
 ) -> None:
-    _desc, root, fake = setup(tmp_path, monkeypatch, "dgx_h100")
+    _desc, root, fake = setup(trees, monkeypatch, "dgx_h100")
     if not hasattr(fake.module, call):
         pytest.skip(f"the installed nvidia-ml-py has no {call}")
     monkeypatch.setattr(fake.module, call, lambda *args: answer)
@@ -673,9 +744,9 @@ def test_an_unusable_answer_is_a_note_not_a_traceback(
 
 @pytest.mark.parametrize("bus_id", [None, "zz:00.0", b"\xff"])
 def test_an_unusable_pci_id_skips_that_gpu_with_a_note(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bus_id: Any
+    trees: Trees, monkeypatch: pytest.MonkeyPatch, bus_id: Any
 ) -> None:
-    _desc, root, fake = setup(tmp_path, monkeypatch, "dgx_h100")
+    _desc, root, fake = setup(trees, monkeypatch, "dgx_h100")
     real_info = fake.module.nvmlDeviceGetPciInfo
 
     def nvmlDeviceGetPciInfo(handle: Any) -> Any:
@@ -691,11 +762,11 @@ def test_an_unusable_pci_id_skips_that_gpu_with_a_note(
 
 
 def test_a_module_that_is_not_nvidia_ml_py_is_unavailable(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    trees: Trees, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import types
 
-    root = st.build_sysfs("dgx_h100", tmp_path / "t")
+    root = trees("dgx_h100")
     monkeypatch.setitem(sys.modules, "pynvml", types.ModuleType("pynvml"))
     topo = detect(root)
     assert any("is not nvidia-ml-py's (no NVMLError)" in n for n in topo.notes)

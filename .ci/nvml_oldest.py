@@ -8,7 +8,8 @@ only copy of the number; tests/test_nvml.py checks that ``_nvml.NVML_PY_FLOOR``
 equals it).  ``--venv`` makes a ``--system-site-packages`` venv at DIR (the
 test extras come from the system) and installs this package and
 ``nvidia-ml-py==X`` into it, so the venv's own pynvml shadows the system's;
-then this script runs again, ``--here``, under the venv's interpreter.
+then this script runs again, ``--here``, under the venv's interpreter, with
+pytest's ``--basetemp`` inside the venv.
 ``--here`` installs ``nvidia-ml-py==X`` into the running interpreter's
 environment (a venv only: it never downgrades a system Python's) unless it
 is there already, and runs ``tests/test_nvml.py`` with
@@ -63,7 +64,10 @@ def main(argv: list[str]) -> int:
             [python, "-m", "pip", "install", "-q", f"{ROOT}[test]", f"nvidia-ml-py=={version}"],
             check=True,
         )
-        return subprocess.run([python, __file__, "--here", *argv[2:]], check=False).returncode
+        # pytest's scratch trees inside the venv: not rotated with (and not
+        # waiting on the removal of) other runs' under /tmp/pytest-of-$USER.
+        here = [python, __file__, "--here", f"--basetemp={venv / 'pytest-tmp'}", *argv[2:]]
+        return subprocess.run(here, check=False).returncode
     if argv[:1] != ["--here"]:
         raise SystemExit(__doc__)
     if sys.prefix == sys.base_prefix:

@@ -429,6 +429,9 @@ def test_exec_refuses_to_run_half_bound_by_default() -> None:
     assert warned.returncode == 0, warned.stderr
     assert warned.stdout.strip() == "ran"
     assert "WARNING" in warned.stderr and "EPERM" in warned.stderr
+    # One prefix: the library's own "pynumabind: " is not repeated after it.
+    (warning,) = [line for line in warned.stderr.splitlines() if "WARNING" in line]
+    assert warning.startswith("pynumabind: WARNING: ") and warning.count("pynumabind:") == 1
 
 
 def test_show_hides_placeholder_nodes_and_names_them_once(tmp_path: Path) -> None:
@@ -465,3 +468,11 @@ def test_plan_shows_the_ranks_that_can_be_planned_and_why_the_others_cannot(
     ranks = json.loads(result.stdout)["ranks"]
     assert [r.get("cpus") for r in ranks[:2]] == ["0-3,8-11"] * 2
     assert ranks[3]["rank"] == 3 and "the intersection is empty" in ranks[3]["error"]
+
+
+@pytest.mark.parametrize("command", [[""], ["", "arg"]])
+def test_exec_refuses_an_empty_command_before_binding(command: List[str]) -> None:
+    # Was: bound the process, then a ValueError traceback from execvp.
+    result = run("exec", "--no-nvml", "--rank", "0", "-v", "--", *command)
+    assert_one_line_error(result, 2, "empty")
+    assert "rank 0" not in result.stderr  # the bind's INFO line: nothing was bound

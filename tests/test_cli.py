@@ -476,3 +476,45 @@ def test_exec_refuses_an_empty_command_before_binding(command: List[str]) -> Non
     result = run("exec", "--no-nvml", "--rank", "0", "-v", "--", *command)
     assert_one_line_error(result, 2, "empty")
     assert "rank 0" not in result.stderr  # the bind's INFO line: nothing was bound
+
+
+NR_SCHED_SETAFFINITY = 203  # x86-64
+NR_SCHED_GETAFFINITY = 204
+
+
+def _with_syscall_denied(number: int, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the console script under a real seccomp filter making ``number`` fail with EPERM."""
+    import seccomp_filter
+
+    if not seccomp_filter.supported():
+        pytest.skip("the hand-built seccomp filter is x86-64 only")
+    code = (
+        "import os, sys; sys.path.insert(0, sys.argv[1]); import seccomp_filter; "
+        f"seccomp_filter.install(({number},)); os.execv(sys.argv[2], sys.argv[2:])"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
+    return subprocess.run(
+        [sys.executable, "-c", code, str(Path(__file__).parent), SCRIPT, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    "args", [["show", "--no-nvml"], ["exec", "--no-nvml", "--rank", "0", "--", "true"]]
+)
+def test_a_denied_sched_getaffinity_is_an_error_naming_the_call(args: List[str]) -> None:
+    # Was: a bare PermissionError, printed as "Operation not permitted".
+    result = _with_syscall_denied(NR_SCHED_GETAFFINITY, *args)
+    assert_one_line_error(result, 1, "sched_getaffinity", "EPERM", "CPUs this process may use")
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to move to one")
+def test_a_sched_setaffinity_eperm_names_the_real_causes_not_the_cpuset() -> None:
+    result = _with_syscall_denied(
+        NR_SCHED_SETAFFINITY, "exec", "--no-nvml", "--rank", "0", "--cpus", "0", "--", "true"
+    )
+    assert_one_line_error(result, 1, "sched_setaffinity", "EPERM", "CAP_SYS_NICE", "another user")
+    assert "widen the cpuset" not in result.stderr

@@ -289,7 +289,7 @@ def _apply_steps(
     notes: List[str] = [request.note] if request.note else []
     skipped: List[Skipped] = []
     caller = journal.thread_id
-    before = frozenset(os.sched_getaffinity(0))
+    before = _threads.process_affinity()
     scan: Optional[_threads.ThreadScan] = None
     if plan.cpus is not None:
         scan = _apply.bind_cpus(plan.cpus, before, journal)

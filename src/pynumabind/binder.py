@@ -387,27 +387,6 @@ def _caller_cpus(
 # ------------------------------------------------------------------ entry
 
 
-def _check_environment_overrides(config: Options, topology: Topology) -> None:
-    """Parse PYNUMABIND_NODES/CPUS now, so a bad value names its variable."""
-    from . import planner
-    from ._environ import CPUS_VARIABLE, NODES_VARIABLE, shown
-
-    variable = config.from_environment("nodes")
-    if variable == NODES_VARIABLE:
-        try:
-            planner.parse_nodes_override(config.nodes, universe=frozenset(topology.nodes))
-        except (ConfigError, PlanError, ValueError) as exc:
-            raise ConfigError(f"invalid {variable}={shown(config.nodes)}: {exc}") from exc
-    variable = config.from_environment("cpus")
-    if variable == CPUS_VARIABLE:
-        try:
-            planner.parse_cpus_override(
-                config.cpus, universe=topology.online_cpus, allowed=topology.allowed_cpus
-            )
-        except (ConfigError, PlanError, ValueError) as exc:
-            raise ConfigError(f"invalid {variable}={shown(config.cpus)}: {exc}") from exc
-
-
 def bind_current_process(
     rank: Optional[int] = None,
     *,

@@ -529,8 +529,7 @@ def test_bad_environment_overrides_name_their_variable(variables, error, needles
         from pynumabind import _environ, planner
 
         config = _environ.resolve({"LOCAL_RANK": "0", **variables})
-        binder._check_environment_overrides(config, detect_topology())
-        assert planner.plan(detect_topology(), 0, cpus=config.cpus).cpus == frozenset({1})
+        assert planner.plan_for(detect_topology(), config).cpus == frozenset({1})
         return
     before = os.sched_getaffinity(0), _libnuma.get_mempolicy()
     with pytest.raises(error) as info:

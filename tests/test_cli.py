@@ -429,6 +429,9 @@ def test_exec_refuses_to_run_half_bound_by_default() -> None:
     assert warned.returncode == 0, warned.stderr
     assert warned.stdout.strip() == "ran"
     assert "WARNING" in warned.stderr and "EPERM" in warned.stderr
+    # One prefix: the library's own "pynumabind: " is not repeated after it.
+    (warning,) = [line for line in warned.stderr.splitlines() if "WARNING" in line]
+    assert warning.startswith("pynumabind: WARNING: ") and warning.count("pynumabind:") == 1
 
 
 def test_show_hides_placeholder_nodes_and_names_them_once(tmp_path: Path) -> None:
@@ -465,3 +468,53 @@ def test_plan_shows_the_ranks_that_can_be_planned_and_why_the_others_cannot(
     ranks = json.loads(result.stdout)["ranks"]
     assert [r.get("cpus") for r in ranks[:2]] == ["0-3,8-11"] * 2
     assert ranks[3]["rank"] == 3 and "the intersection is empty" in ranks[3]["error"]
+
+
+@pytest.mark.parametrize("command", [[""], ["", "arg"]])
+def test_exec_refuses_an_empty_command_before_binding(command: List[str]) -> None:
+    # Was: bound the process, then a ValueError traceback from execvp.
+    result = run("exec", "--no-nvml", "--rank", "0", "-v", "--", *command)
+    assert_one_line_error(result, 2, "empty")
+    assert "rank 0" not in result.stderr  # the bind's INFO line: nothing was bound
+
+
+NR_SCHED_SETAFFINITY = 203  # x86-64
+NR_SCHED_GETAFFINITY = 204
+
+
+def _with_syscall_denied(number: int, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the console script under a real seccomp filter making ``number`` fail with EPERM."""
+    import seccomp_filter
+
+    if not seccomp_filter.supported():
+        pytest.skip("the hand-built seccomp filter is x86-64 only")
+    code = (
+        "import os, sys; sys.path.insert(0, sys.argv[1]); import seccomp_filter; "
+        f"seccomp_filter.install(({number},)); os.execv(sys.argv[2], sys.argv[2:])"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
+    return subprocess.run(
+        [sys.executable, "-c", code, str(Path(__file__).parent), SCRIPT, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    "args", [["show", "--no-nvml"], ["exec", "--no-nvml", "--rank", "0", "--", "true"]]
+)
+def test_a_denied_sched_getaffinity_is_an_error_naming_the_call(args: List[str]) -> None:
+    # Was: a bare PermissionError, printed as "Operation not permitted".
+    result = _with_syscall_denied(NR_SCHED_GETAFFINITY, *args)
+    assert_one_line_error(result, 1, "sched_getaffinity", "EPERM", "CPUs this process may use")
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to move to one")
+def test_a_sched_setaffinity_eperm_names_the_real_causes_not_the_cpuset() -> None:
+    result = _with_syscall_denied(
+        NR_SCHED_SETAFFINITY, "exec", "--no-nvml", "--rank", "0", "--cpus", "0", "--", "true"
+    )
+    assert_one_line_error(result, 1, "sched_setaffinity", "EPERM", "CAP_SYS_NICE", "another user")
+    assert "widen the cpuset" not in result.stderr

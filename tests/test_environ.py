@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pynumabind import _environ
 from pynumabind._environ import RANK_VARIABLES, parse_flag, resolve
 from pynumabind._options import Options
 from pynumabind.errors import ConfigError
@@ -269,3 +270,37 @@ def test_require_node_from_the_environment() -> None:
     assert resolve({"LOCAL_RANK": "0"}, require_node=True).require_node
     with pytest.raises(ConfigError, match="PYNUMABIND_REQUIRE_NODE"):
         resolve({"LOCAL_RANK": "0", "PYNUMABIND_REQUIRE_NODE": "maybe"})
+
+
+@pytest.mark.parametrize(
+    "variable",
+    [
+        "PYNUMABIND_MODE",
+        "PYNUMABIND_MEMORY",
+        "PYNUMABIND_DISABLE",
+        "PYNUMABIND_REQUIRE_NODE",
+        "LOCAL_WORLD_SIZE",
+    ],
+)
+@pytest.mark.parametrize("value", ["\xa0", "\u2003", "\xa0node", "2\xa0"])
+def test_non_ascii_whitespace_is_part_of_the_value_never_unset(variable: str, value: str) -> None:
+    # str.strip() eats U+00A0: such a value used to count as unset, silently.
+    with pytest.raises(ConfigError) as info:
+        _environ.resolve({"LOCAL_RANK": "0", variable: value})
+    assert f"{variable}=" in str(info.value)
+
+
+@pytest.mark.parametrize("value", ["", " ", "\t\n"])
+def test_an_empty_or_ascii_blank_value_still_counts_as_unset(value: str) -> None:
+    config = _environ.resolve({"LOCAL_RANK": "0", "PYNUMABIND_MODE": value})
+    assert config.mode is None and config.from_environment("mode") is None
+
+
+def test_a_no_break_space_in_the_nodes_override_is_an_error_naming_it() -> None:
+    from pynumabind import planner
+    from pynumabind.discovery import detect_topology
+
+    config = _environ.resolve({"LOCAL_RANK": "0", "PYNUMABIND_NODES": "\xa0"})
+    with pytest.raises(ConfigError) as info:
+        planner.plan_for(detect_topology(use_nvml=False), config)
+    assert "PYNUMABIND_NODES" in str(info.value)

@@ -728,3 +728,14 @@ def test_require_node_turns_an_unknown_gpu_node_into_a_plan_error() -> None:
     assert plan(topo, 2, require_node=True).cpus is not None  # other ranks are unaffected
     results = plan_each(topo, require_node=True)
     assert [isinstance(r, PlanError) for r in results] == [i == 3 for i in range(len(results))]
+
+
+def test_an_unknown_gpu_node_with_an_affinity_still_warns_naming_the_gpu() -> None:
+    # Issue 13 item 3: the fact was only in reasons, so the binder logged nothing above INFO.
+    p3 = plan(mi300x_unknown_gpu_node(affinity_for_unknown="56-111"), 3)
+    assert p3.cpus == parse_cpulist("56-111")
+    assert any(
+        "GPU 3 (0000:69:00.0)" in w and "NUMA node is unknown" in w for w in p3.warnings
+    ), p3.warnings
+    p0 = plan(mi300x_unknown_gpu_node(affinity_for_unknown="56-111"), 0)
+    assert p0.warnings == ()

@@ -5,7 +5,9 @@ Typical use, first thing in a worker process::
     import pynumabind
     binding = pynumabind.bind_current_process(rank)
 
-Importing this package is cheap: submodules (and pynvml) load on first use.
+Importing this package is cheap: submodules (and pynvml) load on first use,
+under the fork-safety lock (:mod:`._forksafe`), so a child forked meanwhile
+never inherits a half-done import.
 
 The public surface is :data:`_EXPORTS`, one table: ``__all__`` is made from
 it, and a test keeps the ``TYPE_CHECKING`` imports below (what type checkers
@@ -18,6 +20,8 @@ from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any, Dict, List, Tuple
+
+from . import _forksafe
 
 __version__ = "0.1.0"
 
@@ -105,7 +109,8 @@ def __getattr__(name: str) -> Any:
         module_name, attribute = _EXPORTS[name]
     except KeyError:
         raise AttributeError(f"module 'pynumabind' has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(f".{module_name}", __name__), attribute)
+    with _forksafe.lock():  # a fork waits for this import (see _forksafe)
+        value = getattr(importlib.import_module(f".{module_name}", __name__), attribute)
     globals()[name] = value
     return value
 

@@ -373,7 +373,18 @@ def _refused(
         if exc.errno == errno.EINVAL
         else f" ({errno.errorcode.get(exc.errno or 0, exc.errno)})"
     )
-    error = cpu_error(wanted, before, reason)
+    if exc.errno == errno.EPERM:
+        # EPERM is about permission, not about which CPUs: widening the
+        # cpuset would not help (that is EINVAL).
+        error = BindError(
+            f"cannot bind to CPUs {format_ids(wanted)}: {exc.strerror}: the kernel refused "
+            "with EPERM, which means the thread belongs to another user, or changing it needs "
+            "CAP_SYS_NICE, or a seccomp/LSM policy denies sched_setaffinity (not that the "
+            "CPUs are outside the cpuset); nothing was changed. Run the worker as the user "
+            "that owns all its threads, or allow sched_setaffinity in the container"
+        )
+    else:
+        error = cpu_error(wanted, before, reason)
     if exc.restore_failures:
         error = BindError(
             f"{error}; WARNING: threads {list(exc.restore_failures)} could not be restored"

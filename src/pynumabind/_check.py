@@ -14,28 +14,47 @@ passes cannot fail here for a rule of check's own:
 * the binding was complete (not *partial*).
 
 The parent only collects results; it binds nothing itself.
+
+Bounds
+------
+* ``timeout`` bounds the whole run, starting the workers included: the
+  deadline is set before the first worker starts; ranks not started by then
+  are reported as not started, workers without a report by then as silent,
+  and every worker still running at the deadline is killed.
+* At most :data:`MAX_WORKERS` workers (one process each); more is a
+  :class:`~pynumabind.errors.ConfigError`.
+* A worker that cannot be started (fork fails: a process limit such as
+  ``ulimit -u`` or a pids cgroup, memory, file descriptors) stops the run
+  with one :class:`~pynumabind.errors.PynumabindError` naming the rank and
+  the cause.  Whatever way the run ends -- that error, an interrupt, the
+  deadline -- every worker it started is killed and reaped before it
+  returns: none is left behind to print into the user's terminal.
 """
 
 from __future__ import annotations
 
+import errno
 import glob
 import logging
 import multiprocessing
 import time
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from . import _verify
 from ._options import Options
 from .cpulist import format_cpulist, parse_cpulist
-from .errors import PynumabindError
+from .errors import ConfigError, PynumabindError
 from .model import Topology
 
 if TYPE_CHECKING:  # pragma: no cover
     from .binder import Binding
 
 log = logging.getLogger(__name__)
+
+#: Most workers one check starts: each is a Python process with two pipes.
+MAX_WORKERS = 1024
 
 
 @dataclass(frozen=True)
@@ -169,8 +188,11 @@ def _worker_main(
         report = WorkerReport(
             rank=rank, ok=False, problems=(f"unexpected {type(exc).__name__}: {exc}",)
         )
-    conn.send(report.to_dict())
-    conn.close()
+    try:
+        conn.send(report.to_dict())
+        conn.close()
+    except OSError:  # the parent is gone (stopped or killed): nobody to report to
+        pass
 
 
 def _from_dict(data: Dict[str, Any]) -> WorkerReport:
@@ -188,6 +210,89 @@ def _from_dict(data: Dict[str, Any]) -> WorkerReport:
     )
 
 
+@dataclass
+class _Worker:
+    rank: int
+    process: Any  # multiprocessing's SpawnProcess
+    conn: Connection
+    report: Optional[WorkerReport] = None
+    killed: bool = False  # still running at the deadline
+
+
+def _failed(rank: int, problem: str) -> WorkerReport:
+    return WorkerReport(rank=rank, ok=False, problems=(problem,))
+
+
+def _start(
+    context: Any, rank: int, count: int, options: Dict[str, Any], topology_json: Optional[str]
+) -> _Worker:
+    """Start rank ``rank``'s worker; a failure is one error naming the rank and the cause."""
+    try:
+        parent_end, child_end = context.Pipe(duplex=False)
+    except OSError as exc:
+        raise _start_error(rank, count, exc) from exc
+    try:
+        process = context.Process(
+            target=_worker_main,
+            args=(child_end, rank, count, options, topology_json),
+            name=f"pynumabind-check-{rank}",
+        )
+        process.start()
+    except OSError as exc:
+        parent_end.close()
+        raise _start_error(rank, count, exc) from exc
+    finally:
+        child_end.close()
+    return _Worker(rank, process, parent_end)
+
+
+def _start_error(rank: int, count: int, exc: OSError) -> PynumabindError:
+    name = errno.errorcode.get(exc.errno or 0, "")
+    cause = f"{exc.strerror or exc}" + (f" ({name})" if name else "")
+    hint = ""
+    if exc.errno == errno.EAGAIN:
+        hint = "; a process limit (ulimit -u, a pids cgroup) is lower than the ranks need"
+    elif exc.errno in (errno.EMFILE, errno.ENFILE):
+        hint = "; each worker needs two file descriptors (ulimit -n)"
+    elif exc.errno == errno.ENOMEM:
+        hint = "; not enough memory for another process"
+    return PynumabindError(
+        f"check: could not start the worker for rank {rank} of {count}: {cause}{hint}; "
+        f"the {rank} worker(s) already started were stopped"
+    )
+
+
+def _collect(workers: List[_Worker], deadline: float, timeout: float) -> None:
+    """Each worker's report, as it arrives, until all have one or the deadline passes."""
+    pending = list(workers)
+    while pending:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        ready = wait([w.conn for w in pending], timeout=remaining)
+        for worker in [w for w in pending if w.conn in ready]:
+            pending.remove(worker)
+            try:
+                worker.report = _from_dict(worker.conn.recv())
+            except (EOFError, OSError):
+                worker.report = None  # no report: judged by how it exited
+    for worker in pending:
+        worker.report = _failed(worker.rank, f"no report within {timeout:g} s")
+
+
+def _stop(workers: List[_Worker], deadline: float) -> None:
+    """Let finished workers exit until the deadline, then kill the rest; reap all."""
+    for worker in workers:
+        worker.process.join(max(0.0, deadline - time.monotonic()))
+    for worker in workers:
+        if worker.process.is_alive():
+            worker.process.kill()
+            worker.killed = True
+    for worker in workers:
+        worker.process.join()
+        worker.conn.close()
+
+
 def run_check(
     topology: Topology,
     options: Options,
@@ -198,49 +303,49 @@ def run_check(
     """Spawn one worker per rank, let each bind and verify itself, collect reports.
 
     The number of ranks is the planner's (``options.nprocs``, else its one
-    default).  ``pass_topology`` hands the parent's topology to the workers
-    (needed when it came from a snapshot or carries allowed-set overrides);
-    otherwise each worker detects the machine itself, as a real worker would.
+    default), at most :data:`MAX_WORKERS`.  ``pass_topology`` hands the
+    parent's topology to the workers (needed when it came from a snapshot or
+    carries allowed-set overrides); otherwise each worker detects the machine
+    itself, as a real worker would.  ``timeout`` bounds the whole run (see
+    the module docstring).
     """
     from .planner import local_ranks
 
+    deadline = time.monotonic() + timeout
     count = local_ranks(topology, options)
-    given = options.keywords()
-    worker_options = {k: v for k, v in given.items() if k not in ("rank", "nprocs")}
+    if count > MAX_WORKERS:
+        given = f"--nprocs {count}" if options.nprocs is not None else f"{count} local ranks"
+        raise ConfigError(
+            f"{given}: check starts one worker process per rank, at most {MAX_WORKERS}"
+        )
+    given_options = options.keywords()
+    worker_options = {k: v for k, v in given_options.items() if k not in ("rank", "nprocs")}
     context = multiprocessing.get_context("spawn")
     topology_json = topology.to_json(indent=None) if pass_topology else None
-    running = []
-    for rank in range(count):
-        parent_end, child_end = context.Pipe(duplex=False)
-        process = context.Process(
-            target=_worker_main,
-            args=(child_end, rank, count, worker_options, topology_json),
-            name=f"pynumabind-check-{rank}",
-        )
-        process.start()
-        child_end.close()
-        running.append((rank, process, parent_end))
-    deadline = time.monotonic() + timeout
-    reports: List[WorkerReport] = []
-    for rank, process, conn in running:
-        remaining = max(0.0, deadline - time.monotonic())
-        if conn.poll(remaining):
-            try:
-                reports.append(_from_dict(conn.recv()))
-            except EOFError:
-                reports.append(
-                    WorkerReport(rank=rank, ok=False, problems=("worker exited without a report",))
-                )
-        else:
-            reports.append(
-                WorkerReport(rank=rank, ok=False, problems=(f"no report within {timeout:g} s",))
-            )
-        process.join(max(0.0, deadline - time.monotonic()))
-        if process.is_alive():
-            process.kill()
-            process.join()
-        elif process.exitcode not in (0, None) and reports[-1].ok:
-            reports[-1] = WorkerReport(
-                rank=rank, ok=False, problems=(f"worker exited with status {process.exitcode}",)
-            )
+    workers: List[_Worker] = []
+    try:
+        for rank in range(count):
+            if time.monotonic() >= deadline:
+                break
+            workers.append(_start(context, rank, count, worker_options, topology_json))
+        _collect(workers, deadline, timeout)
+    except BaseException:
+        _stop(workers, 0.0)  # a worker that failed to start, an interrupt: stop them all now
+        raise
+    _stop(workers, deadline)
+    reports = [_judged(w) for w in workers]
+    reports += [
+        _failed(rank, f"not started: the {timeout:g} s timeout ran out while starting workers")
+        for rank in range(len(workers), count)
+    ]
     return CheckReport(tuple(reports))
+
+
+def _judged(worker: _Worker) -> WorkerReport:
+    """The worker's report, failed when it exited badly or without one."""
+    code = worker.process.exitcode
+    if worker.report is None:
+        return _failed(worker.rank, f"worker exited without a report (exit status {code})")
+    if worker.report.ok and code not in (0, None) and not worker.killed:
+        return _failed(worker.rank, f"worker exited with status {code}")
+    return worker.report

@@ -24,7 +24,10 @@ Rules
 * ``PYNUMABIND_MODE``/``PYNUMABIND_MEMORY`` take the CLI's values;
   ``PYNUMABIND_NODES``/``PYNUMABIND_CPUS`` the planner's per-rank overrides
   (``0,0,1,1``, ``0-3;4-7``), validated by the binder against the topology.  An empty value
-  counts as unset (``PYNUMABIND_MODE= cmd`` clears it).
+  counts as unset (``PYNUMABIND_MODE= cmd`` clears it), and so does one of only ASCII
+  whitespace.  Only ASCII whitespace is trimmed: any other character, a no-break space
+  (U+00A0) included, is part of the value, so a value of only such characters is a
+  :class:`~pynumabind.errors.ConfigError` naming the variable, never "unset".
 * ``PYNUMABIND_DISABLE``: ``1/true/yes/on`` disables binding (a logged
   no-op); ``0/false/no/off`` or empty leave it enabled.
   ``PYNUMABIND_REQUIRE_NODE`` takes the same values: a GPU whose NUMA node
@@ -75,6 +78,9 @@ CPUS_VARIABLE = "PYNUMABIND_CPUS"
 DISABLE_VARIABLE = "PYNUMABIND_DISABLE"
 REQUIRE_NODE_VARIABLE = "PYNUMABIND_REQUIRE_NODE"
 
+# Only ASCII whitespace is trimmed: str.strip() would also eat U+00A0 and its
+# kind, so a value made of them would silently count as unset.
+_ASCII_SPACE = " \t\n\r\f\v"
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"", "0", "false", "no", "off"})
 _INT = re.compile(r"[0-9]{1,9}\Z")  # no sign, no spaces inside; < 10**9
@@ -91,7 +97,7 @@ def shown(value: str) -> str:
 
 def parse_flag(name: str, value: str) -> bool:
     """A boolean variable: 1/true/yes/on or 0/false/no/off/empty."""
-    folded = value.strip().lower()
+    folded = value.strip(_ASCII_SPACE).lower()
     if folded in _TRUE:
         return True
     if folded in _FALSE:
@@ -102,7 +108,7 @@ def parse_flag(name: str, value: str) -> bool:
 
 
 def _parse_int(name: str, value: str, minimum: int) -> int:
-    text = value.strip()
+    text = value.strip(_ASCII_SPACE)
     if not _INT.match(text) or int(text) < minimum:
         kind = "a positive integer" if minimum > 0 else "a non-negative integer"
         raise ConfigError(f"invalid {name}={shown(value)}; expected {kind}")
@@ -112,8 +118,8 @@ def _parse_int(name: str, value: str, minimum: int) -> int:
 def _parse_slurm_tasks(name: str, value: str) -> Optional[int]:
     """``4`` or ``4(x2),4`` -> 4; ``2(x3),1`` -> None (differs per node)."""
     counts = set()
-    for group in value.strip().split(","):
-        match = _SLURM_TASKS.match(group.strip())
+    for group in value.strip(_ASCII_SPACE).split(","):
+        match = _SLURM_TASKS.match(group.strip(_ASCII_SPACE))
         if match is None:
             raise ConfigError(
                 f"invalid {name}={shown(value)}; "
@@ -148,7 +154,7 @@ _E = TypeVar("_E", CpuMode, MemoryPolicy)
 
 
 def _env_enum(kind: Type[_E], name: str, value: str) -> _E:
-    folded = value.strip().lower()
+    folded = value.strip(_ASCII_SPACE).lower()
     for member in kind:
         if member.value == folded:
             return member
@@ -158,7 +164,7 @@ def _env_enum(kind: Type[_E], name: str, value: str) -> _E:
 
 def _option(environ: Mapping[str, str], name: str) -> Optional[str]:
     value = environ.get(name)
-    if value is None or not value.strip():
+    if value is None or not value.strip(_ASCII_SPACE):
         return None
     return value
 
@@ -210,7 +216,7 @@ def _choices(environ: Mapping[str, str], given: Options, sources: Dict[str, str]
         else:
             # "0,0,1,1", "0-3;4-7" go to the planner as text: it parses them
             # against the topology and names the variable in errors.
-            out[option] = text.strip()
+            out[option] = text.strip(_ASCII_SPACE)
         if value is None and text is not None:
             sources[option] = variable
     return out

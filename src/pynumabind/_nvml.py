@@ -34,6 +34,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type
 
+from . import _forksafe
 from .cpulist import parse_cpumask
 from .errors import PynumabindError, TopologyError
 
@@ -184,7 +185,8 @@ def query(
 
 def _import() -> Any:
     try:
-        import pynvml
+        with _forksafe.lock():  # a fork waits for this first-use import (see _forksafe)
+            import pynvml
     except ImportError as exc:
         raise NvmlUnavailable(f"pynvml (nvidia-ml-py) is not importable: {exc}") from None
     except Exception as exc:  # a broken pynvml module: its import raised

@@ -540,7 +540,9 @@ def _allowed(
     if allowed_cpus is not None:
         cpus = _id_argument(allowed_cpus, "allowed_cpus")
     elif live:
-        cpus = frozenset(os.sched_getaffinity(0))
+        from ._threads import process_affinity
+
+        cpus = process_affinity()
     else:
         cpus = online
     if allowed_mems is not None:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 from .cpulist import format_cpulist
-from .errors import format_ids
+from .errors import NumaSyscallError, format_ids
 
 __all__ = [
     "TASK_DIR",
@@ -126,6 +126,22 @@ def thread_name(tid: int) -> str:
         return ""
 
 
+def process_affinity() -> frozenset[int]:
+    """The calling thread's CPU mask: the CPUs this process may use.
+
+    A refusal (a seccomp filter or LSM policy denying ``sched_getaffinity``)
+    is a :class:`~pynumabind.errors.NumaSyscallError` naming the call, not a
+    bare ``PermissionError``.
+    """
+    try:
+        return frozenset(os.sched_getaffinity(0))
+    except OSError as exc:
+        raise NumaSyscallError(
+            exc.errno or errno.EIO,
+            "sched_getaffinity(0), which reads the CPUs this process may use,",
+        ) from exc
+
+
 def thread_affinity(tid: int) -> Optional[frozenset[int]]:
     """The thread's CPU mask, ``None`` when it has exited."""
     try:
@@ -217,7 +233,7 @@ def bind_threads(
         raise ValueError("max_passes must be at least 1")
     caller = threading.get_native_id()
     if reference is None:
-        reference = frozenset(os.sched_getaffinity(0))
+        reference = process_affinity()
     results: Dict[int, ThreadResult] = {}
     changed = {} if record is None else record  # tid -> mask before we changed it
 

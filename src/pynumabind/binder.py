@@ -17,7 +17,8 @@ state, reads it back, and can undo it.  Three rules shape it:
   worker that dies), or rolls everything back and raises
   (``on_error="raise"``).  Any other exception, ``KeyboardInterrupt``
   included, rolls back what was changed before it propagates.  Binds in one
-  process are serialised, and a bind that leaves the calling thread itself
+  process are serialised, a fork waits for a bind in progress (the lock is
+  :mod:`._forksafe`'s), and a bind that leaves the calling thread itself
   unbound is an error, not a success.
 * **Raw syscalls only.**  libnuma's void setters report errors by printing;
   here every policy change goes through ``set_mempolicy`` and friends, whose
@@ -49,7 +50,7 @@ from typing import (
     Union,
 )
 
-from . import _apply, _libnuma, _threads
+from . import _apply, _forksafe, _libnuma, _threads
 from ._apply import Journal, Skipped
 from ._verify import VERIFY_PAGES, VerifyResult, verify_binding
 from .cpulist import format_cpulist
@@ -75,18 +76,10 @@ log = logging.getLogger(__name__)
 ON_ERROR_CHOICES: Tuple[str, ...] = ("warn", "raise")
 
 # One bind at a time in a process: two threads binding at once would each read
-# the other's half-applied masks as "allowed" and "not pinned".  Reentrant:
-# bind_current_process holds it over detect, plan and apply_plan.
-_BIND_LOCK = threading.RLock()
-
-
-def _new_bind_lock() -> None:
-    # A child forked while another thread held the lock must not inherit it held.
-    global _BIND_LOCK  # noqa: PLW0603 - reset at fork, nowhere else
-    _BIND_LOCK = threading.RLock()
-
-
-os.register_at_fork(after_in_child=_new_bind_lock)
+# the other's half-applied masks as "allowed" and "not pinned".  The lock is
+# _forksafe's (reentrant): bind_current_process holds it over its imports,
+# detect, plan and apply_plan, and a fork waits for it, so a child never
+# inherits a half-done bind or import; the child gets a fresh one.
 
 
 @dataclass(frozen=True, eq=False)
@@ -274,11 +267,12 @@ def apply_plan(plan: Plan, *, migrate: bool = False, on_error: str = "warn") -> 
         raise PlanError(f"plan for rank {plan.rank} has an empty CPU set")
     request = _apply.policy_request(plan)
     journal = Journal()
+    bind_lock = _forksafe.lock()
     try:  # outside the lock's with: an interrupt as it releases must roll back too
-        with _BIND_LOCK:
+        with bind_lock:
             return _apply_steps(plan, request, journal, migrate=migrate, on_error=on_error)
     except BaseException:
-        with _BIND_LOCK:
+        with bind_lock:
             journal.rollback()  # never half-bound: whatever was recorded goes back
         raise
 
@@ -295,7 +289,7 @@ def _apply_steps(
     notes: List[str] = [request.note] if request.note else []
     skipped: List[Skipped] = []
     caller = journal.thread_id
-    before = frozenset(os.sched_getaffinity(0))
+    before = _threads.process_affinity()
     scan: Optional[_threads.ThreadScan] = None
     if plan.cpus is not None:
         scan = _apply.bind_cpus(plan.cpus, before, journal)
@@ -393,27 +387,6 @@ def _caller_cpus(
 # ------------------------------------------------------------------ entry
 
 
-def _check_environment_overrides(config: Options, topology: Topology) -> None:
-    """Parse PYNUMABIND_NODES/CPUS now, so a bad value names its variable."""
-    from . import planner
-    from ._environ import CPUS_VARIABLE, NODES_VARIABLE, shown
-
-    variable = config.from_environment("nodes")
-    if variable == NODES_VARIABLE:
-        try:
-            planner.parse_nodes_override(config.nodes, universe=frozenset(topology.nodes))
-        except (ConfigError, PlanError, ValueError) as exc:
-            raise ConfigError(f"invalid {variable}={shown(config.nodes)}: {exc}") from exc
-    variable = config.from_environment("cpus")
-    if variable == CPUS_VARIABLE:
-        try:
-            planner.parse_cpus_override(
-                config.cpus, universe=topology.online_cpus, allowed=topology.allowed_cpus
-            )
-        except (ConfigError, PlanError, ValueError) as exc:
-            raise ConfigError(f"invalid {variable}={shown(config.cpus)}: {exc}") from exc
-
-
 def bind_current_process(
     rank: Optional[int] = None,
     *,
@@ -440,9 +413,9 @@ def bind_current_process(
     to :func:`~pynumabind.planner.plan`; see :func:`apply_plan` for
     ``migrate`` and ``on_error``.
     """
-    from . import _environ, planner
-
     _check_on_error(on_error)
+    with _forksafe.lock():  # a fork waits for these first-use imports (see _forksafe)
+        from . import _environ, planner
     options = _environ.resolve(
         os.environ if environ is None else environ,
         rank=rank,
@@ -459,7 +432,7 @@ def bind_current_process(
         return _disabled(options)
     binding: Optional[Binding] = None
     try:
-        with _BIND_LOCK:  # what detect reads as allowed must not be another bind's half-work
+        with _forksafe.lock():  # what detect reads as allowed must not be another bind's half-work
             if topology is None:
                 from .discovery import detect_topology
 

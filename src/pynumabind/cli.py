@@ -191,10 +191,20 @@ def build_parser() -> argparse.ArgumentParser:
 # ------------------------------------------------------------------ helpers
 
 
+class _Formatter(logging.Formatter):
+    """``pynumabind: WARNING: ...``, once: library messages may start with the name too."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        prefix = f"pynumabind: {record.levelname}: "
+        doubled = prefix + "pynumabind: "
+        return prefix + text[len(doubled) :] if text.startswith(doubled) else text
+
+
 def _configure_logging(verbosity: int) -> None:
     level = logging.WARNING if verbosity <= 0 else logging.INFO if verbosity == 1 else logging.DEBUG
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("pynumabind: %(levelname)s: %(message)s"))
+    handler.setFormatter(_Formatter("pynumabind: %(levelname)s: %(message)s"))
     root = logging.getLogger("pynumabind")
     root.handlers[:] = [handler]
     root.setLevel(level)
@@ -450,6 +460,8 @@ def cmd_exec(args: argparse.Namespace) -> int:
         argv = argv[1:]
     if not argv:
         raise UsageError("exec needs a command: pynumabind exec [options] -- CMD [ARGS...]")
+    if not argv[0]:  # checked before binding: execvp would refuse it only afterwards
+        raise UsageError("exec: the command is an empty string")
     options = _options(args)
     topology = machine_topology(args) if _machine_given(args) else None
     binding = bind_current_process(topology=topology, on_error=args.on_error, **options.keywords())

@@ -99,7 +99,7 @@ class LibnumaUnavailableError(PynumabindError, OSError):
 
 
 class NumaSyscallError(PynumabindError, OSError):
-    """A memory-policy syscall failed.
+    """A memory-policy or CPU-affinity syscall failed.
 
     ``errno`` is the kernel's error number, ``operation`` says what was
     attempted (``set_mempolicy(MPOL_BIND)``) and ``nodes`` which nodes it named.

@@ -12,9 +12,10 @@ only here, in :func:`place_gpu`:
   reports it): that node becomes the GPU's memory node; the rank goes to the
   nodes of the GPU's ``local_cpus`` or, without those, to the nearest CPU node
   by SLIT distance (ties: lowest id).
-* ``numa_node`` unknown (or naming a node the machine lacks, with a
-  warning): the nodes of ``local_cpus``; with neither, the rank is left
-  unbound (``cpus=None``) with a warning.
+* ``numa_node`` unknown (or naming a node the machine lacks): the nodes of
+  ``local_cpus``; with neither, the rank is left unbound (``cpus=None``).
+  Either way every affected rank's plan carries a *warning* (not only a
+  reason) naming the GPU by index and bus id.
 
 A GPU affinity that spans nodes keeps every node, and records the node that
 holds most of its allowed CPUs as the primary one (exclusive modes slice
@@ -194,7 +195,14 @@ def place_gpu(topology: Topology, state: RankState, gpu: Gpu) -> None:
         _place_on_cpuless_node(topology, state, gpu, node_id)
     else:
         why = f"{gpu_label(gpu)} has no NUMA node ({gpu.source} reports none)"
-        if not _place_on_affinity(topology, state, gpu, why):
+        if _place_on_affinity(topology, state, gpu, why):
+            # A warning, not only a reason: the binder logs warnings at WARNING.
+            state.warnings.append(
+                f"{gpu_label(gpu)}'s NUMA node is unknown ({gpu.source} reports none); rank "
+                f"{state.rank} is placed by the GPU's CPU affinity alone, node(s) "
+                f"{format_ids(state.nodes)}"
+            )
+        else:
             state.warn(
                 f"{why} and no CPU affinity: rank {state.rank} is not CPU-bound (cpus left alone)"
             )

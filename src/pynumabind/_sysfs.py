@@ -263,12 +263,12 @@ def _read_cpus_grouped(
         )
     if no_l3:
         notes.append(f"no L3 cache information for CPUs {format_ids(frozenset(no_l3))}")
-    homeless = frozenset(no_topology)
+    without_topology = frozenset(no_topology)
     return {
         cpu: Cpu(
             id=cpu,
             node=node_of.get(cpu),
-            package=0 if cpu in homeless else package.get(cpu, 0),
+            package=0 if cpu in without_topology else package.get(cpu, 0),
             core=core.get(cpu, cpu),
             siblings=siblings.get(cpu, frozenset()),
             l3=l3.get(cpu, frozenset()),

@@ -264,16 +264,23 @@ def probe_scaling(root: str, reps: int, nprocs: int, modes: List[str]) -> Dict[s
     """``reps`` rounds over the CPU modes: discover the tree at ``root``, plan rank 0 of ``nprocs``.
 
     Discovery is ``detect`` without NVML (there is no GPU behind a fake
-    tree) and with an empty environment (every GPU visible); the first
-    discovery, which loads modules, is reported apart and not in the samples.
+    tree) and with an empty environment (every GPU visible), reading the
+    detail each mode needs, as the first bind does (``discovery.detail_for``;
+    nothing kept between calls); the first discovery, which loads modules and
+    reads in full, is reported apart and not in the samples.
     """
     from pynumabind import planner
     from pynumabind.cpulist import format_cpulist
 
-    from .common import detect_topology
+    from .common import detect_topology, discovery_api
 
-    def discover() -> Any:
-        return detect_topology(sysfs_root=root, use_nvml=False, environ={})
+    detail_for = getattr(discovery_api(), "detail_for", None)
+
+    def discover(mode: Optional[str] = None) -> Any:
+        options: Dict[str, Any] = {}
+        if mode is not None and detail_for is not None:
+            options["detail"] = detail_for(mode)
+        return detect_topology(sysfs_root=root, use_nvml=False, environ={}, **options)
 
     start = time.perf_counter()
     topology = discover()
@@ -290,7 +297,7 @@ def probe_scaling(root: str, reps: int, nprocs: int, modes: List[str]) -> Dict[s
     for _ in range(reps):  # modes round-robin, so a slow moment hits them all alike
         for mode in modes:
             start = time.perf_counter()
-            topology = discover()
+            topology = discover(mode)
             found = time.perf_counter()
             results[mode] = planner.plan(topology, 0, nprocs, mode=mode)
             done = time.perf_counter()

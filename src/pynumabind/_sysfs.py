@@ -24,14 +24,16 @@ from typing import Dict, Iterable, List, Mapping, Optional, Tuple, Union
 from ._textfile import read_ascii
 from .cpulist import parse_cpulist
 from .errors import ConfigError, ListParseError, PynumabindError, TopologyError, format_ids
-from .model import Cpu, Gpu, NumaNode, Topology
+from .model import Cpu, Detail, Gpu, NumaNode, Topology
 
 __all__ = [
     "DEFAULT_GPU_VENDORS",
     "DEFAULT_PCI_CLASSES",
     "PciFunction",
     "normalize_bus_id",
+    "read_layout",
     "read_topology",
+    "with_allowed",
 ]
 
 #: PCI vendor id -> the vendor name pynumabind reports.
@@ -196,6 +198,85 @@ def _read_cpus(
     return cpus
 
 
+def _read_cpus_grouped(
+    sysfs: _Reader,
+    online: frozenset[int],
+    node_of: Mapping[int, int],
+    detail: Detail,
+    notes: List[str],
+) -> Dict[int, Cpu]:
+    """The CPUs with what ``detail`` needs, each fact read once per group that shares it.
+
+    A package's CPUs come from one CPU's ``package_cpus_list`` (older kernels:
+    ``core_siblings_list``, the same list), a core's from one CPU's
+    ``thread_siblings_list``, an L3 group's from one CPU's cache entry; every
+    other online CPU in the list it names is covered by that one read (the
+    kernel gives every CPU of a group the same list).  What a level does not
+    read keeps the value :class:`~pynumabind.model.Detail` names.
+    """
+    package: Dict[int, int] = {}
+    core: Dict[int, int] = {}
+    siblings: Dict[int, frozenset[int]] = {}
+    l3: Dict[int, frozenset[int]] = {}
+    no_topology: List[int] = []
+    no_l3: List[int] = []
+    if detail >= Detail.PACKAGES:
+        for cpu in sorted(online):
+            if cpu in package:
+                continue
+            base = ("devices", "system", "cpu", f"cpu{cpu}", "topology")
+            number = sysfs.integer(*base, "physical_package_id", required=False)
+            if number is None:
+                no_topology.append(cpu)
+                package[cpu] = 0
+                continue
+            members = sysfs.cpulist(*base, "package_cpus_list", required=False)
+            if members is None:
+                members = sysfs.cpulist(*base, "core_siblings_list", required=False)
+            for other in (members or frozenset()) & online | {cpu}:
+                package.setdefault(other, max(number, 0))
+    if detail >= Detail.CORES:
+        for cpu in sorted(online):
+            if cpu in siblings or cpu in no_topology:
+                continue
+            base = ("devices", "system", "cpu", f"cpu{cpu}", "topology")
+            number = sysfs.integer(*base, "core_id", required=False)
+            if number is None:
+                no_topology.append(cpu)
+                continue
+            found = sysfs.cpulist(*base, "thread_siblings_list", required=False)
+            group = (found or frozenset({cpu})) & online
+            for other in group | {cpu}:
+                siblings.setdefault(other, group)
+                core.setdefault(other, number)
+    if detail >= Detail.CACHES:
+        for cpu in sorted(online):
+            if cpu in l3 or cpu in no_topology:  # as the full read: no caches without topology/
+                continue
+            group = _l3_of(sysfs, ("devices", "system", "cpu", f"cpu{cpu}"), online, no_l3)
+            for other in group | {cpu}:
+                l3.setdefault(other, group)
+    if no_topology:
+        notes.append(
+            f"no topology/ for CPUs {format_ids(frozenset(no_topology))}: "
+            "each is taken as its own core in package 0"
+        )
+    if no_l3:
+        notes.append(f"no L3 cache information for CPUs {format_ids(frozenset(no_l3))}")
+    without_topology = frozenset(no_topology)
+    return {
+        cpu: Cpu(
+            id=cpu,
+            node=node_of.get(cpu),
+            package=0 if cpu in without_topology else package.get(cpu, 0),
+            core=core.get(cpu, cpu),
+            siblings=siblings.get(cpu, frozenset()),
+            l3=l3.get(cpu, frozenset()),
+        )
+        for cpu in sorted(online)
+    }
+
+
 def _l3_of(
     sysfs: _Reader, base: Tuple[str, ...], online: frozenset[int], missing: List[int]
 ) -> frozenset[int]:
@@ -261,8 +342,9 @@ def _proc_meminfo() -> Tuple[Optional[int], Optional[int]]:
 
 
 def _read_nodes(
-    sysfs: _Reader, online_cpus: frozenset[int], notes: List[str]
+    sysfs: _Reader, online_cpus: frozenset[int], notes: List[str], sizes: bool = True
 ) -> Dict[int, NumaNode]:
+    """The online nodes; ``sizes=False`` skips ``meminfo`` unless ``has_memory`` is missing."""
     base = ("devices", "system", "node")
     names = sysfs.listdir(*base)
     if names is None:
@@ -293,9 +375,11 @@ def _read_nodes(
         here = (*base, f"node{node}")
         cpulist = sysfs.cpulist(*here, "cpulist")
         assert cpulist is not None
-        total, free = _meminfo(sysfs, node)
-        if total is None:
-            notes.append(f"node{node}/meminfo missing: its memory size is unknown")
+        total = free = None
+        if sizes or has_memory is None:
+            total, free = _meminfo(sysfs, node)
+            if total is None:
+                notes.append(f"node{node}/meminfo missing: its memory size is unknown")
         row_text = sysfs.text(*here, "distance", required=False)
         distances: Dict[int, int] = {}
         if row_text is not None:
@@ -411,6 +495,51 @@ def _id_argument(value: object, what: str) -> frozenset[int]:
     return frozenset(out)
 
 
+#: Every PCI function's bus, devfn and vendor in one file (the live machine only).
+PROC_PCI_DEVICES = "/proc/bus/pci/devices"
+
+
+def _slot(name: str) -> Optional[Tuple[int, int]]:
+    """(bus, devfn) of a ``bus/pci/devices`` entry name; None when it is not a PCI address."""
+    match = _BDF.match(name)
+    if match is None:
+        return None
+    bus, device, function = (int(match.group(i), 16) for i in (2, 3, 4))
+    return bus, (device << 3) | function
+
+
+def vendor_slots(text: str, vendors: Mapping[int, str]) -> Optional[frozenset[Tuple[int, int]]]:
+    """(bus, devfn) of each function whose vendor is in ``vendors``, from ``/proc/bus/pci/devices``.
+
+    Each line starts with the function's ``bus << 8 | devfn`` and
+    ``vendor << 16 | device`` in hex.  The file has no PCI domain, so a slot
+    stands for that bus and function in every domain: a filter that can
+    only let too much through.  None when a line does not parse (the caller
+    then reads every function's ``vendor``).
+    """
+    out = set()
+    for line in text.splitlines():
+        fields = line.split()
+        if not fields:
+            continue
+        try:
+            slot, ids = int(fields[0], 16), int(fields[1], 16)
+        except (IndexError, ValueError):
+            return None
+        if ids >> 16 in vendors:
+            out.add((slot >> 8 & 0xFF, slot & 0xFF))
+    return frozenset(out)
+
+
+def _proc_vendor_slots(vendors: Mapping[int, str]) -> Optional[frozenset[Tuple[int, int]]]:
+    """:func:`vendor_slots` of the live machine; None when the file cannot be read."""
+    try:
+        text = read_ascii(PROC_PCI_DEVICES, "PCI device list")
+    except (OSError, TopologyError):
+        return None
+    return vendor_slots(text, vendors)
+
+
 def scan_pci(
     sysfs: _Reader,
     online_cpus: frozenset[int],
@@ -418,11 +547,20 @@ def scan_pci(
     vendors: Mapping[int, str],
     classes: Iterable[Union[str, int]],
 ) -> List[PciFunction]:
-    """Accelerator functions under ``bus/pci/devices``, in PCI address order."""
+    """Accelerator functions under ``bus/pci/devices``, in PCI address order.
+
+    On the live machine ``/proc/bus/pci/devices`` names, in one read, the
+    functions of the GPU vendors; only those have their files opened.
+    Without it (another root, a masked ``/proc``) every function's ``vendor``
+    is read.
+    """
     matchers = _class_matchers(classes)
     names = sysfs.listdir("bus", "pci", "devices")
+    slots = _proc_vendor_slots(vendors) if names and _is_live_root(sysfs.root) else None
     found: List[PciFunction] = []
     for name in names or ():
+        if slots is not None and _slot(name) not in slots:
+            continue  # /proc/bus/pci/devices says its vendor is not a GPU vendor
         here = ("bus", "pci", "devices", name)
         vendor = sysfs.integer(*here, "vendor", base=16)
         if vendor not in vendors:
@@ -564,6 +702,90 @@ def _allowed(
 # ----------------------------------------------------------------- entry
 
 
+def read_layout(
+    root: str = "/sys",
+    *,
+    detail: Detail = Detail.FULL,
+    gpu_vendors: Optional[Union[Mapping[int, str], Iterable[int]]] = None,
+    pci_classes: Optional[Iterable[Union[str, int]]] = None,
+) -> Topology:
+    """The machine under ``root``: nodes, CPUs (as much as ``detail`` says), every GPU.
+
+    What cannot change while a process runs, so discovery may keep it; the
+    allowed sets are left empty for :func:`with_allowed` to fill, and no
+    visibility variable is applied.  ``detail`` below ``FULL`` reads each
+    CPU fact once per group that shares it (:func:`_read_cpus_grouped`) and
+    no node memory sizes.
+    """
+    notes: List[str] = []
+    sysfs = _Reader(root)
+    online = _online_cpus(sysfs, notes)
+    if not online:
+        raise TopologyError(f"no online CPUs found under {root}")
+    nodes = _read_nodes(sysfs, online, notes, sizes=detail is Detail.FULL)
+    node_of: Dict[int, int] = {}
+    for node in nodes.values():
+        for cpu in node.cpus:
+            if cpu in node_of:
+                raise TopologyError(
+                    f"CPU {cpu} is listed in both node {node_of[cpu]} and node {node.id}"
+                )
+            node_of[cpu] = node.id
+    homeless = online - frozenset(node_of)
+    if homeless:
+        notes.append(f"online CPUs {format_ids(homeless)} belong to no NUMA node")
+    if detail is Detail.FULL:
+        cpus = _read_cpus(sysfs, online, node_of, notes)
+    else:
+        cpus = _read_cpus_grouped(sysfs, online, node_of, detail, notes)
+
+    vendors = _vendor_names(DEFAULT_GPU_VENDORS if gpu_vendors is None else gpu_vendors)
+    classes = DEFAULT_PCI_CLASSES if pci_classes is None else pci_classes
+    functions = scan_pci(sysfs, online, nodes, vendors, classes)
+    gpus = _gpus_from_pci(functions, vendors, nodes, notes)
+    if any(g.vendor == "amd" for g in gpus):  # only AMD GPUs need the KFD topology
+        from . import _kfd
+
+        gpus = _kfd.apply_kfd(root, gpus, notes)
+    return Topology(
+        nodes=nodes,
+        cpus=cpus,
+        gpus=tuple(gpus),
+        allowed_cpus=frozenset(),
+        allowed_mems=frozenset(),
+        notes=tuple(notes),
+        detail=detail,
+    )
+
+
+def with_allowed(
+    layout: Topology,
+    root: str = "/sys",
+    *,
+    allowed_cpus: Optional[Iterable[int]] = None,
+    allowed_mems: Optional[Iterable[int]] = None,
+) -> Topology:
+    """``layout`` with this process's allowed CPUs and memory nodes, read fresh.
+
+    For the live ``/sys`` they come from ``sched_getaffinity`` and
+    ``get_mempolicy(MPOL_F_MEMS_ALLOWED)``; for any other root they default
+    to every online CPU and every node with memory.  ``allowed_cpus`` and
+    ``allowed_mems`` override both.
+    """
+    notes = list(layout.notes)
+    cpus_allowed, mems_allowed = _allowed(
+        root,
+        online=layout.online_cpus,
+        nodes=layout.nodes,
+        allowed_cpus=allowed_cpus,
+        allowed_mems=allowed_mems,
+        notes=notes,
+    )
+    return layout.replace(
+        allowed_cpus=cpus_allowed, allowed_mems=mems_allowed, notes=tuple(notes)
+    )
+
+
 def read_topology(
     root: str = "/sys",
     *,
@@ -572,8 +794,9 @@ def read_topology(
     gpu_vendors: Optional[Union[Mapping[int, str], Iterable[int]]] = None,
     pci_classes: Optional[Iterable[Union[str, int]]] = None,
     environ: Optional[Mapping[str, str]] = None,
+    detail: Detail = Detail.FULL,
 ) -> Topology:
-    """The topology under sysfs ``root``.
+    """The topology under sysfs ``root``: :func:`read_layout`, then :func:`with_allowed`.
 
     ``gpu_vendors`` (PCI vendor id -> name, or just ids) and ``pci_classes``
     (``"0x03"`` base class, ``"0x0302"`` base+subclass, ``"0x030200"`` full)
@@ -587,51 +810,11 @@ def read_topology(
     Allowed sets: for the live ``/sys`` they are read fresh from
     ``sched_getaffinity`` and ``get_mempolicy(MPOL_F_MEMS_ALLOWED)``; for any
     other root they default to every online CPU and every node with memory.
-    ``allowed_cpus``/``allowed_mems`` override both.
+    ``allowed_cpus``/``allowed_mems`` override both.  ``detail`` (see
+    :class:`~pynumabind.model.Detail`) says how much of the CPU layout to read.
     """
-    notes: List[str] = []
-    sysfs = _Reader(root)
-    online = _online_cpus(sysfs, notes)
-    if not online:
-        raise TopologyError(f"no online CPUs found under {root}")
-    nodes = _read_nodes(sysfs, online, notes)
-    node_of: Dict[int, int] = {}
-    for node in nodes.values():
-        for cpu in node.cpus:
-            if cpu in node_of:
-                raise TopologyError(
-                    f"CPU {cpu} is listed in both node {node_of[cpu]} and node {node.id}"
-                )
-            node_of[cpu] = node.id
-    homeless = online - frozenset(node_of)
-    if homeless:
-        notes.append(f"online CPUs {format_ids(homeless)} belong to no NUMA node")
-    cpus = _read_cpus(sysfs, online, node_of, notes)
-
-    vendors = _vendor_names(DEFAULT_GPU_VENDORS if gpu_vendors is None else gpu_vendors)
-    classes = DEFAULT_PCI_CLASSES if pci_classes is None else pci_classes
-    functions = scan_pci(sysfs, online, nodes, vendors, classes)
-    gpus = _gpus_from_pci(functions, vendors, nodes, notes)
-    from . import _kfd
-
-    gpus = _kfd.apply_kfd(root, gpus, notes)
-
-    cpus_allowed, mems_allowed = _allowed(
-        root,
-        online=online,
-        nodes=nodes,
-        allowed_cpus=allowed_cpus,
-        allowed_mems=allowed_mems,
-        notes=notes,
-    )
-    topology = Topology(
-        nodes=nodes,
-        cpus=cpus,
-        gpus=tuple(gpus),
-        allowed_cpus=cpus_allowed,
-        allowed_mems=mems_allowed,
-        notes=tuple(notes),
-    )
+    layout = read_layout(root, detail=detail, gpu_vendors=gpu_vendors, pci_classes=pci_classes)
+    topology = with_allowed(layout, root, allowed_cpus=allowed_cpus, allowed_mems=allowed_mems)
     if environ is not None:
         from . import _visible
 

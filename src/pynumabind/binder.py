@@ -434,9 +434,9 @@ def bind_current_process(
     try:
         with _forksafe.lock():  # what detect reads as allowed must not be another bind's half-work
             if topology is None:
-                from .discovery import detect_topology
+                from .discovery import detail_for, detect_topology
 
-                topology = detect_topology()
+                topology = detect_topology(detail=detail_for(options.mode), reuse=True)
             plan = planner.plan_for(topology, options)
             binding = apply_plan(plan, migrate=migrate, on_error=on_error)
     except BaseException:

@@ -50,19 +50,95 @@ field means when it leaves here:
 NVML's list is the driver's truth about which GPUs exist: a GPU that sysfs
 shows but NVML does not (a container given some of the host's GPUs) is
 dropped with a note.
+
+What a bind reads, and what it keeps
+------------------------------------
+:func:`detect_topology` reads the CPU layout only as far as ``detail``
+asks (:class:`~pynumabind.model.Detail`; :func:`detail_for` maps each CPU
+mode to the level it needs): modes ``node`` and ``none`` read a few files
+per node and per GPU, ``socket`` adds one package list per package,
+``exclusive`` one sibling list per core, ``core-complex`` one L3 entry per
+group.  ``show``, ``plan`` and ``snapshot`` read everything (``FULL``, the
+default); a topology with less says so and refuses to be snapshotted.
+
+With ``reuse=True`` (what ``bind_current_process`` passes) the layout --
+nodes, CPUs, the GPUs sysfs lists -- is kept for the process and reused by
+the next call: none of it can change under a running process (CPU and
+memory hot-plug aside).  What can change is read again on every call: the
+allowed CPUs and memory nodes, NVML's merge (whose answers :mod:`._nvml`
+keeps), and the visibility variables.  The kept layout is keyed on the
+sysfs root and serves any ``detail`` up to the one it was read with; it is
+never used for ``FULL`` (whose node memory sizes are live figures) nor with
+``gpu_vendors``/``pci_classes`` given, holds one root at a time, and is
+dropped in a fork child and by :func:`forget_layout`.
 """
 
 from __future__ import annotations
 
 import os
 import stat
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
-from ._nvml import NvmlDevice, NvmlReport
 from .errors import TopologyError, format_ids
-from .model import Gpu, Topology
+from .model import CpuMode, Detail, Gpu, Topology
 
-__all__ = ["detect_topology", "load_topology", "merge_nvml", "topology_from_sysfs"]
+if TYPE_CHECKING:  # pragma: no cover
+    from ._nvml import NvmlDevice, NvmlReport
+
+__all__ = [
+    "Detail",
+    "detail_for",
+    "detect_topology",
+    "forget_layout",
+    "load_topology",
+    "merge_nvml",
+    "topology_from_sysfs",
+]
+
+#: The CPU layout each mode's planning reads (see :class:`~pynumabind.model.Detail`).
+_MODE_DETAIL: Mapping[CpuMode, Detail] = {
+    CpuMode.NODE: Detail.NODES,
+    CpuMode.NONE: Detail.NODES,
+    CpuMode.SOCKET: Detail.PACKAGES,
+    CpuMode.EXCLUSIVE: Detail.CORES,
+    CpuMode.CORE_COMPLEX: Detail.CACHES,
+}
+
+
+def detail_for(mode: Union[str, CpuMode, None]) -> Detail:
+    """The least :class:`~pynumabind.model.Detail` that plans in ``mode`` exactly as a full read.
+
+    ``None`` is the planner's default mode, ``node``.
+    """
+    return _MODE_DETAIL[CpuMode.NODE if mode is None else CpuMode.parse(mode)]
+
+
+class _Kept:
+    """The layout one ``reuse=True`` call read: (root, detail, layout), or nothing."""
+
+    def __init__(self) -> None:
+        self.root: Optional[str] = None
+        self.layout: Optional[Topology] = None
+
+    def get(self, root: str, detail: Detail) -> Optional[Topology]:
+        layout = self.layout
+        if layout is not None and self.root == root and layout.detail >= detail:
+            return layout
+        return None
+
+    def keep(self, root: str, layout: Topology) -> None:
+        self.root, self.layout = root, layout
+
+
+_KEPT = _Kept()
+
+
+def forget_layout() -> None:
+    """Drop the kept layout (runs in every fork child); the next call reads sysfs again."""
+    _KEPT.root = _KEPT.layout = None
+
+
+os.register_at_fork(after_in_child=forget_layout)
 
 
 def _sole_node_of(topology: Topology, cpus: frozenset[int]) -> Optional[int]:
@@ -207,48 +283,63 @@ def detect_topology(
     allowed_mems: Optional[Iterable[int]] = None,
     gpu_vendors: Optional[Union[Mapping[int, str], Iterable[int]]] = None,
     pci_classes: Optional[Iterable[Union[str, int]]] = None,
+    detail: Detail = Detail.FULL,
+    reuse: bool = False,
 ) -> Topology:
     """Discover the machine and this process's view of it.
 
     ``environ`` (default ``os.environ``) supplies ``CUDA_VISIBLE_DEVICES`` and
     friends; ``use_nvml=False`` skips NVML.  NVML is only loaded when sysfs
     shows an NVIDIA GPU, or shows no PCI bus at all (some containers).
+    ``detail`` and ``reuse``: see the module docstring, "What a bind reads".
     """
-    from . import _nvml, _sysfs, _visible
+    from . import _sysfs, _visible
 
     env = os.environ if environ is None else environ
-    base = _sysfs.read_topology(
-        sysfs_root,
-        allowed_cpus=allowed_cpus,
-        allowed_mems=allowed_mems,
-        gpu_vendors=gpu_vendors,
-        pci_classes=pci_classes,
+    keep = reuse and detail is not Detail.FULL and gpu_vendors is None and pci_classes is None
+    layout = _KEPT.get(sysfs_root, detail) if keep else None
+    if layout is None:
+        layout = _sysfs.read_layout(
+            sysfs_root, detail=detail, gpu_vendors=gpu_vendors, pci_classes=pci_classes
+        )
+        if keep:
+            _KEPT.keep(sysfs_root, layout)
+    base = _sysfs.with_allowed(
+        layout, sysfs_root, allowed_cpus=allowed_cpus, allowed_mems=allowed_mems
     )
-    notes = list(base.notes)
-    gpus = list(base.gpus)
-    mig_parents: Optional[Dict[str, str]] = None
-    has_nvidia = any(g.vendor == "nvidia" for g in gpus)
-    no_pci = not os.path.isdir(os.path.join(sysfs_root, "bus", "pci", "devices"))
-    if use_nvml and (has_nvidia or no_pci):
-        max_cpu = max(base.cpus) if base.cpus else 0
-        max_node = max(base.nodes) if base.nodes else 0
-        try:
-            report = _nvml.query(
-                cpu_words=max_cpu // 64 + 1,
-                node_words=max_node // 64 + 1,
-                mig_uuids=_visible.mig_uuids(env.get("CUDA_VISIBLE_DEVICES")),
-            )
-        except _nvml.NvmlUnavailable as exc:
-            if has_nvidia:
-                notes.append(f"NVML unavailable ({exc.reason}); GPU NUMA nodes from sysfs PCI")
-        else:
-            gpus, merge_notes = merge_nvml(base, report)
-            notes += merge_notes
-            mig_parents = dict(report.mig_parents)
-    elif has_nvidia:
-        notes.append("NVML not used (use_nvml=False); GPU NUMA nodes from sysfs PCI")
-    topology = base.replace(gpus=tuple(gpus), notes=tuple(notes))
+    topology, mig_parents = _with_nvml(base, env, use_nvml=use_nvml, sysfs_root=sysfs_root)
     return _visible.apply_visibility(topology, env, mig_parents=mig_parents)
+
+
+def _with_nvml(
+    base: Topology, env: Mapping[str, str], *, use_nvml: bool, sysfs_root: str
+) -> Tuple[Topology, Optional[Dict[str, str]]]:
+    """``base`` with NVML's GPUs merged in, and NVML's MIG parents (None without NVML)."""
+    notes = list(base.notes)
+    has_nvidia = any(g.vendor == "nvidia" for g in base.gpus)
+    if not use_nvml:
+        if has_nvidia:
+            notes.append("NVML not used (use_nvml=False); GPU NUMA nodes from sysfs PCI")
+        return base.replace(notes=tuple(notes)), None
+    no_pci = not has_nvidia and not os.path.isdir(os.path.join(sysfs_root, "bus", "pci", "devices"))
+    if not (has_nvidia or no_pci):
+        return base, None
+    from . import _nvml, _visible
+
+    max_cpu = max(base.cpus) if base.cpus else 0
+    max_node = max(base.nodes) if base.nodes else 0
+    try:
+        report = _nvml.query(
+            cpu_words=max_cpu // 64 + 1,
+            node_words=max_node // 64 + 1,
+            mig_uuids=_visible.mig_uuids(env.get("CUDA_VISIBLE_DEVICES")),
+        )
+    except _nvml.NvmlUnavailable as exc:
+        if has_nvidia:
+            notes.append(f"NVML unavailable ({exc.reason}); GPU NUMA nodes from sysfs PCI")
+        return base.replace(notes=tuple(notes)), None
+    gpus, merge_notes = merge_nvml(base, report)
+    return base.replace(gpus=tuple(gpus), notes=(*notes, *merge_notes)), dict(report.mig_parents)
 
 
 def topology_from_sysfs(

@@ -16,12 +16,18 @@ diffable, and :meth:`Topology.from_json` restores exactly what
 a RecursionError, every id must be a non-negative int within the kernel's
 limits, every set is kept within the snapshot's own CPUs and nodes, and the
 ids all its lists hold together are bounded (see :class:`_Snapshot`).
+
+A :class:`Topology` says how much of the CPU layout it holds
+(:class:`Detail`): the binding path reads only what its CPU mode needs
+(:func:`pynumabind.discovery.detail_for`), and such a topology refuses to
+become a snapshot (:meth:`Topology.to_dict`), so it is never written or
+shown as complete by mistake.  The snapshot format has no field for it:
+snapshots are always complete.
 """
 
 from __future__ import annotations
 
 import enum
-import json
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Type, TypeVar
 
@@ -32,6 +38,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "Cpu",
     "CpuMode",
+    "Detail",
     "Gpu",
     "MemoryPolicy",
     "NumaNode",
@@ -40,6 +47,26 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1
+
+
+class Detail(enum.IntEnum):
+    """How much of the CPU layout a :class:`Topology` holds; each level holds the ones below.
+
+    Every level holds the nodes (CPUs, distances, which have memory), the
+    online CPUs with their node, the GPUs and the allowed sets.  Below
+    ``FULL``, a :class:`Cpu` field the level does not read holds the value
+    sysfs gives a CPU without ``topology/`` (package 0, its own core, no
+    siblings, no L3, no die) and nodes have no memory sizes, so use a
+    topology only for what its level covers (:func:`discovery.detail_for
+    <pynumabind.discovery.detail_for>` maps each CPU mode to the level it
+    needs).
+    """
+
+    NODES = 1  # enough for modes node and none
+    PACKAGES = 2  # + each CPU's package: mode socket
+    CORES = 3  # + SMT siblings and core ids: mode exclusive
+    CACHES = 4  # + L3 groups: mode core-complex
+    FULL = 5  # + dies and node memory sizes: everything show and snapshot print
 
 
 @dataclass(frozen=True)
@@ -127,7 +154,9 @@ class Topology:
     ``allowed_cpus``/``allowed_mems`` are what this process may use (its
     affinity mask and cpuset mems); for a foreign machine they default to
     everything online there.  ``notes`` records how discovery went
-    (fallbacks, warnings) in human-readable form.
+    (fallbacks, warnings) in human-readable form.  ``detail`` says how much
+    of the CPU layout was read (:class:`Detail`); only a ``FULL`` one can be
+    snapshotted.
     """
 
     nodes: Mapping[int, NumaNode]
@@ -136,6 +165,7 @@ class Topology:
     allowed_cpus: frozenset[int]
     allowed_mems: frozenset[int]
     notes: Tuple[str, ...] = ()
+    detail: Detail = Detail.FULL
 
     # ------------------------------------------------------------ queries
 
@@ -190,6 +220,12 @@ class Topology:
     # ------------------------------------------------------------- JSON
 
     def to_dict(self) -> Dict[str, Any]:
+        """The snapshot form; a topology read with less than full detail refuses."""
+        if self.detail is not Detail.FULL:
+            raise TopologyError(
+                f"this topology was read with detail {self.detail.name} (what a bind needs), "
+                "not in full: detect it with detail=Detail.FULL to snapshot or show it"
+            )
         return {
             "schema": SCHEMA_VERSION,
             "nodes": [
@@ -236,6 +272,8 @@ class Topology:
         }
 
     def to_json(self, indent: Optional[int] = 2) -> str:
+        import json  # here, not at the top: the binding path never needs it
+
         return json.dumps(self.to_dict(), indent=indent, sort_keys=False)
 
     @classmethod
@@ -262,6 +300,8 @@ class Topology:
                 f"topology snapshot is {len(text)} characters; at most {MAX_SNAPSHOT_CHARS} "
                 "are read"
             )
+        import json
+
         try:
             data = json.loads(text)
         except ValueError as exc:

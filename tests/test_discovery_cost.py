@@ -1,0 +1,287 @@
+"""Discovery reads what the mode needs, and a second bind reuses the layout (issue 14).
+
+The cheaper reads are checked against the full read on every machine
+fixture: same plans, every mode, every rank.  Costs are counted in files
+read (``_sysfs.read_ascii`` calls), never timed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Tuple
+
+import pytest
+
+import sysfs_tree as st
+from pynumabind import _sysfs, binder, discovery, planner
+from pynumabind.cpulist import parse_cpulist
+from pynumabind.errors import PynumabindError, TopologyError
+from pynumabind.model import CpuMode, Detail, Topology
+
+MACHINES = st.machine_names()
+MODES = [m for m in CpuMode]
+
+
+@pytest.fixture(scope="module", params=MACHINES)
+def machine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    desc = st.load_machine(request.param)
+    root = str(st.build_sysfs(desc, tmp_path_factory.mktemp(request.param)))
+    allowed = {}
+    if "allowed_cpus" in desc:
+        allowed["allowed_cpus"] = parse_cpulist(desc["allowed_cpus"])
+    if "allowed_mems" in desc:
+        allowed["allowed_mems"] = parse_cpulist(desc["allowed_mems"])
+    return root, allowed, _sysfs.read_topology(root, **allowed)
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> List[str]:
+    """Every path discovery opens through ``_sysfs.read_ascii``, in order."""
+    seen: List[str] = []
+    real = _sysfs.read_ascii
+
+    def counting(path: str, what: str = "sysfs file") -> str:
+        seen.append(path)
+        return real(path, what)
+
+    monkeypatch.setattr(_sysfs, "read_ascii", counting)
+    return seen
+
+
+@pytest.fixture(autouse=True)
+def no_kept_layout():
+    discovery.forget_layout()
+    yield
+    discovery.forget_layout()
+
+
+def _outcomes(topology: Topology, mode: CpuMode, nprocs: Any) -> List[Any]:
+    """Each rank's plan, or its error as (type, message): comparable values."""
+    try:
+        results = planner.plan_each(topology, nprocs, mode=mode)
+    except PynumabindError as exc:
+        return [(type(exc).__name__, str(exc))]
+    return [(type(r).__name__, str(r)) if isinstance(r, PynumabindError) else r for r in results]
+
+
+def _rank_counts(topology: Topology) -> List[Any]:
+    """The default count, and more ranks than GPUs or CPU nodes (exclusive slices share)."""
+    units = len(topology.gpus) or len(topology.cpu_nodes)
+    return [None, 1, 2 * units + 1]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=[m.value for m in MODES])
+def test_the_mode_s_detail_plans_exactly_as_the_full_read(machine, mode: CpuMode) -> None:
+    root, allowed, full = machine
+    detail = discovery.detail_for(mode)
+    cheap = _sysfs.read_topology(root, detail=detail, **allowed)
+    assert cheap.detail is detail
+    for nprocs in _rank_counts(full):
+        want = _outcomes(full, mode, nprocs)
+        assert _outcomes(cheap, mode, nprocs) == want
+
+
+def test_each_detail_holds_the_full_read_s_facts_it_names(machine) -> None:
+    root, allowed, full = machine
+    for detail in Detail:
+        cheap = _sysfs.read_topology(root, detail=detail, **allowed)
+        assert cheap.gpus == full.gpus
+        assert (cheap.allowed_cpus, cheap.allowed_mems) == (full.allowed_cpus, full.allowed_mems)
+        assert set(cheap.nodes) == set(full.nodes)
+        for n, node in full.nodes.items():
+            got = cheap.nodes[n]
+            assert (got.cpus, got.has_memory, got.distances) == (
+                node.cpus,
+                node.has_memory,
+                node.distances,
+            )
+        assert set(cheap.cpus) == set(full.cpus)
+        for c, cpu in full.cpus.items():
+            got_cpu = cheap.cpus[c]
+            assert got_cpu.node == cpu.node
+            if detail >= Detail.PACKAGES:
+                assert got_cpu.package == cpu.package
+            if detail >= Detail.CORES:
+                assert (got_cpu.core, got_cpu.core_cpus) == (cpu.core, cpu.core_cpus)
+            if detail >= Detail.CACHES:
+                assert got_cpu.l3 == cpu.l3
+        if detail is Detail.FULL:
+            assert cheap == full
+
+
+def test_a_topology_read_with_less_detail_refuses_to_be_a_snapshot(machine) -> None:
+    root, allowed, full = machine
+    cheap = _sysfs.read_topology(root, detail=Detail.CORES, **allowed)
+    with pytest.raises(TopologyError, match="detail CORES"):
+        cheap.to_json()
+    assert Topology.from_json(full.to_json()) == full  # the full one still does
+
+
+def test_every_mode_has_a_detail_and_the_default_mode_is_node() -> None:
+    assert {m: discovery.detail_for(m) for m in CpuMode} == {
+        CpuMode.NODE: Detail.NODES,
+        CpuMode.NONE: Detail.NODES,
+        CpuMode.SOCKET: Detail.PACKAGES,
+        CpuMode.EXCLUSIVE: Detail.CORES,
+        CpuMode.CORE_COMPLEX: Detail.CACHES,
+    }
+    assert discovery.detail_for(None) is Detail.NODES
+    assert discovery.detail_for("core-complex") is Detail.CACHES
+
+
+# ------------------------------------------------------------ files read
+
+
+@pytest.fixture(scope="module")
+def dgx(tmp_path_factory: pytest.TempPathFactory) -> Tuple[str, Dict[str, Any]]:
+    desc = st.load_machine("dgx_h100")
+    return str(st.build_sysfs(desc, tmp_path_factory.mktemp("dgx"))), desc
+
+
+def _count(reads: List[str], root: str, detail: Detail) -> int:
+    reads.clear()
+    _sysfs.read_layout(root, detail=detail)
+    return len(reads)
+
+
+def test_reads_grow_with_the_mode_not_with_the_cpus(dgx, reads: List[str]) -> None:
+    root, desc = dgx
+    nodes = len(desc["nodes"])
+    pci = len(desc["gpus"]) + len(desc.get("extra_pci", []))
+    cpus = len(st.online_cpus(desc))  # 224: 2 packages, 112 cores, 2 L3 groups
+    counts = {d: _count(reads, root, d) for d in Detail}
+    # cpu/online, node/online, has_memory; cpulist + distance per node; PCI files
+    assert counts[Detail.NODES] <= 3 + 2 * nodes + 5 * pci
+    _count(reads, root, Detail.NODES)
+    assert not any("/devices/system/cpu/cpu" in p for p in reads)
+    # per package: its id, package_cpus_list (absent in the fixture), core_siblings_list
+    assert counts[Detail.PACKAGES] == counts[Detail.NODES] + 3 * 2
+    assert counts[Detail.CORES] == counts[Detail.PACKAGES] + 2 * (cpus // 2)  # per core
+    assert counts[Detail.CACHES] == counts[Detail.CORES] + 3 * 2  # level, type, list per L3
+    assert counts[Detail.FULL] >= 7 * cpus  # the full read: 7 files per CPU
+
+
+def test_proc_pci_devices_names_the_gpu_vendors_functions() -> None:
+    text = (
+        "0000\t80860d57\t0\t0\n"
+        "1b00\t10de2330\t10\tfb000000\tnvidia\n"  # bus 0x1b, devfn 0: an H100
+        "1c08\t10de22a3\t0\t0\tnvidia\n"  # bus 0x1c, device 1: an NVSwitch, still NVIDIA
+        "c100\t100274a1\t0\t0\tamdgpu\n"
+        "0010\t1af41042\t0\t0\tvirtio-pci\n"
+    )
+    slots = _sysfs.vendor_slots(text, {0x10DE: "nvidia", 0x1002: "amd"})
+    assert slots == {(0x1B, 0), (0x1C, 8), (0xC1, 0)}
+    assert _sysfs.vendor_slots("zz\n", {0x10DE: "nvidia"}) is None
+    assert _sysfs._slot("0000:1c:01.0") == (0x1C, 8)
+
+
+def test_the_live_pci_scan_opens_only_gpu_vendors_functions(
+    reads: List[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not os.path.exists(_sysfs.PROC_PCI_DEVICES):
+        pytest.skip("no /proc/bus/pci/devices here")
+    functions = os.listdir("/sys/bus/pci/devices")
+    layout = _sysfs.read_layout("/sys", detail=Detail.NODES)
+    opened = {Path(p).parent.name for p in reads if "/bus/pci/devices/" in p}
+    assert opened == {g.pci_bus_id for g in layout.gpus}  # no GPU on this box: none opened
+    assert _sysfs.PROC_PCI_DEVICES in reads
+    reads.clear()
+    monkeypatch.setattr(_sysfs, "_proc_vendor_slots", lambda vendors: None)  # /proc masked
+    without = _sysfs.read_layout("/sys", detail=Detail.NODES)
+    assert without.gpus == layout.gpus
+    opened = {Path(p).parent.name for p in reads if "/bus/pci/devices/" in p}
+    assert opened == set(functions)  # every function's vendor read instead
+
+
+# ---------------------------------------------------------------- reuse
+
+
+def test_a_second_detect_reuses_the_layout_and_rereads_the_allowed_sets(
+    dgx, reads: List[str]
+) -> None:
+    root, _ = dgx
+    kwargs: Dict[str, Any] = {"sysfs_root": root, "use_nvml": False, "environ": {}}
+    first = discovery.detect_topology(detail=Detail.CORES, reuse=True, **kwargs)
+    assert len(reads) > 100
+    reads.clear()
+    again = discovery.detect_topology(detail=Detail.CORES, reuse=True, **kwargs)
+    assert reads == [] and again == first
+    less = discovery.detect_topology(
+        detail=Detail.NODES, reuse=True, allowed_cpus={0, 1}, **kwargs
+    )
+    assert reads == []  # a kept CORES layout serves NODES
+    assert less.allowed_cpus == {0, 1} and first.allowed_cpus == first.online_cpus
+    visible = discovery.detect_topology(
+        detail=Detail.NODES, reuse=True, **{**kwargs, "environ": {"CUDA_VISIBLE_DEVICES": "3,1"}}
+    )
+    assert reads == [] and [g.physical_index for g in visible.gpus] == [3, 1]
+
+
+def test_the_kept_layout_is_not_used_where_it_must_not_be(dgx, reads: List[str]) -> None:
+    root, _ = dgx
+    kwargs: Dict[str, Any] = {"sysfs_root": root, "use_nvml": False, "environ": {}}
+    discovery.detect_topology(detail=Detail.NODES, reuse=True, **kwargs)
+    for call in (
+        {"detail": Detail.CORES, "reuse": True},  # more than was kept
+        {"detail": Detail.NODES, "reuse": False},  # not asked
+        {"detail": Detail.FULL, "reuse": True},  # live memory sizes
+        {"detail": Detail.NODES, "reuse": True, "gpu_vendors": [0x10DE]},  # own options
+    ):
+        reads.clear()
+        discovery.detect_topology(**call, **kwargs)
+        assert reads, call
+    reads.clear()
+    discovery.detect_topology(detail=Detail.NODES, reuse=True, **{**kwargs, "sysfs_root": "/sys"})
+    assert reads  # another root
+    reads.clear()
+    discovery.forget_layout()
+    discovery.detect_topology(detail=Detail.NODES, reuse=True, **kwargs)
+    assert reads
+
+
+def test_a_fork_child_reads_the_layout_again(dgx) -> None:
+    root, _ = dgx
+    discovery.detect_topology(sysfs_root=root, use_nvml=False, detail=Detail.NODES, reuse=True)
+    assert discovery._KEPT.layout is not None
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through its exit status
+        os._exit(0 if discovery._KEPT.layout is None else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert discovery._KEPT.layout is not None  # the parent keeps its own
+
+
+def test_the_second_bind_reads_no_sysfs_file_but_the_fresh_affinity(reads: List[str]) -> None:
+    before = os.sched_getaffinity(0)
+    try:
+        with binder.bind_current_process(0, nprocs=1, environ={}) as first:
+            assert reads and first.plan is not None
+        reads.clear()
+        os.sched_setaffinity(0, {0})
+        with binder.bind_current_process(0, nprocs=1, environ={}) as second:
+            assert reads == []
+            assert second.plan is not None and second.plan.cpus == {0}  # allowed re-read
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def test_import_loads_no_pynvml_numpy_json_and_a_bind_no_kfd_nvml_json() -> None:
+    program = (
+        "import sys\n"
+        "import pynumabind\n"
+        "after_import = set(sys.modules)\n"
+        "pynumabind.bind_current_process(0, nprocs=1, environ={}).restore()\n"
+        "after_bind = set(sys.modules)\n"
+        "print(' '.join(sorted(after_import)))\n"
+        "print(' '.join(sorted(after_bind)))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, check=True, timeout=120
+    ).stdout.splitlines()
+    after_import, after_bind = set(out[0].split()), set(out[1].split())
+    assert not {"pynvml", "numpy", "json"} & after_import
+    assert "pynumabind.binder" in after_bind  # the bind ran
+    assert not {"pynvml", "json", "pynumabind._kfd", "pynumabind._nvml"} & after_bind

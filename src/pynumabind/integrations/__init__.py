@@ -55,6 +55,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "bind_gpu",
     "bind_gpus",
+    "bind_visible_gpus",
     "check_release",
     "gate",
     "installed_version",
@@ -236,6 +237,31 @@ def per_gpu_override(variable: str, environ: Optional[Mapping[str, str]] = None)
 
 
 # ------------------------------------------------------------ binding
+
+
+def bind_visible_gpus(
+    *,
+    what: str = "this process",
+    topology: Optional[Topology] = None,
+    environ: Optional[Mapping[str, str]] = None,
+) -> Binding:
+    """Bind this process to the GPUs it sees: one -> its node, several -> the union.
+
+    For processes that a scheduler gives their own GPUs and no rank (a Ray
+    actor with ``num_gpus=1`` sees ``CUDA_VISIBLE_DEVICES=3``).  No visible
+    GPU is a ConfigError.
+    """
+    from ..errors import ConfigError
+
+    env = os.environ if environ is None else environ
+    if topology is None:
+        topology = load_topology(env)
+    if not topology.gpus:
+        raise ConfigError(
+            f"{what} sees no GPU (CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES')!r}); "
+            "nothing to bind to"
+        )
+    return bind_gpus(range(len(topology.gpus)), what=what, topology=topology, environ=env)
 
 
 def bind_gpu(

@@ -37,7 +37,7 @@ REPO = HERE.parent.parent
 
 
 def require(module: str, framework_venv: str) -> None:
-    """Skip (or fail, in CI) unless ``module`` is importable here."""
+    """Skip the calling test module (or fail, in CI) unless ``module`` is importable."""
     if importlib.util.find_spec(module) is not None:
         return
     message = (
@@ -46,8 +46,8 @@ def require(module: str, framework_venv: str) -> None:
         "integrations)"
     )
     if os.environ.get(REQUIRED_ENV) == "1":
-        pytest.fail(f"{REQUIRED_ENV}=1 but {message}")
-    pytest.skip(message)
+        pytest.fail(f"{REQUIRED_ENV}=1 but {message}", pytrace=False)
+    pytest.skip(message, allow_module_level=True)
 
 
 def require_two_cpus() -> None:

@@ -24,11 +24,11 @@ import pytest
 from .helpers import read_binding, require, require_two_cpus
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
+require("ray", "vllm")
 
 
 @pytest.fixture
 def ray_cluster(snapshot: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator:
-    require("ray", "vllm")
     require_two_cpus()
     import ray
 

@@ -30,9 +30,7 @@ from .helpers import HERE, ParkedLaunch, read_binding, require, require_two_cpus
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _sglang() -> None:
-    require("sglang", "sglang")
+require("sglang", "sglang")
 
 
 def run_python(code: str, env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:

@@ -29,9 +29,7 @@ from .helpers import HERE, ParkedLaunch, read_binding, require, require_two_cpus
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _vllm() -> None:
-    require("vllm", "vllm")
+require("vllm", "vllm")
 
 
 def run_python(code: str, env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:

@@ -49,7 +49,9 @@ import os
 from typing import TYPE_CHECKING, Dict, Mapping, Optional, Sequence, Tuple
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .._environ import EnvConfig
     from ..binder import Binding
+    from ..planning import Plan
     from ..topology import Topology
 
 __all__ = [
@@ -292,11 +294,9 @@ def bind_gpus(
     by one, the same way, and the union applied.  ``PYNUMABIND_DISABLE=1``
     still turns it into a logged no-op.
     """
-    from dataclasses import replace
-
-    from .. import _environ, planner
+    from .. import _environ
     from ..binder import apply_plan, bind_current_process
-    from ..errors import ConfigError
+    from ..errors import ConfigError, PlanError
 
     env = os.environ if environ is None else environ
     key = tuple(sorted(set(indices)))
@@ -320,46 +320,68 @@ def bind_gpus(
             f"{what} drives GPU index {_ids(frozenset(outside))}, but this process sees "
             f"{count} GPU(s) (CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES')!r})"
         )
-    if len(key) == 1:
-        binding = bind_current_process(
-            key[0],
-            nprocs=count,
-            device=key[0],
-            topology=topology,
-            environ=env,
-            nodes=nodes,
-            cpus=cpus,
-        )
-    else:
-        plans = [
-            planner.plan(
-                topology,
-                i,
-                count,
-                mode=config.mode or "node",
-                memory=config.memory or "preferred",
-                nodes=config.nodes,
-                cpus=config.cpus,
-                device=i,
+    try:
+        if len(key) == 1:
+            binding = bind_current_process(
+                key[0],
+                nprocs=count,
+                device=key[0],
+                topology=topology,
+                environ=env,
+                nodes=nodes,
+                cpus=cpus,
             )
-            for i in key
+        else:
+            binding = apply_plan(_union_plan(topology, key, count, config, what))
+    except (ConfigError, PlanError) as exc:
+        # The overrides reach the core as arguments (split per GPU index here),
+        # so the core cannot name their variables: say where they came from.
+        given = [
+            f"{variable}={env[variable]!r}, one entry per visible GPU index"
+            for variable, value in (("PYNUMABIND_NODES", nodes), ("PYNUMABIND_CPUS", cpus))
+            if value is not None
         ]
-        union_cpus: Optional[frozenset[int]] = None
-        if all(p.cpus is not None for p in plans):
-            union_cpus = frozenset().union(*(p.cpus or frozenset() for p in plans))
-        placed = frozenset(p.node for p in plans if p.node is not None)
-        union = replace(
-            plans[0],
-            device=None,
-            cpus=union_cpus,
-            mems=frozenset().union(*(p.mems for p in plans)),
-            node=min(placed) if len(placed) == 1 else None,
-            reasons=(
-                f"{what}: union of the plans of GPUs {_ids(frozenset(key))} (nodes {_ids(placed)})",
-                *(f"GPU {p.rank}: {reason}" for p in plans for reason in p.reasons),
-            ),
-            warnings=tuple(w for p in plans for w in p.warnings),
-        )
-        binding = apply_plan(union)
+        if not given:
+            raise
+        raise type(exc)(f"{exc} (from {'; '.join(given)})") from exc
     _BOUND[key] = binding
     return binding
+
+
+def _union_plan(
+    topology: Topology, key: Tuple[int, ...], count: int, config: EnvConfig, what: str
+) -> Plan:
+    """The union of GPUs ``key``'s plans: every CPU and memory node any of them gets."""
+    from dataclasses import replace
+
+    from .. import planner
+
+    plans = [
+        planner.plan(
+            topology,
+            i,
+            count,
+            mode=config.mode or "node",
+            memory=config.memory or "preferred",
+            nodes=config.nodes,
+            cpus=config.cpus,
+            device=i,
+        )
+        for i in key
+    ]
+    union_cpus: Optional[frozenset[int]] = None
+    if all(p.cpus is not None for p in plans):
+        union_cpus = frozenset().union(*(p.cpus or frozenset() for p in plans))
+    placed = frozenset(p.node for p in plans if p.node is not None)
+    return replace(
+        plans[0],
+        device=None,
+        cpus=union_cpus,
+        mems=frozenset().union(*(p.mems for p in plans)),
+        node=min(placed) if len(placed) == 1 else None,
+        reasons=(
+            f"{what}: union of the plans of GPUs {_ids(frozenset(key))} (nodes {_ids(placed)})",
+            *(f"GPU {p.rank}: {reason}" for p in plans for reason in p.reasons),
+        ),
+        warnings=tuple(w for p in plans for w in p.warnings),
+    )

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from pynumabind.cpulist import parse_cpulist
+from pynumabind.discovery import detect_topology
 
 __all__ = [
     "NodeInfo",
@@ -303,9 +304,8 @@ def _selected(text: Optional[str]) -> Optional[str]:
 def topology_snapshot(sys_root: str = "/sys") -> Dict[str, Any]:
     """pynumabind's own topology snapshot when discovery is available, else sysfs node lists."""
     try:
-        from pynumabind import Topology
 
-        data: Dict[str, Any] = Topology.detect().to_dict()
+        data: Dict[str, Any] = detect_topology().to_dict()
         return {"source": "pynumabind.Topology.detect", "topology": data}
     except Exception as exc:  # discovery missing or failing must not stop the suite
         nodes = read_nodes(sys_root)
@@ -313,7 +313,7 @@ def topology_snapshot(sys_root: str = "/sys") -> Dict[str, Any]:
 
         return {
             "source": "sysfs",
-            "why": f"Topology.detect() unavailable: {type(exc).__name__}: {exc}",
+            "why": f"detect_topology() unavailable: {type(exc).__name__}: {exc}",
             "nodes": [
                 {"id": n.id, "cpus": format_cpulist(n.cpus), "memory_kb": n.memory_kb}
                 for n in nodes

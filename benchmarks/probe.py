@@ -61,6 +61,17 @@ print(json.dumps({
 """
 
 
+def _node0_cpus() -> frozenset:
+    """Node 0's CPUs as the kernel lists them (empty when there is no node 0)."""
+    from pynumabind.cpulist import parse_cpulist
+
+    try:
+        with open("/sys/devices/system/node/node0/cpulist", encoding="ascii") as handle:
+            return parse_cpulist(handle.read().strip())
+    except OSError:
+        return frozenset()
+
+
 def cold_source(rank: int, preload: Tuple[str, ...] = ()) -> str:
     """The ``python -c`` program of one cold measurement; ``preload``: modules imported first."""
     for name in preload:
@@ -150,7 +161,7 @@ def probe_warm(rank: int, reps: int, extra_threads: int) -> Dict[str, Any]:
         out["plan"] = plan.to_dict() if hasattr(plan, "to_dict") else repr(plan)
         out["apply_us"] = _timed(reps, lambda: apply_plan(plan), lambda b: b.restore())
     else:  # what a node-0 binding would be
-        node0 = _libnuma.node_to_cpus(0) & original_cpus
+        node0 = _node0_cpus() & original_cpus
         cpus, mems, policy = node0 or original_cpus, frozenset({0}), "bind"
     mode = _mode_for(policy, mems)
 
@@ -184,13 +195,13 @@ def _plan_and_applier(pynumabind: Any, rank: int) -> Tuple[Any, Callable[[Any], 
     cannot run here (no discovery yet), a node-0 plan built by hand, the
     same one the raw syscalls get.
     """
-    from pynumabind import _libnuma, binder
-    from pynumabind.planning import MemoryPolicy, Plan
+    from pynumabind import binder
+    from pynumabind.model import MemoryPolicy, Plan
 
     try:
         binding = bind_entry(pynumabind)[0](rank)
     except Exception as exc:
-        cpus = _libnuma.node_to_cpus(0) & frozenset(os.sched_getaffinity(0))
+        cpus = _node0_cpus() & frozenset(os.sched_getaffinity(0))
         plan = Plan(rank, None, cpus, frozenset({0}), MemoryPolicy.BIND, node=0)
         return plan, binder.apply_plan, f"node 0 by hand ({type(exc).__name__}: {exc})"
     applied: Any = getattr(binding, "plan", None)

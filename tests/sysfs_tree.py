@@ -4,7 +4,7 @@ The descriptions live in ``tests/machines/<name>.json``; each is a compact,
 human-checkable record of one real (or, where its ``provenance`` says so,
 partly inferred or synthetic) machine.  The generator writes exactly the
 files pynumabind reads, byte-for-byte in the format the kernel prints them,
-so ``Topology.from_sysfs(tree)`` exercises the real parser.
+so ``topology_from_sysfs(tree)`` exercises the real parser.
 
 Description format (JSON object)::
 

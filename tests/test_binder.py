@@ -13,9 +13,10 @@ import os
 import pytest
 
 from bindchild import run_child
-from pynumabind import _libnuma, binder
+from pynumabind import _apply, _libnuma, binder
+from pynumabind.discovery import detect_topology
 from pynumabind.errors import BindError, ConfigError, PlanError
-from pynumabind.planning import MemoryPolicy, Plan
+from pynumabind.model import MemoryPolicy, Plan
 
 pytestmark = pytest.mark.skipif(
     len(os.sched_getaffinity(0)) < 2 or 0 not in _libnuma.get_mems_allowed(),
@@ -26,7 +27,7 @@ PLAN = """
 from pynumabind import _libnuma
 from pynumabind.binder import apply_plan
 from pynumabind.errors import BindError
-from pynumabind.planning import MemoryPolicy, Plan
+from pynumabind.model import MemoryPolicy, Plan
 def plan(policy="PREFERRED", cpus=(1,), mems=(0,)):
     return Plan(rank=0, device=None, cpus=None if cpus is None else frozenset(cpus),
                 mems=frozenset(mems), policy=MemoryPolicy[policy])
@@ -387,9 +388,10 @@ def test_empty_cpu_set_is_a_plan_error() -> None:
     ],
 )
 def test_preferred_on_several_nodes(monkeypatch, preferred_many, mode, nodes, noted) -> None:
-    features = _libnuma.Features(True, True, preferred_many, None, {})
-    monkeypatch.setattr(_libnuma, "probe_features", lambda: features)
-    got_mode, got_nodes, note = binder._policy_request(_plan(mems=frozenset({0, 2})))
+    probed = {_libnuma.MPOL_PREFERRED_MANY: preferred_many}
+    monkeypatch.setattr(_libnuma, "supports_mode", probed.__getitem__)
+    request = _apply.policy_request(_plan(mems=frozenset({0, 2})))
+    got_mode, got_nodes, note = request.mode, request.nodes, request.note
     assert (got_mode, got_nodes) == (mode, frozenset(nodes))
     if noted is None:
         assert note is None
@@ -438,7 +440,7 @@ def test_kernel_refusal_becomes_a_bind_error_naming_cpus(monkeypatch) -> None:
     """How a (real, see test_cpuset) ThreadAffinityError is reported by apply_plan."""
     from pynumabind import _threads
 
-    def refuse(cpus, *, reference=None, max_passes=8):
+    def refuse(cpus, *, reference=None, max_passes=8, record=None):
         raise _threads.ThreadAffinityError(22, 4242, cpus, (4241,), ())
 
     monkeypatch.setattr(_threads, "bind_threads", refuse)
@@ -484,8 +486,8 @@ def test_bind_current_process_from_launcher_environment() -> None:
         """
 import pynumabind
 from pynumabind import planner
-from pynumabind.topology import Topology
-expected = planner.plan(Topology.detect(), 1, 2, mode="exclusive")  # before binding
+from pynumabind.discovery import detect_topology
+expected = planner.plan(detect_topology(), 1, 2, mode="exclusive")  # before binding
 binding = pynumabind.bind_current_process()
 emit({"expected": expected.to_dict(), "plan": binding.plan.to_dict(),
       "status": cpus_allowed(), "verify": binding.verify().ok})
@@ -525,11 +527,10 @@ emit({"plan": binding.plan.to_dict(), "policy": binding.policy_name, "status": c
 def test_bad_environment_overrides_name_their_variable(variables, error, needles) -> None:
     if error is None:  # a valid per-rank form: planned, not applied here
         from pynumabind import _environ, planner
-        from pynumabind.topology import Topology
 
         config = _environ.resolve({"LOCAL_RANK": "0", **variables})
-        binder._check_environment_overrides(config, Topology.detect())
-        assert planner.plan(Topology.detect(), 0, cpus=config.cpus).cpus == frozenset({1})
+        binder._check_environment_overrides(config, detect_topology())
+        assert planner.plan(detect_topology(), 0, cpus=config.cpus).cpus == frozenset({1})
         return
     before = os.sched_getaffinity(0), _libnuma.get_mempolicy()
     with pytest.raises(error) as info:
@@ -581,3 +582,288 @@ emit(out)
     assert result["mems"] == [0]
     assert result["error"] and "interleave" in result["error"]
     assert result["after"] == ["MPOL_DEFAULT", []]
+
+
+def test_verify_flags_a_live_thread_the_bind_never_saw() -> None:
+    # A thread that escaped the scan (thread churn: it appeared after the last
+    # pass) is still on the mask from before the bind.  verify() judges every
+    # live thread that is not deliberately pinned, not only the ones it bound.
+    result, _ = run_child(
+        PLAN
+        + """
+from pynumabind import _threads
+stop = threading.Event()
+hidden = threading.Thread(target=stop.wait); hidden.start()
+real_list = _threads.list_thread_ids
+_threads.list_thread_ids = lambda: [t for t in real_list() if t != hidden.native_id]
+b = apply_plan(plan("NONE", mems=()))
+_threads.list_thread_ids = real_list
+v = b.verify()
+status = task_cpus()
+stop.set()
+emit({"verify": v.to_dict(), "hidden": hidden.native_id, "status": status})
+"""
+    )
+    assert result["status"][str(result["hidden"])] == "0-1"  # really left behind
+    verify = result["verify"]
+    assert verify["ok"] is False
+    assert any(f"thread {result['hidden']} escaped the binding" in p for p in verify["problems"]), (
+        verify
+    )
+
+
+def test_verify_accepts_a_thread_pinned_elsewhere_after_the_bind() -> None:
+    # Deliberately pinned (neither the plan's CPUs nor the pre-bind mask): not a problem.
+    result, _ = run_child(
+        PLAN
+        + """
+stop = threading.Event()
+b = apply_plan(plan("NONE", mems=()))
+def pin_self():
+    os.sched_setaffinity(0, {0})
+    stop.wait()
+t = threading.Thread(target=pin_self); t.start()
+while os.sched_getaffinity(t.native_id) != {0}: time.sleep(0.01)
+v = b.verify()
+stop.set()
+emit({"verify": v.to_dict()})
+"""
+    )
+    assert result["verify"]["ok"] is True, result["verify"]
+
+
+def test_json_writes_an_empty_id_set_as_the_plan_does() -> None:
+    # One form for an empty id set in all JSON: "" (Plan.to_dict), never "-".
+    result, _ = run_child(
+        PLAN
+        + """
+from pynumabind import _check
+from pynumabind.discovery import detect_topology
+b = apply_plan(plan("LOCAL", mems=()))
+out = {"binding": b.to_dict()}
+b.restore()
+snapshot = detect_topology(use_nvml=False).to_json(indent=None)
+out["check"] = _check.check_this_process(0, 1, {"memory": "none"}, snapshot).to_dict()
+emit(out)
+"""
+    )
+    binding, check = result["binding"], result["check"]
+    assert binding["plan"]["mems"] == ""
+    assert binding["policy_nodes"] == "" and binding["mempolicy"]["nodes"] == ""
+    assert check["ok"] is True, check
+    assert (check["mems"], check["page_nodes"]) == ("", "")
+
+
+def test_restore_in_a_forked_child_is_refused_and_leaves_the_parent_bound() -> None:
+    # Thread ids name the parent's threads: a child's restore() must not touch them.
+    result, _ = run_child(
+        PLAN
+        + """
+stop = threading.Event()
+pool = threading.Thread(target=stop.wait); pool.start()
+b = apply_plan(plan("NONE", mems=()))  # CPUs only: no thread check to hide behind
+read, write = os.pipe()
+pid = os.fork()
+if pid == 0:
+    try:
+        b.restore()
+        message = "restored"
+    except BindError as exc:
+        message = str(exc)
+    os.write(write, message.encode())
+    os._exit(0)
+os.close(write)
+os.waitpid(pid, 0)
+child = os.read(read, 4096).decode()
+out = {"child": child, "pool": cpus_allowed(f"/proc/self/task/{pool.native_id}/status"),
+       "main": cpus_allowed(), "restored": b.restored}
+b.restore()
+out["after"] = [cpus_allowed(), cpus_allowed(f"/proc/self/task/{pool.native_id}/status")]
+stop.set()
+emit(out)
+"""
+    )
+    assert "must run in process" in result["child"] and "forked child" in result["child"]
+    assert (result["main"], result["pool"]) == ("1", "1")  # the parent stayed bound
+    assert result["restored"] is False
+    assert result["after"] == ["0-1", "0-1"]  # and restores in its own process
+
+
+def test_restores_go_in_reverse_order_of_the_binds() -> None:
+    # bind A, bind B, A.restore(), B.restore() used to end with A's policy in
+    # force, both saying restored=True.  Now A is refused until B is restored.
+    result, _ = run_child(
+        PLAN
+        + """
+a = apply_plan(plan("BIND", cpus=(1,)))
+b = apply_plan(plan("INTERLEAVE", cpus=(1,)))
+out = {}
+try:
+    a.restore()
+    out["refused"] = None
+except BindError as exc:
+    out["refused"] = str(exc)
+out["after_refusal"] = [cpus_allowed(), policy_now(), a.restored]
+b.restore()
+out["after_b"] = [cpus_allowed(), policy_now()]
+a.restore()
+out["after_a"] = [cpus_allowed(), policy_now(), a.restored, b.restored]
+# Bindings that change nothing in common restore in any order.
+c = apply_plan(plan("NONE", cpus=(1,), mems=()))
+d = apply_plan(plan("BIND", cpus=None))
+c.restore()
+d.restore()
+out["unrelated"] = [cpus_allowed(), policy_now()]
+emit(out)
+"""
+    )
+    assert "newer binding" in result["refused"] and "restore it first" in result["refused"]
+    assert result["after_refusal"] == ["1", ["MPOL_INTERLEAVE", [0]], False]
+    assert result["after_b"] == ["1", ["MPOL_BIND", [0]]]
+    assert result["after_a"] == ["0-1", ["MPOL_DEFAULT", []], True, True]
+    assert result["unrelated"] == ["0-1", ["MPOL_DEFAULT", []]]
+
+
+def test_binds_in_one_process_are_serialised() -> None:
+    # Two threads binding at once read each other's half-applied masks as
+    # "allowed" and "not pinned"; the second bind waits for the first.
+    result, _ = run_child(
+        PLAN
+        + """
+from pynumabind import _threads
+real_list = _threads.list_thread_ids
+inside, release, b_done = threading.Event(), threading.Event(), threading.Event()
+first = threading.get_native_id()
+def list_and_pause():
+    if threading.get_native_id() == first and not inside.is_set():
+        inside.set()
+        release.wait(10)
+    return real_list()
+_threads.list_thread_ids = list_and_pause
+bindings = {}
+def a():
+    bindings["a"] = apply_plan(plan("NONE", mems=()))
+def b():
+    inside.wait(10)
+    bindings["b"] = apply_plan(plan("NONE", mems=()))
+    b_done.set()
+tb = threading.Thread(target=b); tb.start()
+seen = {}
+def release_later():
+    inside.wait(10)
+    seen["b_finished_while_a_inside"] = b_done.wait(0.5)
+    release.set()
+tr = threading.Thread(target=release_later); tr.start()
+a()  # thread A is the main thread; it pauses inside its bind
+tb.join(); tr.join()
+emit({"b_finished_while_a_inside": seen["b_finished_while_a_inside"],
+      "both": sorted(bindings), "status": cpus_allowed()})
+"""
+    )
+    assert result["b_finished_while_a_inside"] is False
+    assert result["both"] == ["a", "b"] and result["status"] == "1"
+
+
+def test_a_bind_that_leaves_the_calling_thread_unbound_is_an_error() -> None:
+    # Someone narrows the caller's own mask while the bind scans: the scan would
+    # call the caller "deliberately pinned" and return a binding that is not one.
+    result, _ = run_child(
+        PLAN
+        + """
+from pynumabind import _threads
+stop = threading.Event()
+pool = threading.Thread(target=stop.wait); pool.start()
+real_list = _threads.list_thread_ids
+def list_after_someone_narrows_the_caller():
+    os.sched_setaffinity(0, {0})
+    return real_list()
+_threads.list_thread_ids = list_after_someone_narrows_the_caller
+try:
+    apply_plan(plan("BIND"))
+    out = {"error": None}
+except BindError as exc:
+    out = {"error": str(exc)}
+_threads.list_thread_ids = real_list
+out.update(pool=cpus_allowed(f"/proc/self/task/{pool.native_id}/status"), policy=policy_now())
+stop.set()
+emit(out)
+"""
+    )
+    assert result["error"] and "calling thread's own mask changed to 0" in result["error"]
+    assert result["pool"] == "0-1"  # what the bind had changed was put back
+    assert result["policy"] == ["MPOL_DEFAULT", []]
+
+
+CHURN = """
+from pynumabind import _threads
+real_list = _threads.list_thread_ids
+fresh = iter(range(2**22 + 1, 2**23))  # above any pid_max: never a real thread
+# Every scan finds a thread it has not seen, gone by the time it looks (churn).
+_threads.list_thread_ids = lambda: real_list() + [next(fresh)]
+"""
+
+
+def test_a_scan_that_never_converges_is_a_partial_binding_with_a_skip() -> None:
+    result, _ = run_child(
+        PLAN
+        + CHURN
+        + """
+records = []
+class Keep(logging.Handler):
+    def emit(self, record): records.append((record.levelname, record.getMessage()))
+logging.getLogger("pynumabind").addHandler(Keep())
+start = time.monotonic()
+b = apply_plan(plan())
+elapsed = time.monotonic() - start
+try:
+    apply_plan(plan(), on_error="raise")
+    raised = None
+except BindError as exc:
+    raised = str(exc)
+emit({"binding": b.to_dict(), "elapsed": elapsed, "raised": raised,
+      "warnings": [m for level, m in records if level == "WARNING"], "status": cpus_allowed()})
+"""
+    )
+    binding = result["binding"]
+    assert binding["threads_converged"] is False
+    assert binding["partial"] is True
+    assert [s["what"] for s in binding["skipped"]] == ["CPU affinity of late threads"]
+    assert "kept appearing" in binding["skipped"][0]["reason"]
+    assert "bind first thing in the worker" in binding["skipped"][0]["fix"]
+    assert len(result["warnings"]) == 1 and "kept appearing" in result["warnings"][0]
+    assert result["elapsed"] < 5
+    assert "rolled back" in result["raised"]  # on_error="raise": nothing kept
+    assert result["status"] == "1"  # ... of the second bind; the first still holds
+
+
+def test_a_rescan_stops_at_its_time_limit() -> None:
+    result, _ = run_child(
+        CHURN
+        + """
+real_handle_name = _threads.thread_name
+def slow_name(tid):
+    time.sleep(0.2)
+    return real_handle_name(tid)
+_threads.thread_name = slow_name
+start = time.monotonic()
+scan = _threads.bind_threads(frozenset({1}), max_passes=1000, time_limit=0.5)
+emit({"elapsed": time.monotonic() - start, "converged": scan.converged, "passes": scan.passes})
+"""
+    )
+    assert result["converged"] is False
+    assert result["passes"] < 10 and result["elapsed"] < 3, result
+
+
+def test_bindings_nobody_holds_leave_no_trace_in_the_restore_stack() -> None:
+    import gc
+
+    from pynumabind import _apply
+
+    nothing = _plan(cpus=None, mems=frozenset(), policy=MemoryPolicy.NONE)
+    held = binder.apply_plan(nothing)
+    for _ in range(1000):
+        binder.apply_plan(nothing)
+    gc.collect()
+    binder.apply_plan(nothing)
+    assert len(_apply._IN_FORCE) <= 3  # held, and at most the last two
+    assert any(ref() is held._undo for ref in _apply._IN_FORCE)

@@ -12,7 +12,8 @@ from typing import Dict, List, Optional
 
 import pytest
 
-from pynumabind.topology import Cpu, Gpu, NumaNode, Topology
+from pynumabind.discovery import load_topology
+from pynumabind.model import Cpu, Gpu, NumaNode, Topology
 
 # The script installed with the interpreter running the tests, not whatever is on PATH.
 _BESIDE = Path(sys.executable).with_name("pynumabind")
@@ -139,7 +140,7 @@ def test_snapshot_round_trips_through_topology_option(tmp_path: Path) -> None:
     result = run("snapshot", "--no-nvml", "-o", str(out))
     assert result.returncode == 0, result.stderr
     assert result.stdout == ""
-    topology = Topology.load(str(out))
+    topology = load_topology(str(out))
     assert topology.allowed_cpus == frozenset(os.sched_getaffinity(0))
     shown = run("show", "--json", "--topology", str(out))
     assert Topology.from_dict(json.loads(shown.stdout)["topology"]) == topology

@@ -7,17 +7,18 @@ import os
 from typing import Dict, FrozenSet, Iterator, List, Tuple
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as hyp_st
 
 from pynumabind.cpulist import (
     DEFAULT_MAX_ID,
     format_cpulist,
     format_cpumask,
-    format_nodelist,
     parse_cpulist,
     parse_cpumask,
     parse_nodelist,
 )
-from pynumabind.errors import ListParseError, PynumabindError
+from pynumabind.errors import EMPTY_IDS, ListParseError, PynumabindError, format_ids
 
 
 def ids(*parts: object) -> FrozenSet[int]:
@@ -313,7 +314,6 @@ def test_group_forms_have_a_total_budget() -> None:
 )
 def test_format_cpulist(values: object, text: str) -> None:
     assert format_cpulist(values) == text  # type: ignore[arg-type]
-    assert format_nodelist(values) == text  # type: ignore[arg-type]
     assert parse_cpulist(text) == frozenset(values)  # type: ignore[arg-type]
 
 
@@ -636,3 +636,17 @@ def test_proc_self_status_allowed_sets_round_trip() -> None:
         == (fields["Cpus_allowed"])
     )
     assert parse_cpulist(fields["Cpus_allowed_list"]) == frozenset(os.sched_getaffinity(0))
+
+
+# ------------------------------------------------- one formatter for ids
+
+
+@given(hyp_st.frozensets(hyp_st.integers(0, 5000), max_size=60))
+def test_messages_and_json_write_ids_with_one_formatter(ids: FrozenSet[int]) -> None:
+    assert parse_cpulist(format_cpulist(ids)) == ids
+    if ids:
+        assert format_ids(ids) == format_cpulist(ids)
+    else:
+        # JSON and sysfs use the kernel's empty form; messages use one word.
+        assert (format_cpulist(ids), format_ids(ids), EMPTY_IDS) == ("", "-", "-")
+    assert format_ids(ids, empty="") == format_cpulist(ids)

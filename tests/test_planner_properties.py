@@ -8,9 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pynumabind.errors import ConfigError, PlanError
+from pynumabind.model import MemoryPolicy, Plan, Topology
 from pynumabind.planner import plan, plan_all
-from pynumabind.planning import MemoryPolicy, Plan
-from pynumabind.topology import Topology
 from topology_builders import topologies
 
 MODES = ["node", "socket", "exclusive", "core-complex", "none"]

@@ -35,7 +35,7 @@ logging.getLogger("pynumabind").addHandler(Keep())
 logging.getLogger("pynumabind").setLevel(logging.INFO)
 from pynumabind.binder import apply_plan
 from pynumabind.errors import BindError
-from pynumabind.planning import MemoryPolicy, Plan
+from pynumabind.model import MemoryPolicy, Plan
 plan = Plan(rank=0, device=None, cpus=frozenset({{1}}), mems=frozenset({{0}}),
             policy=MemoryPolicy.{policy})
 out = {{"before": cpus_allowed()}}
@@ -141,7 +141,7 @@ seccomp_filter.install((256, 279))
 from pynumabind import _libnuma
 from pynumabind.binder import apply_plan
 from pynumabind.errors import BindError
-from pynumabind.planning import MemoryPolicy, Plan
+from pynumabind.model import MemoryPolicy, Plan
 plan = Plan(rank=0, device=None, cpus=frozenset({1}), mems=frozenset({0}),
             policy=MemoryPolicy.BIND)
 try:

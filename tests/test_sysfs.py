@@ -14,12 +14,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hyp_st
 
+import libnuma_oracle as oracle
 import sysfs_tree as st
 from pynumabind import _libnuma
 from pynumabind._sysfs import normalize_bus_id, read_topology
 from pynumabind.cpulist import format_cpulist, parse_cpulist
+from pynumabind.discovery import detect_topology, topology_from_sysfs
 from pynumabind.errors import ConfigError, TopologyError
-from pynumabind.topology import Topology
+from pynumabind.model import Topology
+from pynumabind.planner import plan
 
 
 def tree(tmp_path: Path, name: str, **changes: object) -> Path:
@@ -62,14 +65,14 @@ def test_sparse_node_ids_map_distance_columns_by_online_order(tmp_path: Path) ->
     root = tree(tmp_path, "sparse_nodes")
     row = (root / "devices/system/node/node8/distance").read_text()
     assert row == "40 10\n"  # two columns: node 0 and node 8
-    topo = Topology.from_sysfs(str(root))
+    topo = topology_from_sysfs(str(root))
     assert topo.distance(8, 0) == 40 and topo.distance(8, 8) == 10
     assert topo.distance(0, 1) is None
     assert [g.numa_node for g in topo.gpus] == [0, 8]
 
 
 def test_memoryless_cpu_nodes(tmp_path: Path) -> None:
-    topo = Topology.from_sysfs(str(tree(tmp_path, "threadripper_memless")))
+    topo = topology_from_sysfs(str(tree(tmp_path, "threadripper_memless")))
     assert [topo.nodes[n].has_memory for n in range(4)] == [False, True, True, False]
     assert topo.nodes[0].cpus == parse_cpulist("0-5,24-29")
     assert topo.nodes[0].memory_total == 0
@@ -78,7 +81,7 @@ def test_memoryless_cpu_nodes(tmp_path: Path) -> None:
 
 
 def test_cpu_less_memory_nodes_on_grace(tmp_path: Path) -> None:
-    topo = Topology.from_sysfs(str(tree(tmp_path, "gb200_nvl_tray")))
+    topo = topology_from_sysfs(str(tree(tmp_path, "gb200_nvl_tray")))
     assert topo.cpu_nodes == (0, 1)
     assert topo.nodes[2].memory_only and topo.nodes[2].memory_total == 190464 * 2**20
     assert not topo.nodes[3].has_memory and not topo.nodes[3].cpus
@@ -92,14 +95,14 @@ def test_offline_cpus_are_dropped_from_nodes(tmp_path: Path) -> None:
     root = tree(tmp_path, "rtx4090_nps4")
     # The fixture lists CPU 255 in node 7's cpulist, as some kernels do.
     assert (root / "devices/system/node/node7/cpulist").read_text() == "112-127,240-255\n"
-    topo = Topology.from_sysfs(str(root))
+    topo = topology_from_sysfs(str(root))
     assert 255 not in topo.cpus and 255 not in topo.nodes[7].cpus
     assert topo.cpus[127].siblings == {127}  # its SMT sibling 255 is offline
     assert 255 not in topo.allowed_cpus
 
 
 def test_kernel_without_numa_is_one_node_with_a_note(tmp_path: Path) -> None:
-    topo = Topology.from_sysfs(str(tree(tmp_path, "single_gpu_no_numa")))
+    topo = topology_from_sysfs(str(tree(tmp_path, "single_gpu_no_numa")))
     assert list(topo.nodes) == [0]
     assert topo.nodes[0].cpus == parse_cpulist("0-7")
     assert any("kernel without NUMA" in n for n in topo.notes)
@@ -108,7 +111,7 @@ def test_kernel_without_numa_is_one_node_with_a_note(tmp_path: Path) -> None:
 
 
 def test_missing_cache_and_die_information_degrades_with_notes(tmp_path: Path) -> None:
-    topo = Topology.from_sysfs(str(tree(tmp_path, "dgx_h100", l3=None, die_id=False)))
+    topo = topology_from_sysfs(str(tree(tmp_path, "dgx_h100", l3=None, die_id=False)))
     assert all(c.l3 == frozenset() for c in topo.cpus.values())
     assert all(c.die is None for c in topo.cpus.values())
     assert any("no L3 cache information" in n for n in topo.notes)
@@ -120,7 +123,7 @@ def test_missing_cache_and_die_information_degrades_with_notes(tmp_path: Path) -
 def test_missing_topology_directory_degrades(tmp_path: Path) -> None:
     root = tree(tmp_path, "sparse_nodes")
     shutil.rmtree(root / "devices/system/cpu/cpu3/topology")
-    topo = Topology.from_sysfs(str(root))
+    topo = topology_from_sysfs(str(root))
     assert topo.cpus[3].core == 3 and topo.cpus[3].package == 0
     assert any("no topology/ for CPUs 3" in n for n in topo.notes)
 
@@ -128,7 +131,7 @@ def test_missing_topology_directory_degrades(tmp_path: Path) -> None:
 def test_missing_cpu_online_file_falls_back_to_per_cpu_flags(tmp_path: Path) -> None:
     root = tree(tmp_path, "rtx4090_nps4")
     (root / "devices/system/cpu/online").unlink()
-    topo = Topology.from_sysfs(str(root))
+    topo = topology_from_sysfs(str(root))
     assert topo.online_cpus == parse_cpulist("0-254")
     assert any("cpu/online missing" in n for n in topo.notes)
 
@@ -154,7 +157,7 @@ def test_malformed_files_raise_naming_the_file(
     root = tree(tmp_path, "sparse_nodes")
     (root / relative).write_text(content)
     with pytest.raises(TopologyError) as info:
-        Topology.from_sysfs(str(root))
+        topology_from_sysfs(str(root))
     assert fragment in str(info.value)
     assert relative in str(info.value)
 
@@ -163,26 +166,23 @@ def test_a_missing_required_node_file_raises(tmp_path: Path) -> None:
     root = tree(tmp_path, "dgx_h100")
     (root / "devices/system/node/node1/cpulist").unlink()
     with pytest.raises(TopologyError, match=r"missing sysfs file .*node1/cpulist"):
-        Topology.from_sysfs(str(root))
+        topology_from_sysfs(str(root))
 
 
 def test_unreadable_file_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """EACCES/EIO on a file that must be read: an error naming it, not a guess."""
-    import builtins
-
-    from pynumabind import _sysfs
-
     root = tree(tmp_path, "sparse_nodes")
     target = str(root / "devices/system/node/node0/cpulist")
+    real_open = os.open
 
     def guarded(path, *args, **kwargs):  # type: ignore[no-untyped-def]
-        if str(path) == target:
+        if str(path) == target:  # root ignores chmod 000: deny it here
             raise PermissionError(13, "Permission denied", str(path))
-        return builtins.open(path, *args, **kwargs)
+        return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr(_sysfs, "open", guarded, raising=False)
+    monkeypatch.setattr(os, "open", guarded)
     with pytest.raises(TopologyError, match=r"cannot read sysfs file .*node0/cpulist: Permission"):
-        Topology.from_sysfs(str(root))
+        topology_from_sysfs(str(root))
 
 
 def test_a_directory_in_place_of_a_file_raises(tmp_path: Path) -> None:
@@ -191,26 +191,57 @@ def test_a_directory_in_place_of_a_file_raises(tmp_path: Path) -> None:
     path.unlink()
     path.mkdir()
     with pytest.raises(TopologyError, match=r"node0/cpulist"):
-        Topology.from_sysfs(str(root))
+        topology_from_sysfs(str(root))
+
+
+def test_a_superscript_cache_index_is_not_a_number(tmp_path: Path) -> None:
+    root = tree(tmp_path, "dgx_h100")
+    (root / "devices/system/cpu/cpu0/cache/index\u00b2").mkdir()  # '²'.isdigit() is True
+    topo = topology_from_sysfs(str(root))
+    assert topo.cpus[0].l3
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "dev-null-is-not-regular"])
+def test_special_files_in_a_sysfs_tree_are_refused_without_hanging(
+    tmp_path: Path, kind: str
+) -> None:
+    root = tree(tmp_path, "dgx_h100")
+    path = root / "devices/system/node/node0/cpulist"
+    path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero" if kind == "dev-zero" else "/dev/null")
+    with pytest.raises(TopologyError, match="node0/cpulist is not a regular file"):
+        topology_from_sysfs(str(root))
+
+
+def test_an_oversized_sysfs_file_is_refused(tmp_path: Path) -> None:
+    root = tree(tmp_path, "dgx_h100")
+    path = root / "devices/system/node/node0/distance"
+    with open(path, "wb") as handle:
+        handle.truncate((1 << 20) + 1)
+    with pytest.raises(TopologyError, match="node0/distance is larger than"):
+        topology_from_sysfs(str(root))
 
 
 def test_a_cpu_in_two_nodes_is_inconsistent(tmp_path: Path) -> None:
     root = tree(tmp_path, "dgx_h100")
     (root / "devices/system/node/node1/cpulist").write_text("55-111,168-223\n")
     with pytest.raises(TopologyError, match="CPU 55 is listed in both node 0 and node 1"):
-        Topology.from_sysfs(str(root))
+        topology_from_sysfs(str(root))
 
 
 def test_empty_root_raises(tmp_path: Path) -> None:
     with pytest.raises(TopologyError, match="no CPU information"):
-        Topology.from_sysfs(str(tmp_path))
+        topology_from_sysfs(str(tmp_path))
 
 
 # ----------------------------------------------------------- PCI choice
 
 
 def test_nvswitch_is_not_a_gpu(tmp_path: Path) -> None:
-    topo = Topology.from_sysfs(str(tree(tmp_path, "dgx_h100")))
+    topo = topology_from_sysfs(str(tree(tmp_path, "dgx_h100")))
     assert "0000:05:00.0" not in [g.pci_bus_id for g in topo.gpus]
     assert len(topo.gpus) == 8
 
@@ -228,23 +259,23 @@ def test_caller_can_accept_another_vendor_and_class(tmp_path: Path) -> None:
         },
     ]
     root = st.build_sysfs(desc, tmp_path / "vm")
-    assert [g.pci_bus_id for g in Topology.from_sysfs(str(root)).gpus] == [
+    assert [g.pci_bus_id for g in topology_from_sysfs(str(root)).gpus] == [
         "0004:04:00.0",
         "0035:03:00.0",
     ]
-    topo = Topology.from_sysfs(str(root), gpu_vendors={0x1AF4: "virtio"}, pci_classes=["0x0200"])
+    topo = topology_from_sysfs(str(root), gpu_vendors={0x1AF4: "virtio"}, pci_classes=["0x0200"])
     assert [(g.pci_bus_id, g.vendor, g.numa_node) for g in topo.gpus] == [
         ("0000:00:05.0", "virtio", 8)
     ]
     assert topo.gpus[0].local_cpus == parse_cpulist("8-15,24-31")
-    both = Topology.from_sysfs(str(root), gpu_vendors=[0x10DE, 0x1AF4], pci_classes=("0x03", 0x02))
+    both = topology_from_sysfs(str(root), gpu_vendors=[0x10DE, 0x1AF4], pci_classes=("0x03", 0x02))
     assert [g.vendor for g in both.gpus] == ["0x1af4", "nvidia", "nvidia"]
 
 
 @pytest.mark.parametrize("bad", ["0x3", "display", "0x0302000"])
 def test_bad_class_filters_are_rejected(tmp_path: Path, bad: str) -> None:
     with pytest.raises(TopologyError, match="PCI class"):
-        Topology.from_sysfs(str(tree(tmp_path, "sparse_nodes")), pci_classes=[bad])
+        topology_from_sysfs(str(tree(tmp_path, "sparse_nodes")), pci_classes=[bad])
 
 
 @pytest.mark.parametrize(
@@ -260,7 +291,7 @@ def test_bad_class_filters_are_rejected(tmp_path: Path, bad: str) -> None:
 )
 def test_bad_vendor_and_class_filters_are_topology_errors(tmp_path: Path, options: dict) -> None:
     with pytest.raises(TopologyError, match="PCI"):
-        Topology.from_sysfs(str(tree(tmp_path, "sparse_nodes")), **options)
+        topology_from_sysfs(str(tree(tmp_path, "sparse_nodes")), **options)
 
 
 @pytest.mark.parametrize(
@@ -275,18 +306,18 @@ def test_bad_vendor_and_class_filters_are_topology_errors(tmp_path: Path, option
 )
 def test_bad_allowed_sets_are_config_errors(tmp_path: Path, options: dict) -> None:
     with pytest.raises(ConfigError, match="allowed_"):
-        Topology.from_sysfs(str(tree(tmp_path, "dgx_h100")), **options)
+        topology_from_sysfs(str(tree(tmp_path, "dgx_h100")), **options)
 
 
 def test_allowed_sets_as_strings_are_lists_not_characters(tmp_path: Path) -> None:
     """``"12"`` used to be iterated as characters: CPUs {1, 2}."""
     root = str(tree(tmp_path, "dgx_h100"))
-    topo = Topology.from_sysfs(root, allowed_cpus="12,100-101", allowed_mems="1")
+    topo = topology_from_sysfs(root, allowed_cpus="12,100-101", allowed_mems="1")
     assert topo.allowed_cpus == {12, 100, 101} and topo.allowed_mems == {1}
 
 
 def test_gpu_local_cpus_come_from_pci_local_cpulist(tmp_path: Path) -> None:
-    topo = Topology.from_sysfs(str(tree(tmp_path, "dgx_a100_nps4")))
+    topo = topology_from_sysfs(str(tree(tmp_path, "dgx_a100_nps4")))
     assert topo.gpus[0].local_cpus == parse_cpulist("48-63,176-191")
 
 
@@ -295,15 +326,15 @@ def test_gpu_local_cpus_come_from_pci_local_cpulist(tmp_path: Path) -> None:
 
 def test_foreign_root_defaults_to_everything_and_parameters_override(tmp_path: Path) -> None:
     root = str(tree(tmp_path, "dgx_h100"))
-    topo = Topology.from_sysfs(root)
+    topo = topology_from_sysfs(root)
     assert topo.allowed_cpus == topo.online_cpus and topo.allowed_mems == {0, 1}
-    narrowed = Topology.from_sysfs(root, allowed_cpus=range(8), allowed_mems=[1])
+    narrowed = topology_from_sysfs(root, allowed_cpus=range(8), allowed_mems=[1])
     assert narrowed.allowed_cpus == set(range(8)) and narrowed.allowed_mems == {1}
 
 
 def test_allowed_cpus_outside_online_are_dropped_with_a_note(tmp_path: Path) -> None:
     root = str(tree(tmp_path, "rtx4090_nps4"))
-    topo = Topology.from_sysfs(root, allowed_cpus=[250, 255], allowed_mems=[7, 9])
+    topo = topology_from_sysfs(root, allowed_cpus=[250, 255], allowed_mems=[7, 9])
     assert topo.allowed_cpus == {250} and topo.allowed_mems == {7}
     assert any("255 are not online" in n for n in topo.notes)
     assert any("9 do not exist" in n for n in topo.notes)
@@ -327,11 +358,11 @@ def _status_list(key: str) -> frozenset[int]:
 
 
 def test_live_machine_agrees_with_libnuma_and_proc() -> None:
-    topo = Topology.detect(use_nvml=False, environ={})
+    topo = detect_topology(use_nvml=False, environ={})
     for node in topo.nodes.values():
-        assert node.cpus == _libnuma.node_to_cpus(node.id)
+        assert node.cpus == oracle.node_to_cpus(node.id)
         for other in topo.nodes:
-            assert topo.distance(node.id, other) == _libnuma.distance(node.id, other)
+            assert topo.distance(node.id, other) == oracle.distance(node.id, other)
         if node.has_memory:
             total, free = _libnuma.node_memory(node.id)
             assert node.memory_total == total
@@ -341,14 +372,14 @@ def test_live_machine_agrees_with_libnuma_and_proc() -> None:
     assert topo.allowed_mems == _status_list("Mems_allowed_list")
     assert topo.online_cpus == parse_cpulist(Path("/sys/devices/system/cpu/online").read_text())
     for cpu in topo.cpus.values():
-        assert _libnuma.node_of_cpu(cpu.id) == cpu.node
+        assert oracle.node_of_cpu(cpu.id) == cpu.node
 
 
 _CHILD = """
 import json, os
-from pynumabind.topology import Topology
+from pynumabind.discovery import detect_topology
 os.sched_setaffinity(0, {1})
-topo = Topology.detect(use_nvml=False, environ={})
+topo = detect_topology(use_nvml=False, environ={})
 status = [l for l in open('/proc/self/status') if l.startswith('Cpus_allowed_list')][0]
 print(json.dumps({"allowed": sorted(topo.allowed_cpus), "status": status.split(':')[1].strip()}))
 """
@@ -374,21 +405,25 @@ def test_live_allowed_cpus_follow_this_process(monkeypatch: pytest.MonkeyPatch) 
     before = os.sched_getaffinity(0)
     try:
         os.sched_setaffinity(0, {min(before)})
-        assert Topology.from_sysfs("/sys").allowed_cpus == {min(before)}
+        assert topology_from_sysfs("/sys").allowed_cpus == {min(before)}
     finally:
         os.sched_setaffinity(0, before)
-    assert Topology.from_sysfs("/sys").allowed_cpus == frozenset(before)
+    assert topology_from_sysfs("/sys").allowed_cpus == frozenset(before)
 
 
-def test_gpu_on_a_cpu_less_node_is_given_the_nearest_cpu_node(tmp_path: Path) -> None:
+def test_gpu_on_a_cpu_less_node_is_recorded_as_found_and_planned_nearest(tmp_path: Path) -> None:
     desc = st.load_machine("gh200_single")
     desc["gpus"][0]["numa_node"] = 1  # firmware placing the GPU on its HBM node
-    topo = Topology.from_sysfs(str(st.build_sysfs(desc, tmp_path / "t")))
-    assert topo.gpus[0].numa_node == 0
-    # The HBM node is kept as the GPU's memory node (as NVML discovery does), so that
-    # gpu_memory=True can add it; the QEMU guest test checks the same on a real kernel.
-    assert topo.gpus[0].memory_node == 1
+    topo = topology_from_sysfs(str(st.build_sysfs(desc, tmp_path / "t")))
+    # Discovery records the fact; the HBM node is also the GPU's memory node
+    # (as NVML discovery does), so that gpu_memory=True can add it; the QEMU
+    # guest test checks the same on a real kernel.
+    assert (topo.gpus[0].numa_node, topo.gpus[0].memory_node) == (1, 1)
     assert any("numa_node 1 has no CPUs" in n for n in topo.notes)
+    # The planner, the one owner of the decision, binds the nearest CPU node.
+    placed = plan(topo, 0)
+    assert (placed.node, placed.cpus) == (0, topo.nodes[0].cpus)
+    assert plan(topo, 0, gpu_memory=True).mems == {0, 1}
 
 
 # ------------------------------------------------- generated machines
@@ -428,21 +463,22 @@ def machines(draw: hyp_st.DrawFn) -> dict:
     for a in range(count):
         for b in range(a + 1, count):
             matrix[a][b] = matrix[b][a] = draw(hyp_st.integers(11, 255))
-    cpu_nodes = [n["id"] for n in nodes if n["cpus"]]
     gpus = []
     for k in range(draw(hyp_st.integers(0, 3))):
-        numa = draw(hyp_st.sampled_from([-1, *cpu_nodes]))
-        gpus.append(
-            {
-                "bus_id": f"0000:{0x10 + k:02x}:00.0",
-                "vendor": "0x10de",
-                "device": "0x2330",
-                "class": "0x030200",
-                "model": "X",
-                "uuid": f"GPU-{k}",
-                "numa_node": numa,
-            }
-        )
+        # Any node, CPU-less ones too (CXL, firmware naming the GPU's HBM node).
+        numa = draw(hyp_st.sampled_from([-1, *ids]))
+        gpu = {
+            "bus_id": f"0000:{0x10 + k:02x}:00.0",
+            "vendor": "0x10de",
+            "device": "0x2330",
+            "class": "0x030200",
+            "model": "X",
+            "uuid": f"GPU-{k}",
+            "numa_node": numa,
+        }
+        if numa >= 0:  # the kernel's local_cpulist is its node's CPUs (none: empty)
+            gpu["local_cpulist"] = nodes[ids.index(numa)]["cpus"]
+        gpus.append(gpu)
     return {
         "name": "generated",
         "provenance": ["hypothesis"],
@@ -459,7 +495,7 @@ def machines(draw: hyp_st.DrawFn) -> dict:
 @given(machines())
 def test_generated_machines_read_back_exactly(desc: dict) -> None:
     with tempfile.TemporaryDirectory() as scratch:
-        topo = Topology.from_sysfs(str(st.build_sysfs(desc, scratch)))
+        topo = topology_from_sysfs(str(st.build_sysfs(desc, scratch)))
     online = parse_cpulist(desc["online_cpus"])
     table = st.node_distances(desc)
     assert sorted(topo.nodes) == sorted(n["id"] for n in desc["nodes"])
@@ -476,16 +512,22 @@ def test_generated_machines_read_back_exactly(desc: dict) -> None:
         assert (got_cpu.siblings, got_cpu.l3) == (fact.siblings, fact.l3)
     with_cpus = {n["id"] for n in desc["nodes"] if parse_cpulist(n["cpus"]) & online}
 
-    def expected_node(numa: int) -> object:
-        if numa < 0:
-            return None
-        if numa in with_cpus:
-            return numa
-        # every CPU of its node is offline: the nearest node with online CPUs
+    memory = {n["id"] for n in desc["nodes"] if n["memory_mb"]}
+
+    def nearest(numa: int) -> int:
         return min(with_cpus, key=lambda other: (table[numa][other], other))
 
-    want = [(g["bus_id"], expected_node(g["numa_node"])) for g in desc["gpus"]]
+    # Discovery records the kernel's numa_node as it is, even when every CPU
+    # of that node is offline (then it is also the memory node, if it has
+    # memory); the planner alone picks the nearest node with online CPUs.
+    want = [(g["bus_id"], g["numa_node"] if g["numa_node"] >= 0 else None) for g in desc["gpus"]]
     assert [(g.pci_bus_id, g.numa_node) for g in topo.gpus] == want
+    for gpu in topo.gpus:
+        cpu_less = gpu.numa_node is not None and gpu.numa_node not in with_cpus
+        assert gpu.memory_node == (gpu.numa_node if cpu_less and gpu.numa_node in memory else None)
+        if cpu_less and with_cpus and not gpu.local_cpus:
+            placed = plan(topo, gpu.index, nprocs=len(topo.gpus), mode="node", memory="none")
+            assert placed.node == nearest(gpu.numa_node), placed.reasons
     assert topo.allowed_mems == {n["id"] for n in desc["nodes"] if n["memory_mb"]}
     assert Topology.from_json(topo.to_json()) == topo
 
@@ -496,8 +538,8 @@ _CPUSET_CHILD = """
 import json, os, sys
 with open(os.path.join(sys.argv[1], "tasks"), "w") as handle:
     handle.write(str(os.getpid()))
-from pynumabind.topology import Topology
-topo = Topology.detect(use_nvml=False, environ={})
+from pynumabind.discovery import detect_topology
+topo = detect_topology(use_nvml=False, environ={})
 print(json.dumps({"cpus": sorted(topo.allowed_cpus), "mems": sorted(topo.allowed_mems)}))
 """
 
@@ -531,7 +573,7 @@ def test_live_cpuset_restriction_is_seen(tmp_path: Path) -> None:
 def test_negative_die_id_means_unknown(tmp_path: Path) -> None:
     root = tree(tmp_path, "sparse_nodes")
     (root / "devices/system/cpu/cpu2/topology/die_id").write_text("-1\n")
-    assert Topology.from_sysfs(str(root)).cpus[2].die is None
+    assert topology_from_sysfs(str(root)).cpus[2].die is None
 
 
 def test_live_mems_fall_back_to_proc_status_without_libnuma(
@@ -543,7 +585,7 @@ def test_live_mems_fall_back_to_proc_status_without_libnuma(
         raise LibnumaUnavailableError("libnuma.so.1 not found (test)")
 
     monkeypatch.setattr(_libnuma, "get_mems_allowed", unavailable)
-    topo = Topology.from_sysfs("/sys")
+    topo = topology_from_sysfs("/sys")
     assert topo.allowed_mems == _status_list("Mems_allowed_list")
     assert any("using Mems_allowed_list" in n for n in topo.notes)
 
@@ -552,7 +594,7 @@ def test_missing_meminfo_and_has_memory_are_noted(tmp_path: Path) -> None:
     root = tree(tmp_path, "threadripper_memless")
     (root / "devices/system/node/has_memory").unlink()
     (root / "devices/system/node/node2/meminfo").unlink()
-    topo = Topology.from_sysfs(str(root))
+    topo = topology_from_sysfs(str(root))
     # Without has_memory, MemTotal decides: 0 kB means no memory.
     assert [topo.nodes[n].has_memory for n in range(4)] == [False, True, True, False]
     assert topo.nodes[2].memory_total is None

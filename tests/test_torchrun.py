@@ -1,8 +1,11 @@
 """A real torchrun job: 2 local workers (gloo backend), each binding itself.
 
-Each worker calls ``pynumabind.bind_current_process()`` with no arguments --
-rank and size come from torchrun's LOCAL_RANK/LOCAL_WORLD_SIZE, options from
-PYNUMABIND_* -- then reports what the kernel says.  The test compares each
+Each worker runs docs/integrations.md's torchrun recipe unchanged:
+``pynumabind.bind_current_process()`` with no arguments -- rank and size come
+from torchrun's LOCAL_RANK/LOCAL_WORLD_SIZE, options from PYNUMABIND_* -- and
+``dist.init_process_group()``; the test adds code before it (counting threads,
+or starting torch's thread pool first) and after it (an ``all_reduce``, then
+a report of what the kernel says).  The test compares each
 report with the plan the planner makes for that rank on this machine.
 """
 
@@ -17,7 +20,11 @@ import textwrap
 
 import pytest
 
+from pynumabind.discovery import detect_topology
+from recipes import recipe
+
 pytestmark = [
+    pytest.mark.recipes,
     pytest.mark.skipif(
         importlib.util.find_spec("torch") is None,
         reason="torch is not importable (.ci/run installs the torch==2.13.0+cpu wheel)",
@@ -25,23 +32,31 @@ pytestmark = [
     pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs CPUs 0 and 1"),
 ]
 
-WORKER = textwrap.dedent(
+# Before the recipe: count the threads it will find.  The first test also
+# starts torch's intra-op (OpenMP) pool first, as a real worker might: those
+# threads already exist when the recipe binds and must be rebound too.
+PLAIN_START = """\
+import os
+threads_before = len(os.listdir("/proc/self/task"))
+"""
+WARM_START = """\
+import os
+import torch
+torch.set_num_threads(2)
+warm = torch.ones(256, 256)
+(warm @ warm).sum()
+threads_before = len(os.listdir("/proc/self/task"))
+"""
+
+# After the recipe (which defines ``binding`` and initialises ``dist``):
+# a real collective on the bound CPUs, then what the kernel says.
+REPORT = textwrap.dedent(
     """
+    # --- added by the test: a real op, then report what the kernel says ---
     import json, os, sys
     import torch
-    import torch.distributed as dist
-    import pynumabind
     from pynumabind import _libnuma
 
-    # Start torch's intra-op (OpenMP) pool first, as a real worker might:
-    # those threads already exist when we bind and must be rebound too.
-    torch.set_num_threads(2)
-    warm = torch.ones(256, 256)
-    (warm @ warm).sum()
-    threads_before = len(os.listdir("/proc/self/task"))
-    binding = pynumabind.bind_current_process()  # LOCAL_RANK, LOCAL_WORLD_SIZE, PYNUMABIND_*
-    dist.init_process_group("gloo")
-    # The collective runs on the bound CPUs: a real op, not just an import.
     total = torch.tensor([float(os.environ["LOCAL_RANK"])])
     dist.all_reduce(total)
     with open("/proc/self/status") as handle:
@@ -73,9 +88,10 @@ WORKER = textwrap.dedent(
 )
 
 
-def _torchrun(tmp_path, extra_env):
-    script = tmp_path / "worker.py"
-    script.write_text(WORKER)
+def _torchrun(tmp_path, extra_env, start=PLAIN_START):
+    """Run docs/integrations.md's torchrun recipe (between ``start`` and REPORT) in 2 workers."""
+    script = tmp_path / "train.py"
+    script.write_text(start + recipe("torchrun") + REPORT)
     out = tmp_path / "out"
     out.mkdir()
     env = dict(os.environ)
@@ -106,14 +122,15 @@ def _torchrun(tmp_path, extra_env):
 
 def _expected_plans(**options):
     from pynumabind import planner
-    from pynumabind.topology import Topology
 
-    topology = Topology.detect()
+    topology = detect_topology()
     return [planner.plan(topology, rank, 2, **options) for rank in (0, 1)]
 
 
 def test_torchrun_workers_bind_as_planned_with_per_rank_cpus(tmp_path) -> None:
-    reports = _torchrun(tmp_path, {"PYNUMABIND_CPUS": "0;1", "PYNUMABIND_MEMORY": "bind"})
+    reports = _torchrun(
+        tmp_path, {"PYNUMABIND_CPUS": "0;1", "PYNUMABIND_MEMORY": "bind"}, start=WARM_START
+    )
     expected = _expected_plans(cpus="0;1", memory="bind")
     for report, plan in zip(reports, expected):
         rank = report["local_rank"]

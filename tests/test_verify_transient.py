@@ -13,8 +13,8 @@ from typing import Any, Iterator, List
 
 import pytest
 
-from pynumabind import _libnuma, binder
-from pynumabind.planning import MemoryPolicy, Plan
+from pynumabind import _libnuma, _verify, binder
+from pynumabind.model import MemoryPolicy, Plan
 
 pytestmark = pytest.mark.skipif(not _libnuma.available(), reason="libnuma unavailable")
 
@@ -43,7 +43,7 @@ def _answers(monkeypatch: pytest.MonkeyPatch, bad_calls: int) -> List[int]:
         return found
 
     monkeypatch.setattr(_libnuma, "page_nodes", flaky)
-    monkeypatch.setattr(binder, "_SETTLE_PAUSE", 0.0)
+    monkeypatch.setattr(_verify, "_SETTLE_PAUSE", 0.0)
     return calls
 
 
@@ -64,4 +64,4 @@ def test_page_that_stays_missing_is_reported(
     check = bound_to_node0.verify()
     assert not check.ok
     assert any("test pages [0] not present" in p for p in check.problems), check.problems
-    assert len(calls) == binder._SETTLE_TRIES
+    assert len(calls) == _verify._SETTLE_TRIES

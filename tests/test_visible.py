@@ -11,12 +11,13 @@ from hypothesis import strategies as st_
 
 import sysfs_tree as st
 from pynumabind._visible import apply_visibility, cuda_device_order, mig_uuids, select_visible
+from pynumabind.discovery import topology_from_sysfs
 from pynumabind.errors import ConfigError
-from pynumabind.topology import Gpu, NumaNode, Topology
+from pynumabind.model import Gpu, NumaNode, Topology
 
 
 def machine(tmp_path: Path, name: str) -> Topology:
-    return Topology.from_sysfs(str(st.build_sysfs(name, tmp_path / name)))
+    return topology_from_sysfs(str(st.build_sysfs(name, tmp_path / name)))
 
 
 def small(models: Optional[List[str]] = None, buses: Optional[List[str]] = None) -> Topology:

@@ -15,7 +15,7 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, 
 from hypothesis import strategies as st
 
 from pynumabind.cpulist import parse_cpulist
-from pynumabind.topology import Cpu, Gpu, NumaNode, Topology
+from pynumabind.model import Cpu, Gpu, NumaNode, Topology
 
 GiB = 1 << 30
 

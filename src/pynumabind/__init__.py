@@ -6,12 +6,18 @@ Typical use, first thing in a worker process::
     binding = pynumabind.bind_current_process(rank)
 
 Importing this package is cheap: submodules (and pynvml) load on first use.
+
+The public surface is :data:`_EXPORTS`, one table: ``__all__`` is made from
+it, and a test keeps the ``TYPE_CHECKING`` imports below (what type checkers
+and IDEs see) equal to it.  Helpers a user does not need to bind or plan
+(cpumask parsing, for instance) stay importable from their modules but are
+not exported here.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any, Dict, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Tuple
 
 __version__ = "0.1.0"
 
@@ -26,27 +32,27 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "LibnumaUnavailableError": ("errors", "LibnumaUnavailableError"),
     "NumaSyscallError": ("errors", "NumaSyscallError"),
     "BindError": ("errors", "BindError"),
-    # parsers
+    # id lists (the override syntax)
     "parse_cpulist": ("cpulist", "parse_cpulist"),
-    "format_cpulist": ("cpulist", "format_cpulist"),
     "parse_nodelist": ("cpulist", "parse_nodelist"),
-    "format_nodelist": ("cpulist", "format_nodelist"),
-    "parse_cpumask": ("cpulist", "parse_cpumask"),
-    "format_cpumask": ("cpulist", "format_cpumask"),
-    # topology
-    "Topology": ("topology", "Topology"),
-    "NumaNode": ("topology", "NumaNode"),
-    "Cpu": ("topology", "Cpu"),
-    "Gpu": ("topology", "Gpu"),
+    "format_cpulist": ("cpulist", "format_cpulist"),
+    # the machine
+    "Topology": ("model", "Topology"),
+    "NumaNode": ("model", "NumaNode"),
+    "Cpu": ("model", "Cpu"),
+    "Gpu": ("model", "Gpu"),
     # planning
-    "Plan": ("planning", "Plan"),
-    "CpuMode": ("planning", "CpuMode"),
-    "MemoryPolicy": ("planning", "MemoryPolicy"),
+    "Plan": ("model", "Plan"),
+    "CpuMode": ("model", "CpuMode"),
+    "MemoryPolicy": ("model", "MemoryPolicy"),
     "plan": ("planner", "plan"),
     "plan_all": ("planner", "plan_all"),
     # discovery
+    "detect_topology": ("discovery", "detect_topology"),
+    "topology_from_sysfs": ("discovery", "topology_from_sysfs"),
+    "load_topology": ("discovery", "load_topology"),
     "apply_visibility": ("_visible", "apply_visibility"),
-    # binding
+    # binding (Binding.threads holds ThreadResults, whose action is a ThreadAction)
     "Binding": ("binder", "Binding"),
     "Skipped": ("binder", "Skipped"),
     "ThreadAction": ("_threads", "ThreadAction"),
@@ -56,66 +62,42 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "bind_current_process": ("binder", "bind_current_process"),
 }
 
-__all__ = [
-    "BindError",
-    "Binding",
-    "ConfigError",
-    "Cpu",
-    "CpuMode",
-    "Gpu",
-    "LibnumaUnavailableError",
-    "ListParseError",
-    "MemoryPolicy",
-    "NumaNode",
-    "NumaSyscallError",
-    "Plan",
-    "PlanError",
-    "PynumabindError",
-    "Skipped",
-    "ThreadAction",
-    "ThreadResult",
-    "Topology",
-    "TopologyError",
-    "VerifyResult",
-    "__version__",
-    "apply_plan",
-    "apply_visibility",
-    "bind_current_process",
-    "format_cpulist",
-    "format_cpumask",
-    "format_nodelist",
-    "parse_cpulist",
-    "parse_cpumask",
-    "parse_nodelist",
-    "plan",
-    "plan_all",
-]
+# Made from the table; type checkers read the "X as X" re-exports below instead.
+__all__ = ["__version__", *_EXPORTS]  # noqa: PLE0604
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ._threads import ThreadAction, ThreadResult
-    from ._visible import apply_visibility
-    from .binder import Binding, Skipped, VerifyResult, apply_plan, bind_current_process
-    from .cpulist import (
-        format_cpulist,
-        format_cpumask,
-        format_nodelist,
-        parse_cpulist,
-        parse_cpumask,
-        parse_nodelist,
-    )
-    from .errors import (
-        BindError,
-        ConfigError,
-        LibnumaUnavailableError,
-        ListParseError,
-        NumaSyscallError,
-        PlanError,
-        PynumabindError,
-        TopologyError,
-    )
-    from .planner import plan, plan_all
-    from .planning import CpuMode, MemoryPolicy, Plan
-    from .topology import Cpu, Gpu, NumaNode, Topology
+    # "X as X": an explicit re-export, for type checkers and linters.
+    from ._threads import ThreadAction as ThreadAction
+    from ._threads import ThreadResult as ThreadResult
+    from ._visible import apply_visibility as apply_visibility
+    from .binder import Binding as Binding
+    from .binder import Skipped as Skipped
+    from .binder import VerifyResult as VerifyResult
+    from .binder import apply_plan as apply_plan
+    from .binder import bind_current_process as bind_current_process
+    from .cpulist import format_cpulist as format_cpulist
+    from .cpulist import parse_cpulist as parse_cpulist
+    from .cpulist import parse_nodelist as parse_nodelist
+    from .discovery import detect_topology as detect_topology
+    from .discovery import load_topology as load_topology
+    from .discovery import topology_from_sysfs as topology_from_sysfs
+    from .errors import BindError as BindError
+    from .errors import ConfigError as ConfigError
+    from .errors import LibnumaUnavailableError as LibnumaUnavailableError
+    from .errors import ListParseError as ListParseError
+    from .errors import NumaSyscallError as NumaSyscallError
+    from .errors import PlanError as PlanError
+    from .errors import PynumabindError as PynumabindError
+    from .errors import TopologyError as TopologyError
+    from .model import Cpu as Cpu
+    from .model import CpuMode as CpuMode
+    from .model import Gpu as Gpu
+    from .model import MemoryPolicy as MemoryPolicy
+    from .model import NumaNode as NumaNode
+    from .model import Plan as Plan
+    from .model import Topology as Topology
+    from .planner import plan as plan
+    from .planner import plan_all as plan_all
 
 
 def __getattr__(name: str) -> Any:
@@ -128,5 +110,5 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-def __dir__() -> list[str]:
+def __dir__() -> List[str]:
     return sorted([*globals(), *_EXPORTS])

@@ -2,12 +2,15 @@
 
 Each rank gets its own freshly *spawned* process (as launchers start
 workers), which calls :func:`~pynumabind.bind_current_process` in-process and
-then checks, independently of the binder's own bookkeeping:
+then judges the result by the one set of rules in :mod:`._verify` -- the
+same ones :meth:`Binding.verify` applies, so a worker whose ``verify()``
+passes cannot fail here for a rule of check's own:
 
-* every thread's ``Cpus_allowed_list`` in ``/proc/self/task/*/status``
-  equals the planned CPUs;
-* pages it allocates and touches afterwards land on the planned nodes
-  (``move_pages`` query), for the policies that promise a placement;
+* ``Binding.verify()``: every thread's affinity, the policy read back, and
+  where pages touched afterwards land (``move_pages``);
+* an independent read of every thread's ``Cpus_allowed_list`` in
+  ``/proc/self/task/*/status`` (not ``sched_getaffinity``), judged by the
+  same thread rule -- an extra assertion, not a second rule set;
 * the binding was complete (not *partial*).
 
 The parent only collects results; it binds nothing itself.
@@ -17,25 +20,30 @@ from __future__ import annotations
 
 import glob
 import logging
-import mmap
 import multiprocessing
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
+from . import _verify
 from .cpulist import format_cpulist, parse_cpulist
 from .errors import PynumabindError
-from .topology import Topology
+from .model import Topology
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .binder import Binding
 
 log = logging.getLogger(__name__)
-
-_VERIFY_PAGES = 16
 
 
 @dataclass(frozen=True)
 class WorkerReport:
-    """What one worker found about its own binding."""
+    """What one worker found about its own binding.
+
+    Id sets are cpulists, ``""`` when empty (as in every JSON form); ``"-"``
+    means not known (the worker sent no report).
+    """
 
     rank: int
     ok: bool
@@ -89,17 +97,25 @@ def _thread_cpus() -> Dict[int, frozenset[int]]:
     return out
 
 
-def _page_nodes() -> List[int]:
-    """Allocate, touch and locate a few fresh pages."""
-    from . import _libnuma
+def _proc_thread_problems(binding: Binding, masks: Dict[int, frozenset[int]]) -> List[str]:
+    """The verifier's thread rule, applied to the masks /proc reports."""
+    plan = binding.plan
+    if plan is None or plan.cpus is None:
+        return []
+    bound, left, reference = _verify.expected_threads(binding)
+    found: Dict[int, Optional[frozenset[int]]] = dict(masks)
+    problems, _ = _verify.thread_problems(plan.cpus, bound, left, reference, found)
+    return [f"{problem} (per /proc)" for problem in problems]
 
-    buffer = mmap.mmap(-1, _VERIFY_PAGES * mmap.PAGESIZE)
-    try:
-        for offset in range(0, len(buffer), mmap.PAGESIZE):
-            buffer[offset] = 1
-        return _libnuma.page_nodes(buffer)
-    finally:
-        buffer.close()
+
+def _completeness_problems(binding: Binding) -> List[str]:
+    problems = [
+        f"{skipped.what} not applied: {skipped.reason} (fix: {skipped.fix})"
+        for skipped in binding.skipped
+    ]
+    if binding.partial and not binding.skipped:
+        problems.append("binding is partial")
+    return problems
 
 
 def check_this_process(
@@ -119,47 +135,23 @@ def check_this_process(
             ok=False,
             problems=tuple(binding.notes) or ("binding is disabled (PYNUMABIND_DISABLE)",),
         )
-    problems: List[str] = []
-    threads = _thread_cpus()
-    actual = frozenset().union(*threads.values()) if threads else frozenset()
-    if plan.cpus is not None:
-        wrong = {tid: cpus for tid, cpus in threads.items() if cpus != plan.cpus}
-        for tid, cpus in sorted(wrong.items()):
-            problems.append(
-                f"thread {tid} may run on CPUs {format_cpulist(cpus)}, "
-                f"planned {format_cpulist(plan.cpus)}"
-            )
-    for skipped in binding.skipped:
-        problems.append(f"{skipped.what} not applied: {skipped.reason} (fix: {skipped.fix})")
-    if binding.partial and not binding.skipped:
-        problems.append("binding is partial")
-    nodes = _page_nodes()
-    placed = sorted({n for n in nodes if n >= 0})
-    if plan.policy.value in ("bind", "preferred", "interleave") and plan.mems:
-        stray = sorted(set(placed) - set(plan.mems))
-        if stray:
-            problems.append(
-                f"fresh pages landed on node(s) {format_cpulist(stray)}, "
-                f"planned {format_cpulist(plan.mems)}"
-            )
-    if any(n < 0 for n in nodes):
-        problems.append(f"{sum(n < 0 for n in nodes)} touched page(s) could not be located")
     verify = binding.verify()
-    for problem in verify.problems:
-        if problem not in problems:
-            problems.append(problem)
+    masks = _thread_cpus()
+    problems = _completeness_problems(binding) + list(verify.problems)
+    problems += _proc_thread_problems(binding, masks)
     device = None
     if plan.device is not None:
         device = f"{plan.device.index} {plan.device.pci_bus_id}"
+    placed = sorted({n for n in verify.page_nodes if n >= 0})
     return WorkerReport(
         rank=rank,
         ok=not problems and verify.ok,
         device=device,
         planned_cpus="unbound" if plan.cpus is None else format_cpulist(plan.cpus),
-        actual_cpus=format_cpulist(actual),
-        planned_mems=format_cpulist(plan.mems) or "-",
+        actual_cpus=format_cpulist(frozenset().union(*masks.values())),
+        planned_mems=format_cpulist(plan.mems),
         policy=plan.policy.value,
-        page_nodes=format_cpulist(placed) or "-",
+        page_nodes=format_cpulist(placed),
         problems=tuple(problems),
         reasons=tuple(plan.reasons),
     )

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Optional, Tuple, Type, TypeVar, Union
 
 from .errors import ConfigError
-from .planning import CpuMode, MemoryPolicy
+from .model import CpuMode, MemoryPolicy
 
 __all__ = [
     "CPUS_VARIABLE",

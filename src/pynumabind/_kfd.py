@@ -19,8 +19,9 @@ import os
 from dataclasses import dataclass, replace
 from typing import Dict, List, Optional
 
+from ._textfile import read_ascii
 from .errors import TopologyError
-from .topology import Gpu
+from .model import Gpu
 
 __all__ = ["KfdGpu", "apply_kfd", "read_kfd"]
 
@@ -40,8 +41,7 @@ class KfdGpu:
 
 def _properties(path: str) -> Dict[str, int]:
     try:
-        with open(path, encoding="ascii") as handle:
-            text = handle.read()
+        text = read_ascii(path, "KFD file")
     except OSError as exc:
         raise TopologyError(f"cannot read KFD file {path}: {exc.strerror}") from exc
     values: Dict[str, int] = {}
@@ -60,8 +60,7 @@ def _properties(path: str) -> Dict[str, int]:
 
 def _small_file(path: str) -> Optional[str]:
     try:
-        with open(path, encoding="ascii") as handle:
-            return handle.read().strip()
+        return read_ascii(path, "KFD file").strip()
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -78,7 +77,7 @@ def read_kfd(root: str = "/sys") -> Optional[List[KfdGpu]]:
     except OSError as exc:
         raise TopologyError(f"cannot list {base}: {exc.strerror}") from exc
     gpus: List[KfdGpu] = []
-    for node in sorted(int(n) for n in names if n.isdigit()):
+    for node in sorted(int(n) for n in names if n.isascii() and n.isdigit()):
         here = os.path.join(base, str(node))
         gpu_id_text = _small_file(os.path.join(here, "gpu_id"))
         try:

@@ -2,13 +2,17 @@
 
 Responsibilities, and nothing more:
 
-* load ``libnuma.so.1`` lazily, on first use, with an error that names the
-  package to install when it is missing;
-* convert between libnuma bitmasks / kernel node masks and ``frozenset[int]``,
-  freeing every bitmask allocated here;
+* load ``libnuma.so.1`` once, lazily, on first use, with an error that names
+  the package to install when it is missing, and the symbol when a library
+  loads but lacks one that ``_libnuma_build.DECLARATIONS`` requires;
+* convert between kernel node masks and ``frozenset[int]``;
 * call the raw memory-policy syscall wrappers libnuma exports and turn
   ``-1``/errno into :class:`~pynumabind.errors.NumaSyscallError`;
-* probe optional kernel and library features instead of assuming them.
+* probe an optional kernel feature (a memory-policy mode) only when a caller
+  asks about it, once per feature: nothing is probed whose answer is unused.
+
+Test oracles (libnuma's own parsers, ``numa_node_to_cpus``, ``numa_distance``
+...) are not here: ``tests/libnuma_oracle.py`` declares and calls them.
 
 Deliberately *not* used: libnuma's void setters (``numa_set_membind`` and
 friends report errors only by printing to stderr) and the load-time
@@ -19,13 +23,11 @@ memory nodes from ``get_mempolicy(MPOL_F_MEMS_ALLOWED)``, read fresh.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import mmap
-import os
 import threading
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from .errors import LibnumaUnavailableError, NumaSyscallError
 
@@ -104,11 +106,27 @@ def _ffi() -> Any:
     return ffi
 
 
+def _missing_symbol(lib: Any) -> Optional[str]:
+    """The first required declaration ``lib`` does not export, or None."""
+    from ._libnuma_build import DECLARATIONS, OPTIONAL
+
+    # The generated module raises ffi.error, the in-line FFI AttributeError.
+    missing = (AttributeError, getattr(_ffi(), "error", AttributeError))
+    for symbol, _declaration in DECLARATIONS:
+        if symbol in OPTIONAL:
+            continue
+        try:
+            getattr(lib, symbol)
+        except missing:
+            return symbol
+    return None
+
+
 def load(name: Optional[str] = None) -> Any:
     """Return the loaded libnuma, loading it on first call.
 
     ``name`` overrides the shared object name (tests use it to exercise the
-    missing-library error); loads with a different name are not cached.
+    missing-library errors); loads with a different name are not cached.
     """
     if name is None:
         cached = _state.get("lib")
@@ -122,6 +140,12 @@ def load(name: Optional[str] = None) -> Any:
         raise LibnumaUnavailableError(f"cannot load {target} ({exc}); {_INSTALL_HINT}") from exc
     if ffi.sizeof("unsigned long") * 8 != _BITS_PER_LONG:  # pragma: no cover
         raise LibnumaUnavailableError("pynumabind supports only LP64 platforms")
+    symbol = _missing_symbol(lib)
+    if symbol is not None:
+        raise LibnumaUnavailableError(
+            f"{target} loads but does not export {symbol} (not libnuma 2.0 or later?); "
+            f"{_INSTALL_HINT}"
+        )
     # libnuma's defaults are already 0; set them anyway so that nothing a
     # caller did earlier can make a libnuma warning call exit().
     lib.numa_exit_on_error = 0
@@ -146,19 +170,7 @@ def possible_node_bits() -> int:
     return max(int(load().numa_num_possible_nodes()), _BITS_PER_LONG)
 
 
-def possible_cpu_bits() -> int:
-    """Width of a CPU mask covering every possible CPU id."""
-    return max(int(load().numa_num_possible_cpus()), _BITS_PER_LONG)
-
-
-# ---------------------------------------------------------------- bitmasks
-
-
-def bitmask_to_set(bmp: Any) -> frozenset[int]:
-    """Read a ``struct bitmask *`` word by word (cheaper than per-bit calls)."""
-    if bmp == _ffi().NULL:
-        raise ValueError("NULL bitmask")
-    return words_to_set(bmp.maskp[i] for i in range((int(bmp.size) + 63) // 64))
+# ------------------------------------------------------------------- masks
 
 
 def words_to_set(words: Any) -> frozenset[int]:
@@ -184,59 +196,7 @@ def set_to_words(ids: AbstractSet[int], nbits: int) -> List[int]:
     return words
 
 
-@contextlib.contextmanager
-def allocated_bitmask(nbits: int, ids: AbstractSet[int] = frozenset()) -> Iterator[Any]:
-    """A libnuma bitmask of ``nbits`` holding ``ids``, freed on exit."""
-    lib = load()
-    bmp = lib.numa_bitmask_alloc(nbits)
-    if bmp == _ffi().NULL:  # libnuma exits on OOM in old versions; be safe
-        raise MemoryError("numa_bitmask_alloc failed")
-    try:
-        for i in ids:
-            if i < 0 or i >= nbits:
-                raise ValueError(f"id {i} does not fit in a {nbits}-bit mask")
-            lib.numa_bitmask_setbit(bmp, i)
-        yield bmp
-    finally:
-        lib.numa_bitmask_free(bmp)
-
-
-def _take_bitmask(bmp: Any) -> Optional[frozenset[int]]:
-    """Convert and free a bitmask libnuma returned; ``None`` for NULL."""
-    if bmp == _ffi().NULL:
-        return None
-    try:
-        return bitmask_to_set(bmp)
-    finally:
-        load().numa_bitmask_free(bmp)
-
-
 # ------------------------------------------------------- topology queries
-
-
-def max_node() -> int:
-    return int(load().numa_max_node())
-
-
-def node_to_cpus(node: int) -> frozenset[int]:
-    """CPUs of ``node`` according to libnuma (reads sysfs cpumap)."""
-    ffi = _ffi()
-    lib = load()
-    if node < 0 or not os.path.isdir(f"/sys/devices/system/node/node{node}"):
-        # libnuma would print a warning and claim every CPU for a missing node.
-        raise NumaSyscallError(22, "numa_node_to_cpus", {node} if node >= 0 else None)
-    with allocated_bitmask(possible_cpu_bits()) as bmp:
-        if lib.numa_node_to_cpus(node, bmp) < 0:
-            raise NumaSyscallError(ffi.errno, "numa_node_to_cpus", {node})
-        return bitmask_to_set(bmp)
-
-
-def node_of_cpu(cpu: int) -> int:
-    ffi = _ffi()
-    node = int(load().numa_node_of_cpu(cpu))
-    if node < 0:
-        raise NumaSyscallError(ffi.errno or 22, f"numa_node_of_cpu({cpu})")
-    return node
 
 
 def node_memory(node: int) -> Tuple[int, int]:
@@ -247,26 +207,6 @@ def node_memory(node: int) -> Tuple[int, int]:
     if total < 0:
         raise NumaSyscallError(ffi.errno or 22, "numa_node_size64", {node})
     return total, int(free[0])
-
-
-def distance(a: int, b: int) -> Optional[int]:
-    """SLIT distance, or ``None`` when libnuma cannot tell."""
-    value = int(load().numa_distance(a, b))
-    return value or None
-
-
-def parse_cpustring_all(text: str) -> Optional[frozenset[int]]:
-    """libnuma's own numactl-style CPU parser; ``None`` when it rejects.
-
-    For differential tests only: libnuma prints a warning on stderr for
-    out-of-range ids, which normal pynumabind use never triggers.
-    """
-    return _take_bitmask(load().numa_parse_cpustring_all(text.encode()))
-
-
-def parse_nodestring_all(text: str) -> Optional[frozenset[int]]:
-    """libnuma's own node-string parser; ``None`` when it rejects (tests only)."""
-    return _take_bitmask(load().numa_parse_nodestring_all(text.encode()))
 
 
 # ------------------------------------------------------------ mem policy
@@ -406,47 +346,7 @@ def page_nodes(buffer: Any) -> List[int]:
         ffi.release(pointer)
 
 
-def move_buffer_pages(buffer: Any, node: int) -> List[int]:
-    """Move every page of ``buffer`` to ``node``; per-page status as above."""
-    ffi = _ffi()
-    pointer, pages = page_addresses(buffer)
-    try:
-        if not pages:
-            return []
-        array = ffi.new("void *[]", pages)
-        targets = ffi.new("int[]", [node] * len(pages))
-        status = ffi.new("int[]", len(pages))
-        if load().move_pages(0, len(pages), array, targets, status, MPOL_MF_MOVE) < 0:
-            raise NumaSyscallError(ffi.errno, "move_pages", {node})
-        return [int(s) for s in status]
-    finally:
-        ffi.release(pointer)
-
-
 # ---------------------------------------------------------------- probes
-
-
-@dataclass(frozen=True)
-class Features:
-    """What this kernel and libnuma support.
-
-    ``None`` means the probe could not tell (for example because a seccomp
-    filter denied the probing syscall).
-    """
-
-    libnuma_loaded: bool
-    numa_available: bool
-    preferred_many: Optional[bool]
-    weighted_interleave: Optional[bool]
-    symbols: Dict[str, bool] = field(default_factory=dict)
-
-
-OPTIONAL_SYMBOLS: Sequence[str] = (
-    "numa_parse_cpustring_all",
-    "numa_parse_nodestring_all",
-    "numa_has_preferred_many",
-    "numa_has_home_node",
-)
 
 
 def _probe_mode(mode: int) -> Optional[bool]:
@@ -469,36 +369,15 @@ def _probe_mode(mode: int) -> Optional[bool]:
         scratch.close()
 
 
-def has_symbol(name: str) -> bool:
-    """Whether the loaded libnuma exports ``name`` (older ones lack some)."""
-    lib = load()
-    # The generated module raises ffi.error, the in-line FFI AttributeError.
-    missing = (AttributeError, getattr(_ffi(), "error", AttributeError))
-    try:
-        getattr(lib, name)
-    except missing:
-        return False
-    return True
+def supports_mode(mode: int) -> Optional[bool]:
+    """Whether the kernel accepts memory-policy ``mode``; probed when first asked.
 
-
-def probe_features() -> Features:
-    """Probe optional features once; results are cached."""
-    cached = _state.get("features")
-    if cached is not None:
-        return cached  # type: ignore[no-any-return]
-    try:
-        lib = load()
-    except LibnumaUnavailableError:
-        return Features(False, False, None, None, {})
-    symbols: Dict[str, bool] = {}
-    for name in OPTIONAL_SYMBOLS:
-        symbols[name] = has_symbol(name)
-    features = Features(
-        libnuma_loaded=True,
-        numa_available=int(lib.numa_available()) >= 0,
-        preferred_many=_probe_mode(MPOL_PREFERRED_MANY),
-        weighted_interleave=_probe_mode(MPOL_WEIGHTED_INTERLEAVE),
-        symbols=symbols,
-    )
-    _state["features"] = features
-    return features
+    ``MPOL_PREFERRED_MANY`` arrived in Linux 5.15, ``MPOL_WEIGHTED_INTERLEAVE``
+    in 6.9.  ``None`` means the probe could not tell (a seccomp filter
+    denying ``mbind``, no memory node allowed).  Each mode is probed at most
+    once per process, and only a mode someone asks about.
+    """
+    probed: Dict[int, Optional[bool]] = _state.setdefault("modes", {})
+    if mode not in probed:
+        probed[mode] = _probe_mode(mode)
+    return probed[mode]

@@ -21,9 +21,10 @@ import re
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
+from ._textfile import read_ascii
 from .cpulist import parse_cpulist
 from .errors import ConfigError, ListParseError, PynumabindError, TopologyError, format_ids
-from .topology import Cpu, Gpu, NumaNode, Topology
+from .model import Cpu, Gpu, NumaNode, Topology
 
 __all__ = [
     "DEFAULT_GPU_VENDORS",
@@ -78,14 +79,11 @@ class _Reader:
     def text(self, *parts: str, required: bool = True) -> Optional[str]:
         path = self.path(*parts)
         try:
-            with open(path, encoding="ascii") as handle:
-                return handle.read()
+            return read_ascii(path)
         except (FileNotFoundError, NotADirectoryError):
             if required:
                 raise TopologyError(f"missing sysfs file {path}") from None
             return None
-        except UnicodeDecodeError as exc:
-            raise TopologyError(f"sysfs file {path} is not ASCII text") from exc
         except OSError as exc:
             # EINVAL/ENODEV: an attribute the kernel refuses to show; treat
             # an optional one as absent, a required one as an error.
@@ -126,11 +124,16 @@ class _Reader:
 
 
 def _numbered(names: Iterable[str], prefix: str) -> List[int]:
-    """Ids of entries named ``<prefix><digits>`` (``node3``, ``cpu17``)."""
+    """Ids of entries named ``<prefix><digits>`` (``node3``, ``cpu17``).
+
+    ASCII digits only: ``str.isdigit`` also accepts ``index²``, which
+    ``int`` then rejects.
+    """
     out = []
     for name in names:
-        if name.startswith(prefix) and name[len(prefix) :].isdigit():
-            out.append(int(name[len(prefix) :]))
+        digits = name[len(prefix) :]
+        if name.startswith(prefix) and digits.isascii() and digits.isdigit():
+            out.append(int(digits))
     return sorted(out)
 
 
@@ -449,47 +452,36 @@ def scan_pci(
     return found
 
 
-def _nearest_cpu_node(nodes: Mapping[int, NumaNode], node: int) -> Optional[int]:
-    """The CPU node nearest (SLIT) to ``node``; unknown distances last, ties by id."""
-    row = nodes[node].distances
-    ranked = sorted(
-        (row.get(other.id) is None, row.get(other.id) or 0, other.id)
-        for other in nodes.values()
-        if other.cpus
-    )
-    return ranked[0][2] if ranked else None
-
-
 def _gpus_from_pci(
     functions: List[PciFunction],
     vendors: Mapping[int, str],
     nodes: Mapping[int, NumaNode],
     notes: List[str],
 ) -> List[Gpu]:
+    """One :class:`Gpu` per function, recording what sysfs says and nothing more.
+
+    ``numa_node`` is the function's ``numa_node`` as the kernel gives it,
+    even a CPU-less node (Grace HBM, CXL): which CPUs such a GPU's rank gets
+    is the planner's decision, not discovery's.  Such a node with memory is
+    also the GPU's ``memory_node``.  ``local_cpus`` is ``local_cpulist``, or
+    the CPUs of its node when the kernel lists none.
+    """
     gpus = []
     for index, function in enumerate(functions):
         numa = function.numa_node
         memory_node: Optional[int] = None
-        if numa is not None and not nodes[numa].cpus:
-            # A device attached to a CPU-less node (CXL, some firmware):
-            # CPUs can only be bound on a node that has them.
-            nearest = _nearest_cpu_node(nodes, numa)
-            kept = ""
-            if nodes[numa].has_memory:
-                # Its own memory node (Grace HBM), as the NVML path records it, so
-                # that gpu_memory=True can still add it.
-                memory_node = numa
-                kept = f"; node {numa} is its memory node"
-            notes.append(
-                f"GPU {function.bus_id}: sysfs numa_node {numa} has no CPUs; "
-                f"using the nearest CPU node {nearest}{kept}"
-            )
-            numa = nearest
         local = function.local_cpus
-        if numa is not None and not local:
-            local = nodes[numa].cpus
-        if function.numa_node is None:
+        if numa is None:
             notes.append(f"GPU {function.bus_id}: the kernel reports no NUMA node (numa_node -1)")
+        elif not nodes[numa].cpus:
+            memory_node = numa if nodes[numa].has_memory else None
+            kept = f"; node {numa} is its memory node" if memory_node is not None else ""
+            notes.append(
+                f"GPU {function.bus_id}: sysfs numa_node {numa} has no CPUs{kept}; "
+                "the planner picks its CPU node"
+            )
+        elif not local:
+            local = nodes[numa].cpus
         gpus.append(
             Gpu(
                 index=index,
@@ -575,8 +567,8 @@ def read_topology(
     *,
     allowed_cpus: Optional[Iterable[int]] = None,
     allowed_mems: Optional[Iterable[int]] = None,
-    gpu_vendors: Union[Mapping[int, str], Iterable[int]] = DEFAULT_GPU_VENDORS,
-    pci_classes: Iterable[Union[str, int]] = DEFAULT_PCI_CLASSES,
+    gpu_vendors: Optional[Union[Mapping[int, str], Iterable[int]]] = None,
+    pci_classes: Optional[Iterable[Union[str, int]]] = None,
     environ: Optional[Mapping[str, str]] = None,
 ) -> Topology:
     """The topology under sysfs ``root``.
@@ -584,7 +576,8 @@ def read_topology(
     ``gpu_vendors`` (PCI vendor id -> name, or just ids) and ``pci_classes``
     (``"0x03"`` base class, ``"0x0302"`` base+subclass, ``"0x030200"`` full)
     choose which PCI functions count as accelerators; pass extra ones to
-    accept other devices.  GPUs come in driver order: KFD order for AMD when
+    accept other devices; ``None`` means :data:`DEFAULT_GPU_VENDORS` /
+    :data:`DEFAULT_PCI_CLASSES`.  GPUs come in driver order: KFD order for AMD when
     the KFD topology is present, PCI address order otherwise (NVML's default
     order).  With ``environ``, ``CUDA_VISIBLE_DEVICES``/``ROCR_VISIBLE_DEVICES``
     from it are applied; without, every GPU is listed.
@@ -613,8 +606,9 @@ def read_topology(
         notes.append(f"online CPUs {format_ids(homeless)} belong to no NUMA node")
     cpus = _read_cpus(sysfs, online, node_of, notes)
 
-    vendors = _vendor_names(gpu_vendors)
-    functions = scan_pci(sysfs, online, nodes, vendors, pci_classes)
+    vendors = _vendor_names(DEFAULT_GPU_VENDORS if gpu_vendors is None else gpu_vendors)
+    classes = DEFAULT_PCI_CLASSES if pci_classes is None else pci_classes
+    functions = scan_pci(sysfs, online, nodes, vendors, classes)
     gpus = _gpus_from_pci(functions, vendors, nodes, notes)
     from . import _kfd
 

@@ -10,8 +10,9 @@ A thread counts as *not deliberately pinned* when its mask equals the
 caller's mask before binding; any other thread was pinned by someone on
 purpose and is left alone (and reported).  The walk is repeated until a pass
 finds no thread it has not seen (bounded), so threads spawned while we bind
-are caught too.  Threads may exit at any moment: ESRCH/ENOENT means
-"exited", not failure.
+are caught too; when threads keep appearing the walk stops after a bounded
+number of passes and time, and says it did not converge.  Threads may exit
+at any moment: ESRCH/ENOENT means "exited", not failure.
 
 Any other failure (EINVAL: the cpuset forbids every wanted CPU; EPERM: a
 seccomp filter) rolls back the threads already changed and raises
@@ -24,9 +25,11 @@ import enum
 import errno
 import os
 import threading
+import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
+from .cpulist import format_cpulist
 from .errors import format_ids
 
 __all__ = [
@@ -44,6 +47,7 @@ __all__ = [
 
 TASK_DIR = "/proc/self/task"
 DEFAULT_MAX_PASSES = 8
+DEFAULT_TIME_LIMIT = 1.0  # seconds; no new pass starts after this
 
 _GONE = (errno.ESRCH, errno.ENOENT)
 
@@ -74,8 +78,8 @@ class ThreadResult:
         return {
             "tid": self.tid,
             "name": self.name,
-            "before": None if self.before is None else format_ids(self.before),
-            "after": None if self.after is None else format_ids(self.after),
+            "before": None if self.before is None else format_cpulist(self.before),
+            "after": None if self.after is None else format_cpulist(self.after),
             "action": self.action.value,
         }
 
@@ -150,6 +154,14 @@ def restore_threads(masks: Dict[int, frozenset[int]]) -> Tuple[List[int], List[i
     return restored, failed
 
 
+def _roll_back(changed: Dict[int, frozenset[int]]) -> Tuple[List[int], List[int]]:
+    """Restore ``changed`` and forget the threads put back; (restored, failed) tids."""
+    restored, failed = restore_threads(changed)
+    for tid in restored:
+        changed.pop(tid, None)
+    return restored, failed
+
+
 @dataclass(frozen=True)
 class ThreadScan:
     """Result of :func:`bind_threads`.
@@ -177,6 +189,8 @@ def bind_threads(
     *,
     reference: Optional[frozenset[int]] = None,
     max_passes: int = DEFAULT_MAX_PASSES,
+    record: Optional[Dict[int, frozenset[int]]] = None,
+    time_limit: float = DEFAULT_TIME_LIMIT,
 ) -> ThreadScan:
     """Set ``cpus`` as the affinity of every thread that is not pinned elsewhere.
 
@@ -184,6 +198,15 @@ def bind_threads(
     defaults to the calling thread's mask before the call.  The calling thread
     is bound first, so threads it starts while we scan inherit ``cpus``.  A
     thread already on exactly ``cpus`` counts as bound (nothing to change).
+
+    The rescan stops after ``max_passes`` passes or once ``time_limit``
+    seconds have gone by (a pass in progress finishes), whichever comes
+    first; the scan then says it did not converge.
+
+    ``record`` (tid -> mask before) receives each thread's previous mask
+    *before* its mask is changed, so a caller's undo journal holds every
+    change even if an exception interrupts this call at any point; entries
+    this call rolls back itself are removed again.
 
     Raises :class:`ThreadAffinityError` after rolling back on any failure
     other than a thread's exit.
@@ -196,7 +219,7 @@ def bind_threads(
     if reference is None:
         reference = frozenset(os.sched_getaffinity(0))
     results: Dict[int, ThreadResult] = {}
-    changed: Dict[int, frozenset[int]] = {}  # tid -> mask before we changed it
+    changed = {} if record is None else record  # tid -> mask before we changed it
 
     def handle(tid: int) -> None:
         before = frozenset(os.sched_getaffinity(0)) if tid == caller else thread_affinity(tid)
@@ -208,17 +231,18 @@ def bind_threads(
             results[tid] = ThreadResult(tid, name, before, before, ThreadAction.LEFT_PINNED)
             return
         if before != cpus:
+            changed[tid] = before  # recorded first: an interrupt cannot lose the change
             try:
                 os.sched_setaffinity(tid, cpus)
             except OSError as exc:
+                del changed[tid]
                 if exc.errno in _GONE:
                     results[tid] = ThreadResult(tid, name, before, None, ThreadAction.EXITED)
                     return
-                restored, failed = restore_threads(changed)
+                restored, failed = _roll_back(changed)
                 raise ThreadAffinityError(
                     exc.errno or errno.EINVAL, tid, cpus, tuple(restored), tuple(failed)
                 ) from exc
-            changed[tid] = before
         # Read back: the kernel silently drops CPUs outside the cpuset.
         after = thread_affinity(tid)
         action = ThreadAction.BOUND if after is not None else ThreadAction.EXITED
@@ -226,9 +250,10 @@ def bind_threads(
 
     passes = 0
     converged = False
+    give_up = time.monotonic() + time_limit
     try:
         handle(caller)
-        while passes < max_passes:
+        while passes < max_passes and (passes == 0 or time.monotonic() < give_up):
             fresh = [tid for tid in list_thread_ids() if tid not in results]
             if not fresh:
                 converged = True
@@ -239,7 +264,7 @@ def bind_threads(
     except ThreadAffinityError:
         raise  # already rolled back
     except BaseException:
-        restore_threads(changed)  # KeyboardInterrupt, a /proc read error...: never half-bound
+        _roll_back(changed)  # KeyboardInterrupt, a /proc read error...: never half-bound
         raise
     ordered = tuple(sorted(results.values(), key=lambda r: r.tid))
     return ThreadScan(ordered, passes, converged)

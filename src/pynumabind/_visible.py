@@ -41,7 +41,7 @@ from dataclasses import replace
 from typing import Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from .errors import ConfigError
-from .topology import Gpu, Topology
+from .model import Gpu, Topology
 
 __all__ = [
     "CUDA_DEVICE_ORDERS",
@@ -99,6 +99,53 @@ def _match_uuid(token: str, devices: Sequence[Gpu]) -> Optional[int]:
     return hits[0] if len(hits) == 1 else None
 
 
+def _resolve(
+    token: str,
+    devices: Sequence[Gpu],
+    *,
+    variable: str,
+    mig_parents: Optional[Mapping[str, str]],
+    unknown_uuids_fatal: bool,
+) -> Tuple[Optional[int], str, bool]:
+    """(position in ``devices`` or None, why not, is a MIG name) for one entry."""
+    upper = token.upper()
+    if token.isascii() and token.isdigit():  # str.isdigit() also takes "²", "١"
+        number = int(token)
+        if number < len(devices):
+            return number, "", False
+        return None, f"is out of range (there are {len(devices)} devices)", False
+    if (
+        unknown_uuids_fatal
+        and upper.startswith(("GPU-", "MIG-GPU-"))
+        and not any(g.uuid for g in devices)
+    ):
+        raise ConfigError(
+            f"{variable} entry {token!r} names a GPU by UUID, but no GPU UUID is "
+            "known here (NVML or the KFD topology is not available), so which GPU "
+            "it is cannot be told; use GPU indices"
+        )
+    if upper.startswith("MIG-GPU-"):
+        parent = "GPU-" + token[len("MIG-GPU-") :].split("/", 1)[0]
+        return _match_uuid(parent, devices), "matches no device", True
+    if upper.startswith("MIG-"):
+        if mig_parents is None:
+            raise ConfigError(
+                f"{variable} entry {token!r} is a MIG device UUID: only NVML can tell "
+                "which GPU it belongs to, and NVML is not available; use the GPU "
+                "index, the GPU UUID or the legacy MIG-GPU-<uuid>/<gi>/<ci> form"
+            )
+        parent_uuid = mig_parents.get(token)
+        if parent_uuid is None:
+            return None, "is not a MIG device NVML knows", True
+        return _match_uuid(parent_uuid, devices), "matches no device", True
+    if upper.startswith("GPU-"):
+        where = _match_uuid(token, devices)
+        prefix_of = [g for g in devices if g.uuid and g.uuid.lower().startswith(token.lower())]
+        why = "is an ambiguous UUID prefix" if where is None and prefix_of else "matches no device"
+        return where, why, False
+    return None, "matches no device", False
+
+
 def select_visible(
     devices: Sequence[Gpu],
     value: Optional[str],
@@ -124,49 +171,13 @@ def select_visible(
     tokens = value.split(",")
     for position, raw in enumerate(tokens):
         token = raw.strip()
-        upper = token.upper()
-        mig = False
-        where: Optional[int] = None
-        why = "matches no device"
-        if token.isascii() and token.isdigit():  # str.isdigit() also takes "²", "١"
-            number = int(token)
-            if number < len(devices):
-                where = number
-            else:
-                why = f"is out of range (there are {len(devices)} devices)"
-        elif (
-            unknown_uuids_fatal
-            and upper.startswith(("GPU-", "MIG-GPU-"))
-            and not any(g.uuid for g in devices)
-        ):
-            raise ConfigError(
-                f"{variable} entry {token!r} names a GPU by UUID, but no GPU UUID is "
-                "known here (NVML or the KFD topology is not available), so which GPU "
-                "it is cannot be told; use GPU indices"
-            )
-        elif upper.startswith("MIG-GPU-"):
-            mig = True
-            parent = "GPU-" + token[len("MIG-GPU-") :].split("/", 1)[0]
-            where = _match_uuid(parent, devices)
-        elif upper.startswith("MIG-"):
-            mig = True
-            if mig_parents is None:
-                raise ConfigError(
-                    f"{variable} entry {token!r} is a MIG device UUID: only NVML can tell "
-                    "which GPU it belongs to, and NVML is not available; use the GPU "
-                    "index, the GPU UUID or the legacy MIG-GPU-<uuid>/<gi>/<ci> form"
-                )
-            parent_uuid = mig_parents.get(token)
-            if parent_uuid is not None:
-                where = _match_uuid(parent_uuid, devices)
-            else:
-                why = "is not a MIG device NVML knows"
-        elif upper.startswith("GPU-"):
-            where = _match_uuid(token, devices)
-            if where is None and any(
-                g.uuid and g.uuid.lower().startswith(token.lower()) for g in devices
-            ):
-                why = "is an ambiguous UUID prefix"
+        where, why, mig = _resolve(
+            token,
+            devices,
+            variable=variable,
+            mig_parents=mig_parents,
+            unknown_uuids_fatal=unknown_uuids_fatal,
+        )
         if where is not None and where in used and not mig:
             where, why = None, "names a device already listed"
         if where is None:

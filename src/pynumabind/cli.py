@@ -25,12 +25,11 @@ import os
 import sys
 from typing import Any, Dict, List, NoReturn, Optional, Sequence
 
-from . import __version__
+from . import __version__, discovery
 from ._report import human_bytes, table
 from .cpulist import format_cpulist, parse_cpulist, parse_nodelist
 from .errors import ConfigError, ListParseError, PynumabindError, format_ids
-from .planning import CpuMode, MemoryPolicy, Plan
-from .topology import Topology
+from .model import CpuMode, MemoryPolicy, Plan, Topology
 
 log = logging.getLogger("pynumabind.cli")
 
@@ -208,18 +207,18 @@ def _option_list(value: Optional[str], option: str, *, nodes: bool) -> Optional[
         raise UsageError(f"{option}: {exc}") from None
 
 
-def load_topology(args: argparse.Namespace) -> Topology:
+def machine_topology(args: argparse.Namespace) -> Topology:
     """The machine the command works on, with allowed-set overrides applied."""
     allowed_cpus = _option_list(args.allowed_cpus, "--allowed-cpus", nodes=False)
     allowed_mems = _option_list(args.allowed_mems, "--allowed-mems", nodes=True)
     if args.topology is not None:  # "" too: an unset variable must not mean "this machine"
-        topology = Topology.load(args.topology)
+        topology = discovery.load_topology(args.topology)
     elif args.sysfs_root is not None:
         if not os.path.isdir(args.sysfs_root):
             raise UsageError(f"--sysfs-root: {args.sysfs_root!r} is not a directory")
-        topology = Topology.from_sysfs(args.sysfs_root)
+        topology = discovery.topology_from_sysfs(args.sysfs_root)
     else:
-        topology = Topology.detect(use_nvml=not args.no_nvml)
+        topology = discovery.detect_topology(use_nvml=not args.no_nvml)
     changes: Dict[str, Any] = {}
     if allowed_cpus is not None:
         unknown = allowed_cpus - topology.online_cpus
@@ -309,7 +308,7 @@ def _empty_nodes(topology: Topology) -> frozenset[int]:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    topology = load_topology(args)
+    topology = machine_topology(args)
     warnings = topology_warnings(topology)
     if args.json:
         _emit_json({"topology": topology.to_dict(), "warnings": warnings})
@@ -390,7 +389,7 @@ def _plan_rows(plans: Sequence[Plan]) -> List[List[str]]:
 def cmd_plan(args: argparse.Namespace) -> int:
     from .planner import plan_all
 
-    topology = load_topology(args)
+    topology = machine_topology(args)
     plans = plan_all(topology, **_plan_kwargs(args))
     if args.json:
         _emit_json({"ranks": [p.to_dict() for p in plans]})
@@ -415,7 +414,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
         argv = argv[1:]
     if not argv:
         raise UsageError("exec needs a command: pynumabind exec [options] -- CMD [ARGS...]")
-    topology = load_topology(args) if _machine_given(args) else None
+    topology = machine_topology(args) if _machine_given(args) else None
     binding = bind_current_process(
         args.rank, topology=topology, on_error=args.on_error, **_plan_kwargs(args)
     )
@@ -442,7 +441,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     from ._check import run_check
 
-    topology = load_topology(args)
+    topology = machine_topology(args)
     report = run_check(
         topology,
         timeout=args.timeout,
@@ -458,9 +457,9 @@ def cmd_check(args: argparse.Namespace) -> int:
                 w.device or "-",
                 w.planned_cpus,
                 w.actual_cpus,
-                w.planned_mems,
+                w.planned_mems or "-",
                 w.policy,
-                w.page_nodes,
+                w.page_nodes or "-",
                 "ok" if w.ok else "FAIL",
             ]
             for w in report.workers
@@ -490,7 +489,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
-    topology = load_topology(args)
+    topology = machine_topology(args)
     text = topology.to_json() + "\n"
     if args.output:
         try:

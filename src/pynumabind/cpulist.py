@@ -71,13 +71,12 @@ import reprlib
 from collections.abc import Mapping
 from typing import AbstractSet, Iterable, List, Optional, Sequence, Tuple, Union
 
-from .errors import ListParseError
+from .errors import ListParseError, format_ids
 
 __all__ = [
     "DEFAULT_MAX_ID",
     "format_cpulist",
     "format_cpumask",
-    "format_nodelist",
     "parse_cpulist",
     "parse_cpumask",
     "parse_nodelist",
@@ -397,20 +396,14 @@ def _checked_ids(ids: Iterable[int]) -> List[int]:
 
 
 def format_cpulist(ids: Iterable[int]) -> str:
-    """Canonical cpulist, byte-identical to the kernel's ``%*pbl`` (no newline)."""
-    ordered = _checked_ids(ids)
-    parts: List[str] = []
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ",".join(parts)
+    """Canonical cpulist, byte-identical to the kernel's ``%*pbl`` (no newline).
 
+    The JSON form of a set of ids: an empty set is ``""``, as the kernel
+    writes it.  The text itself comes from :func:`~pynumabind.errors.format_ids`,
+    the one formatter; this adds the check that every id is a non-negative int.
+    """
+    return format_ids(_checked_ids(ids), empty="")
 
-format_nodelist = format_cpulist
 
 
 def _set_bits(value: int, base: int, out: List[int]) -> None:

@@ -5,15 +5,20 @@ launcher can catch one type.  Errors about bad *input* also derive from
 ``ValueError`` and errors from the kernel also derive from ``OSError``, so
 callers who already handle those keep working.  The library never calls
 ``sys.exit`` and never lets libnuma print: failures surface here.
+
+:func:`format_ids` also lives here: it is how every message, every JSON
+document and the kernel-format lists write a set of ids, and this module is
+the one every other module may import.
 """
 
 from __future__ import annotations
 
 import errno as _errno
 import os
-from typing import AbstractSet, Optional
+from typing import AbstractSet, Collection, Optional
 
 __all__ = [
+    "EMPTY_IDS",
     "BindError",
     "ConfigError",
     "LibnumaUnavailableError",
@@ -26,12 +31,25 @@ __all__ = [
 ]
 
 
-def format_ids(ids: Optional[AbstractSet[int]]) -> str:
-    """Render a set of ids compactly for messages (``0-3,8``); ``-`` when empty."""
+#: The word a message uses for an empty set of ids.  JSON uses ``""``, the
+#: kernel's own form (see :func:`pynumabind.cpulist.format_cpulist`).
+EMPTY_IDS = "-"
+
+
+def format_ids(ids: Optional[Collection[int]], *, empty: str = EMPTY_IDS) -> str:
+    """A set of ids as text (``0-3,8``): the one place ids become text.
+
+    The kernel's list syntax, ascending, runs of consecutive ids as ``a-b``.
+    ``empty`` is what an empty set becomes: :data:`EMPTY_IDS` in messages,
+    ``""`` in JSON and sysfs (``format_cpulist`` passes that).  ``None``, no
+    set at all, is ``"none"`` in messages.  It lives here, at the bottom of
+    the package, because the errors themselves name ids
+    (:class:`NumaSyscallError`) and every other module may import this one.
+    """
     if ids is None:
         return "none"
     if not ids:
-        return "-"
+        return empty
     out: list[str] = []
     ordered = sorted(ids)
     start = prev = ordered[0]

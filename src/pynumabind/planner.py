@@ -74,8 +74,7 @@ from typing import (
 
 from .cpulist import parse_cpulist, parse_nodelist
 from .errors import ConfigError, ListParseError, PlanError, PynumabindError, format_ids
-from .planning import CpuMode, MemoryPolicy, Plan
-from .topology import Gpu, Topology
+from .model import CpuMode, Gpu, MemoryPolicy, Plan, Topology
 
 __all__ = [
     "MAX_NPROCS",

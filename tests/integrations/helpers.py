@@ -25,7 +25,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Dict, List, Sequence
 
@@ -95,42 +94,6 @@ def two_node_snapshot(path: Path) -> Path:
     }
     path.write_text(json.dumps(data, indent=2), encoding="utf-8")
     return path
-
-
-def _status(path: Path) -> Dict[str, str]:
-    fields = {}
-    for line in path.read_text(encoding="ascii").splitlines():
-        key, _, value = line.partition(":")
-        fields[key] = value.strip()
-    return fields
-
-
-def read_binding(pid: int) -> Dict[str, object]:
-    """What the kernel says about process ``pid``, read from outside it.
-
-    ``cpus``: the main thread's ``Cpus_allowed_list``; ``threads``: every
-    thread's; ``policy``: the memory policy ``numa_maps`` shows for mappings
-    without their own (the task policy: ``default``, ``prefer:0``, ...).
-    """
-    proc = Path(f"/proc/{pid}")
-    main = _status(proc / "status")
-    threads: List[str] = []
-    for task in sorted((proc / "task").iterdir()):
-        try:
-            threads.append(_status(task / "status")["Cpus_allowed_list"])
-        except (FileNotFoundError, ProcessLookupError):
-            continue  # a thread that exited while we looked
-    policies = Counter(
-        line.split()[1]
-        for line in (proc / "numa_maps").read_text(encoding="ascii").splitlines()
-        if len(line.split()) > 1
-    )
-    return {
-        "cpus": main["Cpus_allowed_list"],
-        "threads": sorted(set(threads)),
-        "policy": policies.most_common(1)[0][0] if policies else None,
-        "name": (proc / "comm").read_text(encoding="ascii").strip(),
-    }
 
 
 class ParkedLaunch:

@@ -21,7 +21,9 @@ from typing import Iterator
 
 import pytest
 
-from .helpers import read_binding, require, require_two_cpus
+from recipes import observe, recipe
+
+from .helpers import require, require_two_cpus
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 require("ray", "vllm")
@@ -57,33 +59,28 @@ def ray_cluster(snapshot: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator:
 
 def test_two_actors_each_bind_to_their_gpus_node(ray_cluster) -> None:
     ray = ray_cluster
+    namespace: dict = {"__name__": "pynumabind_ray_recipe"}  # not importable: shipped by value
+    exec(compile(recipe("ray"), "docs/integrations.md:ray", "exec"), namespace)
+    trainers = [namespace["Trainer"].remote() for _ in range(2)]
 
-    class Actor:
-        """Runs in a Ray worker process (defined here, so Ray ships it by value)."""
+    def report(self) -> dict:  # runs inside the actor, after the recipe's __init__
+        return {
+            "pid": os.getpid(),
+            "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "launcher_rank": [v for v in ("LOCAL_RANK", "RANK") if v in os.environ],
+            "summary": self.binding.summary(),
+        }
 
-        def bind(self) -> dict:
-            from pynumabind.integrations import bind_visible_gpus
-
-            binding = bind_visible_gpus(what="Ray actor")
-            return {
-                "pid": os.getpid(),
-                "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
-                "launcher_rank": [v for v in ("LOCAL_RANK", "RANK") if v in os.environ],
-                "summary": binding.summary(),
-            }
-
-    remote = ray.remote(num_gpus=1, num_cpus=0)(Actor)
-    actors = [remote.remote() for _ in range(2)]
-    reports = ray.get([actor.bind.remote() for actor in actors], timeout=300)
-    seen = [read_binding(report["pid"]) for report in reports]  # actors still alive
+    reports = ray.get([t.__ray_call__.remote(report) for t in trainers], timeout=300)
+    seen = [observe(r["pid"]) for r in reports]  # the actors are still alive
 
     # Ray gave each actor one of the two logical GPUs, and no launcher rank.
-    assert sorted(report["visible"] for report in reports) == ["0", "1"]
-    assert all(report["launcher_rank"] == [] for report in reports)
-    for report, kernel in zip(reports, seen):
-        gpu = report["visible"]  # GPU i is on node i, whose CPU is i
-        assert kernel["cpus"] == gpu, (report, kernel)
-        assert kernel["threads"] == [gpu], (report, kernel)
-        assert kernel["policy"] == "prefer:0"  # this machine's only memory node
-        assert report["summary"].startswith("pynumabind: rank 0 device GPU 0 (0000:")
+    assert sorted(r["visible"] for r in reports) == ["0", "1"]
+    assert all(r["launcher_rank"] == [] for r in reports)
     assert reports[0]["pid"] != reports[1]["pid"]
+    for r, kernel in zip(reports, seen):
+        gpu = r["visible"]  # GPU i is on node i, whose CPU is i
+        assert kernel.cpus == gpu, (r, kernel)
+        assert kernel.thread_cpus == (gpu,), (r, kernel)
+        assert kernel.policy == "prefer:0"  # this machine's only memory node
+        assert r["summary"].startswith("pynumabind: rank 0 device GPU 0 (0000:")

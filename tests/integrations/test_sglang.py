@@ -25,7 +25,9 @@ from typing import Dict, Iterator, Optional
 
 import pytest
 
-from .helpers import HERE, ParkedLaunch, read_binding, require, require_two_cpus
+from recipes import observe
+
+from .helpers import HERE, ParkedLaunch, require, require_two_cpus
 
 pytestmark = pytest.mark.integration
 
@@ -149,8 +151,8 @@ def test_real_launch_binds_each_scheduler_to_its_gpu_id(launch, snapshot: Path) 
     parked = run.parked("scheduler-*.json", 2)
     by_title = {record["title"]: record for record in parked}
     assert sorted(by_title) == ["sglang::scheduler_TP0", "sglang::scheduler_TP1"]
-    seen = {title: read_binding(int(rec["pid"])) for title, rec in by_title.items()}
-    front = read_binding(run.proc.pid)
+    seen = {title: observe(int(rec["pid"])) for title, rec in by_title.items()}
+    front = observe(run.proc.pid)
     output = run.release()
     print(output[-30000:])  # shown by pytest when an assertion below fails
 
@@ -158,10 +160,10 @@ def test_real_launch_binds_each_scheduler_to_its_gpu_id(launch, snapshot: Path) 
     # gpu_id 0 -> GPU 0 (node 0: CPU 0); gpu_id 1 -> GPU 1 (node 1: CPU 1);
     # every thread; memory preferred on node 0, this machine's only memory node.
     tp0, tp1 = seen["sglang::scheduler_TP0"], seen["sglang::scheduler_TP1"]
-    assert tp0["cpus"] == "0" and tp0["threads"] == ["0"]
-    assert tp1["cpus"] == "1" and tp1["threads"] == ["1"]
-    assert tp0["policy"] == tp1["policy"] == "prefer:0"
-    assert front["cpus"] == "0-1" and front["policy"] == "default"
+    assert tp0.cpus == "0" and tp0.thread_cpus == ("0",)
+    assert tp1.cpus == "1" and tp1.thread_cpus == ("1",)
+    assert tp0.policy == tp1.policy == "prefer:0"
+    assert front.cpus == "0-1" and front.policy == "default"
     # One line per scheduler in SGLang's log, with its TP prefix.
     assert "TP0] pynumabind: rank 0 device GPU 0 (0000:17:00.0) CPUs 0 " in output
     assert "TP1] pynumabind: rank 1 device GPU 1 (0000:65:00.0) CPUs 1 " in output

@@ -122,6 +122,7 @@ def test_topology_of_another_machine_is_an_error(tmp_path: Path, snapshot: Path)
     data["nodes"] = [data["nodes"][0]]
     data["cpus"] = [data["cpus"][0]]
     data["gpus"] = []
+    data["allowed_cpus"] = data["allowed_mems"] = "0"
     small = tmp_path / "small.json"
     small.write_text(json.dumps(data))
     with pytest.raises(TopologyError, match=r"lacks CPUs this process may run on \(1\)"):

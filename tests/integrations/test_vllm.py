@@ -24,7 +24,9 @@ from typing import Dict, Iterator, Optional
 
 import pytest
 
-from .helpers import HERE, ParkedLaunch, read_binding, require, require_two_cpus
+from recipes import observe
+
+from .helpers import HERE, ParkedLaunch, require, require_two_cpus
 
 pytestmark = pytest.mark.integration
 
@@ -306,11 +308,11 @@ def test_real_launch_plugin_binds_engine_core_and_each_worker(launch, snapshot: 
         {"PYNUMABIND_VLLM": "1", "PYNUMABIND_TOPOLOGY": str(snapshot)},
     )
     workers = {r["rank"]: r for r in run.parked("worker-*.json", 2)}
-    seen = {rank: read_binding(rec["pid"]) for rank, rec in workers.items()}
+    seen = {rank: observe(rec["pid"]) for rank, rec in workers.items()}
     engine_pid = workers[0]["ppid"]
     assert workers[1]["ppid"] == engine_pid  # both started by EngineCore
-    engine = read_binding(engine_pid)
-    front = read_binding(run.proc.pid)
+    engine = observe(engine_pid)
+    front = observe(run.proc.pid)
     output = run.release()
     print(output[-30000:])  # shown by pytest when an assertion below fails
 
@@ -318,13 +320,13 @@ def test_real_launch_plugin_binds_engine_core_and_each_worker(launch, snapshot: 
     # Worker 0 drives GPU 0 (node 0: CPU 0), worker 1 GPU 1 (node 1: CPU 1);
     # every thread moved; memory preferred on node 0 for both, because this
     # machine's only memory node is 0 (the planner read that from the process).
-    assert seen[0]["cpus"] == "0" and seen[0]["threads"] == ["0"]
-    assert seen[1]["cpus"] == "1" and seen[1]["threads"] == ["1"]
-    assert seen[0]["policy"] == seen[1]["policy"] == "prefer:0"
+    assert seen[0].cpus == "0" and seen[0].thread_cpus == ("0",)
+    assert seen[1].cpus == "1" and seen[1].thread_cpus == ("1",)
+    assert seen[0].policy == seen[1].policy == "prefer:0"
     # EngineCore: the union of its shard's GPUs (both nodes), bound before it
     # started the workers; the front-end process is left alone.
-    assert engine["cpus"] == "0-1" and engine["policy"] == "prefer:0"
-    assert front["cpus"] == "0-1" and front["policy"] == "default"
+    assert engine.cpus == "0-1" and engine.policy == "prefer:0"
+    assert front.cpus == "0-1" and front.policy == "default"
     # One line per bound process, in vLLM's own log.
     assert "local_rank 0: pynumabind: rank 0 device GPU 0 (0000:17:00.0) CPUs 0 " in output
     assert "local_rank 1: pynumabind: rank 1 device GPU 1 (0000:65:00.0) CPUs 1 " in output
@@ -339,14 +341,14 @@ def test_real_launch_worker_cls_with_vllm_style_node_override(launch, snapshot: 
         {"PYNUMABIND_TOPOLOGY": str(snapshot), "PYNUMABIND_NODES": "1 0"},
     )
     workers = {r["rank"]: r for r in run.parked("worker-*.json", 2)}
-    seen = {rank: read_binding(rec["pid"]) for rank, rec in workers.items()}
-    engine = read_binding(workers[0]["ppid"])
+    seen = {rank: observe(rec["pid"]) for rank, rec in workers.items()}
+    engine = observe(workers[0]["ppid"])
     output = run.release()
     print(output[-30000:])  # shown by pytest when an assertion below fails
 
     assert "Unsupported device type: cpu" in output
     # "1 0": GPU index 0 -> node 1 (CPU 1), GPU index 1 -> node 0 (CPU 0).
-    assert seen[0]["cpus"] == "1" and seen[0]["threads"] == ["1"]
-    assert seen[1]["cpus"] == "0" and seen[1]["threads"] == ["0"]
+    assert seen[0].cpus == "1" and seen[0].thread_cpus == ("1",)
+    assert seen[1].cpus == "0" and seen[1].thread_cpus == ("0",)
     # Without PYNUMABIND_VLLM=1 the plugin did nothing: EngineCore unbound.
-    assert engine["cpus"] == "0-1" and engine["policy"] == "default"
+    assert engine.cpus == "0-1" and engine.policy == "default"

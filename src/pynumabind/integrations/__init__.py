@@ -51,8 +51,7 @@ from typing import TYPE_CHECKING, Dict, Mapping, Optional, Sequence, Tuple
 if TYPE_CHECKING:  # pragma: no cover
     from .._environ import EnvConfig
     from ..binder import Binding
-    from ..planning import Plan
-    from ..topology import Topology
+    from ..model import Plan, Topology
 
 __all__ = [
     "bind_gpu",
@@ -173,20 +172,21 @@ def installed_version(distribution: str, module: str) -> str:
 
 def load_topology(environ: Optional[Mapping[str, str]] = None) -> Topology:
     """This process's topology: ``PYNUMABIND_TOPOLOGY`` when set, else detected."""
+    from ..discovery import detect_topology
+    from ..discovery import load_topology as load_snapshot
     from ..errors import ConfigError, TopologyError
-    from ..topology import Topology
 
     env = os.environ if environ is None else environ
     path = env.get("PYNUMABIND_TOPOLOGY")
     if path is None:
-        return Topology.detect(environ=env)
+        return detect_topology(environ=env)
     if not path.strip():
         raise ConfigError(
             "PYNUMABIND_TOPOLOGY is set but empty; name a snapshot file "
             "('pynumabind snapshot -o FILE') or unset it to use this machine"
         )
     try:
-        snapshot = Topology.load(path)
+        snapshot = load_snapshot(path)
     except TopologyError as exc:
         text = str(exc)
         if path not in text:

@@ -28,6 +28,7 @@ from pynumabind import (
     plan,
     plan_all,
 )
+from pynumabind.discovery import detect_topology
 
 from ._guestlib import (
     ALL_CPUS,
@@ -49,7 +50,7 @@ pytestmark = pytest.mark.usefixtures("pristine")
 
 @pytest.fixture(scope="module")
 def topology() -> Topology:
-    return Topology.detect(use_nvml=False)
+    return detect_topology(use_nvml=False)
 
 
 # ------------------------------------------------------------------ node 1, all threads

@@ -34,7 +34,8 @@ else:
     sys.stdin.readline()  # the parent sets our affinity, then says go
 
 from pynumabind import (
-    MemoryPolicy, Plan, PynumabindError, Topology, _libnuma, apply_plan, bind_current_process,
+    MemoryPolicy, Plan, PynumabindError, _libnuma, apply_plan, bind_current_process,
+    detect_topology,
 )
 
 def state():
@@ -52,7 +53,7 @@ def attempt(call):
     binding.restore()
     return out
 
-topology = Topology.detect(use_nvml=False)
+topology = detect_topology(use_nvml=False)
 report = {
     "start": state(),
     "allowed_cpus": sorted(topology.allowed_cpus),

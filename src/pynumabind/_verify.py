@@ -1,0 +1,339 @@
+"""Is a binding in force?  The one set of rules, for ``verify()`` and ``check``.
+
+:meth:`Binding.verify() <pynumabind.binder.Binding.verify>` and
+``pynumabind check`` (:mod:`._check`) both judge with the functions here, so
+they cannot disagree: ``check`` adds an independent *read* of the thread masks
+(``/proc/self/task/*/status`` instead of ``sched_getaffinity``), judged by the
+same :func:`thread_problems`, never a second rule set.
+
+The rules:
+
+* **Threads.**  Every live thread must run on the plan's CPUs, except one
+  the binding left pinned elsewhere, or one started later that pinned itself
+  to a mask other than the pre-bind one (deliberately pinned, as
+  :mod:`._threads` defines it).  A thread still on the pre-bind mask escaped
+  the binding; a bound thread moved elsewhere was re-pinned after it.
+* **Memory** (checked only on the binding thread, whose policy it is): the
+  policy reads back as requested, and freshly touched pages land where it
+  promises -- inside the nodes for ``bind`` and ``interleave`` (alternating
+  when there are several), inside the allowed nodes for ``local``.  For
+  ``preferred``, pages off the preferred nodes are a problem only while those
+  nodes have free memory: below :data:`PREFERRED_SPILL_BYTES` free, spilling
+  is the policy working as designed.
+* A page ``move_pages`` cannot find (``-ENOENT``) is asked about again a few
+  times first: the kernel reports a page it is migrating at that instant
+  (compaction, NUMA balancing) as absent; seen in the QEMU guest tests.
+
+:func:`placement_problems` and :func:`thread_problems` are pure (values in,
+values out); the readers around them are the imperative shell.
+"""
+
+from __future__ import annotations
+
+import mmap
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+from . import _libnuma, _threads
+from .errors import LibnumaUnavailableError, NumaSyscallError, format_ids
+from .model import MemoryPolicy
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .binder import Binding
+
+__all__ = [
+    "PREFERRED_SPILL_BYTES",
+    "VERIFY_PAGES",
+    "VerifyResult",
+    "expected_threads",
+    "placement_problems",
+    "thread_problems",
+    "verify_binding",
+]
+
+VERIFY_PAGES = 16
+# Below this much free memory on a preferred node, spilling elsewhere is the
+# policy working as designed, not a binding problem.
+PREFERRED_SPILL_BYTES = 256 << 20
+# How often, and how far apart, a page reported missing is asked about again.
+_SETTLE_TRIES = 5
+_SETTLE_PAUSE = 0.05  # seconds
+
+_NUMA_ERRORS = (NumaSyscallError, LibnumaUnavailableError)
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """What :meth:`Binding.verify` found.
+
+    ``ok`` is True when everything the binding claims to be in force is:
+    each thread's affinity, the calling thread's policy, and where freshly
+    touched pages landed.  ``problems`` explain each mismatch; ``notes`` say
+    what could not be checked and why (not failures).  ``page_nodes`` is the
+    node of each test page (negative: ``-errno``).
+    """
+
+    ok: bool
+    problems: Tuple[str, ...] = ()
+    notes: Tuple[str, ...] = ()
+    page_nodes: Tuple[int, ...] = ()
+    threads_checked: int = 0
+    memory_checked: bool = False
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "problems": list(self.problems),
+            "notes": list(self.notes),
+            "page_nodes": list(self.page_nodes),
+            "threads_checked": self.threads_checked,
+            "memory_checked": self.memory_checked,
+        }
+
+
+# ------------------------------------------------------------------ threads
+
+
+def expected_threads(binding: Binding) -> Tuple[Dict[int, str], frozenset[int], frozenset[int]]:
+    """What the thread rule needs from a binding.
+
+    Returns (names of the threads it bound, threads it left pinned, the
+    pre-bind mask that means "not deliberately pinned").
+    """
+    bound = {r.tid: r.name for r in binding.threads if r.action is _threads.ThreadAction.BOUND}
+    left = frozenset(
+        r.tid for r in binding.threads if r.action is _threads.ThreadAction.LEFT_PINNED
+    )
+    reference: frozenset[int] = frozenset()
+    for result in binding.threads:
+        if result.tid == binding.thread_id and result.before is not None:
+            reference = result.before
+    return bound, left, reference
+
+
+def thread_problems(
+    cpus: frozenset[int],
+    bound: Mapping[int, str],
+    left_pinned: frozenset[int],
+    reference: frozenset[int],
+    masks: Mapping[int, Optional[frozenset[int]]],
+) -> Tuple[List[str], int]:
+    """Judge every live thread's mask (``masks``; ``None``: exited).
+
+    Returns the problems and how many threads were checked.
+    """
+    problems: List[str] = []
+    checked = 0
+    for tid, mask in sorted(masks.items()):
+        if mask is None or tid in left_pinned:
+            continue
+        if tid in bound:
+            checked += 1
+            if mask != cpus:
+                problems.append(
+                    f"thread {tid} ({bound[tid]}) runs on CPUs {format_ids(mask)}, "
+                    f"expected {format_ids(cpus)}"
+                )
+        elif mask == cpus:
+            checked += 1
+        elif mask == reference:
+            checked += 1
+            problems.append(
+                f"thread {tid} escaped the binding: it runs on CPUs {format_ids(mask)}, "
+                f"the mask before binding, expected {format_ids(cpus)}"
+            )
+    return problems, checked
+
+
+def _live_masks(
+    read: Callable[[int], Optional[frozenset[int]]],
+) -> Tuple[Dict[int, Optional[frozenset[int]]], List[str]]:
+    masks: Dict[int, Optional[frozenset[int]]] = {}
+    problems: List[str] = []
+    try:
+        tids = _threads.list_thread_ids()
+    except OSError as exc:
+        return masks, [f"cannot list this process's threads: {exc}"]
+    for tid in tids:
+        try:
+            masks[tid] = read(tid)
+        except OSError as exc:
+            problems.append(f"cannot read thread {tid}'s affinity: {exc}")
+    return masks, problems
+
+
+# ------------------------------------------------------------------- memory
+
+
+def placement_problems(
+    mode: int,
+    nodes: frozenset[int],
+    found: Tuple[int, ...],
+    *,
+    free_bytes: Optional[int],
+    allowed: Optional[frozenset[int]],
+) -> Tuple[List[str], List[str]]:
+    """Judge where test pages landed under policy ``mode`` on ``nodes``.
+
+    ``free_bytes`` is the preferred nodes' free memory (``None``: unknown),
+    ``allowed`` the memory nodes this process may use (``None``: unknown).
+    Returns (problems, notes).
+    """
+    problems: List[str] = []
+    notes: List[str] = []
+    missing = [i for i, node in enumerate(found) if node < 0]
+    if missing:
+        problems.append(f"test pages {missing} not present after touching them")
+    placed = [node for node in found if node >= 0]
+    outside = frozenset(node for node in placed if node not in nodes)
+    if mode == _libnuma.MPOL_BIND and outside:
+        problems.append(
+            f"pages landed on nodes {format_ids(outside)} outside the bound nodes "
+            f"{format_ids(nodes)}"
+        )
+    elif mode in (_libnuma.MPOL_PREFERRED, _libnuma.MPOL_PREFERRED_MANY) and outside:
+        _judge_spill(nodes, outside, free_bytes, problems, notes)
+    elif mode == _libnuma.MPOL_INTERLEAVE:
+        problems.extend(_interleave_problems(nodes, placed, outside))
+    elif mode == _libnuma.MPOL_LOCAL:
+        stray = sorted(set(placed) - (frozenset(placed) if allowed is None else allowed))
+        if stray:
+            problems.append(f"pages landed on nodes {stray} outside the allowed memory nodes")
+    return problems, notes
+
+
+def _judge_spill(
+    nodes: frozenset[int],
+    outside: frozenset[int],
+    free_bytes: Optional[int],
+    problems: List[str],
+    notes: List[str],
+) -> None:
+    """Preferred: pages elsewhere are fine only when the preferred nodes are nearly full."""
+    if free_bytes is None or free_bytes >= PREFERRED_SPILL_BYTES:
+        problems.append(
+            f"pages landed on nodes {format_ids(outside)} although the preferred "
+            f"nodes {format_ids(nodes)} have free memory"
+        )
+    else:
+        notes.append("pages spilled off the preferred nodes, which are nearly full")
+
+
+def _interleave_problems(
+    nodes: frozenset[int], placed: List[int], outside: frozenset[int]
+) -> List[str]:
+    if outside:
+        return [
+            f"interleaved pages landed on nodes {format_ids(outside)} outside {format_ids(nodes)}"
+        ]
+    if len(nodes) > 1 and len(placed) > 1 and len(set(placed)) < 2:
+        return [f"interleaved pages did not alternate: all on node {placed[0]}"]
+    return []
+
+
+def _touched_page_nodes(pages: int) -> Tuple[int, ...]:
+    """Fault in ``pages`` fresh pages under the current policy; where are they?"""
+    size = mmap.PAGESIZE
+    scratch = mmap.mmap(-1, max(pages, 1) * size)
+    try:
+        for index in range(max(pages, 1)):
+            scratch[index * size] = 1
+        found = tuple(_libnuma.page_nodes(scratch))
+        for _ in range(_SETTLE_TRIES - 1):
+            if min(found, default=0) >= 0:
+                break
+            time.sleep(_SETTLE_PAUSE)
+            found = tuple(_libnuma.page_nodes(scratch))
+        return found
+    finally:
+        scratch.close()
+
+
+def _free_bytes(nodes: frozenset[int]) -> Optional[int]:
+    total = 0
+    for node in nodes:
+        try:
+            total += _libnuma.node_memory(node)[1]
+        except _NUMA_ERRORS:
+            return None
+    return total
+
+
+def _mems_allowed() -> Optional[frozenset[int]]:
+    try:
+        return _libnuma.get_mems_allowed()
+    except _NUMA_ERRORS:
+        return None
+
+
+def _verify_memory(
+    mode: int, nodes: frozenset[int], pages: int, problems: List[str], notes: List[str]
+) -> Tuple[Tuple[int, ...], bool]:
+    """Check the calling thread's policy and where new pages land."""
+    try:
+        now = _libnuma.get_mempolicy()
+    except _NUMA_ERRORS as exc:
+        notes.append(f"memory policy not readable: {exc}")
+        return (), False
+    if now.mode != mode or (nodes and now.nodes != nodes):
+        problems.append(
+            f"memory policy is {now.mode_name} on nodes {format_ids(now.nodes)}, "
+            f"expected {_libnuma.MODE_NAMES.get(mode, str(mode))} on {format_ids(nodes)}"
+        )
+    try:
+        found = _touched_page_nodes(pages)
+    except _NUMA_ERRORS as exc:
+        notes.append(f"page placement not checked: {exc}")
+        return (), False
+    preferred = mode in (_libnuma.MPOL_PREFERRED, _libnuma.MPOL_PREFERRED_MANY)
+    free = _free_bytes(nodes) if preferred else None
+    placed_problems, placed_notes = placement_problems(
+        mode, nodes, found, free_bytes=free, allowed=_mems_allowed()
+    )
+    problems.extend(placed_problems)
+    notes.extend(placed_notes)
+    return found, True
+
+
+# -------------------------------------------------------------------- entry
+
+
+def verify_binding(binding: Binding, pages: int = VERIFY_PAGES) -> VerifyResult:
+    """Check that ``binding`` is in force; never raises on a mismatch."""
+    plan = binding.plan
+    if plan is None or not binding.applied:
+        return VerifyResult(True, (), ("nothing was applied; nothing to verify",))
+    problems: List[str] = []
+    notes: List[str] = []
+    if binding.restored:
+        notes.append("binding was restored; checked against the plan anyway")
+    threads_checked = 0
+    if plan.cpus is not None:
+        masks, problems = _live_masks(_threads.thread_affinity)
+        bound, left, reference = expected_threads(binding)
+        found, threads_checked = thread_problems(plan.cpus, bound, left, reference, masks)
+        problems.extend(found)
+    page_nodes: Tuple[int, ...] = ()
+    memory_checked = False
+    if binding.memory_applied and binding.policy_mode is not None:
+        if threading.get_native_id() != binding.thread_id:
+            notes.append(
+                f"memory not checked: the policy belongs to thread {binding.thread_id}, "
+                "verify() was called from another thread"
+            )
+        else:
+            page_nodes, memory_checked = _verify_memory(
+                binding.policy_mode, binding.policy_nodes, pages, problems, notes
+            )
+    elif plan.policy is not MemoryPolicy.NONE:
+        notes.append("memory policy was not applied (see Binding.skipped); not checked")
+    return VerifyResult(
+        ok=not problems,
+        problems=tuple(problems),
+        notes=tuple(notes),
+        page_nodes=page_nodes,
+        threads_checked=threads_checked,
+        memory_checked=memory_checked,
+    )

@@ -1,0 +1,318 @@
+"""Discovery's front door: this machine (sysfs + NVML + KFD + visibility), another
+machine's sysfs tree, or a snapshot file, each as a :class:`~pynumabind.model.Topology`.
+
+Three public functions, each with its real keywords: :func:`detect_topology`
+(this machine and this process), :func:`topology_from_sysfs` (any sysfs tree:
+``/sys`` or a copy of another machine's), :func:`load_topology` (a JSON
+snapshot written by ``pynumabind snapshot``).  The model module is a leaf:
+it imports none of this, so there is no import cycle, lazy or not.
+
+Discovery records facts about each GPU; it does not decide where a rank
+goes.  The planner (``planner._place_gpu``) is the one owner of "which CPUs
+and memory suit this GPU", including for a GPU on a CPU-less node, which
+discovery leaves as it found it.  What each :class:`~pynumabind.model.Gpu`
+field means when it leaves here:
+
+``numa_node``
+    The node the most trusted source names for the GPU, preferring a node
+    with CPUs whenever any source names one.  In order of trust:
+
+    1. NVML's ``nvmlDeviceGetNumaNodeId`` when it names a node *with CPUs*;
+    2. NVML's memory affinity, restricted to CPU nodes, when it is one node
+       (GB200 prints ``0,3-9,11-17``: node 0 plus empty placeholders);
+    3. the CPU node holding all of NVML's CPU affinity (one spanning nodes
+       names none: see :func:`_sole_node_of`);
+    4. the PCI function's sysfs ``numa_node`` when that node has CPUs;
+    5. otherwise the CPU-less node a source named (NVML's NUMA id, then
+       sysfs ``numa_node``), as named: no SLIT "nearest" is chosen here;
+    6. ``None`` when no source names a node.
+
+    So ``numa_node`` is a CPU-less node only when that is all the sources
+    say, and then the planner picks the CPU node (by ``local_cpus``, else
+    by SLIT distance).
+``memory_node``
+    A CPU-less node with memory that a source names as the GPU's node: the
+    GPU's own HBM on Grace (GH200/GB200), or a CXL/firmware node.  NVML's
+    NUMA id wins; when NVML has no answer (NOT_SUPPORTED, an older driver)
+    the sysfs ``numa_node`` fact is kept, and the notes say so.  ``None``
+    when no source names such a node.
+``local_cpus``
+    NVML's CPU affinity (node scope) within the online CPUs; without it the
+    CPUs of ``numa_node``, else the function's sysfs ``local_cpulist``
+    (noted).  Sysfs alone: ``local_cpulist``, or the CPUs of ``numa_node``
+    when the kernel lists none.
+``source``
+    Which source named ``numa_node``: ``"nvml"`` (steps 1-3, 5 and 6) or
+    ``"sysfs"`` (steps 4 and 5); ``"snapshot"`` for an old snapshot without
+    the field.  Every other disagreement or fallback is a line in
+    ``Topology.notes``.
+
+NVML's list is the driver's truth about which GPUs exist: a GPU that sysfs
+shows but NVML does not (a container given some of the host's GPUs) is
+dropped with a note.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
+
+from ._nvml import NvmlDevice, NvmlReport
+from .errors import TopologyError, format_ids
+from .model import Gpu, Topology
+
+__all__ = ["detect_topology", "load_topology", "merge_nvml", "topology_from_sysfs"]
+
+
+def _sole_node_of(topology: Topology, cpus: frozenset[int]) -> Optional[int]:
+    """The one CPU node holding every CPU of ``cpus``; None when they span nodes.
+
+    An affinity spanning nodes names none of them: it is the socket-wide mask
+    of the legacy affinity call (several SNC/NPS nodes), or every CPU for a
+    GPU without proximity; taking the largest or lowest node would invent one.
+    """
+    spanned = [n for n in topology.cpu_nodes if topology.nodes[n].cpus & cpus]
+    return spanned[0] if len(spanned) == 1 else None
+
+
+def _nvml_nodes(
+    topology: Topology, device: NvmlDevice, label: str, notes: List[str]
+) -> Tuple[Optional[int], Optional[int]]:
+    """(the CPU node NVML names, the CPU-less node NVML names) for one GPU."""
+    cpu_nodes = frozenset(topology.cpu_nodes)
+    nid = device.numa_node_id
+    memory_node: Optional[int] = None
+    if nid is not None and nid not in topology.nodes:
+        notes.append(f"{label}: NVML names NUMA node {nid}, which is not online; ignored")
+    elif nid in cpu_nodes:
+        return nid, None
+    elif nid is not None:
+        memory_node = nid
+    if device.memory_affinity:
+        candidates = device.memory_affinity & cpu_nodes
+        if len(candidates) == 1:
+            return next(iter(candidates)), memory_node
+    if device.cpu_affinity:
+        return _sole_node_of(topology, device.cpu_affinity), memory_node
+    return None, memory_node
+
+
+def _gpu_nodes(
+    topology: Topology,
+    device: NvmlDevice,
+    pci: Optional[Gpu],
+    label: str,
+    notes: List[str],
+) -> Tuple[Optional[int], Optional[int], str]:
+    """(``numa_node``, ``memory_node``, ``source``) as NVML and sysfs report them.
+
+    Facts only, in the order of trust the module docstring gives; which CPU
+    node a GPU on a CPU-less node gets is left to the planner.
+    """
+    numa, memory_node = _nvml_nodes(topology, device, label, notes)
+    sysfs_node = pci.numa_node if pci is not None else None
+    if memory_node is None and device.numa_node_id is None and pci is not None:
+        # NOT_SUPPORTED says nothing against what sysfs knows (issue 13).
+        memory_node = pci.memory_node
+        if memory_node is not None:
+            notes.append(
+                f"{label}: NVML gives no NUMA node id; memory node {memory_node} "
+                "is from sysfs numa_node"
+            )
+    if numa is not None:
+        if sysfs_node is not None and sysfs_node not in (numa, memory_node):
+            notes.append(
+                f"{label}: NVML places it on node {numa}, sysfs numa_node says "
+                f"{sysfs_node}; using NVML"
+            )
+        return numa, memory_node, "nvml"
+    if sysfs_node is not None and topology.nodes[sysfs_node].cpus:
+        return sysfs_node, memory_node, "sysfs"
+    if memory_node is not None:
+        notes.append(
+            f"{label}: the only node NVML and sysfs name is its CPU-less memory node "
+            f"{memory_node}; the planner picks its CPU node"
+        )
+        source = "nvml" if device.numa_node_id == memory_node else "sysfs"
+        return memory_node, memory_node, source
+    if sysfs_node is not None:
+        return sysfs_node, None, "sysfs"
+    notes.append(f"{label}: neither NVML nor sysfs tells its NUMA node")
+    return None, None, "nvml"
+
+
+def _merged_gpu(
+    topology: Topology, device: NvmlDevice, pci: Optional[Gpu], index: int, notes: List[str]
+) -> Gpu:
+    """One NVML device as a :class:`Gpu`, with what sysfs knows about its function."""
+    label = f"GPU {device.index} ({device.pci_bus_id})"
+    numa, memory_node, source = _gpu_nodes(topology, device, pci, label, notes)
+    local = device.cpu_affinity & topology.online_cpus
+    if not local:
+        node_cpus = topology.nodes[numa].cpus if numa is not None else frozenset()
+        local = node_cpus or (pci.local_cpus if pci is not None else frozenset())
+        notes.append(
+            f"{label}: NVML reports no CPU affinity (a cpuset hiding its node?); "
+            f"using CPUs {format_ids(local)}"
+        )
+    return Gpu(
+        index=index,
+        pci_bus_id=device.pci_bus_id,
+        vendor="nvidia",
+        numa_node=numa,
+        local_cpus=local,
+        uuid=device.uuid,
+        model=device.name or (pci.model if pci is not None else None),
+        memory_node=memory_node,
+        physical_index=device.index,
+        source=source,
+    )
+
+
+def merge_nvml(topology: Topology, report: NvmlReport) -> Tuple[List[Gpu], List[str]]:
+    """GPUs from NVML's ``report``, in NVML order, merged with what sysfs knows."""
+    notes: List[str] = list(report.notes)
+    from_sysfs: Dict[str, Gpu] = {g.pci_bus_id: g for g in topology.gpus if g.vendor == "nvidia"}
+    merged: List[Gpu] = []
+    for device in report.devices:
+        notes.extend(device.notes)
+        pci = from_sysfs.pop(device.pci_bus_id, None)
+        merged.append(_merged_gpu(topology, device, pci, len(merged), notes))
+    for bus_id in sorted(from_sysfs):
+        notes.append(f"NVIDIA GPU {bus_id} is in sysfs but not enumerated by NVML; left out")
+    out: List[Gpu] = list(merged)
+    cuda_physical = len(merged)
+    for gpu in (g for g in topology.gpus if g.vendor != "nvidia"):
+        if gpu.vendor == "amd":
+            out.append(_with(gpu, index=len(out)))
+        else:
+            out.append(_with(gpu, index=len(out), physical_index=cuda_physical))
+            cuda_physical += 1
+    return out, notes
+
+
+def _with(gpu: Gpu, **changes: Any) -> Gpu:
+    from dataclasses import replace
+
+    return replace(gpu, **changes)
+
+
+def detect_topology(
+    *,
+    environ: Optional[Mapping[str, str]] = None,
+    use_nvml: bool = True,
+    sysfs_root: str = "/sys",
+    allowed_cpus: Optional[Iterable[int]] = None,
+    allowed_mems: Optional[Iterable[int]] = None,
+    gpu_vendors: Optional[Union[Mapping[int, str], Iterable[int]]] = None,
+    pci_classes: Optional[Iterable[Union[str, int]]] = None,
+) -> Topology:
+    """Discover the machine and this process's view of it.
+
+    ``environ`` (default ``os.environ``) supplies ``CUDA_VISIBLE_DEVICES`` and
+    friends; ``use_nvml=False`` skips NVML.  NVML is only loaded when sysfs
+    shows an NVIDIA GPU, or shows no PCI bus at all (some containers).
+    """
+    from . import _nvml, _sysfs, _visible
+
+    env = os.environ if environ is None else environ
+    base = _sysfs.read_topology(
+        sysfs_root,
+        allowed_cpus=allowed_cpus,
+        allowed_mems=allowed_mems,
+        gpu_vendors=gpu_vendors,
+        pci_classes=pci_classes,
+    )
+    notes = list(base.notes)
+    gpus = list(base.gpus)
+    mig_parents: Optional[Dict[str, str]] = None
+    has_nvidia = any(g.vendor == "nvidia" for g in gpus)
+    no_pci = not os.path.isdir(os.path.join(sysfs_root, "bus", "pci", "devices"))
+    if use_nvml and (has_nvidia or no_pci):
+        max_cpu = max(base.cpus) if base.cpus else 0
+        max_node = max(base.nodes) if base.nodes else 0
+        try:
+            report = _nvml.query(
+                cpu_words=max_cpu // 64 + 1,
+                node_words=max_node // 64 + 1,
+                mig_uuids=_visible.mig_uuids(env.get("CUDA_VISIBLE_DEVICES")),
+            )
+        except _nvml.NvmlUnavailable as exc:
+            if has_nvidia:
+                notes.append(f"NVML unavailable ({exc.reason}); GPU NUMA nodes from sysfs PCI")
+        else:
+            gpus, merge_notes = merge_nvml(base, report)
+            notes += merge_notes
+            mig_parents = dict(report.mig_parents)
+    elif has_nvidia:
+        notes.append("NVML not used (use_nvml=False); GPU NUMA nodes from sysfs PCI")
+    topology = base.replace(gpus=tuple(gpus), notes=tuple(notes))
+    return _visible.apply_visibility(topology, env, mig_parents=mig_parents)
+
+
+def topology_from_sysfs(
+    root: str = "/sys",
+    *,
+    allowed_cpus: Optional[Iterable[int]] = None,
+    allowed_mems: Optional[Iterable[int]] = None,
+    gpu_vendors: Optional[Union[Mapping[int, str], Iterable[int]]] = None,
+    pci_classes: Optional[Iterable[Union[str, int]]] = None,
+    environ: Optional[Mapping[str, str]] = None,
+) -> Topology:
+    """The machine under sysfs ``root`` (``/sys``, or another machine's copy), without NVML.
+
+    See :func:`pynumabind._sysfs.read_topology` for what each keyword means;
+    ``None`` keeps its default.
+    """
+    from . import _sysfs
+
+    return _sysfs.read_topology(
+        root,
+        allowed_cpus=allowed_cpus,
+        allowed_mems=allowed_mems,
+        gpu_vendors=gpu_vendors,
+        pci_classes=pci_classes,
+        environ=environ,
+    )
+
+
+def load_topology(path: str) -> Topology:
+    """Read a snapshot file written by ``pynumabind snapshot``.
+
+    The file is untrusted input: only a regular file is read (a FIFO would
+    hang, ``/dev/zero`` never ends), at most
+    :data:`~pynumabind.model.MAX_SNAPSHOT_CHARS` bytes of it, and the
+    contents are checked as :meth:`Topology.from_dict` says.  Every error
+    names the file.
+    """
+    text = _read_snapshot(path)
+    try:
+        return Topology.from_json(text)
+    except TopologyError as exc:
+        raise TopologyError(f"topology file {path!r}: {exc}") from exc
+
+
+def _read_snapshot(path: str) -> str:
+    from .model import MAX_SNAPSHOT_CHARS
+
+    try:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise TopologyError(f"topology file {path!r} is not a regular file")
+            data = handle.read(MAX_SNAPSHOT_CHARS + 1)
+    except OSError as exc:
+        raise TopologyError(f"cannot read topology file {path!r}: {exc.strerror}") from exc
+    if len(data) > MAX_SNAPSHOT_CHARS:
+        raise TopologyError(
+            f"topology file {path!r} is larger than {MAX_SNAPSHOT_CHARS} bytes: not a snapshot"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TopologyError(
+            f"topology file {path!r} is not UTF-8 text (byte {exc.start}): "
+            "expected JSON written by 'pynumabind snapshot'"
+        ) from exc

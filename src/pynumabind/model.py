@@ -1,0 +1,508 @@
+"""The values everything else passes around: the machine, and what a rank gets.
+
+Nothing in this module does I/O and nothing here imports discovery, planning
+or binding: it is the leaf every other module stands on.  A
+:class:`Topology` is built by :mod:`pynumabind.discovery` (sysfs, NVML, KFD,
+or a JSON snapshot) and consumed by the pure planner
+(:mod:`pynumabind.planner`), which produces :class:`Plan` values that the
+binder applies and the CLI prints.  That split is what lets the planner be
+tested on thousands of generated machines.
+
+JSON snapshots use canonical cpulists for sets, so they stay readable and
+diffable, and :meth:`Topology.from_json` restores exactly what
+:meth:`Topology.to_json` wrote.  A snapshot read back is untrusted input
+(``--topology`` names any file): its size is bounded
+(:data:`MAX_SNAPSHOT_CHARS`), deep nesting is a :class:`TopologyError`, not
+a RecursionError, every id must be a non-negative int within the kernel's
+limits, every set is kept within the snapshot's own CPUs and nodes, and the
+ids all its lists hold together are bounded (see :class:`_Snapshot`).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Type, TypeVar
+
+from .cpulist import DEFAULT_MAX_ID, format_cpulist, parse_cpulist
+from .errors import ConfigError, ListParseError, TopologyError
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Cpu",
+    "CpuMode",
+    "Gpu",
+    "MemoryPolicy",
+    "NumaNode",
+    "Plan",
+    "Topology",
+]
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class NumaNode:
+    """One NUMA node.
+
+    ``cpus`` are the node's *online* CPUs.  A node with no CPUs is
+    memory-only (a Grace GPU-memory node, CXL or HBM); a node without memory
+    is a CPU-only node.  ``distances`` is the node's SLIT row, keyed by the
+    other node's id.
+    """
+
+    id: int
+    cpus: frozenset[int]
+    memory_total: Optional[int] = None  # bytes
+    memory_free: Optional[int] = None  # bytes
+    has_memory: bool = True
+    distances: Mapping[int, int] = field(default_factory=dict, hash=False)
+
+    @property
+    def has_cpus(self) -> bool:
+        return bool(self.cpus)
+
+    @property
+    def memory_only(self) -> bool:
+        return self.has_memory and not self.cpus
+
+
+@dataclass(frozen=True)
+class Cpu:
+    """One online logical CPU and where it sits.
+
+    ``siblings`` are the SMT threads of its physical core (itself included);
+    ``l3`` the CPUs sharing its last-level (L3) cache, the unit AMD calls a
+    CCX/CCD; empty when unknown.
+    """
+
+    id: int
+    node: Optional[int]
+    package: int
+    core: int
+    die: Optional[int] = None
+    siblings: frozenset[int] = frozenset()
+    l3: frozenset[int] = frozenset()
+
+    @property
+    def core_cpus(self) -> frozenset[int]:
+        """The CPUs of this CPU's physical core (at least itself)."""
+        return self.siblings or frozenset({self.id})
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One accelerator, as this process sees it.
+
+    ``index`` is the ordinal this process uses (after ``CUDA_VISIBLE_DEVICES``
+    / ``ROCR_VISIBLE_DEVICES`` and the device order), ``physical_index`` the
+    driver's (NVML) index.  The locality fields are facts as the sources
+    reported them (:mod:`pynumabind.discovery` says exactly which source, in
+    which order); deciding a rank's CPUs from them is the planner's job.
+    ``numa_node`` is the node a source names, ``None`` when unknown (sysfs
+    ``numa_node`` of -1 and no NVML answer); it is a CPU-less node only when
+    no source names one with CPUs.  ``memory_node`` is a CPU-less memory node
+    a source names for the GPU (its own HBM on GH200/GB200).  ``source``
+    names where ``numa_node`` came from (``"nvml"``, ``"sysfs"``), so plans
+    can cite it.
+    """
+
+    index: int
+    pci_bus_id: str
+    vendor: str  # "nvidia", "amd", or "0x...." for others
+    numa_node: Optional[int]
+    local_cpus: frozenset[int] = frozenset()
+    uuid: Optional[str] = None
+    model: Optional[str] = None
+    memory_node: Optional[int] = None
+    physical_index: Optional[int] = None
+    source: str = "sysfs"
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A machine and the process's place in it.
+
+    ``allowed_cpus``/``allowed_mems`` are what this process may use (its
+    affinity mask and cpuset mems); for a foreign machine they default to
+    everything online there.  ``notes`` records how discovery went
+    (fallbacks, warnings) in human-readable form.
+    """
+
+    nodes: Mapping[int, NumaNode]
+    cpus: Mapping[int, Cpu]
+    gpus: Tuple[Gpu, ...]
+    allowed_cpus: frozenset[int]
+    allowed_mems: frozenset[int]
+    notes: Tuple[str, ...] = ()
+
+    # ------------------------------------------------------------ queries
+
+    @property
+    def online_cpus(self) -> frozenset[int]:
+        return frozenset(self.cpus)
+
+    @property
+    def cpu_nodes(self) -> Tuple[int, ...]:
+        """Ids of nodes with at least one online CPU, ascending."""
+        return tuple(sorted(n.id for n in self.nodes.values() if n.cpus))
+
+    def node_of_cpu(self, cpu: int) -> Optional[int]:
+        info = self.cpus.get(cpu)
+        if info is not None and info.node is not None:
+            return info.node
+        for node in self.nodes.values():
+            if cpu in node.cpus:
+                return node.id
+        return None
+
+    def distance(self, a: int, b: int) -> Optional[int]:
+        node = self.nodes.get(a)
+        if node is None:
+            return None
+        value = node.distances.get(b)
+        if value is None and a == b:
+            return 10
+        return value
+
+    def nearest_cpu_nodes(self, node: int) -> List[Tuple[int, Optional[int]]]:
+        """CPU-bearing nodes ordered by distance from ``node`` (ties by id).
+
+        Unknown distances sort last.  ``node`` itself comes first when it has
+        CPUs (distance to self is the minimum).
+        """
+        ranked: List[Tuple[int, Optional[int]]] = [
+            (other, self.distance(node, other)) for other in self.cpu_nodes
+        ]
+        ranked.sort(key=lambda item: (item[1] is None, item[1] or 0, item[0] != node, item[0]))
+        return ranked
+
+    def package_cpus(self, package: int) -> frozenset[int]:
+        return frozenset(c.id for c in self.cpus.values() if c.package == package)
+
+    def replace(self, **changes: Any) -> Topology:
+        """A copy with some fields changed (``allowed_cpus=...``)."""
+        from dataclasses import replace
+
+        return replace(self, **changes)
+
+    # ------------------------------------------------------------- JSON
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "schema": SCHEMA_VERSION,
+            "nodes": [
+                {
+                    "id": n.id,
+                    "cpus": format_cpulist(n.cpus),
+                    "memory_total": n.memory_total,
+                    "memory_free": n.memory_free,
+                    "has_memory": n.has_memory,
+                    "distances": {str(k): v for k, v in sorted(n.distances.items())},
+                }
+                for n in sorted(self.nodes.values(), key=lambda n: n.id)
+            ],
+            "cpus": [
+                {
+                    "id": c.id,
+                    "node": c.node,
+                    "package": c.package,
+                    "core": c.core,
+                    "die": c.die,
+                    "siblings": format_cpulist(c.siblings),
+                    "l3": format_cpulist(c.l3),
+                }
+                for c in sorted(self.cpus.values(), key=lambda c: c.id)
+            ],
+            "gpus": [
+                {
+                    "index": g.index,
+                    "pci_bus_id": g.pci_bus_id,
+                    "vendor": g.vendor,
+                    "numa_node": g.numa_node,
+                    "local_cpus": format_cpulist(g.local_cpus),
+                    "uuid": g.uuid,
+                    "model": g.model,
+                    "memory_node": g.memory_node,
+                    "physical_index": g.physical_index,
+                    "source": g.source,
+                }
+                for g in self.gpus
+            ],
+            "allowed_cpus": format_cpulist(self.allowed_cpus),
+            "allowed_mems": format_cpulist(self.allowed_mems),
+            "notes": list(self.notes),
+        }
+
+    def to_json(self, indent: Optional[int] = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, sort_keys=False)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Topology:
+        """The topology a snapshot dict describes; every field is checked (see the module)."""
+        if not isinstance(data, Mapping):
+            raise TopologyError("topology snapshot must be a JSON object")
+        if data.get("schema") != SCHEMA_VERSION:
+            raise TopologyError(
+                f"unsupported topology schema {data.get('schema')!r} "
+                f"(this pynumabind reads schema {SCHEMA_VERSION})"
+            )
+        try:
+            return _Snapshot(data).topology()
+        except TopologyError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise TopologyError(f"malformed topology snapshot: {exc!r}") from exc
+
+    @classmethod
+    def from_json(cls, text: str) -> Topology:
+        if len(text) > MAX_SNAPSHOT_CHARS:
+            raise TopologyError(
+                f"topology snapshot is {len(text)} characters; at most {MAX_SNAPSHOT_CHARS} "
+                "are read"
+            )
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise TopologyError(f"topology snapshot is not valid JSON: {exc}") from exc
+        except RecursionError:
+            raise TopologyError("topology snapshot is nested too deeply to be one") from None
+        if not isinstance(data, dict):
+            raise TopologyError("topology snapshot must be a JSON object")
+        return cls.from_dict(data)
+
+
+# --------------------------------------------------------------- snapshots
+
+#: The most characters a snapshot may have: a 8,192-CPU machine writes about 1 MB.
+MAX_SNAPSHOT_CHARS = 16 << 20
+#: Kernel limits: CPU ids below CONFIG_NR_CPUS (cpulist's default bound), node
+#: ids below MAX_NUMNODES (NODES_SHIFT is at most 10), other ids C ints.
+MAX_CPU_ID = DEFAULT_MAX_ID
+MAX_NODE_ID = (1 << 10) - 1
+MAX_INT = (1 << 31) - 1
+MAX_BYTES = (1 << 64) - 1
+
+
+def _int(value: Any, what: str, limit: int) -> int:
+    """``value`` when it is an int from 0 to ``limit``: no bool, float or string."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
+        raise TopologyError(
+            f"malformed topology snapshot: {what} {value!r} is not an integer from 0 to {limit}"
+        )
+    return value
+
+
+def _opt(value: Any, what: str, limit: int) -> Optional[int]:
+    return None if value is None else _int(value, what, limit)
+
+
+def _typed(value: Any, kind: type, key: str) -> Any:
+    """``value`` when it is a ``kind``: ``bool("false")`` would read as True."""
+    if not isinstance(value, kind):
+        raise TopologyError(
+            f"malformed topology snapshot: {key} {value!r} is not a {kind.__name__}"
+        )
+    return value
+
+
+def _opt_str(value: Any, key: str) -> Optional[str]:
+    return None if value is None else str(_typed(value, str, key))
+
+
+class _Snapshot:
+    """Reads one snapshot dict as untrusted input.
+
+    Rules: every id is a non-negative int within the kernel's limits (no
+    bool, no float); every set of CPUs or nodes is intersected with the CPUs
+    and nodes the snapshot itself lists; an id list naming ids above the
+    largest the snapshot lists is an error, so no list expands past the
+    snapshot's own size; identical lists are parsed once and shared; and the
+    ids kept across all distinct lists are bounded by :attr:`budget`, so a
+    few kilobytes cannot claim hundreds of megabytes.
+    """
+
+    def __init__(self, data: Mapping[str, Any]) -> None:
+        self.data = data
+        entries = (_typed(data["nodes"], list, "nodes"), _typed(data["cpus"], list, "cpus"))
+        self.node_ids = self._ids(entries[0], "node id", MAX_NODE_ID)
+        self.cpu_ids = self._ids(entries[1], "CPU id", MAX_CPU_ID)
+        self.budget = 64 * (len(self.cpu_ids) + len(self.node_ids)) + 65536
+        self.parsed: Dict[Tuple[str, str], frozenset[int]] = {}
+
+    @staticmethod
+    def _ids(entries: List[Any], what: str, limit: int) -> frozenset[int]:
+        ids = [_int(_typed(e, dict, what)["id"], what, limit) for e in entries]
+        if len(set(ids)) != len(ids):
+            raise TopologyError(f"malformed topology snapshot: a {what} is listed twice")
+        return frozenset(ids)
+
+    def ids(self, text: Any, what: str, kind: str = "cpu") -> frozenset[int]:
+        """An id list of the snapshot, within its own CPUs (or nodes)."""
+        key = (kind, _typed(text, str, what))
+        cached = self.parsed.get(key)
+        if cached is not None:
+            return cached
+        known = self.cpu_ids if kind == "cpu" else self.node_ids
+        try:
+            parsed = parse_cpulist(text, max_id=max(known, default=0))
+        except ListParseError as exc:
+            raise TopologyError(f"malformed topology snapshot: {what}: {exc}") from exc
+        kept = parsed & known
+        self.budget -= len(kept)
+        if self.budget < 0:
+            raise TopologyError(
+                "malformed topology snapshot: its id lists hold far more ids than its "
+                f"{len(self.cpu_ids)} CPUs and {len(self.node_ids)} nodes can"
+            )
+        self.parsed[key] = kept
+        return kept
+
+    def node(self, entry: Mapping[str, Any]) -> NumaNode:
+        distances = _typed(entry.get("distances", {}), dict, "distances")
+        row = {}
+        for key, value in distances.items():
+            other = int(key) if key.isascii() and key.isdigit() and len(key) < 6 else -1
+            if other in self.node_ids:
+                row[other] = _int(value, "distance", MAX_INT)
+        return NumaNode(
+            id=entry["id"],
+            cpus=self.ids(entry["cpus"], "node cpus"),
+            memory_total=_opt(entry.get("memory_total"), "memory_total", MAX_BYTES),
+            memory_free=_opt(entry.get("memory_free"), "memory_free", MAX_BYTES),
+            has_memory=_typed(entry.get("has_memory", True), bool, "has_memory"),
+            distances=row,
+        )
+
+    def cpu(self, entry: Mapping[str, Any]) -> Cpu:
+        return Cpu(
+            id=entry["id"],
+            node=_opt(entry.get("node"), "CPU node", MAX_NODE_ID),
+            package=_int(entry["package"], "package", MAX_INT),
+            core=_int(entry["core"], "core", MAX_INT),
+            die=_opt(entry.get("die"), "die", MAX_INT),
+            siblings=self.ids(entry.get("siblings", ""), "siblings"),
+            l3=self.ids(entry.get("l3", ""), "l3"),
+        )
+
+    def gpu(self, entry: Mapping[str, Any]) -> Gpu:
+        return Gpu(
+            index=_int(entry["index"], "GPU index", MAX_CPU_ID),
+            pci_bus_id=_typed(entry["pci_bus_id"], str, "pci_bus_id"),
+            vendor=_typed(entry["vendor"], str, "vendor"),
+            numa_node=_opt(entry.get("numa_node"), "numa_node", MAX_NODE_ID),
+            local_cpus=self.ids(entry.get("local_cpus", ""), "local_cpus"),
+            uuid=_opt_str(entry.get("uuid"), "uuid"),
+            model=_opt_str(entry.get("model"), "model"),
+            memory_node=_opt(entry.get("memory_node"), "memory_node", MAX_NODE_ID),
+            physical_index=_opt(entry.get("physical_index"), "physical_index", MAX_CPU_ID),
+            source=_typed(entry.get("source", "snapshot"), str, "source"),
+        )
+
+    def topology(self) -> Topology:
+        data = self.data
+        nodes = {n.id: n for n in map(self.node, data["nodes"])}
+        cpus = {c.id: c for c in map(self.cpu, data["cpus"])}
+        gpus = tuple(self.gpu(_typed(g, dict, "gpu")) for g in data.get("gpus", []))
+        notes = _typed(data.get("notes", []), list, "notes")
+        return Topology(
+            nodes=nodes,
+            cpus=cpus,
+            gpus=gpus,
+            allowed_cpus=self.ids(data["allowed_cpus"], "allowed_cpus"),
+            allowed_mems=self.ids(data["allowed_mems"], "allowed_mems", kind="node"),
+            notes=tuple(_typed(n, str, "note") for n in notes),
+        )
+
+
+# ------------------------------------------------------------------ plans
+
+
+_Choice = TypeVar("_Choice", bound=enum.Enum)
+
+
+def _parse_choice(cls: Type[_Choice], value: object, source: str) -> _Choice:
+    """One of ``cls``'s values, or a ConfigError listing them all."""
+    try:
+        return cls(value)
+    except ValueError:
+        choices = ", ".join(str(m.value) for m in cls)
+        raise ConfigError(f"invalid {source} {value!r}; choose one of: {choices}") from None
+
+
+class CpuMode(str, enum.Enum):
+    """How a rank's CPUs are chosen."""
+
+    NODE = "node"  # all allowed CPUs of the device's NUMA node
+    SOCKET = "socket"  # all allowed CPUs of the device's package (spans SNC/NPS nodes)
+    EXCLUSIVE = "exclusive"  # disjoint whole-core slices among ranks sharing a node
+    CORE_COMPLEX = "core-complex"  # like exclusive, split along L3 cache groups
+    NONE = "none"  # leave CPU affinity alone
+
+    @classmethod
+    def parse(cls, value: str | CpuMode, source: str = "mode") -> CpuMode:
+        return _parse_choice(cls, value, source)
+
+
+class MemoryPolicy(str, enum.Enum):
+    """Which memory policy a rank gets."""
+
+    PREFERRED = "preferred"  # local first, spill over instead of OOM
+    BIND = "bind"  # strict, like numactl --membind
+    INTERLEAVE = "interleave"  # round-robin over the plan's nodes
+    LOCAL = "local"  # allocate on the node of the CPU that faults
+    NONE = "none"  # leave the memory policy alone
+
+    @classmethod
+    def parse(cls, value: str | MemoryPolicy, source: str = "memory policy") -> MemoryPolicy:
+        return _parse_choice(cls, value, source)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The binding one rank should get, and why.
+
+    ``cpus`` is ``None`` when CPU affinity is to be left alone (mode
+    ``none``, or a device whose node is unknown); otherwise it is a non-empty
+    subset of the allowed CPUs.  ``mems`` are the memory-policy nodes (empty
+    for ``local`` and ``none``).  ``node`` is the CPU node the rank was placed
+    on, ``None`` when unplaced.  ``reasons`` cite each decision's source;
+    ``warnings`` are the subset a launcher should surface.
+    """
+
+    rank: int
+    device: Optional[Gpu]
+    cpus: Optional[frozenset[int]]
+    mems: frozenset[int]
+    policy: MemoryPolicy
+    mode: CpuMode = CpuMode.NODE
+    node: Optional[int] = None
+    reasons: Tuple[str, ...] = ()
+    warnings: Tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The documented JSON form (``pynumabind plan --json``)."""
+        device = None
+        if self.device is not None:
+            gpu = self.device
+            device = {
+                "index": gpu.index,
+                "pci_bus_id": gpu.pci_bus_id,
+                "vendor": gpu.vendor,
+                "uuid": gpu.uuid,
+                "model": gpu.model,
+                "numa_node": gpu.numa_node,
+                "memory_node": gpu.memory_node,
+            }
+        return {
+            "rank": self.rank,
+            "device": device,
+            "mode": self.mode.value,
+            "node": self.node,
+            "cpus": None if self.cpus is None else format_cpulist(self.cpus),
+            "mems": format_cpulist(self.mems),
+            "policy": self.policy.value,
+            "reasons": list(self.reasons),
+            "warnings": list(self.warnings),
+        }

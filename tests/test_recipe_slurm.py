@@ -1,0 +1,184 @@
+"""The Slurm recipe of docs/integrations.md, run under a real Slurm.
+
+A one-node cluster (slurmctld + slurmd + munge, Debian's packages, see
+``slurm_cluster.py``) is started on localhost for this module.  The recipe's
+``srun`` line is taken from the document, with the task count set to 2, the
+test's interpreter for ``python`` and the recipe's worker (plus a few lines
+that announce the task and wait) for ``train.py``.  While the tasks wait, the
+test reads each one's CPUs (every thread) and memory policy from
+``/proc/PID/`` and compares them with the planner's plan for its
+``SLURM_LOCALID``.  Slurm's task/affinity plugin would bind task 0 to CPU 0;
+``PYNUMABIND_CPUS="1;0"`` asks the reverse, so a task on CPU 1 as rank 0 shows
+that the binding is pynumabind's, made from ``SLURM_LOCALID``.
+
+When the cluster cannot be installed or started, the tests skip with the
+reason -- unless ``PYNUMABIND_SLURM_REQUIRED=1`` (set by ``.ci/run``), which
+turns that into a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Tuple
+
+import pytest
+
+import slurm_cluster
+from recipes import Observed, observe, recipe
+
+REQUIRED_ENV = "PYNUMABIND_SLURM_REQUIRED"
+"""Set to ``1`` (CI does) to make an unavailable Slurm cluster a failure, not a skip."""
+
+pytestmark = [
+    pytest.mark.recipes,
+    pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs CPUs 0 and 1"),
+]
+
+ANNOUNCE = """
+# --- added by the test: announce this task, wait until the test has looked ---
+import json as _json, os as _os, sys as _sys, time as _time
+_out = _sys.argv[1]
+_report = {"pid": _os.getpid(), "localid": int(_os.environ["SLURM_LOCALID"]),
+           "plan": binding.plan.to_dict()}
+_path = _os.path.join(_out, "task%d.json" % _report["localid"])
+with open(_path + ".tmp", "w") as _file:
+    _json.dump(_report, _file)
+_os.rename(_path + ".tmp", _path)
+_deadline = _time.monotonic() + 60
+while not _os.path.exists(_os.path.join(_out, "release")):
+    if _time.monotonic() > _deadline:
+        raise TimeoutError("the test never released the task")
+    _time.sleep(0.01)
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[slurm_cluster.Cluster]:
+    started = time.monotonic()
+    try:
+        running = slurm_cluster.start(tmp_path_factory.mktemp("slurm"))
+    except slurm_cluster.SlurmUnavailable as exc:
+        if os.environ.get(REQUIRED_ENV) == "1":
+            pytest.fail(f"{REQUIRED_ENV}=1 but the one-node Slurm cluster is unavailable: {exc}")
+        pytest.skip(f"one-node Slurm cluster unavailable: {exc}")
+    elapsed = time.monotonic() - started
+    print(f"\nSlurm cluster installed (if needed) and started in {elapsed:.1f} s")
+    yield running
+    running.stop()
+
+
+def _srun_command(script: Path, out: Path, *, cpu_bind_none: bool = True) -> List[str]:
+    """The recipe's srun line, for 2 tasks, this interpreter and the test's worker."""
+    words = shlex.split(recipe("slurm", "sh").strip())
+    expected = ["srun", "--ntasks-per-node=8", "--cpu-bind=none", "python", "train.py"]
+    assert words == expected, f"the recipe's srun line changed: update this test ({words})"
+    command = [
+        {"--ntasks-per-node=8": "--ntasks-per-node=2", "python": sys.executable}.get(w, w)
+        for w in words
+        if cpu_bind_none or w != "--cpu-bind=none"
+    ]
+    command[-1:] = [str(script), str(out)]
+    return command
+
+
+Report = Dict[str, Any]
+
+
+def _srun(
+    cluster: slurm_cluster.Cluster,
+    tmp_path: Path,
+    extra_env: Dict[str, str],
+    *,
+    cpu_bind_none: bool = True,
+) -> Tuple[List[Tuple[Report, Observed]], subprocess.CompletedProcess[str]]:
+    """Run the recipe under srun; each task's report and what /proc says about it."""
+    script = tmp_path / "train.py"
+    script.write_text(recipe("slurm-worker") + ANNOUNCE)
+    out = tmp_path / "out"
+    out.mkdir()
+    launchers = ("PYNUMABIND_", "LOCAL_", "OMPI_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(launchers)}
+    env.update(extra_env)
+    srun = subprocess.Popen(
+        _srun_command(script, out, cpu_bind_none=cpu_bind_none),
+        cwd=tmp_path,
+        env=cluster.env(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    seen: List[Tuple[Report, Observed]] = []
+    try:
+        deadline = time.monotonic() + 120
+        while srun.poll() is None and len(list(out.glob("task*.json"))) < 2:
+            assert time.monotonic() < deadline, f"tasks never started\n{cluster.logs()}"
+            time.sleep(0.05)
+        if srun.poll() is None:
+            for localid in (0, 1):
+                report = json.loads((out / f"task{localid}.json").read_text())
+                seen.append((report, observe(report["pid"])))
+        (out / "release").touch()
+        stdout, stderr = srun.communicate(timeout=120)
+    finally:
+        if srun.poll() is None:
+            srun.kill()
+            srun.communicate()
+    return seen, subprocess.CompletedProcess(srun.args, srun.returncode, stdout, stderr)
+
+
+def _plan(localid: int, **options: str) -> Report:
+    from pynumabind import planner
+    from pynumabind.discovery import detect_topology
+
+    return planner.plan(detect_topology(), localid, 2, **options).to_dict()
+
+
+def test_srun_recipe_binds_each_task_by_slurm_localid(
+    cluster: slurm_cluster.Cluster, tmp_path: Path
+) -> None:
+    tasks, srun = _srun(cluster, tmp_path, {"PYNUMABIND_CPUS": "1;0", "PYNUMABIND_MEMORY": "bind"})
+    assert srun.returncode == 0, f"{srun.stderr}\n{cluster.logs()}"
+    assert len(tasks) == 2, srun.stderr
+    for report, seen in tasks:
+        localid = report["localid"]
+        plan = _plan(localid, cpus="1;0", memory="bind")
+        assert report["plan"] == plan
+        assert seen.cpus == plan["cpus"] == str(1 - localid)  # not Slurm's choice (task i: CPU i)
+        assert seen.thread_cpus == (seen.cpus,), seen
+        assert seen.policy == "bind:0", seen
+
+
+def test_srun_recipe_exclusive_mode(
+    cluster: slurm_cluster.Cluster, tmp_path: Path
+) -> None:
+    tasks, srun = _srun(cluster, tmp_path, {"PYNUMABIND_MODE": "exclusive"})
+    assert srun.returncode == 0, f"{srun.stderr}\n{cluster.logs()}"
+    assert len(tasks) == 2, srun.stderr
+    for report, seen in tasks:
+        plan = _plan(report["localid"], mode="exclusive")
+        assert report["plan"] == plan
+        assert seen.cpus == plan["cpus"]
+        assert seen.thread_cpus == (seen.cpus,), seen
+        assert seen.policy == "prefer:0", seen  # the default memory policy
+    assert tasks[0][1].cpus != tasks[1][1].cpus
+
+
+def test_srun_without_cpu_bind_none_fails_clearly(
+    cluster: slurm_cluster.Cluster, tmp_path: Path
+) -> None:
+    """Why the recipe says --cpu-bind=none: Slurm's own binding confines each task first."""
+    tasks, srun = _srun(cluster, tmp_path, {"PYNUMABIND_CPUS": "1;0"}, cpu_bind_none=False)
+    assert tasks == []
+    assert srun.returncode != 0
+    for localid in (0, 1):
+        assert (
+            f"PlanError: rank {localid}: cpus override {1 - localid} has no CPU in this process's "
+            f"allowed CPUs {localid} (affinity/cpuset) (settings from the environment: rank from "
+            "SLURM_LOCALID, nprocs from SLURM_NTASKS_PER_NODE, cpus from PYNUMABIND_CPUS)"
+        ) in srun.stderr

@@ -4,7 +4,8 @@ Outputs (default directory ``benchmarks/results/``, git-ignored):
 
 * ``results.json`` (latest run) and ``results-<UTC timestamp>.json``;
 * ``results.md``, a Markdown table for the README;
-* ``overhead.png``, ``locality.png``, ``jitter.png`` (and ``gpu.png`` with a GPU).
+* ``scaling.png``, ``threads.png``, ``overhead.png``, ``locality.png``, ``jitter.png``
+  (and ``gpu.png`` with a GPU).
 
 ``python -m benchmarks --render results.json`` re-renders an existing run.
 """
@@ -26,10 +27,22 @@ from .report import write_reports
 
 SCHEMA_VERSION = 1
 DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-SUITES = ("overhead", "locality", "jitter", "gpu")
+SUITES = ("targets", "scaling", "threads", "overhead", "locality", "jitter", "gpu")
 
 
 def _runner(name: str) -> Callable[[Settings], Dict[str, Any]]:
+    if name == "targets":
+        from .targets import run_targets
+
+        return run_targets
+    if name == "scaling":
+        from .scaling import run_scaling
+
+        return run_scaling
+    if name == "threads":
+        from .threads import run_threads
+
+        return run_threads
     if name == "overhead":
         from .overhead import run_overhead
 
@@ -83,6 +96,7 @@ def collect(settings: Settings, suites: List[str]) -> Dict[str, Any]:
         "topology": topology_snapshot(),
         "benchmarks": {},
         "durations_s": {},
+        "load_average": {"start": round(os.getloadavg()[0], 2)},
     }
     for name in suites:
         say(f"[{name}]")
@@ -93,6 +107,7 @@ def collect(settings: Settings, suites: List[str]) -> Dict[str, Any]:
             results["benchmarks"][name] = {"error": f"{type(exc).__name__}: {exc}"}
             say(f"  {name} failed: {type(exc).__name__}: {exc}")
         results["durations_s"][name] = round(time.monotonic() - start, 2)
+    results["load_average"]["end"] = round(os.getloadavg()[0], 2)
     return results
 
 

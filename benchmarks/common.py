@@ -7,11 +7,50 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
 
-__all__ = ["Settings", "Setup", "run_worker", "say", "worker_env"]
+if TYPE_CHECKING:
+    from pynumabind.model import Topology
+
+__all__ = [
+    "Settings",
+    "Setup",
+    "bare_python",
+    "detect_topology",
+    "discovery_api",
+    "read_topology",
+    "run_worker",
+    "say",
+    "worker_env",
+]
 
 PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ------------------------------------------------------------ discovery
+#
+# Every use of the library's discovery API in the benchmarks goes through
+# the two helpers below, and they reach the library through ``discovery_api``
+# alone: when discovery moves again, the import line there is the one to change.
+
+
+def discovery_api() -> Any:
+    """The module whose ``topology_from_sysfs(root, ...)``/``detect_topology(...)`` discover."""
+    from pynumabind import discovery as api
+
+    return api
+
+
+def read_topology(root: str = "/sys", **options: Any) -> Topology:
+    """The machine under sysfs ``root``, files only (no NVML), as the library reads it."""
+    topology: Topology = discovery_api().topology_from_sysfs(root, **options)
+    return topology
+
+
+def detect_topology(**options: Any) -> Topology:
+    """This machine and process (sysfs + NVML + visibility); ``sysfs_root=`` for a fake tree."""
+    topology: Topology = discovery_api().detect_topology(**options)
+    return topology
 
 
 def say(message: str) -> None:
@@ -35,6 +74,32 @@ class Settings:
     @property
     def apply_reps(self) -> int:
         return 200 if self.quick else 2000
+
+    # targets (issue 14's table): timed calls per fresh process (second bind, from_sysfs)
+    @property
+    def inner_reps(self) -> int:
+        return 20 if self.quick else 50
+
+    # scaling: generated sysfs trees (the 4,096-CPU tree alone takes ~10 s to write)
+    @property
+    def scaling_cpus(self) -> Tuple[int, ...]:
+        return (2, 64, 256, 1024) if self.quick else (2, 64, 256, 1024, 4096)
+
+    def scaling_reps(self, cpus: int) -> int:
+        """Rounds over the modes for a ``cpus``-CPU tree: more where a round is cheap.
+
+        A preempted read costs a scheduler tick (ms) on a shared box, as much
+        as a whole small discovery, so small trees need more samples.
+        """
+        base = 3 if self.quick else 7
+        return base * (4 if cpus <= 64 else 2 if cpus <= 256 else 1)
+
+    # threads: apply_plan with this many threads alive
+    thread_counts: Tuple[int, ...] = (1, 10, 100, 1000)
+
+    def thread_reps(self, threads: int) -> int:
+        """Repetitions at ``threads`` threads: fewer as each apply gets longer."""
+        return max(10, self.apply_reps // max(1, threads // 10))
 
     # locality
     @property
@@ -104,6 +169,26 @@ def worker_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
         env.setdefault(name, "1")
     env.update(extra or {})
     return env
+
+
+def bare_python(env: Dict[str, str]) -> Tuple[List[str], Dict[str, str]]:
+    """``python -S`` and an environment in which it still finds pynumabind and its dependencies.
+
+    Without ``-S``, ``site`` runs every ``.pth`` file of site-packages, and
+    one that imports modules (some environments' do: typing, re, enum...)
+    makes a "bare interpreter" figure too small.  ``-S`` skips site; the
+    directories it would have added (this interpreter's site-packages, and
+    where pynumabind itself is found, editable installs included) go on
+    ``PYTHONPATH`` after what ``env`` already has there.
+    """
+    import pynumabind
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(pynumabind.__file__)))
+    sites = [p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages")]
+    current = [p for p in env.get("PYTHONPATH", "").split(":") if p]
+    out = dict(env)
+    out["PYTHONPATH"] = ":".join(dict.fromkeys([*current, here, *sites]))
+    return [sys.executable, "-S"], out
 
 
 def run_worker(setup: Setup, task: Dict[str, Any], timeout: float) -> Dict[str, Any]:

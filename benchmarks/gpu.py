@@ -14,9 +14,7 @@ import subprocess
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
-from pynumabind.discovery import detect_topology
-
-from .common import Settings, Setup, run_worker, say, worker_env
+from .common import Settings, Setup, detect_topology, run_worker, say, worker_env
 from .machine import NodeInfo, read_nodes
 from .stats import Summary, ratio, summarize
 
@@ -52,12 +50,11 @@ def gpu_nodes(gpus: List[Dict[str, Any]]) -> Dict[int, Tuple[Optional[int], str]
     """CUDA ordinal -> (NUMA node, where it came from); pynumabind's discovery first."""
     found: Dict[int, Tuple[Optional[int], str]] = {}
     try:
-
         for gpu in detect_topology().gpus:
             if gpu.numa_node is not None:
                 found[gpu.index] = (gpu.numa_node, f"pynumabind ({gpu.source})")
     except Exception as exc:  # discovery absent or failing: fall back to sysfs
-        say(f"  gpu: detect_topology() unavailable ({type(exc).__name__}); using sysfs")
+        say(f"  gpu: pynumabind discovery unavailable ({type(exc).__name__}); using sysfs")
     for listed in gpus:
         if listed["index"] not in found:
             node = _sysfs_numa_node(listed.get("pci_bus_id"))

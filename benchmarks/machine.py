@@ -16,7 +16,6 @@ from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from pynumabind.cpulist import parse_cpulist
-from pynumabind.discovery import detect_topology
 
 __all__ = [
     "NodeInfo",
@@ -304,16 +303,17 @@ def _selected(text: Optional[str]) -> Optional[str]:
 def topology_snapshot(sys_root: str = "/sys") -> Dict[str, Any]:
     """pynumabind's own topology snapshot when discovery is available, else sysfs node lists."""
     try:
+        from .common import detect_topology
 
         data: Dict[str, Any] = detect_topology().to_dict()
-        return {"source": "pynumabind.Topology.detect", "topology": data}
+        return {"source": "pynumabind discovery (detect)", "topology": data}
     except Exception as exc:  # discovery missing or failing must not stop the suite
         nodes = read_nodes(sys_root)
         from pynumabind.cpulist import format_cpulist
 
         return {
             "source": "sysfs",
-            "why": f"detect_topology() unavailable: {type(exc).__name__}: {exc}",
+            "why": f"discovery unavailable: {type(exc).__name__}: {exc}",
             "nodes": [
                 {"id": n.id, "cpus": format_cpulist(n.cpus), "memory_kb": n.memory_kb}
                 for n in nodes

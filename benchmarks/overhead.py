@@ -14,7 +14,7 @@ import tempfile
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .common import Settings, say, worker_env
+from .common import Settings, bare_python, say, worker_env
 from .machine import read_nodes
 from .probe import cold_source
 from .stats import Summary, ratio, summarize
@@ -229,13 +229,14 @@ def run_import(settings: Settings) -> Dict[str, Any]:
     env = worker_env()
     cumulative: List[float] = []
     descendants: List[Tuple[str, float]] = []
+    python_s, env_s = bare_python(env)  # no .pth file may import typing & co. first
     for _ in range(settings.startup_reps):
         done = subprocess.run(
-            [sys.executable, "-X", "importtime", "-c", "import pynumabind"],
+            [*python_s, "-X", "importtime", "-c", "import pynumabind"],
             check=False,
             capture_output=True,
             text=True,
-            env=env,
+            env=env_s,
             timeout=60,
         )
         value = parse_importtime(done.stderr, "pynumabind")
@@ -268,7 +269,8 @@ def _cold(settings: Settings, env: Dict[str, str], preload: Tuple[str, ...]) -> 
     rebind_s: List[float] = []
     cold: Dict[str, Any] = {"nvml": "hidden (pynvml import fails)", "preloaded": list(preload)}
     for _ in range(settings.startup_reps):
-        result = _run_json([sys.executable, "-c", cold_source(0, preload)], env)
+        python_s, env_s = bare_python(env)
+        result = _run_json([*python_s, "-c", cold_source(0, preload)], env_s)
         if "error" in result:
             cold["error"] = result["error"]
             break
@@ -277,6 +279,7 @@ def _cold(settings: Settings, env: Dict[str, str], preload: Tuple[str, ...]) -> 
         rebind_s.append(result["rebind_s"] * 1e3)
         cold["modules_after_bind"] = result.get("modules_after_bind")
         cold["entry"] = result.get("entry")
+        cold["loaded_before_import"] = result.get("loaded_before_import")
         cold["binding"] = result.get("binding")
     if bind_s:
         cold["import"] = summarize(import_s, "ms").to_dict()

@@ -6,18 +6,26 @@ running anything; ``render_plots`` needs matplotlib (the ``bench`` extra).
 
 from __future__ import annotations
 
+import math
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from .stats import Summary
 
-__all__ = ["render_markdown", "render_plots", "write_reports"]
+__all__ = ["loglog_slope", "render_markdown", "render_plots", "write_reports"]
 
 
 def _s(data: Optional[Dict[str, Any]], digits: int = 3) -> str:
     if not data:
         return "n/a"
     return Summary.from_dict(data).text(digits)
+
+
+def _t(data: Optional[Dict[str, Any]], digits: int = 3) -> str:
+    """Like :func:`_s`, but microseconds of 1,000 and more are shown in ms."""
+    if data and data.get("unit") == "us" and data.get("median", 0) >= 1000:
+        return Summary.from_dict(data).scaled(1e-3, "ms").text(digits)
+    return _s(data, digits)
 
 
 def _range(data: Optional[Dict[str, Any]], digits: int = 3) -> str:
@@ -63,7 +71,21 @@ def render_markdown(results: Dict[str, Any]) -> str:
         f"> **{virt.get('verdict', 'virtualization unknown')}**",
         "",
     ]
+    load = results.get("load_average")
+    if load:
+        lines += [
+            "Load average (1 min) at the start and the end of the run: "
+            f"{load.get('start', '?')} / {load.get('end', '?')} "
+            f"on {machine.get('logical_cpus', '?')} CPUs (others' work makes the numbers noisy).",
+            "",
+        ]
     benches = results.get("benchmarks", {})
+    if "targets" in benches:
+        lines += _targets_md(benches["targets"], results.get("ffi_mode", ""))
+    if "scaling" in benches:
+        lines += _scaling_md(benches["scaling"])
+    if "threads" in benches:
+        lines += _threads_md(benches["threads"])
     if "overhead" in benches:
         lines += _overhead_md(benches["overhead"])
     if "locality" in benches:
@@ -82,6 +104,199 @@ def _nodes_text(snapshot: Dict[str, Any]) -> str:
         nodes = snapshot.get("topology", {}).get("nodes", [])
     parts = [f"node {n['id']}: CPUs {n.get('cpus') or '-'}" for n in nodes]
     return f"{len(nodes)} NUMA node{'s' if len(nodes) != 1 else ''} ({'; '.join(parts)})"
+
+
+def _error_md(title: str, data: Dict[str, Any]) -> Optional[List[str]]:
+    """A section that says why a suite has no numbers, or None when it has some."""
+    if "error" in data:
+        return [title, "", f"Failed: {data['error']}", ""]
+    if data.get("available") is False:
+        return [title, "", f"Unavailable: {data.get('reason')}", ""]
+    return None
+
+
+def _target_ratio(r: Optional[Dict[str, Any]]) -> str:
+    if not r:
+        return ""
+    text = f"×{r['value']:.3g}"
+    if r.get("low") is not None and r.get("high") is not None:
+        text += f" [{r['low']:.3g}–{r['high']:.3g}]"
+    return text
+
+
+def _targets_md(data: Dict[str, Any], ffi_mode: str) -> List[str]:
+    title = "### Issue 14: discovery and binding cost against a numactl exec"
+    failed = _error_md(title, data)
+    if failed is not None:
+        return failed
+    out = [
+        title,
+        "",
+        f"{data.get('rounds')} rounds, round-robin; every round starts one fresh process per row "
+        f"(the second bind: {data.get('inner_reps')} calls per process; the DGX tree: "
+        f"{max(1, (data.get('inner_reps') or 2) // 2)}). NVML hidden in the bind rows. "
+        "*Ratio* is the row over its target (≤ 1: target met), with the range the quartiles "
+        "give; *verdict* says whether that whole range is on one side of 1.",
+        "",
+    ]
+    if data.get("interpreter"):
+        before = data.get("bare_loaded_before_import")
+        if before is None:
+            preloaded = "not reported"
+        elif before:
+            preloaded = ", ".join(before)
+        else:
+            preloaded = "none of typing, re, enum, json, dataclasses, logging, contextlib"
+        out += [
+            f"Interpreter of the import and first-bind rows: {data['interpreter']}; loaded in "
+            f"the bare one before `import pynumabind`: {preloaded}.",
+            "",
+        ]
+    if "parsed at run time" in ffi_mode:
+        out += [
+            "**Editable install: libnuma's cffi declarations are parsed at run time, which the "
+            "first-bind rows pay; run against an installed package for real figures.**",
+            "",
+        ]
+    also = data.get("also", {})
+    rows: List[List[Any]] = []
+    for row in data.get("rows", []):
+        if "summary" not in row:
+            rows.append([row["what"], "n/a: " + str(row.get("error")), row["target"], "", ""])
+            continue
+        now = _t(row["summary"])
+        key = row["key"]
+        if key == "anchor" and "true" in also and "numactl_true" in also:
+            now += (
+                f" (paired per round; `numactl … true` {_t(also['numactl_true'])}, "
+                f"`true` {_t(also['true'])})"
+            )
+        if key in ("first_bind_preloaded", "second_bind") and "reference" in row:
+            name = "anchor" if key == "first_bind_preloaded" else "raw syscalls"
+            now += f"; {name} {_t(row['reference']['summary'])}"
+        if key == "import" and row.get("modules_after_import") is not None:
+            forbidden = row.get("forbidden_loaded") or []
+            now += "; loads " + (", ".join(forbidden) if forbidden else "none of pynvml/numpy/json")
+        if key == "from_sysfs_dgx_h100" and "first_sysfs" in also:
+            now += f"; first call in a process {_t(also['first_sysfs'])}"
+        rows.append(
+            [
+                row["what"],
+                now,
+                row["target"],
+                _target_ratio(row.get("ratio")),
+                row.get("verdict", ""),
+            ]
+        )
+    out += _table(["What", "Now: median [IQR]", "Target", "Ratio to target", "Verdict"], rows)
+    numactl = data.get("numactl", {})
+    if not numactl.get("available", True):
+        out += ["", f"numactl unavailable: {numactl.get('status')}."]
+    out.append("")
+    return out
+
+
+def loglog_slope(points: List[Tuple[float, float]]) -> Optional[float]:
+    """Least-squares slope of log(y) on log(x): time grows as CPUs^slope (None: < 2 points)."""
+    usable = [(math.log(x), math.log(y)) for x, y in points if x > 0 and y > 0]
+    if len(usable) < 2:
+        return None
+    mx = sum(x for x, _ in usable) / len(usable)
+    my = sum(y for _, y in usable) / len(usable)
+    sxx = sum((x - mx) ** 2 for x, _ in usable)
+    if sxx == 0:
+        return None
+    return sum((x - mx) * (y - my) for x, y in usable) / sxx
+
+
+def _scaling_md(data: Dict[str, Any]) -> List[str]:
+    title = "### Scaling: detect + plan against the machine's size"
+    failed = _error_md(title, data)
+    if failed is not None:
+        return failed
+    modes = data.get("modes", [])
+    out = [
+        title,
+        "",
+        f"Generated sysfs trees ({data.get('tree_filesystem')}), one fresh process per tree; "
+        f"detect (files only, NVML {data.get('nvml', 'not used')}) then plan rank 0 of one rank "
+        "per GPU, the modes round-robin (rounds per tree: *Reps*). Cells: detect + plan, median "
+        "[IQR]; "
+        "the last row: the growth exponent k of time ∝ CPUs^k (least squares, ≥ 64 CPUs).",
+        "",
+    ]
+    rows: List[List[Any]] = []
+    for machine in data.get("machines", []):
+        shape = (
+            f"{machine['packages']} pkg, {machine['nodes']} node(s), "
+            f"{'SMT' if machine.get('smt') else 'no SMT'}, {machine['gpus']} GPU(s), "
+            f"{machine['pci_functions']} PCI fn"
+        )
+        if "error" in machine:
+            rows.append(
+                [machine["cpus"], shape, "", "", machine["error"][:120]] + [""] * len(modes)
+            )
+            continue
+        cells = [_t(machine["modes"][m]["total"]) if m in machine["modes"] else "" for m in modes]
+        node = machine["modes"].get(modes[0]) if modes else None
+        split = f"{_t(node['detect'])} + {_t(node['plan'])}" if node else ""
+        files, reps = machine.get("tree_files", ""), machine.get("reps", "")
+        rows.append([machine["cpus"], shape, files, reps, split, *cells])
+    slopes: List[Any] = []
+    for mode in modes:
+        points = [
+            (float(m["cpus"]), m["modes"][mode]["total"]["median"])
+            for m in data.get("machines", [])
+            if m.get("cpus", 0) >= 64 and mode in m.get("modes", {})
+        ]
+        slope = loglog_slope(points)
+        slopes.append("" if slope is None else f"k = {slope:.2f}")
+    rows.append(["growth", "", "", "", "", *slopes])
+    header = [
+        "CPUs",
+        "Machine",
+        "Files",
+        "Reps",
+        f"{modes[0] if modes else ''}: detect + plan",
+        *modes,
+    ]
+    out += _table(header, rows)
+    out.append("")
+    return out
+
+
+def _threads_md(data: Dict[str, Any]) -> List[str]:
+    title = "### Apply time against the number of threads"
+    failed = _error_md(title, data)
+    if failed is not None:
+        return failed
+    out = [
+        title,
+        "",
+        "`binder.apply_plan(plan)` again and again in one process with N threads alive, against "
+        "the raw floor (ctypes: `sched_setaffinity` on every thread + one `set_mempolicy`, masks "
+        "built beforehand).",
+        "",
+    ]
+    rows: List[List[Any]] = []
+    for run in data.get("runs", []):
+        threads = run.get("threads", run.get("requested"))
+        if "apply" not in run:
+            rows.append([threads, run.get("error", "failed"), _t(run.get("raw")), "", ""])
+            continue
+        per = run["apply"]["median"] / max(1, threads)
+        rows.append(
+            [
+                threads,
+                _t(run["apply"]),
+                _t(run["raw"]),
+                _ratio_text(run["ratio"]),
+                f"{per:.3g} us",
+            ]
+        )
+    out += _table(["Threads", "apply_plan", "Raw floor", "Ratio", "apply per thread"], rows)
+    out.append("")
+    return out
 
 
 def _overhead_md(data: Dict[str, Any]) -> List[str]:
@@ -362,6 +577,94 @@ def render_plots(results: Dict[str, Any], directory: str) -> List[str]:
         ax.invert_yaxis()
         ax.set_xlabel(f"{unit} (bar: median, error bar: IQR, ticks: min/max)")
         ax.grid(axis="x", alpha=0.3)
+
+    scaling = [m for m in benches.get("scaling", {}).get("machines", []) if m.get("modes")]
+    if scaling:
+        fig, ax = plt.subplots(figsize=(8, 5.5))
+        for mode in benches["scaling"].get("modes", []):
+            chosen = [m for m in scaling if mode in m["modes"]]
+            xs = [m["cpus"] for m in chosen]
+            totals = [m["modes"][mode]["total"] for m in chosen]
+            ax.errorbar(
+                xs,
+                [t["median"] for t in totals],
+                yerr=[
+                    [t["median"] - t["q1"] for t in totals],
+                    [t["q3"] - t["median"] for t in totals],
+                ],
+                marker="o",
+                capsize=3,
+                label=f"{mode}: detect + plan",
+            )
+        first = benches["scaling"].get("modes", [""])[0]
+        detect = [m for m in scaling if first in m["modes"]]
+        ax.plot(
+            [m["cpus"] for m in detect],
+            [m["modes"][first]["detect"]["median"] for m in detect],
+            linestyle=":",
+            color="black",
+            label=f"detect alone ({first} mode)",
+        )
+        ax.axhline(5.0, color="darkred", linestyle="--", linewidth=0.8)
+        ax.text(2, 5.4, "issue 14: from_sysfs ≤ 5 ms on 224 CPUs", fontsize=8, color="darkred")
+        dgx = {r["key"]: r for r in benches.get("targets", {}).get("rows", [])}.get(
+            "from_sysfs_dgx_h100", {}
+        )
+        if "summary" in dgx:
+            ax.plot(
+                [224],
+                [dgx["summary"]["median"]],
+                marker="*",
+                markersize=12,
+                linestyle="none",
+                color="darkred",
+                label="from_sysfs, DGX H100 fixture (224 CPUs; targets suite)",
+            )
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        sizes = sorted({m["cpus"] for m in scaling})
+        ax.set_xticks(sizes)
+        ax.set_xticklabels([f"{n:,}" for n in sizes])
+        ax.minorticks_off()
+        ax.set_xlabel("CPUs in the generated sysfs tree (log)")
+        ax.set_ylabel("ms (log; median, error bar: IQR)")
+        ax.set_title(f"Detect + plan against machine size\n{subtitle}", fontsize=10)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        written.append(_save(fig, directory, "scaling.png"))
+        plt.close(fig)
+
+    thread_runs = [r for r in benches.get("threads", {}).get("runs", []) if "apply" in r]
+    if thread_runs:
+        fig, ax = plt.subplots(figsize=(8, 5))
+        xs = [r["threads"] for r in thread_runs]
+        for key, label in (("apply", "apply_plan"), ("raw", "raw syscalls (ctypes)")):
+            values = [r[key] for r in thread_runs]
+            ax.errorbar(
+                xs,
+                [v["median"] for v in values],
+                yerr=[
+                    [v["median"] - v["q1"] for v in values],
+                    [v["q3"] - v["median"] for v in values],
+                ],
+                marker="o",
+                capsize=3,
+                label=label,
+            )
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xticks(xs)
+        ax.set_xticklabels([f"{n:,}" for n in xs])
+        ax.minorticks_off()
+        ax.set_xlabel("threads alive in the process (log)")
+        ax.set_ylabel("us per apply (log; median, error bar: IQR)")
+        ax.set_title(f"Apply time against threads\n{subtitle}", fontsize=10)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        written.append(_save(fig, directory, "threads.png"))
+        plt.close(fig)
 
     overhead = benches.get("overhead", {})
     commands = [c for c in overhead.get("startup", {}).get("commands", []) if "summary" in c]

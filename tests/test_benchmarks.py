@@ -8,18 +8,27 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shlex
 import statistics
 import subprocess
-import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from benchmarks import report
 from benchmarks.__main__ import main as bench_main
 from benchmarks.__main__ import write_results
 from benchmarks.ckernels import load_kernels
-from benchmarks.common import Settings, Setup, run_worker, worker_env
+from benchmarks.common import (
+    Settings,
+    Setup,
+    bare_python,
+    read_topology,
+    run_worker,
+    worker_env,
+)
 from benchmarks.gpu import run_gpu
 from benchmarks.jitter import count_migrations
 from benchmarks.locality import locality_ratios, locality_setups, setup_kind
@@ -32,7 +41,20 @@ from benchmarks.machine import (
 )
 from benchmarks.overhead import importtime_descendants, parse_importtime, startup_commands
 from benchmarks.probe import cold_source
+from benchmarks.rawbind import RawBinder
+from benchmarks.scaling import run_scaling, tree_directory
 from benchmarks.stats import Summary, quantile, ratio, summarize
+from benchmarks.targets import TARGETS, build_rows, run_targets, verdict
+from benchmarks.threads import run_threads
+from benchmarks.trees import (
+    SCALING_CPUS,
+    build_tree,
+    count_files,
+    generated_machine,
+    machine_shape,
+)
+
+from pynumabind.cpulist import parse_cpulist
 
 # ------------------------------------------------------------- statistics
 
@@ -407,13 +429,14 @@ def test_importtime_descendants_are_the_deeper_lines_above() -> None:
 
 
 def test_cold_probe_binds_and_import_loads_neither_pynvml_nor_numpy() -> None:
-    """The cold measurement's program, run for real in a fresh interpreter."""
+    """The cold measurement's program, run for real in a bare (``-S``) interpreter."""
+    python_s, env = bare_python(worker_env())
     done = subprocess.run(
-        [sys.executable, "-c", cold_source(0)],
+        [*python_s, "-c", cold_source(0)],
         capture_output=True,
         text=True,
         timeout=120,
-        env=worker_env(),
+        env=env,
         check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]
@@ -423,6 +446,8 @@ def test_cold_probe_binds_and_import_loads_neither_pynvml_nor_numpy() -> None:
         "bind_s",
         "rebind_s",
         "entry",
+        "loaded_before_import",
+        "module_count_before_import",
         "modules_after_import",
         "modules_after_bind",
         "binding",
@@ -431,6 +456,7 @@ def test_cold_probe_binds_and_import_loads_neither_pynvml_nor_numpy() -> None:
     assert "pynvml" not in result["modules_after_import"]
     assert "numpy" not in result["modules_after_import"]
     assert result["binding"]["plan"]["rank"] == 0
+    assert result["loaded_before_import"] == []  # -S: no .pth file preloaded typing, re...
 
 
 def test_cold_source_preloads_only_module_names() -> None:
@@ -438,3 +464,215 @@ def test_cold_source_preloads_only_module_names() -> None:
     assert cold_source(3).count("bind(3)") == 2  # the first call, then again with modules loaded
     with pytest.raises(ValueError, match="not a module name"):
         cold_source(0, ("os; import evil",))
+
+
+# ------------------------------------- issue 14: targets, scaling, threads
+
+
+def test_generated_machines_have_the_requested_shape() -> None:
+    for count in SCALING_CPUS:
+        desc = generated_machine(count)
+        packages, per_package, smt = machine_shape(count)
+        node_cpus = [parse_cpulist(n["cpus"]) for n in desc["nodes"]]
+        assert len(node_cpus) == packages * per_package
+        everything = frozenset().union(*node_cpus)
+        assert everything == frozenset(range(count)) == parse_cpulist(desc["online_cpus"])
+        assert sum(len(c) for c in node_cpus) == count  # no CPU in two nodes
+        assert (desc["smt_offset"] is not None) == smt
+        assert {g["numa_node"] for g in desc["gpus"]} <= {n["id"] for n in desc["nodes"]}
+        assert len(desc["distances"]["matrix"]) == len(node_cpus)
+    assert machine_shape(128) == (1, 2, True)  # outside the series: 64 CPUs per node
+    with pytest.raises(ValueError, match="multiple of 64"):
+        machine_shape(100)
+    with pytest.raises(ValueError, match="at least one CPU"):
+        machine_shape(0)
+
+
+@pytest.mark.parametrize("count", [2, 64, 256])
+def test_generated_tree_reads_back_as_generated(count: int) -> None:
+    """The library's discovery of a generated tree finds the machine it was written from."""
+    desc = generated_machine(count)
+    with tempfile.TemporaryDirectory(dir=tree_directory()) as root:  # tmpfs: thousands of files
+        build_tree(desc, root)
+        topology = read_topology(root)
+        files = count_files(root)
+    assert sorted(topology.cpus) == list(range(count))
+    assert sorted(topology.nodes) == [n["id"] for n in desc["nodes"]]
+    assert [g.numa_node for g in topology.gpus] == [g["numa_node"] for g in desc["gpus"]]
+    packages = {c.package for c in topology.cpus.values()}
+    assert len(packages) == machine_shape(count)[0]
+    assert files > count  # several files per CPU
+
+
+def test_discovery_is_named_in_common_only() -> None:
+    """Every benchmark reaches the discovery API through benchmarks.common (one line to move)."""
+    bench_dir = Path(__file__).resolve().parent.parent / "benchmarks"
+    pattern = re.compile(
+        r"pynumabind\.discovery|import discovery|topology_from_sysfs|load_topology"
+        r"|\bTopology\.|\.from_sysfs\(|\.detect\("
+    )
+    offenders = [
+        f"{path.name}:{number}"
+        for path in sorted(bench_dir.glob("*.py"))
+        if path.name != "common.py"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line) and not line.lstrip().startswith("#")
+    ]
+    assert offenders == []
+
+
+def test_raw_binder_sets_what_it_is_asked() -> None:
+    """The floor really binds (real kernel, real syscalls), and undoes it."""
+    from pynumabind import _libnuma
+
+    original = frozenset(os.sched_getaffinity(0))
+    cpu = max(original)
+    for policy, mode_name in (
+        ("bind", "MPOL_BIND"),
+        ("preferred", "MPOL_PREFERRED"),
+        ("interleave", "MPOL_INTERLEAVE"),
+        ("local", "MPOL_LOCAL"),
+    ):
+        binder = RawBinder(frozenset({cpu}), frozenset({0}), policy, original)
+        try:
+            binder.apply()
+            assert os.sched_getaffinity(0) == {cpu}
+            assert _libnuma.get_mempolicy().mode_name == mode_name
+        finally:
+            binder.undo()
+        assert os.sched_getaffinity(0) == original
+        assert _libnuma.get_mempolicy().mode_name == "MPOL_DEFAULT"
+    untouched = RawBinder(frozenset({cpu}), frozenset({0}), "none", original)
+    try:
+        untouched.apply()
+        assert _libnuma.get_mempolicy().mode_name == "MPOL_DEFAULT"
+    finally:
+        untouched.undo()
+
+
+def _samples(median: float, spread: float = 0.1) -> list[float]:
+    return [median * (1 - spread), median, median * (1 + spread)]
+
+
+def test_target_rows_judge_each_row_against_its_target() -> None:
+    rows = {
+        r["key"]: r
+        for r in build_rows(
+            {
+                "anchor": _samples(1.0),
+                "first_bind_preloaded": _samples(20.0),  # 20x the anchor: missed
+                "import_and_first_bind": _samples(15.0, 0.5),  # straddles 15 ms
+                "import": _samples(5.0),  # fast, but see the modules below
+                "second_bind": _samples(30.0),  # us; 3x of 10 us raw is the limit
+                "raw": _samples(20.0),
+                # from_sysfs_dgx_h100 not measured
+            },
+            ["json", "dataclasses"],
+            {"from_sysfs_dgx_h100": "no fixture tree"},
+        )
+    }
+    assert set(rows) == set(TARGETS)
+    assert "ratio" not in rows["anchor"] and "verdict" not in rows["anchor"]
+    assert rows["first_bind_preloaded"]["verdict"] == "missed"
+    assert rows["first_bind_preloaded"]["ratio"]["value"] == pytest.approx(20.0)
+    assert rows["import_and_first_bind"]["verdict"] == "borderline"
+    assert rows["import"]["verdict"] == "missed (loads json)"
+    assert rows["import"]["forbidden_loaded"] == ["json"]
+    assert rows["second_bind"]["ratio"]["value"] == pytest.approx(0.5)
+    assert rows["second_bind"]["verdict"] == "met"
+    assert rows["second_bind"]["summary"]["unit"] == "us"
+    assert rows["from_sysfs_dgx_h100"]["error"] == "no fixture tree"
+    # a reference that is not measured cannot judge; one that can be <= 0 judges by median only
+    alone = {r["key"]: r for r in build_rows({"second_bind": [5.0]}, None)}
+    assert alone["second_bind"]["verdict"] == "no raw measured: cannot judge"
+    noisy = {
+        r["key"]: r
+        for r in build_rows({"anchor": [-1.0, 1.0, 2.0], "first_bind_preloaded": [0.5]}, None)
+    }
+    assert noisy["first_bind_preloaded"]["verdict"] == "met (median only)"
+    assert verdict(0.5, 0.8, 0.9) == "met"
+    assert verdict(1.1, 1.2, 1.5) == "missed"
+    assert verdict(0.9, 1.0, 1.1) == "borderline"
+
+
+def test_loglog_slope() -> None:
+    assert report.loglog_slope([(2.0, 4.0), (4.0, 16.0), (8.0, 64.0)]) == pytest.approx(2.0)
+    assert report.loglog_slope([(64.0, 3.0), (4096.0, 3.0)]) == pytest.approx(0.0)
+    assert report.loglog_slope([(64.0, 3.0)]) is None
+
+
+@pytest.fixture(scope="module")
+def series() -> dict[str, dict[str, object]]:
+    """The three issue-14 suites, run for real at their smallest settings (once per module)."""
+    settings = Settings(quick=True, install_numactl=False)
+    return {
+        "targets": run_targets(settings, rounds=1, inner_reps=2, warmup=False),
+        "scaling": run_scaling(settings, cpus=(2, 64), reps=1),
+        "threads": run_threads(settings, counts=(1, 10)),
+    }
+
+
+def test_targets_suite_reports_every_row(series: dict[str, Any]) -> None:
+    data = series["targets"]
+    rows = {r["key"]: r for r in data["rows"]}
+    assert list(rows) == list(TARGETS)
+    measured = [k for k in TARGETS if k != "anchor" or data["numactl"]["available"]]
+    for key in measured:
+        assert "error" not in rows[key], rows[key]
+        assert rows[key]["summary"]["n"] >= 1
+    for key in ("import_and_first_bind", "import", "second_bind", "from_sysfs_dgx_h100"):
+        assert rows[key]["verdict"].split()[0] in ("met", "missed", "borderline")
+        assert rows[key]["ratio"]["value"] > 0
+    assert rows["second_bind"]["reference"]["name"] == "raw"
+    assert rows["second_bind"]["summary"]["n"] == 2  # one process, inner_reps calls
+    assert isinstance(rows["import"]["modules_after_import"], list)
+    assert data["bare_loaded_before_import"] == []
+    assert data["rounds"] == 1 and data["fixture"] == "dgx_h100"
+
+
+def test_scaling_suite_times_every_mode(series: dict[str, Any]) -> None:
+    data = series["scaling"]
+    assert data["available"] is True
+    assert [m["cpus"] for m in data["machines"]] == [2, 64]
+    for machine in data["machines"]:
+        assert "error" not in machine, machine.get("error")
+        assert machine["reps"] == 1
+        assert machine["discovered"]["cpus"] == machine["cpus"]
+        assert machine["discovered"]["nodes"] == machine["nodes"]
+        assert set(machine["modes"]) == {"node", "socket", "exclusive", "core-complex"}
+        for mode, entry in machine["modes"].items():
+            assert entry["total"]["n"] == 1
+            assert entry["total"]["median"] == pytest.approx(
+                entry["detect"]["median"] + entry["plan"]["median"]
+            )
+            assert entry["plan_result"]["cpu_count"] >= 1, mode
+    big = data["machines"][1]["modes"]
+    # the 64-CPU machine: node/socket take a whole node, the exclusive modes a slice of it
+    assert big["node"]["plan_result"]["cpu_count"] == 32
+    assert big["exclusive"]["plan_result"]["cpu_count"] < 32
+
+
+def test_threads_suite_compares_with_the_floor(series: dict[str, Any]) -> None:
+    runs = series["threads"]["runs"]
+    assert [r["requested"] for r in runs] == [1, 10]
+    for run in runs:
+        assert "error" not in run, run.get("error")
+        assert run["threads"] == run["requested"]
+        assert run["apply"]["n"] == run["reps"] == run["raw"]["n"]
+        assert run["ratio"]["numerator"] == "apply_plan"
+
+
+def test_issue14_sections_render(series: dict[str, Any], tmp_path: Path) -> None:
+    document = {**_document(), "benchmarks": dict(series)}
+    text = report.render_markdown(document)
+    assert "### Issue 14: discovery and binding cost against a numactl exec" in text
+    for what, _target, _limit, _unit in TARGETS.values():
+        assert what in text
+    assert re.search(
+        r"\| 64 \| 2 pkg, 2 node\(s\), SMT, 8 GPU\(s\), 16 PCI fn \| \d+ \| 1 \|", text
+    )
+    assert "### Apply time against the number of threads" in text
+    pytest.importorskip("matplotlib")
+    written = report.render_plots(document, str(tmp_path))
+    assert {Path(p).name for p in written} >= {"scaling.png", "threads.png"}
+    assert (tmp_path / "scaling.png").stat().st_size > 1000

@@ -359,6 +359,24 @@ def test_check_json_reports_each_worker() -> None:
         assert workers[0]["bound_cpus"] != workers[1]["bound_cpus"]
 
 
+def test_plan_names_are_case_insensitive(snapshot: Path) -> None:
+    result = run(
+        "plan", "--json", "--mode", "Exclusive", "--memory", "BIND", "--topology", str(snapshot)
+    )
+    assert result.returncode == 0, result.stderr
+    ranks = json.loads(result.stdout)["ranks"]
+    assert {(r["mode"], r["policy"]) for r in ranks} == {("exclusive", "bind")}
+
+
+def test_check_counts_ranks_as_the_planner_does() -> None:
+    # One owner of the default rank count: a two-entry cpus override means two
+    # ranks for `check` too (its own default said one rank per CPU node).
+    result = run("check", "--json", "--no-nvml", "--cpus", "0;0")
+    assert result.returncode == 0, result.stdout + result.stderr
+    workers = json.loads(result.stdout)["workers"]
+    assert [(w["rank"], w["planned_cpus"]) for w in workers] == [(0, "0"), (1, "0")]
+
+
 def _under_seccomp(*args: str) -> subprocess.CompletedProcess[str]:
     """Run the console script with set_mempolicy/mbind denied (EPERM), as in Docker."""
     import seccomp_filter
@@ -429,3 +447,21 @@ def test_show_hides_placeholder_nodes_and_names_them_once(tmp_path: Path) -> Non
     assert "node 3 has no CPUs" not in result.stdout
     shown = json.loads(run("show", "--json", "--sysfs-root", str(root)).stdout)
     assert len(shown["topology"]["nodes"]) == 34  # JSON keeps every node
+
+
+def test_plan_shows_the_ranks_that_can_be_planned_and_why_the_others_cannot(
+    snapshot: Path,
+) -> None:
+    # Allowed CPUs on node 0 only: GPUs 2 and 3 sit on node 1 (issue 13 item 5d).
+    result = run("plan", "--topology", str(snapshot), "--allowed-cpus", "0-3,8-11")
+    assert result.returncode == 1
+    assert result.stderr == "pynumabind: error: 2 of 4 ranks cannot be planned (see the table)\n"
+    rows = [line.split() for line in result.stdout.splitlines()[1:5]]
+    assert [("0-3,8-11" in row, "error" in row) for row in rows] == [(True, False)] * 2 + [
+        (False, True)
+    ] * 2
+    assert "\n  rank 2: its node(s) 1 have CPUs 4-7,12-15, but" in result.stdout
+    result = run("plan", "--json", "--topology", str(snapshot), "--allowed-cpus", "0-3,8-11")
+    ranks = json.loads(result.stdout)["ranks"]
+    assert [r.get("cpus") for r in ranks[:2]] == ["0-3,8-11"] * 2
+    assert ranks[3]["rank"] == 3 and "the intersection is empty" in ranks[3]["error"]

@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pynumabind._environ import RANK_VARIABLES, parse_flag, resolve
+from pynumabind._options import Options
 from pynumabind.errors import ConfigError
 from pynumabind.model import CpuMode, MemoryPolicy
 
@@ -228,3 +229,43 @@ def test_resolve_only_raises_config_errors(env: dict) -> None:
     except ConfigError:
         return
     assert config.rank is not None and config.rank >= 0
+
+
+def test_launcher_sizes_share_the_one_nprocs_check() -> None:
+    # The same limit as the nprocs argument and the planner, naming the variable.
+    with pytest.raises(ConfigError, match=r"LOCAL_WORLD_SIZE 100000 exceeds the limit of 65536"):
+        resolve({"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "100000"})
+    with pytest.raises(ConfigError, match=r"nprocs 100000 exceeds the limit"):
+        resolve({"LOCAL_RANK": "0"}, nprocs=100000)
+
+
+def test_options_are_built_once_and_carry_every_plan_input() -> None:
+    config = resolve(
+        {"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "PYNUMABIND_MEMORY": "interleave"},
+        device=0,
+        gpu_memory=True,
+        interleave_nodes=[0],
+    )
+    assert isinstance(config, Options)
+    assert (config.device, config.gpu_memory, config.interleave_nodes) == (0, True, frozenset({0}))
+    assert config.environment_settings() == (
+        "rank from LOCAL_RANK",
+        "nprocs from LOCAL_WORLD_SIZE",
+        "memory from PYNUMABIND_MEMORY",
+    )
+    given = Options.from_arguments(nprocs=2, mode="exclusive", flags=True)
+    merged = resolve({"LOCAL_RANK": "0", "PYNUMABIND_MODE": "socket"}, given)
+    assert merged.mode is CpuMode.EXCLUSIVE and merged.sources["mode"] == "command line"
+    with pytest.raises(ConfigError, match="--nprocs must be at least 1"):
+        Options.from_arguments(nprocs=0, flags=True)
+
+
+def test_require_node_from_the_environment() -> None:
+    assert resolve({"LOCAL_RANK": "0"}).require_node is False
+    config = resolve({"LOCAL_RANK": "0", "PYNUMABIND_REQUIRE_NODE": "yes"})
+    assert config.require_node and config.from_environment("require_node") == (
+        "PYNUMABIND_REQUIRE_NODE"
+    )
+    assert resolve({"LOCAL_RANK": "0"}, require_node=True).require_node
+    with pytest.raises(ConfigError, match="PYNUMABIND_REQUIRE_NODE"):
+        resolve({"LOCAL_RANK": "0", "PYNUMABIND_REQUIRE_NODE": "maybe"})

@@ -14,7 +14,13 @@ import pytest
 from pynumabind.cpulist import format_cpulist, parse_cpulist
 from pynumabind.errors import ConfigError, PlanError
 from pynumabind.model import CpuMode, MemoryPolicy, Plan
-from pynumabind.planner import parse_cpus_override, parse_nodes_override, plan, plan_all
+from pynumabind.planner import (
+    parse_cpus_override,
+    parse_nodes_override,
+    plan,
+    plan_all,
+    plan_each,
+)
 from topology_builders import (
     dgx_a100_nps4,
     dgx_h100,
@@ -671,3 +677,54 @@ def test_reason_names_the_memory_node_when_discovery_resolved_it() -> None:
         for r in result.reasons
     ), result.reasons
     assert not any("is on NUMA node 1 (sysfs numa_node)" in r for r in result.reasons)
+
+
+@pytest.mark.parametrize(("mode", "memory"), [("Node", "Preferred"), ("EXCLUSIVE", "Bind")])
+def test_names_are_case_insensitive_as_in_the_environment(mode: str, memory: str) -> None:
+    p = plan(dgx_h100(), 0, mode=mode, memory=memory)
+    assert p.mode.value == mode.lower() and p.policy.value == memory.lower()
+    with pytest.raises(ConfigError, match="invalid mode 'Nodes'"):
+        plan(dgx_h100(), 0, mode="Nodes")
+
+
+def test_many_ranks_keep_each_plan_small() -> None:
+    # 16,384 ranks on 8 GPUs: a plan's text must not list thousands of peers
+    # (quadratic strings made one rank's plan take 17 s and GBs; issue 16).
+    p = plan(dgx_h100(), 1, nprocs=16384, mode="exclusive")
+    assert p.device is not None and p.device.index == 1
+    assert "shared by ranks 1,9,17," in p.warnings[0] and "(2048 ranks)" in p.warnings[0]
+    assert max(len(text) for text in p.reasons) < 400
+    assert plan_all(dgx_h100(), nprocs=16384, mode="exclusive")[1] == p
+
+
+def test_plan_each_gives_every_rank_its_plan_or_its_own_error() -> None:
+    topo = dgx_h100(allowed_cpus=parse_cpulist(H100_NODE0))
+    from pynumabind.planner import plan_each
+
+    results = plan_each(topo)
+    assert [isinstance(r, Plan) for r in results] == [True] * 4 + [False] * 4
+    assert all(isinstance(r, PlanError) for r in results[4:])
+    assert "rank 5:" in str(results[5])
+    with pytest.raises(PlanError, match="rank 4:"):
+        plan_all(topo)
+
+
+def test_cpus_override_away_from_the_gpu_warns_and_memory_follows_the_cpus() -> None:
+    p = plan(dgx_h100(), 0, cpus="56-59;0-3;0-3;0-3;56-59;56-59;56-59;56-59")
+    assert p.cpus == frozenset(range(56, 60)) and p.mems == frozenset({1})
+    assert len(p.warnings) == 1
+    assert p.warnings[0] == (
+        "cpus override puts rank 0 on node(s) 1, away from its GPU 0 (0000:18:00.0) on "
+        "node(s) 0; its memory policy follows the CPUs"
+    )
+    assert plan(dgx_h100(), 1, cpus="56-59;0-3;0-3;0-3;56-59;56-59;56-59;56-59").warnings == ()
+
+
+def test_require_node_turns_an_unknown_gpu_node_into_a_plan_error() -> None:
+    topo = mi300x_unknown_gpu_node()
+    assert plan(topo, 3).cpus is None  # default: unbound, with a warning
+    with pytest.raises(PlanError, match=r"rank 3: GPU 3 \(.*\) has no known NUMA node"):
+        plan(topo, 3, require_node=True)
+    assert plan(topo, 2, require_node=True).cpus is not None  # other ranks are unaffected
+    results = plan_each(topo, require_node=True)
+    assert [isinstance(r, PlanError) for r in results] == [i == 3 for i in range(len(results))]

@@ -27,6 +27,7 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from . import _verify
+from ._options import Options
 from .cpulist import format_cpulist, parse_cpulist
 from .errors import PynumabindError
 from .model import Topology
@@ -187,29 +188,25 @@ def _from_dict(data: Dict[str, Any]) -> WorkerReport:
     )
 
 
-def default_nprocs(topology: Topology) -> int:
-    """One worker per visible GPU, else one per NUMA node with allowed CPUs."""
-    if topology.gpus:
-        return len(topology.gpus)
-    nodes = [n for n in topology.cpu_nodes if topology.nodes[n].cpus & topology.allowed_cpus]
-    return max(1, len(nodes))
-
-
 def run_check(
     topology: Topology,
+    options: Options,
     *,
     timeout: float = 60.0,
-    nprocs: Optional[int] = None,
     pass_topology: bool = False,
-    **options: Any,
 ) -> CheckReport:
     """Spawn one worker per rank, let each bind and verify itself, collect reports.
 
-    ``pass_topology`` hands the parent's topology to the workers (needed when
-    it came from a snapshot or carries allowed-set overrides); otherwise each
-    worker detects the machine itself, as a real worker would.
+    The number of ranks is the planner's (``options.nprocs``, else its one
+    default).  ``pass_topology`` hands the parent's topology to the workers
+    (needed when it came from a snapshot or carries allowed-set overrides);
+    otherwise each worker detects the machine itself, as a real worker would.
     """
-    count = nprocs if nprocs is not None else default_nprocs(topology)
+    from .planner import local_ranks
+
+    count = local_ranks(topology, options)
+    given = options.keywords()
+    worker_options = {k: v for k, v in given.items() if k not in ("rank", "nprocs")}
     context = multiprocessing.get_context("spawn")
     topology_json = topology.to_json(indent=None) if pass_topology else None
     running = []
@@ -217,7 +214,7 @@ def run_check(
         parent_end, child_end = context.Pipe(duplex=False)
         process = context.Process(
             target=_worker_main,
-            args=(child_end, rank, count, options, topology_json),
+            args=(child_end, rank, count, worker_options, topology_json),
             name=f"pynumabind-check-{rank}",
         )
         process.start()

@@ -1,7 +1,9 @@
 """What the launcher and the user said through environment variables.
 
-Pure apart from reading the mapping it is given (``os.environ`` by
-default in the binder), so every rule here is tested with plain dicts.
+:func:`resolve` merges them into the one :class:`~pynumabind._options.Options`
+(explicit arguments win).  Pure apart from reading the mapping it is given
+(``os.environ`` by default in the binder), so every rule here is tested with
+plain dicts.
 Values are only ever parsed into ints, enums and id sets: nothing from the
 environment reaches a shell, ``eval`` or a command line.
 
@@ -25,6 +27,8 @@ Rules
   counts as unset (``PYNUMABIND_MODE= cmd`` clears it).
 * ``PYNUMABIND_DISABLE``: ``1/true/yes/on`` disables binding (a logged
   no-op); ``0/false/no/off`` or empty leave it enabled.
+  ``PYNUMABIND_REQUIRE_NODE`` takes the same values: a GPU whose NUMA node
+  is unknown then fails the plan instead of leaving the rank unbound.
 * Explicit arguments always win over the environment.
 * A rank or size variable that is set must be a non-negative integer (a
   size a positive one), even when empty: a launcher that exports
@@ -36,9 +40,10 @@ Rules
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Any, Dict, Mapping, Optional, Tuple, Type, TypeVar, Union
+from dataclasses import replace
+from typing import Any, Dict, Mapping, Optional, Tuple, Type, TypeVar
 
+from ._options import Options, check_nprocs
 from .errors import ConfigError
 from .model import CpuMode, MemoryPolicy
 
@@ -68,6 +73,7 @@ MEMORY_VARIABLE = "PYNUMABIND_MEMORY"
 NODES_VARIABLE = "PYNUMABIND_NODES"
 CPUS_VARIABLE = "PYNUMABIND_CPUS"
 DISABLE_VARIABLE = "PYNUMABIND_DISABLE"
+REQUIRE_NODE_VARIABLE = "PYNUMABIND_REQUIRE_NODE"
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"", "0", "false", "no", "off"})
@@ -75,33 +81,7 @@ _INT = re.compile(r"[0-9]{1,9}\Z")  # no sign, no spaces inside; < 10**9
 _SLURM_TASKS = re.compile(r"([0-9]{1,9})(?:\(x[0-9]{1,9}\))?\Z")
 
 
-@dataclass(frozen=True)
-class EnvConfig:
-    """The binder's inputs after merging arguments and environment.
-
-    ``rank_source``/``nprocs_source`` name where each value came from
-    (``"argument"`` or the variable), so logs and errors can cite it.
-    ``nodes``/``cpus`` are the per-rank overrides exactly as given (the
-    planner parses them against the topology, which is what gives ``all`` and
-    ``!`` their meaning); ``None`` means "planner decides".
-    """
-
-    rank: Optional[int]
-    rank_source: Optional[str]
-    nprocs: Optional[int]
-    nprocs_source: Optional[str]
-    mode: Optional[CpuMode]
-    memory: Optional[MemoryPolicy]
-    nodes: Any
-    cpus: Any
-    disabled: bool = False
-    disabled_by: Optional[str] = None
-    sources: Mapping[str, str] = field(default_factory=dict)
-
-    def from_environment(self, option: str) -> Optional[str]:
-        """The variable ``option`` (``"nodes"``...) came from, ``None`` if an argument."""
-        source = self.sources.get(option)
-        return None if source in (None, "argument") else source
+EnvConfig = Options  # the name callers used before the options object had its own module
 
 
 def shown(value: str) -> str:
@@ -183,109 +163,102 @@ def _option(environ: Mapping[str, str], name: str) -> Optional[str]:
     return value
 
 
-def _per_rank_override(
-    environ: Mapping[str, str], value: Any, variable: str, option: str, sources: Dict[str, str]
-) -> Any:
-    """The argument if given, else the variable's text (stripped); records which."""
-    if value is not None:
-        sources[option] = "argument"
-        return value
-    text = _option(environ, variable)
-    if text is None:
-        return None
-    sources[option] = variable
-    return text.strip()
+def _rank(environ: Mapping[str, str], given: Options) -> Tuple[Optional[int], Optional[str]]:
+    if given.rank is not None:
+        return given.rank, given.rank_source
+    for name in RANK_VARIABLES:
+        value = environ.get(name)
+        if value is not None:
+            return _parse_int(name, value, 0), name
+    return None, None
+
+
+def _nprocs(
+    environ: Mapping[str, str], given: Options, rank_source: Optional[str]
+) -> Tuple[Optional[int], Optional[str]]:
+    if given.nprocs is not None:
+        return given.nprocs, given.nprocs_source
+    order = list(RANK_VARIABLES)
+    if rank_source is not None and rank_source in SIZE_VARIABLES:
+        order = [rank_source]  # the rank's own launcher only
+    for rank_name in order:
+        found = _local_size(environ, SIZE_VARIABLES[rank_name])
+        if found is not None:
+            count, name = found
+            return check_nprocs(count, name), name
+    return None, None
+
+
+def _choices(environ: Mapping[str, str], given: Options, sources: Dict[str, str]) -> Dict[str, Any]:
+    """mode, memory and the per-rank overrides: the argument if given, else the variable."""
+    out: Dict[str, Any] = {}
+    variables = (
+        ("mode", MODE_VARIABLE),
+        ("memory", MEMORY_VARIABLE),
+        ("nodes", NODES_VARIABLE),
+        ("cpus", CPUS_VARIABLE),
+    )
+    for option, variable in variables:
+        value = getattr(given, option)
+        text = _option(environ, variable)
+        if value is not None or text is None:
+            out[option] = value
+        elif option == "mode":
+            out[option] = _env_enum(CpuMode, variable, text)
+        elif option == "memory":
+            out[option] = _env_enum(MemoryPolicy, variable, text)
+        else:
+            # "0,0,1,1", "0-3;4-7" go to the planner as text: it parses them
+            # against the topology and names the variable in errors.
+            out[option] = text.strip()
+        if value is None and text is not None:
+            sources[option] = variable
+    return out
 
 
 def resolve(
     environ: Mapping[str, str],
-    *,
-    rank: Optional[int] = None,
-    nprocs: Optional[int] = None,
-    mode: Union[str, CpuMode, None] = None,
-    memory: Union[str, MemoryPolicy, None] = None,
-    nodes: Any = None,
-    cpus: Any = None,
-) -> EnvConfig:
-    """Merge explicit arguments (which win) with ``environ``."""
+    given: Optional[Options] = None,
+    **arguments: Any,
+) -> Options:
+    """Merge explicit arguments (which win) with ``environ``: the one :class:`Options`.
+
+    ``given`` is options already built (the CLI's); else ``arguments`` are
+    :meth:`Options.from_arguments`'s keywords.
+    """
+    if given is None:
+        given = Options.from_arguments(**arguments)
     disable_value = environ.get(DISABLE_VARIABLE)
     disabled = disable_value is not None and parse_flag(DISABLE_VARIABLE, disable_value)
-
-    rank_source: Optional[str] = None
-    if rank is not None:
-        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
-            raise ConfigError(f"invalid rank argument {rank!r}; expected a non-negative integer")
-        rank_source = "argument"
-    else:
-        for name in RANK_VARIABLES:
-            value = environ.get(name)
-            if value is not None:
-                rank, rank_source = _parse_int(name, value, 0), name
-                break
-        if rank is None and not disabled:
-            raise ConfigError(
-                "no local rank: pass rank= or set one of "
-                + ", ".join(RANK_VARIABLES)
-                + " (torchrun, srun and mpirun set them)"
-            )
-
-    nprocs_source: Optional[str] = None
-    if nprocs is not None:
-        if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
-            raise ConfigError(f"invalid nprocs argument {nprocs!r}; expected a positive integer")
-        nprocs_source = "argument"
-    else:
-        order = list(RANK_VARIABLES)
-        if rank_source is not None and rank_source in SIZE_VARIABLES:
-            order = [rank_source]  # the rank's own launcher only
-        for rank_name in order:
-            found = _local_size(environ, SIZE_VARIABLES[rank_name])
-            if found is not None:
-                nprocs, nprocs_source = found
-                break
+    rank, rank_source = _rank(environ, given)
+    if rank is None and not disabled:
+        raise ConfigError(
+            "no local rank: pass rank= or set one of "
+            + ", ".join(RANK_VARIABLES)
+            + " (torchrun, srun and mpirun set them)"
+        )
+    nprocs, nprocs_source = _nprocs(environ, given, rank_source)
     if rank is not None and nprocs is not None and rank >= nprocs:
         raise ConfigError(
             f"local rank {rank} (from {rank_source}) is not below the number of local "
             f"processes {nprocs} (from {nprocs_source})"
         )
-
-    if mode is None:
-        env_mode = _option(environ, MODE_VARIABLE)
-        parsed_mode = None if env_mode is None else _env_enum(CpuMode, MODE_VARIABLE, env_mode)
-    else:
-        parsed_mode = CpuMode.parse(mode, "mode")
-    if memory is None:
-        env_memory = _option(environ, MEMORY_VARIABLE)
-        parsed_memory = (
-            None if env_memory is None else _env_enum(MemoryPolicy, MEMORY_VARIABLE, env_memory)
-        )
-    else:
-        parsed_memory = MemoryPolicy.parse(memory, "memory")
-
-    sources: Dict[str, str] = {}
-    if mode is not None:
-        sources["mode"] = "argument"
-    elif parsed_mode is not None:
-        sources["mode"] = MODE_VARIABLE
-    if memory is not None:
-        sources["memory"] = "argument"
-    elif parsed_memory is not None:
-        sources["memory"] = MEMORY_VARIABLE
-    # Per-rank overrides ("0,0,1,1", "0-3;4-7") go to the planner as text; it
-    # parses them against the topology and the binder names the variable in errors.
-    nodes = _per_rank_override(environ, nodes, NODES_VARIABLE, "nodes", sources)
-    cpus = _per_rank_override(environ, cpus, CPUS_VARIABLE, "cpus", sources)
-
-    return EnvConfig(
+    sources = dict(given.sources)
+    require_node = given.require_node
+    require_value = environ.get(REQUIRE_NODE_VARIABLE)
+    if not require_node and require_value is not None:
+        require_node = parse_flag(REQUIRE_NODE_VARIABLE, require_value)
+        if require_node:
+            sources["require_node"] = REQUIRE_NODE_VARIABLE
+    return replace(
+        given,
         rank=rank,
         rank_source=rank_source,
         nprocs=nprocs,
         nprocs_source=nprocs_source,
-        mode=parsed_mode,
-        memory=parsed_memory,
-        nodes=nodes,
-        cpus=cpus,
         disabled=disabled,
+        require_node=require_node,
         disabled_by=f"{DISABLE_VARIABLE}={disable_value}" if disabled else None,
+        **_choices(environ, given, sources),
         sources=sources,
     )

@@ -57,7 +57,7 @@ from .errors import BindError, ConfigError, PlanError, format_ids
 from .model import CpuMode, MemoryPolicy, Plan
 
 if TYPE_CHECKING:  # pragma: no cover
-    from . import _environ
+    from ._options import Options
     from .model import Topology
 
 __all__ = [
@@ -393,7 +393,7 @@ def _caller_cpus(
 # ------------------------------------------------------------------ entry
 
 
-def _check_environment_overrides(config: _environ.EnvConfig, topology: Topology) -> None:
+def _check_environment_overrides(config: Options, topology: Topology) -> None:
     """Parse PYNUMABIND_NODES/CPUS now, so a bad value names its variable."""
     from . import planner
     from ._environ import CPUS_VARIABLE, NODES_VARIABLE, shown
@@ -440,10 +440,10 @@ def bind_current_process(
     to :func:`~pynumabind.planner.plan`; see :func:`apply_plan` for
     ``migrate`` and ``on_error``.
     """
-    from . import _environ
+    from . import _environ, planner
 
     _check_on_error(on_error)
-    config = _environ.resolve(
+    options = _environ.resolve(
         os.environ if environ is None else environ,
         rank=rank,
         nprocs=nprocs,
@@ -451,9 +451,12 @@ def bind_current_process(
         memory=memory,
         nodes=nodes,
         cpus=cpus,
+        device=device,
+        gpu_memory=gpu_memory,
+        interleave_nodes=interleave_nodes,
     )
-    if config.disabled:
-        return _disabled(config)
+    if options.disabled:
+        return _disabled(options)
     binding: Optional[Binding] = None
     try:
         with _BIND_LOCK:  # what detect reads as allowed must not be another bind's half-work
@@ -461,13 +464,7 @@ def bind_current_process(
                 from .discovery import detect_topology
 
                 topology = detect_topology()
-            plan = _plan(
-                config,
-                topology,
-                device=device,
-                gpu_memory=gpu_memory,
-                interleave_nodes=interleave_nodes,
-            )
+            plan = planner.plan_for(topology, options)
             binding = apply_plan(plan, migrate=migrate, on_error=on_error)
     except BaseException:
         if binding is not None and binding._undo is not None:  # interrupted as the lock went
@@ -476,67 +473,14 @@ def bind_current_process(
     return binding
 
 
-def _disabled(config: _environ.EnvConfig) -> Binding:
+def _disabled(options: Options) -> Binding:
     """PYNUMABIND_DISABLE: a logged Binding that applied nothing."""
     binding = Binding(
         plan=None,
         applied=False,
         disabled=True,
-        notes=(f"disabled by {config.disabled_by}",),
+        notes=(f"disabled by {options.disabled_by}",),
         thread_id=threading.get_native_id(),
     )
     log.info("%s", binding.summary())
     return binding
-
-
-def _plan(
-    config: _environ.EnvConfig,
-    topology: Topology,
-    *,
-    device: Optional[int],
-    gpu_memory: bool,
-    interleave_nodes: Union[str, Iterable[int], None],
-) -> Plan:
-    """This rank's plan; an error says which settings came from the environment."""
-    from . import planner
-
-    assert config.rank is not None  # resolve() raises when no rank is known
-    _check_environment_overrides(config, topology)
-    options: Dict[str, Any] = {}
-    if config.mode is not None:
-        options["mode"] = config.mode
-    if config.memory is not None:
-        options["memory"] = config.memory
-    try:
-        return planner.plan(
-            topology,
-            config.rank,
-            config.nprocs,
-            nodes=config.nodes,
-            cpus=config.cpus,
-            device=device,
-            gpu_memory=gpu_memory,
-            interleave_nodes=interleave_nodes,
-            **options,
-        )
-    except (ConfigError, PlanError) as exc:
-        from_env = _settings_from_environment(config)
-        if not from_env:
-            raise
-        raise type(exc)(f"{exc} (settings from the environment: {', '.join(from_env)})") from exc
-
-
-def _settings_from_environment(config: _environ.EnvConfig) -> List[str]:
-    """Which settings came from the environment: the user may not know."""
-    from_env = [
-        f"{what} from {source}"
-        for what, source in (("rank", config.rank_source), ("nprocs", config.nprocs_source))
-        if source not in (None, "argument")
-    ]
-    from_env += [
-        f"{option} from {variable}"
-        for option in ("mode", "memory", "nodes", "cpus")
-        for variable in [config.from_environment(option)]
-        if variable is not None
-    ]
-    return from_env

@@ -23,9 +23,10 @@ import logging
 import math
 import os
 import sys
-from typing import Any, Dict, List, NoReturn, Optional, Sequence
+from typing import Any, Dict, List, NoReturn, Optional, Sequence, Union
 
 from . import __version__, discovery
+from ._options import Options
 from ._report import human_bytes, table
 from .cpulist import format_cpulist, parse_cpulist, parse_nodelist
 from .errors import ConfigError, ListParseError, PynumabindError, format_ids
@@ -97,11 +98,13 @@ def _plan_options(parser: argparse.ArgumentParser, *, with_nprocs: bool = True) 
         )
     group.add_argument(
         "--mode",
+        type=str.lower,  # names are case-insensitive everywhere
         choices=[m.value for m in CpuMode],
         help="how CPUs are chosen (default: node)",
     )
     group.add_argument(
         "--memory",
+        type=str.lower,
         choices=[p.value for p in MemoryPolicy],
         help="memory policy (default: preferred)",
     )
@@ -239,17 +242,17 @@ def machine_topology(args: argparse.Namespace) -> Topology:
     return topology.replace(**changes) if changes else topology
 
 
-def _plan_kwargs(args: argparse.Namespace) -> Dict[str, Any]:
-    kwargs: Dict[str, Any] = {}
-    if getattr(args, "nprocs", None) is not None:
-        if args.nprocs < 1:
-            raise UsageError(f"--nprocs must be at least 1, not {args.nprocs}")
-        kwargs["nprocs"] = args.nprocs
-    for name in ("mode", "memory", "nodes", "cpus"):
-        value = getattr(args, name, None)
-        if value is not None:
-            kwargs[name] = value
-    return kwargs
+def _options(args: argparse.Namespace) -> Options:
+    """The plan options given on the command line, validated once (see :mod:`._options`)."""
+    return Options.from_arguments(
+        rank=getattr(args, "rank", None),
+        nprocs=getattr(args, "nprocs", None),
+        mode=args.mode,
+        memory=args.memory,
+        nodes=args.nodes,
+        cpus=args.cpus,
+        flags=True,
+    )
 
 
 def _machine_given(args: argparse.Namespace) -> bool:
@@ -307,71 +310,76 @@ def _empty_nodes(topology: Topology) -> frozenset[int]:
     return frozenset(n.id for n in topology.nodes.values() if not n.cpus and not n.has_memory)
 
 
+def _node_tables(topology: Topology) -> List[str]:
+    # Placeholder nodes would only widen the tables; the warnings list them.
+    node_ids = sorted(set(topology.nodes) - _empty_nodes(topology)) or sorted(topology.nodes)
+    rows = []
+    for n in node_ids:
+        node = topology.nodes[n]
+        rows.append(
+            [
+                str(n),
+                format_cpulist(node.cpus) or "-",
+                human_bytes(node.memory_total if node.has_memory else 0),
+                human_bytes(node.memory_free if node.has_memory else 0),
+                "memory-only" if node.memory_only else "",
+            ]
+        )
+    distance_rows = [
+        [str(a)] + [str(topology.distance(a, b) or "-") for b in node_ids] for a in node_ids
+    ]
+    return [
+        "NUMA nodes",
+        table(["node", "cpus", "memory", "free", "kind"], rows),
+        "",
+        "Distances",
+        table(["node", *[str(n) for n in node_ids]], distance_rows),
+    ]
+
+
+def _gpu_table(topology: Topology) -> List[str]:
+    if not topology.gpus:
+        return ["GPUs: none visible"]
+    rows = [
+        [
+            str(g.index),
+            g.pci_bus_id,
+            g.model or g.vendor,
+            "-" if g.numa_node is None else str(g.numa_node),
+            format_cpulist(g.local_cpus) or "-",
+            "-" if g.memory_node is None else str(g.memory_node),
+            g.source,
+        ]
+        for g in topology.gpus
+    ]
+    headers = ["gpu", "pci bus id", "model", "node", "local cpus", "mem node", "source"]
+    return ["GPUs (in this process's order)", table(headers, rows)]
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     topology = machine_topology(args)
     warnings = topology_warnings(topology)
     if args.json:
         _emit_json({"topology": topology.to_dict(), "warnings": warnings})
         return EXIT_OK
-    # Placeholder nodes would only widen the tables; the warnings list them.
-    node_ids = sorted(set(topology.nodes) - _empty_nodes(topology)) or sorted(topology.nodes)
-    rows = [
-        [
-            str(n),
-            format_cpulist(topology.nodes[n].cpus) or "-",
-            human_bytes(topology.nodes[n].memory_total if topology.nodes[n].has_memory else 0),
-            human_bytes(topology.nodes[n].memory_free if topology.nodes[n].has_memory else 0),
-            "memory-only" if topology.nodes[n].memory_only else "",
-        ]
-        for n in node_ids
+    allowed = [
+        ["cpus", format_cpulist(topology.allowed_cpus) or "-"],
+        ["mems", format_cpulist(topology.allowed_mems) or "-"],
     ]
-    parts = ["NUMA nodes", table(["node", "cpus", "memory", "free", "kind"], rows)]
-    distance_rows = [
-        [str(a)] + [str(topology.distance(a, b) or "-") for b in node_ids] for a in node_ids
-    ]
-    parts += ["", "Distances", table(["node", *[str(n) for n in node_ids]], distance_rows)]
-    if topology.gpus:
-        gpu_rows = [
-            [
-                str(g.index),
-                g.pci_bus_id,
-                g.model or g.vendor,
-                "-" if g.numa_node is None else str(g.numa_node),
-                format_cpulist(g.local_cpus) or "-",
-                "-" if g.memory_node is None else str(g.memory_node),
-                g.source,
-            ]
-            for g in topology.gpus
-        ]
-        parts += [
-            "",
-            "GPUs (in this process's order)",
-            table(
-                ["gpu", "pci bus id", "model", "node", "local cpus", "mem node", "source"], gpu_rows
-            ),
-        ]
-    else:
-        parts += ["", "GPUs: none visible"]
-    parts += [
-        "",
-        "This process",
-        table(
-            ["allowed", "set"],
-            [
-                ["cpus", format_cpulist(topology.allowed_cpus) or "-"],
-                ["mems", format_cpulist(topology.allowed_mems) or "-"],
-            ],
-        ),
-    ]
+    parts = [*_node_tables(topology), "", *_gpu_table(topology)]
+    parts += ["", "This process", table(["allowed", "set"], allowed)]
     if warnings:
         parts += ["", "Warnings", *[f"  - {w}" for w in warnings]]
     _emit("\n".join(parts))
     return EXIT_OK
 
 
-def _plan_rows(plans: Sequence[Plan]) -> List[List[str]]:
+def _plan_rows(results: Sequence[Union[Plan, PynumabindError]]) -> List[List[str]]:
     rows = []
-    for plan in plans:
+    for rank, plan in enumerate(results):
+        if not isinstance(plan, Plan):
+            rows.append([str(rank), "-", "-", "error", "-", "-"])
+            continue
         device = "-" if plan.device is None else f"{plan.device.index} {plan.device.pci_bus_id}"
         rows.append(
             [
@@ -387,23 +395,51 @@ def _plan_rows(plans: Sequence[Plan]) -> List[List[str]]:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from .planner import plan_all
+    """The per-rank table; a rank that cannot be planned shows its error, the others their plan."""
+    from .planner import plan_each_for
 
+    options = _options(args)
     topology = machine_topology(args)
-    plans = plan_all(topology, **_plan_kwargs(args))
+    results = plan_each_for(topology, options)
+    plans = [r for r in results if isinstance(r, Plan)]
+    errors = [(rank, r) for rank, r in enumerate(results) if not isinstance(r, Plan)]
+    if not plans:
+        raise errors[0][1]  # no rank can be planned: the first error says why
     if args.json:
-        _emit_json({"ranks": [p.to_dict() for p in plans]})
-        return EXIT_OK
-    text = table(["rank", "device", "node", "cpus", "mems", "policy"], _plan_rows(plans))
+        _emit_json(
+            {
+                "ranks": [
+                    r.to_dict() if isinstance(r, Plan) else {"rank": rank, "error": str(r)}
+                    for rank, r in enumerate(results)
+                ]
+            }
+        )
+    else:
+        _emit("\n".join(_plan_text(results)))
+    if errors:
+        _error(f"{len(errors)} of {len(results)} ranks cannot be planned (see the table)")
+        return EXIT_FAILURE
+    return EXIT_OK
+
+
+def _plan_text(results: Sequence[Union[Plan, PynumabindError]]) -> List[str]:
+    plans = [r for r in results if isinstance(r, Plan)]
+    text = table(["rank", "device", "node", "cpus", "mems", "policy"], _plan_rows(results))
     notes = [f"  rank {p.rank}: {r}" for p in plans for r in p.reasons]
     warnings = [f"  rank {p.rank}: {w}" for p in plans for w in p.warnings]
+    errors = [
+        f"  {r}" if str(r).startswith(f"rank {rank}:") else f"  rank {rank}: {r}"
+        for rank, r in enumerate(results)
+        if not isinstance(r, Plan)
+    ]
     out = [text]
     if notes:
         out += ["", "Reasons", *notes]
     if warnings:
         out += ["", "Warnings", *warnings]
-    _emit("\n".join(out))
-    return EXIT_OK
+    if errors:
+        out += ["", "Errors", *errors]
+    return out
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
@@ -414,10 +450,9 @@ def cmd_exec(args: argparse.Namespace) -> int:
         argv = argv[1:]
     if not argv:
         raise UsageError("exec needs a command: pynumabind exec [options] -- CMD [ARGS...]")
+    options = _options(args)
     topology = machine_topology(args) if _machine_given(args) else None
-    binding = bind_current_process(
-        args.rank, topology=topology, on_error=args.on_error, **_plan_kwargs(args)
-    )
+    binding = bind_current_process(topology=topology, on_error=args.on_error, **options.keywords())
     if args.json and sys.stderr is not None:
         # stdout belongs to the command; the report goes to stderr.
         sys.stderr.write(json.dumps({"schema": JSON_SCHEMA_VERSION, **binding.to_dict()}) + "\n")
@@ -441,13 +476,9 @@ def cmd_exec(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     from ._check import run_check
 
+    options = _options(args)
     topology = machine_topology(args)
-    report = run_check(
-        topology,
-        timeout=args.timeout,
-        pass_topology=_machine_given(args),
-        **_plan_kwargs(args),
-    )
+    report = run_check(topology, options, timeout=args.timeout, pass_topology=_machine_given(args))
     if args.json:
         _emit_json(report.to_dict())
     else:

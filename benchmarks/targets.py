@@ -1,0 +1,325 @@
+"""Issue 14's table, measured in one run: what binding costs next to a numactl exec.
+
+Rows (each with the issue's target and the ratio to it):
+
+* ``anchor``: ``numactl --cpunodebind=0 --membind=0 true`` minus ``true``,
+  paired per round: numactl's added start time, which in-process binding
+  must beat;
+* ``first_bind_preloaded``: ``import pynumabind`` and the first
+  ``bind_current_process(0)`` in an interpreter that already imported the
+  standard-library modules a torch worker has (own modules + detect + plan
+  + apply); target: at most the anchor;
+* ``import_and_first_bind``: ``import pynumabind`` + that first bind in a bare
+  interpreter; target 15 ms;
+* ``import``: ``import pynumabind`` alone; target 10 ms, loading none of
+  pynvml, numpy and json;
+* ``second_bind``: ``bind_current_process(0)`` again in the same process vs
+  the raw syscalls floor (:mod:`benchmarks.rawbind`); target 3x the floor;
+* ``from_sysfs_dgx_h100``: discovery of the 224-CPU DGX H100 fixture tree
+  (``tests/machines/dgx_h100.json``), files only; target 5 ms.
+
+Everything runs round-robin, one fresh process per measurement and per
+round, so slow and fast moments of a noisy machine hit every row alike; the
+order within a round rotates.  The interpreters of the import and first-bind
+rows run with ``-S`` (:func:`benchmarks.common.bare_python`): no ``.pth``
+file loads anything before the clock starts, and the JSON lists which
+common stdlib modules were loaded before the import.  pynvml is hidden from the bind rows (its
+import fails), as in the overhead suite: the rows measure pynumabind's own
+cost, not NVML's.  ``build_rows`` is pure (samples in, rows out).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from .common import Settings, bare_python, say, worker_env
+from .overhead import NVML_BLOCKER, WORKER_PRELOADED, _run_json, _time_command, ensure_numactl
+from .probe import cold_source
+from .stats import Summary, ratio, summarize
+
+__all__ = ["FORBIDDEN_ON_IMPORT", "TARGETS", "build_rows", "run_targets", "verdict"]
+
+FIXTURE = "dgx_h100"
+
+#: Modules ``import pynumabind`` must not load (issue 14).
+FORBIDDEN_ON_IMPORT = ("pynvml", "numpy", "json")
+
+# key -> (what, target text, limit, unit of the limit or the row it is relative to)
+TARGETS: Dict[str, Tuple[str, str, Optional[float], str]] = {
+    "anchor": (
+        "`numactl --cpunodebind=0 --membind=0 true` vs `true`: added start time",
+        "— (the anchor)",
+        None,
+        "ms",
+    ),
+    "first_bind_preloaded": (
+        "first `bind_current_process()` in a worker that already loaded the stdlib "
+        "(as under torch): own modules + detect + plan + apply",
+        "≤ 1 × numactl's added start time, same run",
+        1.0,
+        "anchor",
+    ),
+    "import_and_first_bind": (
+        "`import pynumabind` + first bind in a bare interpreter",
+        "≤ 15 ms",
+        15.0,
+        "ms",
+    ),
+    "import": (
+        "`import pynumabind`",
+        "≤ 10 ms, no pynvml/numpy/json loaded",
+        10.0,
+        "ms",
+    ),
+    "second_bind": (
+        "second bind in the same process",
+        "≤ 3 × the raw syscalls (sched_setaffinity per thread + set_mempolicy)",
+        3.0,
+        "raw",
+    ),
+    "from_sysfs_dgx_h100": (
+        "discovery from sysfs (`from_sysfs`) on a 224-CPU DGX H100 tree",
+        "≤ 5 ms",
+        5.0,
+        "ms",
+    ),
+}
+
+
+def verdict(low: Optional[float], value: float, high: Optional[float]) -> str:
+    """Judge a ratio to its target (1.0 = exactly on target, lower is better).
+
+    ``met``/``missed`` when the whole quartile range is on one side of 1,
+    ``borderline`` when it straddles 1; with no range (a difference that can
+    be zero or negative has none), the median alone decides and says so.
+    """
+    if low is None or high is None:
+        return ("met" if value <= 1.0 else "missed") + " (median only)"
+    if high <= 1.0:
+        return "met"
+    if low > 1.0:
+        return "missed"
+    return "borderline"
+
+
+def _fixed(value: Summary, limit: float) -> Dict[str, Any]:
+    return {"value": value.median / limit, "low": value.q1 / limit, "high": value.q3 / limit}
+
+
+def _relative(value: Summary, reference: Summary, factor: float) -> Dict[str, Any]:
+    """value / (factor × reference), ranged by the quartiles when the reference is positive."""
+    if reference.median <= 0:
+        return {"value": float("inf"), "low": None, "high": None}
+    try:
+        r = ratio("row", value, "reference", reference)
+    except ValueError:  # reference quartiles not all positive: no range
+        return {"value": value.median / reference.median / factor, "low": None, "high": None}
+    return {"value": r.value / factor, "low": r.low / factor, "high": r.high / factor}
+
+
+def build_rows(
+    samples: Dict[str, Sequence[float]],
+    modules_after_import: Optional[Sequence[str]],
+    notes: Optional[Dict[str, str]] = None,
+) -> List[Dict[str, Any]]:
+    """The table's rows from raw samples (pure).
+
+    ``samples`` maps row keys to samples in the row's unit (ms, but us for
+    ``second_bind``) plus ``raw`` (us, the floor for ``second_bind``);
+    missing keys become rows that say so.  ``ratio`` is the row over its
+    target (lower is better, 1 = on target) with a quartile range.
+    """
+    notes = notes or {}
+    units = {"second_bind": "us", "raw": "us"}
+    summaries = {
+        key: summarize(values, units.get(key, "ms")) for key, values in samples.items() if values
+    }
+    rows: List[Dict[str, Any]] = []
+    for key, (what, target, limit, against) in TARGETS.items():
+        row: Dict[str, Any] = {"key": key, "what": what, "target": target}
+        value = summaries.get(key)
+        if key in notes:
+            row["note"] = notes[key]
+        if value is None:
+            row["error"] = notes.get(key, "not measured")
+            rows.append(row)
+            continue
+        row["summary"] = value.to_dict()
+        reference: Optional[Summary] = None
+        if against == "anchor":
+            reference = summaries.get("anchor")
+        elif against == "raw":
+            reference = summaries.get("raw")
+        if against in ("anchor", "raw"):
+            if reference is None:
+                row["verdict"] = f"no {against} measured: cannot judge"
+                rows.append(row)
+                continue
+            row["reference"] = {"name": against, "summary": reference.to_dict()}
+            assert limit is not None
+            row["ratio"] = _relative(value, reference, limit)
+        elif limit is not None:
+            row["ratio"] = _fixed(value, limit)
+        if "ratio" in row:
+            r = row["ratio"]
+            row["verdict"] = verdict(r["low"], r["value"], r["high"])
+        if key == "import":
+            loaded = sorted(set(modules_after_import or ()) & set(FORBIDDEN_ON_IMPORT))
+            row["forbidden_loaded"] = loaded if modules_after_import is not None else None
+            row["modules_after_import"] = (
+                None if modules_after_import is None else sorted(modules_after_import)
+            )
+            if modules_after_import is None:
+                row["verdict"] += "; modules not checked"
+            elif loaded:
+                row["verdict"] = "missed (loads " + ", ".join(loaded) + ")"
+        rows.append(row)
+    return rows
+
+
+# ------------------------------------------------------------ measuring
+
+
+def _blocker_env(directory: str) -> Dict[str, str]:
+    """The workers' environment with an unimportable ``pynvml`` first on the path."""
+    with open(os.path.join(directory, "pynvml.py"), "w", encoding="utf-8") as handle:
+        handle.write(NVML_BLOCKER)
+    env = worker_env()
+    env["PYTHONPATH"] = directory + ":" + env["PYTHONPATH"]
+    return env
+
+
+def run_targets(
+    settings: Settings,
+    *,
+    rounds: Optional[int] = None,
+    inner_reps: Optional[int] = None,
+    warmup: bool = True,
+) -> Dict[str, Any]:
+    """Measure every row, round-robin; ``rounds``/``inner_reps`` override the settings.
+
+    ``warmup`` runs one round first whose numbers are thrown away (caches).
+    """
+    rounds = settings.startup_reps if rounds is None else rounds
+    inner = settings.inner_reps if inner_reps is None else inner_reps
+    numactl, how = ensure_numactl(settings.install_numactl)
+    if numactl is None:
+        say(f"  targets: numactl unavailable: {how}")
+    true = shutil.which("true") or "/bin/true"
+    samples: Dict[str, List[float]] = {
+        k: [] for k in ("true", "numactl_true", *TARGETS, "raw", "first_sysfs")
+    }
+    notes: Dict[str, str] = {}
+    modules: Optional[List[str]] = None
+    before: Optional[List[str]] = None
+    with tempfile.TemporaryDirectory(prefix="pynumabind-targets-") as scratch:
+        env = _blocker_env(scratch)
+        python_s, env_s = bare_python(env)  # no site: nothing but what the row says is loaded
+        tree = os.path.join(scratch, "sysfs")
+        try:
+            from .trees import build_tree
+
+            build_tree(FIXTURE, tree)
+        except (ImportError, OSError) as exc:
+            tree = ""
+            notes["from_sysfs_dgx_h100"] = f"no fixture tree: {type(exc).__name__}: {exc}"
+
+        def start_true() -> None:
+            elapsed, error = _time_command([true], env)
+            if error:
+                notes["anchor"] = f"`true` failed: {error}"
+            samples["true"].append(elapsed * 1e3)
+
+        def start_numactl() -> None:
+            if numactl is None:
+                notes["anchor"] = f"numactl unavailable: {how}"
+                return
+            argv = [numactl, "--cpunodebind=0", "--membind=0", true]
+            elapsed, error = _time_command(argv, env)
+            if error:
+                notes["anchor"] = f"numactl failed: {error}"
+            samples["numactl_true"].append(elapsed * 1e3)
+
+        def cold_bare() -> None:
+            nonlocal modules, before
+            result = _run_json([*python_s, "-c", cold_source(0)], env_s)
+            if "error" in result:
+                notes["import_and_first_bind"] = notes["import"] = result["error"]
+                return
+            samples["import"].append(result["import_s"] * 1e3)
+            samples["import_and_first_bind"].append((result["import_s"] + result["bind_s"]) * 1e3)
+            modules = result.get("modules_after_import")
+            before = result.get("loaded_before_import")
+
+        def cold_preloaded() -> None:
+            program = cold_source(0, WORKER_PRELOADED)
+            result = _run_json([*python_s, "-c", program], env_s)
+            if "error" in result:
+                notes["first_bind_preloaded"] = result["error"]
+                return
+            # the worker imports pynumabind to bind: its (lazy) import counts too
+            samples["first_bind_preloaded"].append((result["import_s"] + result["bind_s"]) * 1e3)
+
+        def rebind() -> None:
+            argv = [sys.executable, "-m", "benchmarks.probe", "rebind", "0", str(inner)]
+            result = _run_json(argv, env)
+            if "error" in result:
+                notes["second_bind"] = result["error"]
+                return
+            samples["second_bind"] += result["second_bind_us"]
+            samples["raw"] += result["raw_us"]
+
+        def from_sysfs() -> None:
+            if not tree:
+                return
+            argv = [sys.executable, "-m", "benchmarks.probe", "sysfs", tree, str(inner // 2 or 1)]
+            result = _run_json(argv, env)
+            if "error" in result:
+                notes["from_sysfs_dgx_h100"] = result["error"]
+                return
+            samples["from_sysfs_dgx_h100"] += result["samples_ms"]
+            samples["first_sysfs"].append(result["first_ms"])
+
+        steps: List[Callable[[], None]] = [
+            start_true,
+            start_numactl,
+            cold_bare,
+            cold_preloaded,
+            rebind,
+            from_sysfs,
+        ]
+        first = 0 if warmup else 1
+        for index in range(first, rounds + 1):  # round 0 warms caches and is thrown away
+            order = steps[index % len(steps) :] + steps[: index % len(steps)]
+            for step in order:
+                step()
+            if index == 0:
+                for values in samples.values():
+                    values.clear()
+                modules = before = None
+    paired = min(len(samples["true"]), len(samples["numactl_true"]))
+    samples["anchor"] = [samples["numactl_true"][i] - samples["true"][i] for i in range(paired)]
+    rows = build_rows({k: samples[k] for k in (*TARGETS, "raw")}, modules, notes)
+    extra = {
+        k: summarize(samples[k], "ms").to_dict()
+        for k in ("true", "numactl_true", "first_sysfs")
+        if samples[k]
+    }
+    return {
+        "rounds": rounds,
+        "warmup_round": warmup,
+        "inner_reps": inner,
+        "numactl": {"path": numactl, "status": how, "available": numactl is not None},
+        "nvml": "hidden (pynvml import fails) in every bind row",
+        "preloaded": list(WORKER_PRELOADED),
+        "interpreter": "python -S (no site, no .pth files); pynumabind's path on PYTHONPATH",
+        "bare_loaded_before_import": before,
+        "fixture": FIXTURE,
+        "rows": rows,
+        "also": extra,
+        "samples": {k: v for k, v in samples.items() if v},
+    }

@@ -1,0 +1,385 @@
+"""The pure planner: a :class:`Topology` and a rank in, a :class:`Plan` out.
+
+Nothing here does I/O, reads the environment or logs: every decision is
+returned in the plan's ``reasons`` (and the ones a launcher should surface in
+``warnings``), so the planner can be run on recorded machines and on
+thousands of generated ones.
+
+How a rank is placed
+--------------------
+1. Its device: ``device=`` if given, else GPU ``rank % len(topology.gpus)``
+   (more ranks than GPUs wrap around, with a warning).  Without GPUs, ranks
+   are spread evenly, in contiguous blocks, over the NUMA nodes that have
+   allowed CPUs; memory-only nodes never get CPU ranks.
+2. Its CPU node(s): the GPU's ``numa_node`` when that node has CPUs; when it
+   is a CPU-less memory node (Grace/GB200 HBM as NVML reports it) the nodes of
+   the GPU's ``local_cpus`` or, without those, the nearest CPU node by SLIT
+   distance (ties: lowest id); when the node is unknown, the nodes of
+   ``local_cpus``; with neither, the rank is left unbound (``cpus=None``).
+3. Its CPUs, by mode: ``node`` (all allowed CPUs of the node, or of the
+   GPU's affinity when the rank was placed by it), ``socket``
+   (all allowed CPUs of the node's package), ``exclusive`` (disjoint,
+   contiguous whole-core slices among the ranks on the same node, balanced to
+   within one core; a GPU affinity spanning nodes is narrowed to the node
+   holding most of it), ``core-complex`` (the same, but whole L3 groups per
+   rank when there are enough, else exclusive within groups) or ``none``.
+   Plans never leave the allowed CPUs; an empty intersection is a
+   :class:`PlanError`, never a silently unbound worker.
+4. Its memory nodes: the nodes of its CPUs (a ``nodes`` override names them
+   directly); a node without memory (or whose
+   memory is outside the allowed mems) is replaced by the nearest node with
+   allowed memory.  ``gpu_memory=True`` adds the GPU's own memory node.
+   ``interleave`` uses ``interleave_nodes`` or, by default, these same nodes.
+
+Overrides
+---------
+``nodes`` and ``cpus`` give every local rank its node(s) or CPUs and win over
+detection; they are validated against the machine and the allowed sets.
+
+* ``nodes``: a string, ranks separated by ``;`` when the string contains one
+  (``"0-1;2-3"``: each item a node list), else by ``,`` (``"0,0,1,1"``: the
+  vLLM form, one node per rank); or a sequence whose items are an ``int``, a
+  node-list string or a set of ints.
+* ``cpus``: a string with ranks separated by ``;`` (``"0-7;8-15"``: each item
+  a cpulist, ``+`` and ``!`` and ``all`` as in numactl); or a sequence whose
+  items are cpulist strings or sets of ints.  ``|`` is rejected, so a string
+  never has two readings.
+
+One parser reads both (:mod:`._overrides`).
+
+A ``cpus`` override that moves a rank off its GPU's node warns, and its
+memory follows the CPUs, not the GPU (vLLM's choice is the GPU; see
+:mod:`._cpus`).
+
+With ``nprocs=None`` an override's length is the number of local ranks;
+otherwise it must match ``nprocs``.
+
+Modules
+-------
+* :mod:`._overrides`: the one parser of the per-rank overrides;
+* :mod:`._request`: options checked against the machine once for all ranks,
+  and the one default number of local ranks (:func:`default_nprocs`);
+* :mod:`._place`: each rank's device and node(s), the one owner of GPU
+  locality;
+* :mod:`._cpus`: the CPUs, one function per mode;
+* :mod:`._sets`: cores, balanced slices, L3 groups and D'Hondt seats, on
+  plain sets (no Topology);
+* :mod:`._memory`: the memory nodes and policy.
+
+Consistency
+-----------
+:func:`plan` computes every rank's placement and returns its own, so rank
+``r``'s plan is the same whether it comes from ``plan(r)`` or from
+``plan_all()[r]``.  Errors are per rank where they can be: ``plan(r)`` fails
+only for its own rank's problems (another rank's node may lie outside this
+process's cpuset).
+
+Cost: every rank is placed (cheap), but only the asked-for rank and the
+ranks it slices a node with get CPUs, memory and reasons, and a list of
+ranks in a message is cut short past 60 characters; one rank of 65,536
+plans in about half a second (``python -m benchmarks.bench_planner``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import AbstractSet, Dict, Iterable, List, Optional, Sequence, Union
+
+from .._options import MAX_NPROCS, Options
+from ..errors import ConfigError, PlanError, PynumabindError
+from ..model import CpuMode, MemoryPolicy, Plan, Topology
+from ._cpus import choose_cpus
+from ._memory import choose_mems
+from ._overrides import (
+    RANK_SEPARATOR,
+    CpusOverride,
+    NodesOverride,
+    parse_cpus_override,
+    parse_nodes_override,
+)
+from ._place import (
+    RankState,
+    nodes_of,
+    place,
+    primary_node,
+    require_known_node,
+    sharing_ranks,
+)
+from ._request import (
+    Request,
+    build_request,
+    check_int,
+    check_overrides,
+    default_nprocs,
+    device_index,
+)
+
+__all__ = [
+    "MAX_NPROCS",
+    "RANK_SEPARATOR",
+    "CpusOverride",
+    "NodesOverride",
+    "Options",
+    "default_nprocs",
+    "local_ranks",
+    "parse_cpus_override",
+    "parse_nodes_override",
+    "plan",
+    "plan_all",
+    "plan_all_for",
+    "plan_each",
+    "plan_each_for",
+    "plan_for",
+]
+
+
+def _finish(topology: Topology, request: Request, state: RankState) -> Union[Plan, PynumabindError]:
+    """The rank's plan from its placement and CPUs: memory, node, reasons."""
+    if state.error is not None:
+        return state.error
+    try:
+        mems, policy = choose_mems(
+            topology,
+            state,
+            policy=request.policy,
+            interleave_nodes=request.interleave_nodes,
+            gpu_memory=request.gpu_memory,
+            nodes_given=request.node_sets is not None,
+        )
+    except PlanError as exc:
+        return exc
+    node = state.primary
+    if state.cpus is not None:
+        nodes = nodes_of(topology, state.cpus)
+        if node not in nodes and nodes:
+            node = primary_node(topology, nodes, state.cpus)
+    assert state.cpus is None or (state.cpus and state.cpus <= topology.allowed_cpus)
+    assert mems <= topology.allowed_mems
+    return Plan(
+        rank=state.rank,
+        device=state.device,
+        cpus=state.cpus,
+        mems=mems,
+        policy=policy,
+        mode=request.mode,
+        node=node,
+        reasons=(request.nprocs_reason, *state.reasons),
+        warnings=tuple(state.warnings),
+    )
+
+
+def _plan_ranks(
+    topology: Topology, request: Request, wanted: Optional[AbstractSet[int]] = None
+) -> Dict[int, Union[Plan, PynumabindError]]:
+    """Plans (or errors) for the ``wanted`` ranks, all by default.
+
+    Every rank is placed (cheaply: it is what tells which ranks share a
+    node), but CPUs and memory are chosen only for the wanted ranks and the
+    ranks they slice a node with, so one rank costs O(its node's ranks).
+    """
+    check_overrides(topology, request)
+    shared_by = sharing_ranks(request.devices)
+    states = [
+        place(
+            topology,
+            r,
+            nprocs=request.nprocs,
+            device=request.devices[r],
+            explicit_device=request.explicit_device[r],
+            shared_by=shared_by,
+            node_set=None if request.node_sets is None else request.node_sets[r],
+        )
+        for r in range(request.nprocs)
+    ]
+    if request.require_node and request.node_sets is None:
+        for state in states:
+            require_known_node(topology, state)
+    choose_cpus(
+        topology,
+        request.mode,
+        states,
+        cpu_sets=request.cpu_sets,
+        nodes_given=request.node_sets is not None,
+        wanted=wanted,
+    )
+    ranks = range(request.nprocs) if wanted is None else sorted(wanted)
+    return {r: _finish(topology, request, states[r]) for r in ranks}
+
+
+def _one(topology: Topology, request: Request, rank: int) -> Plan:
+    if rank >= request.nprocs:
+        raise PlanError(
+            f"rank {rank} out of range: there are {request.nprocs} local ranks "
+            f"({request.nprocs_reason}); pass nprocs= to plan more"
+        )
+    result = _plan_ranks(topology, request, {rank})[rank]
+    if isinstance(result, PynumabindError):
+        raise result
+    return result
+
+
+def plan_for(topology: Topology, options: Options) -> Plan:
+    """The plan for ``options.rank``, from options built once (see :mod:`.._options`).
+
+    ``options.device`` overrides this rank's GPU; the other ranks keep
+    ``rank % len(gpus)``.  An error caused by a setting from the environment
+    says which settings came from there.
+    """
+    if options.rank is None:
+        raise ConfigError("no rank to plan: options.rank is not set")
+    try:
+        request = build_request(topology, options)
+        if options.device is not None:
+            request = _with_device(topology, request, options.rank, options.device)
+        return _one(topology, request, options.rank)
+    except (ConfigError, PlanError) as exc:
+        blamed = options.blame(exc)
+        if blamed is exc:
+            raise
+        raise blamed from exc
+
+
+def _with_device(topology: Topology, request: Request, rank: int, device: int) -> Request:
+    if rank >= request.nprocs:
+        return request  # out of range: _one says so
+    index = device_index(topology, device)
+    per_rank = list(request.devices)
+    explicit = list(request.explicit_device)
+    per_rank[rank] = index
+    explicit[rank] = True
+    return replace(request, devices=tuple(per_rank), explicit_device=tuple(explicit))
+
+
+def plan_each_for(topology: Topology, options: Options) -> List[Union[Plan, PynumabindError]]:
+    """Every local rank's plan, or the error that stops that rank alone, in rank order.
+
+    A problem with the options themselves (a bad override, a device out of
+    range) still raises: it concerns every rank.
+    """
+    return list(_plan_ranks(topology, build_request(topology, options)).values())
+
+
+def plan_all_for(topology: Topology, options: Options) -> List[Plan]:
+    """Plans for every local rank, in rank order; raises the first failing rank's error."""
+    plans: List[Plan] = []
+    for result in plan_each_for(topology, options):
+        if isinstance(result, PynumabindError):
+            raise result
+        plans.append(result)
+    return plans
+
+
+def local_ranks(topology: Topology, options: Options) -> int:
+    """How many local ranks ``options`` give on ``topology``: ``nprocs``, else the one default.
+
+    The default (:func:`default_nprocs`): one rank per entry of a per-rank
+    override, else per visible GPU, else per NUMA node with allowed CPUs.
+    """
+    return build_request(topology, options).nprocs
+
+
+def plan(
+    topology: Topology,
+    rank: int,
+    nprocs: Optional[int] = None,
+    mode: Union[str, CpuMode] = "node",
+    memory: Union[str, MemoryPolicy] = "preferred",
+    *,
+    nodes: Optional[NodesOverride] = None,
+    cpus: Optional[CpusOverride] = None,
+    device: Optional[int] = None,
+    gpu_memory: bool = False,
+    interleave_nodes: Union[str, Iterable[int], None] = None,
+    require_node: bool = False,
+) -> Plan:
+    """The plan for local rank ``rank`` of ``nprocs``.
+
+    ``device`` (an index into ``topology.gpus``) overrides this rank's GPU;
+    the other ranks keep ``rank % len(gpus)`` when exclusive modes slice a
+    node.  Raises :class:`PlanError` or :class:`ConfigError` naming what was
+    wrong.
+    """
+    rank = check_int(rank, "rank")
+    if rank < 0:
+        raise PlanError(f"rank must be 0 <= rank, not {rank}")
+    options = Options.from_arguments(
+        rank=rank,
+        nprocs=nprocs,
+        mode=mode,
+        memory=memory,
+        nodes=nodes,
+        cpus=cpus,
+        device=device,
+        gpu_memory=gpu_memory,
+        interleave_nodes=interleave_nodes,
+        require_node=require_node,
+    )
+    return plan_for(topology, options)
+
+
+def plan_each(
+    topology: Topology,
+    nprocs: Optional[int] = None,
+    mode: Union[str, CpuMode] = "node",
+    memory: Union[str, MemoryPolicy] = "preferred",
+    *,
+    nodes: Optional[NodesOverride] = None,
+    cpus: Optional[CpusOverride] = None,
+    devices: Optional[Sequence[int]] = None,
+    gpu_memory: bool = False,
+    interleave_nodes: Union[str, Iterable[int], None] = None,
+    require_node: bool = False,
+) -> List[Union[Plan, PynumabindError]]:
+    """Like :func:`plan_all`, but each rank gets its plan or its own error.
+
+    For callers that want the other ranks when some cannot be planned (the
+    CLI's table; a launcher whose cpuset covers only some ranks).
+    """
+    options = Options.from_arguments(
+        nprocs=nprocs,
+        mode=mode,
+        memory=memory,
+        nodes=nodes,
+        cpus=cpus,
+        devices=devices,
+        gpu_memory=gpu_memory,
+        interleave_nodes=interleave_nodes,
+        require_node=require_node,
+    )
+    return plan_each_for(topology, options)
+
+
+def plan_all(
+    topology: Topology,
+    nprocs: Optional[int] = None,
+    mode: Union[str, CpuMode] = "node",
+    memory: Union[str, MemoryPolicy] = "preferred",
+    *,
+    nodes: Optional[NodesOverride] = None,
+    cpus: Optional[CpusOverride] = None,
+    devices: Optional[Sequence[int]] = None,
+    gpu_memory: bool = False,
+    interleave_nodes: Union[str, Iterable[int], None] = None,
+    require_node: bool = False,
+) -> List[Plan]:
+    """Plans for every local rank, in rank order.
+
+    ``devices`` optionally gives each rank's GPU index.  Raises the first
+    failing rank's error (:func:`plan_each` gives every rank's).
+    """
+    results = plan_each(
+        topology,
+        nprocs,
+        mode,
+        memory,
+        nodes=nodes,
+        cpus=cpus,
+        devices=devices,
+        gpu_memory=gpu_memory,
+        interleave_nodes=interleave_nodes,
+        require_node=require_node,
+    )
+    for result in results:
+        if isinstance(result, PynumabindError):
+            raise result
+    return [r for r in results if isinstance(r, Plan)]

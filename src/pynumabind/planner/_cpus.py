@@ -1,0 +1,244 @@
+"""Each rank's CPUs, one function per mode.
+
+* ``node``: all allowed CPUs of the rank's node(s), or of its GPU's CPU
+  affinity when the rank was placed by it.
+* ``socket``: all allowed CPUs of the package(s) of those CPUs.
+* ``exclusive``: disjoint, contiguous whole-core slices among the ranks on
+  the same node(s), balanced to within one core (:mod:`._sets`); a GPU
+  affinity spanning nodes is narrowed to its primary node.
+* ``core-complex``: the same, but whole L3 groups per rank when there are
+  enough, else exclusive within groups.
+* ``none``: CPU affinity left alone.
+
+A ``cpus`` override wins over every mode but ``none`` (which it
+contradicts).  When it puts a rank on a node other than its GPU's, the plan
+warns, and the memory policy follows the CPUs (the nodes the rank will run
+on), not the GPU: that is pynumabind's choice; vLLM's binding follows the
+GPU instead.  A ``nodes`` override names the memory nodes directly.
+
+Plans never leave the allowed CPUs; an empty intersection is a
+:class:`~pynumabind.errors.PlanError`, never a silently unbound worker.
+"""
+
+from __future__ import annotations
+
+from typing import AbstractSet, Dict, List, Mapping, Optional, Tuple
+
+from ..errors import ConfigError, PlanError, format_ids
+from ..model import CpuMode, Topology
+from . import _sets
+from ._place import RankState, node_cpus, nodes_of, primary_node, rank_ids
+
+__all__ = ["choose_cpus"]
+
+_EXCLUSIVE = (CpuMode.EXCLUSIVE, CpuMode.CORE_COMPLEX)
+
+
+def _empty(topology: Topology, state: RankState, wanted: frozenset[int], what: str) -> PlanError:
+    """The never-silently-unbound error: names the node, the CPUs wanted and allowed."""
+    return PlanError(
+        f"rank {state.rank}: {what}node(s) {format_ids(state.nodes)} have CPUs "
+        f"{format_ids(wanted)}, but this process may only use CPUs "
+        f"{format_ids(topology.allowed_cpus)} (affinity/cpuset): the intersection is empty"
+    )
+
+
+def _from_override(
+    topology: Topology, state: RankState, wanted: frozenset[int], nodes_given: bool
+) -> None:
+    allowed = topology.allowed_cpus
+    got = wanted & allowed
+    if not got:
+        state.error = PlanError(
+            f"rank {state.rank}: cpus override {format_ids(wanted)} has no CPU in this "
+            f"process's allowed CPUs {format_ids(allowed)} (affinity/cpuset)"
+        )
+        return
+    if got != wanted:
+        state.warn(
+            f"cpus override for rank {state.rank}: CPU(s) {format_ids(wanted - got)} are "
+            f"outside the allowed CPUs {format_ids(allowed)} and are dropped"
+        )
+    state.cpus = got
+    state.reasons.append(f"cpus override: rank {state.rank} gets CPUs {format_ids(got)}")
+    if not nodes_given:
+        gpu_nodes = state.nodes  # where the GPU placed the rank, before the override
+        state.nodes = nodes_of(topology, got)
+        state.primary = primary_node(topology, state.nodes, got) if state.nodes else None
+        off = state.nodes - gpu_nodes
+        if state.device is not None and gpu_nodes and off:
+            state.warn(
+                f"cpus override puts rank {state.rank} on node(s) {format_ids(off)}, away from "
+                f"its GPU {state.device.index} ({state.device.pci_bus_id}) on node(s) "
+                f"{format_ids(gpu_nodes)}; its memory policy follows the CPUs"
+            )
+
+
+def _mode_node(topology: Topology, state: RankState) -> None:
+    allowed = topology.allowed_cpus
+    if state.affinity is not None:
+        got = state.affinity & allowed
+        if not got:
+            state.error = PlanError(
+                f"rank {state.rank}: its GPU's CPU affinity {format_ids(state.affinity)} (on "
+                f"node(s) {format_ids(state.nodes)}) has no CPU in this process's allowed "
+                f"CPUs {format_ids(allowed)} (affinity/cpuset)"
+            )
+            return
+        state.cpus = got
+        state.reasons.append(
+            f"mode node: the allowed CPUs of the GPU's affinity: {format_ids(got)}"
+        )
+        return
+    wanted = node_cpus(topology, state.nodes)
+    got = wanted & allowed
+    if not got:
+        state.error = _empty(topology, state, wanted, "its ")
+        return
+    state.cpus = got
+    state.reasons.append(
+        f"mode node: all allowed CPUs of node(s) {format_ids(state.nodes)}: {format_ids(got)}"
+    )
+
+
+def _mode_socket(topology: Topology, state: RankState) -> None:
+    wanted = node_cpus(topology, state.nodes)
+    source = state.affinity if state.affinity is not None else wanted
+    packages = frozenset(topology.cpus[c].package for c in source if c in topology.cpus)
+    if packages:
+        wanted = _sets.union(topology.package_cpus(p) for p in packages)
+    else:
+        state.reasons.append(
+            f"mode socket: packages of node(s) {format_ids(state.nodes)} unknown; "
+            "using the node's CPUs"
+        )
+    got = wanted & topology.allowed_cpus
+    if not got:
+        state.error = _empty(topology, state, wanted, "the package(s) of its ")
+        return
+    state.cpus = got
+    state.reasons.append(
+        f"mode socket: all allowed CPUs of package(s) {format_ids(packages)} "
+        f"(node(s) {format_ids(nodes_of(topology, got))}): {format_ids(got)}"
+    )
+
+
+def _slice_key(mode: CpuMode, state: RankState) -> frozenset[int]:
+    """The node set a rank shares with its peers; a spanning affinity slices its primary."""
+    if state.derived_multi and state.primary is not None:
+        state.reasons.append(
+            f"mode {mode.value}: slicing one node, the primary node {state.primary} "
+            f"of {format_ids(state.nodes)}"
+        )
+        return frozenset({state.primary})
+    return state.nodes
+
+
+def _check_disjoint_groups(groups: Mapping[frozenset[int], List[RankState]]) -> None:
+    keys = sorted(groups, key=lambda k: (min(k), sorted(k)))
+    for i, a in enumerate(keys):
+        for b in keys[i + 1 :]:
+            if a & b:
+                ra, rb = groups[a][0].rank, groups[b][0].rank
+                raise ConfigError(
+                    "exclusive modes need the ranks' node sets to be equal or disjoint: "
+                    f"rank {ra} has nodes {format_ids(a)} and rank {rb} has {format_ids(b)}"
+                )
+
+
+def _slices(
+    topology: Topology, mode: CpuMode, pool: frozenset[int], ranks: int, where: str
+) -> Tuple[List[frozenset[int]], List[str], bool, int]:
+    """Per-rank slices of ``pool``, the notes, whether cores are shared, the core count."""
+    cores = _sets.cores(pool, lambda cpu: _core_of(topology, cpu))
+    if mode is CpuMode.EXCLUSIVE:
+        slices, note, shared = _sets.exclusive(cores, ranks, where)
+        return slices, [note], shared, len(cores)
+    groups = _sets.l3_groups(cores, lambda cpu: _l3_of(topology, cpu))
+    slices, notes, shared = _sets.core_complex(cores, groups, ranks, where)
+    return slices, notes, shared, len(cores)
+
+
+def _core_of(topology: Topology, cpu: int) -> frozenset[int]:
+    info = topology.cpus.get(cpu)
+    return info.core_cpus if info is not None else frozenset({cpu})
+
+
+def _l3_of(topology: Topology, cpu: int) -> frozenset[int]:
+    info = topology.cpus.get(cpu)
+    return info.l3 if info is not None else frozenset()
+
+
+def _slice_group(
+    topology: Topology, mode: CpuMode, key: frozenset[int], members: List[RankState]
+) -> None:
+    wanted = node_cpus(topology, key)
+    pool = wanted & topology.allowed_cpus
+    if not pool:
+        for s in members:
+            s.error = _empty(topology, s, wanted, "its ")
+        return
+    where = f"node(s) {format_ids(key)}"
+    slices, notes, shared, core_count = _slices(topology, mode, pool, len(members), where)
+    peers = rank_ids(s.rank for s in members)
+    for position, (s, got) in enumerate(zip(members, slices)):
+        s.cpus = got
+        s.reasons.extend(notes)
+        s.reasons.append(
+            f"mode {mode.value}: ranks {peers} share {where}; rank {s.rank} is "
+            f"number {position} and gets CPUs {format_ids(got)}"
+        )
+        if shared:
+            s.warnings.append(
+                f"{where}: {len(members)} ranks but only {core_count} allowed core(s): "
+                "exclusive slices share physical cores"
+            )
+
+
+def _mode_exclusive(
+    topology: Topology,
+    mode: CpuMode,
+    states: List[RankState],
+    wanted: Optional[AbstractSet[int]],
+) -> None:
+    groups: Dict[frozenset[int], List[RankState]] = {}
+    for s in states:
+        groups.setdefault(_slice_key(mode, s), []).append(s)
+    _check_disjoint_groups(groups)
+    for key, members in sorted(groups.items(), key=lambda kv: min(kv[0])):
+        if wanted is None or any(s.rank in wanted for s in members):
+            _slice_group(topology, mode, key, members)
+
+
+def choose_cpus(
+    topology: Topology,
+    mode: CpuMode,
+    states: List[RankState],
+    *,
+    cpu_sets: Optional[Tuple[frozenset[int], ...]],
+    nodes_given: bool,
+    wanted: Optional[AbstractSet[int]] = None,
+) -> None:
+    """Set each live rank's ``cpus`` (or its ``error``) by ``mode``.
+
+    With ``wanted``, only those ranks (and, in the exclusive modes, the
+    ranks sharing their node) get CPUs: planning one rank stays
+    O(ranks on its node).
+    """
+    live = [s for s in states if s.error is None]
+    if wanted is not None and mode not in _EXCLUSIVE:
+        live = [s for s in live if s.rank in wanted]
+    if mode is CpuMode.NONE:
+        for s in live:
+            s.reasons.append("mode none: CPU affinity left alone")
+        return
+    if cpu_sets is not None:
+        for s in live:
+            _from_override(topology, s, cpu_sets[s.rank], nodes_given)
+        return
+    placed = [s for s in live if s.nodes]  # unknown node: left unbound, already explained
+    if mode in _EXCLUSIVE:
+        _mode_exclusive(topology, mode, placed, wanted)
+    else:
+        for s in placed:
+            (_mode_node if mode is CpuMode.NODE else _mode_socket)(topology, s)

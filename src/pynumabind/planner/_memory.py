@@ -1,0 +1,144 @@
+"""Each rank's memory nodes and policy.
+
+The memory nodes are the nodes of the rank's CPUs (a ``nodes`` override names
+them directly).  A node without memory, or whose memory is outside the
+allowed mems, is replaced by the nearest allowed node with memory (ties: CPU
+nodes first, then the lowest id).  ``gpu_memory=True`` adds the GPU's own
+memory node.  ``interleave`` uses ``interleave_nodes`` or, by default, these
+same nodes.  ``local`` and ``none`` need no nodes.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Tuple
+
+from ..errors import PlanError, format_ids
+from ..model import MemoryPolicy, Topology
+from ._place import RankState, nodes_of
+
+__all__ = ["choose_mems"]
+
+_DESCRIBED = {
+    MemoryPolicy.PREFERRED: "preferred (local first, spills over instead of OOM)",
+    MemoryPolicy.BIND: "bind (strict)",
+    MemoryPolicy.INTERLEAVE: "interleave across the rank's own nodes (the default)",
+}
+
+
+def _nearest_memory_nodes(topology: Topology, node: int) -> List[Tuple[int, Optional[int]]]:
+    """Allowed nodes with memory by distance from ``node``; ties: CPU nodes, then id."""
+    candidates = [
+        n for n, info in topology.nodes.items() if info.has_memory and n in topology.allowed_mems
+    ]
+    return sorted(
+        ((n, topology.distance(node, n)) for n in candidates),
+        key=lambda item: (
+            item[1] is None,
+            item[1] or 0,
+            not topology.nodes[item[0]].cpus,
+            item[0],
+        ),
+    )
+
+
+def _substitute(topology: Topology, state: RankState, n: int) -> Optional[int]:
+    """The nearest allowed node with memory for node ``n``, which cannot be used itself."""
+    why = (
+        "has no memory (memory-less CPU node)"
+        if not topology.nodes[n].has_memory
+        else f"has memory outside the allowed mems {format_ids(topology.allowed_mems)}"
+    )
+    ranked = _nearest_memory_nodes(topology, n)
+    if not ranked:
+        state.warn(f"node {n} {why} and no allowed node has memory")
+        return None
+    other, distance = ranked[0]
+    shown = "unknown" if distance is None else str(distance)
+    text = (
+        f"node {n} {why}; its memory node is the nearest allowed node with memory, "
+        f"{other} (distance {shown})"
+    )
+    ties = frozenset(m for m, d in ranked if d == distance)
+    if len(ties) > 1:
+        text += f"; nodes {format_ids(ties)} tie, CPU nodes first, then the lowest id"
+    state.reasons.append(text)
+    return other
+
+
+def _memory_nodes(topology: Topology, state: RankState, base: frozenset[int]) -> frozenset[int]:
+    out = set()
+    for n in sorted(base):
+        info = topology.nodes.get(n)
+        if info is None:
+            continue
+        if info.has_memory and n in topology.allowed_mems:
+            out.add(n)
+            continue
+        other = _substitute(topology, state, n)
+        if other is not None:
+            out.add(other)
+    return frozenset(out)
+
+
+def _gpu_memory_node(topology: Topology, state: RankState) -> Optional[int]:
+    """The GPU's own memory node when it can be added, else None with a warning."""
+    gpu_node = state.gpu_memory_node
+    if state.device is None or gpu_node is None:
+        state.warn("gpu_memory requested but the GPU has no NUMA memory node of its own")
+    elif gpu_node not in topology.nodes or not topology.nodes[gpu_node].has_memory:
+        state.warn(f"gpu_memory requested but GPU memory node {gpu_node} has no memory here")
+    elif gpu_node not in topology.allowed_mems:
+        state.warn(
+            f"gpu_memory requested but GPU memory node {gpu_node} is outside the allowed "
+            f"mems {format_ids(topology.allowed_mems)}"
+        )
+    else:
+        state.reasons.append(f"gpu_memory: adding the GPU's own memory node {gpu_node}")
+        return gpu_node
+    return None
+
+
+def choose_mems(
+    topology: Topology,
+    state: RankState,
+    *,
+    policy: MemoryPolicy,
+    interleave_nodes: Optional[frozenset[int]],
+    gpu_memory: bool,
+    nodes_given: bool,
+) -> Tuple[frozenset[int], MemoryPolicy]:
+    """The rank's memory nodes and the policy actually planned (``none`` when no node is known)."""
+    if policy is MemoryPolicy.NONE:
+        state.reasons.append("memory policy none: left alone")
+        return frozenset(), policy
+    if policy is MemoryPolicy.LOCAL:
+        state.reasons.append("memory policy local: allocate on the node of the faulting CPU")
+        return frozenset(), policy
+    if policy is MemoryPolicy.INTERLEAVE and interleave_nodes is not None:
+        state.reasons.append(
+            f"memory policy interleave across the given nodes {format_ids(interleave_nodes)}"
+        )
+        return interleave_nodes, policy
+    if nodes_given or state.cpus is None:
+        base = state.nodes  # a nodes override names the memory nodes too
+    else:
+        base = nodes_of(topology, state.cpus)
+    if not base:
+        state.warn(
+            f"rank {state.rank} has no known node: memory policy left alone instead of "
+            f"{policy.value}"
+        )
+        return frozenset(), MemoryPolicy.NONE
+    chosen = set(_memory_nodes(topology, state, base))
+    if gpu_memory:
+        gpu_node = _gpu_memory_node(topology, state)
+        if gpu_node is not None:
+            chosen.add(gpu_node)
+    if not chosen:
+        raise PlanError(
+            f"rank {state.rank}: no allowed memory node for node(s) {format_ids(base)} "
+            f"(allowed mems {format_ids(topology.allowed_mems)})"
+        )
+    frozen = frozenset(chosen)
+    state.reasons.append(f"memory policy {_DESCRIBED[policy]}: nodes {format_ids(frozen)}")
+    return frozen, policy

@@ -1,0 +1,260 @@
+"""The request shared by all ranks: options resolved against one machine.
+
+Everything that needs the topology to be checked is checked here, once, for
+all ranks: override ids must exist (nodes on the machine, CPUs online), a
+rank's device must be a visible GPU, ``interleave_nodes`` must name allowed
+nodes with memory.
+
+The number of local ranks, when not given, has one owner,
+:func:`default_nprocs`: one per entry of a per-rank override, else one per
+visible GPU, else one per NUMA node with allowed CPUs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Dict, Optional, Tuple, Union
+
+from .._environ import shown
+from .._options import MAX_NPROCS, Options, check_nprocs
+from ..cpulist import parse_nodelist
+from ..errors import ConfigError, ListParseError, PlanError, format_ids
+from ..model import CpuMode, MemoryPolicy, Topology
+from ._overrides import RANK_SEPARATOR, parse_cpus_override, parse_nodes_override
+from ._place import cpu_bearing_nodes
+
+__all__ = ["MAX_NPROCS", "Request", "build_request", "check_int", "default_nprocs", "device_index"]
+
+
+@dataclass(frozen=True)
+class Request:
+    """Validated inputs shared by all ranks."""
+
+    nprocs: int
+    mode: CpuMode
+    policy: MemoryPolicy
+    devices: Tuple[Optional[int], ...]  # per-rank index into topology.gpus
+    explicit_device: Tuple[bool, ...]
+    node_sets: Optional[Tuple[frozenset[int], ...]]
+    cpu_sets: Optional[Tuple[frozenset[int], ...]]
+    gpu_memory: bool
+    interleave_nodes: Optional[frozenset[int]]
+    nprocs_reason: str
+    require_node: bool = False
+
+
+def check_int(value: object, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ConfigError(f"{what} must be an integer, not {value!r}")
+    return value
+
+
+def default_nprocs(topology: Topology, lengths: Optional[Dict[str, int]] = None) -> Tuple[int, str]:
+    """The number of local ranks when none is given, and why (the one owner of this rule).
+
+    ``lengths`` maps each per-rank override given (``"nodes"``, ``"cpus"``)
+    to its number of entries; they must agree.  The count can be 0 (no GPU
+    and no node with allowed CPUs): the caller decides what that means.
+    """
+    lengths = lengths or {}
+    if len(set(lengths.values())) > 1:
+        raise ConfigError(
+            f"the nodes override has {lengths['nodes']} entries but the cpus override "
+            f"has {lengths['cpus']}; give one entry per local rank in both"
+        )
+    if lengths:
+        name, count = next(iter(lengths.items()))
+        return count, f"{count} local ranks: one per entry of the {name} override"
+    if topology.gpus:
+        count = len(topology.gpus)
+        return count, f"{count} local ranks: one per visible GPU"
+    nodes = cpu_bearing_nodes(topology)
+    return len(nodes), (
+        f"{len(nodes)} local ranks: no GPUs, one per NUMA node with allowed CPUs "
+        f"({format_ids(frozenset(nodes))})"
+    )
+
+
+def _nprocs(topology: Topology, nprocs: Optional[int], lengths: Dict[str, int]) -> Tuple[int, str]:
+    if nprocs is None:
+        count, reason = default_nprocs(topology, lengths)
+        if count < 1 and not topology.gpus and not lengths:
+            raise PlanError(
+                f"no NUMA node has an allowed CPU (allowed CPUs "
+                f"{format_ids(topology.allowed_cpus)}), so there is no rank to place"
+            )
+        return check_nprocs(count), reason
+    for name, entries in lengths.items():
+        separators = f"{RANK_SEPARATOR!r}" + (" or ','" if name == "nodes" else "")
+        if entries != nprocs:
+            raise ConfigError(
+                f"the {name} override has {entries} entries but there are {nprocs} local "
+                f"ranks; give exactly one entry per rank (ranks separated by {separators})"
+            )
+    return nprocs, f"{nprocs} local ranks (given)"
+
+
+def device_index(topology: Topology, value: object) -> int:
+    index = check_int(value, "device")
+    if not topology.gpus:
+        raise ConfigError(f"device {index} requested but this machine shows no GPUs")
+    if not 0 <= index < len(topology.gpus):
+        raise ConfigError(
+            f"device {index} out of range: {len(topology.gpus)} visible GPUs "
+            f"(indices 0-{len(topology.gpus) - 1})"
+        )
+    return index
+
+
+def _devices(
+    topology: Topology, devices: Optional[Tuple[int, ...]], nprocs: int
+) -> Tuple[Tuple[Optional[int], ...], Tuple[bool, ...]]:
+    """Each rank's GPU index (``rank % gpus`` unless given) and whether it was given."""
+    gpu_count = len(topology.gpus)
+    if devices is None:
+        wrapped = tuple(r % gpu_count if gpu_count else None for r in range(nprocs))
+        return wrapped, (False,) * nprocs
+    if len(devices) != nprocs:
+        raise ConfigError(
+            f"devices must be a sequence giving one device index per rank ({nprocs}), "
+            f"not {list(devices)!r}"
+        )
+    return tuple(device_index(topology, value) for value in devices), (True,) * nprocs
+
+
+def _interleave_nodes(
+    topology: Topology, policy: MemoryPolicy, value: Union[str, frozenset[int], None]
+) -> Optional[frozenset[int]]:
+    if value is None:
+        return None
+    if policy is not MemoryPolicy.INTERLEAVE:
+        raise ConfigError(
+            f"interleave_nodes is only meaningful with memory='interleave', not {policy.value!r}"
+        )
+    if isinstance(value, str):
+        try:
+            wanted = parse_nodelist(
+                value, universe=frozenset(topology.nodes), allowed=topology.allowed_mems
+            )
+        except ListParseError as exc:
+            raise ConfigError(f"interleave_nodes: {exc}") from exc
+    else:
+        wanted = value
+    _check_interleave_nodes(topology, wanted)
+    return wanted
+
+
+def _check_interleave_nodes(topology: Topology, wanted: frozenset[int]) -> None:
+    if not wanted:
+        raise ConfigError("interleave_nodes names no node")
+    unknown = wanted - frozenset(topology.nodes)
+    if unknown:
+        raise PlanError(
+            f"interleave_nodes names NUMA node(s) {format_ids(unknown)}, which this machine "
+            f"does not have (nodes {format_ids(frozenset(topology.nodes))})"
+        )
+    memoryless = frozenset(n for n in wanted if not topology.nodes[n].has_memory)
+    if memoryless:
+        raise PlanError(f"interleave_nodes names node(s) {format_ids(memoryless)} without memory")
+    outside = wanted - topology.allowed_mems
+    if outside:
+        raise PlanError(
+            f"interleave_nodes names node(s) {format_ids(outside)} outside the allowed mems "
+            f"{format_ids(topology.allowed_mems)} (cpuset.mems)"
+        )
+
+
+def _check_node_sets(
+    topology: Topology, node_sets: Tuple[frozenset[int], ...], need_cpus: bool
+) -> None:
+    all_nodes = frozenset(topology.nodes)
+    for r, wanted in enumerate(node_sets):
+        unknown = wanted - all_nodes
+        if unknown:
+            raise PlanError(
+                f"nodes override for rank {r} names NUMA node(s) {format_ids(unknown)}, "
+                f"which this machine does not have (nodes {format_ids(all_nodes)})"
+            )
+    if not need_cpus:
+        return
+    for r, wanted in enumerate(node_sets):
+        cpuless = frozenset(n for n in wanted if not topology.nodes[n].cpus)
+        if cpuless:
+            raise PlanError(
+                f"nodes override for rank {r} names node(s) {format_ids(cpuless)}, "
+                f"which have no CPUs (memory-only); CPU nodes are "
+                f"{format_ids(frozenset(topology.cpu_nodes))} (or use mode 'none')"
+            )
+
+
+def _check_cpu_sets(topology: Topology, cpu_sets: Tuple[frozenset[int], ...]) -> None:
+    online = topology.online_cpus
+    for r, wanted in enumerate(cpu_sets):
+        offline = wanted - online
+        if offline:
+            raise PlanError(
+                f"cpus override for rank {r} names CPU(s) {format_ids(offline)}, which are "
+                f"not online (online CPUs: {format_ids(online)})"
+            )
+
+
+def check_overrides(topology: Topology, request: Request) -> None:
+    """Names in an override must exist on this machine: checked for all ranks."""
+    if request.node_sets is not None:
+        need_cpus = request.mode is not CpuMode.NONE and request.cpu_sets is None
+        _check_node_sets(topology, request.node_sets, need_cpus)
+    if request.cpu_sets is not None:
+        _check_cpu_sets(topology, request.cpu_sets)
+
+
+def _override(
+    options: Options, option: str, parse: Callable[[], Tuple[frozenset[int], ...]]
+) -> Optional[Tuple[frozenset[int], ...]]:
+    """Parse a per-rank override; a bad one from the environment names its variable."""
+    if getattr(options, option) is None:
+        return None
+    try:
+        return parse()
+    except ConfigError as exc:
+        variable = options.from_environment(option)
+        if variable is None:
+            raise
+        raise ConfigError(f"invalid {variable}={shown(getattr(options, option))}: {exc}") from exc
+
+
+def build_request(topology: Topology, options: Options) -> Request:
+    """Check ``options`` against the machine, once for all ranks."""
+    node_sets = _override(
+        options,
+        "nodes",
+        lambda: parse_nodes_override(options.nodes, universe=frozenset(topology.nodes)),
+    )
+    cpu_sets = _override(
+        options,
+        "cpus",
+        lambda: parse_cpus_override(
+            options.cpus, universe=topology.online_cpus, allowed=topology.allowed_cpus
+        ),
+    )
+    if cpu_sets is not None and options.cpu_mode is CpuMode.NONE:
+        raise ConfigError("a cpus override contradicts mode 'none' (which leaves CPUs alone)")
+    lengths = {
+        name: len(sets)
+        for name, sets in (("nodes", node_sets), ("cpus", cpu_sets))
+        if sets is not None
+    }
+    count, reason = _nprocs(topology, options.nprocs, lengths)
+    per_rank, explicit = _devices(topology, options.devices, count)
+    return Request(
+        nprocs=count,
+        mode=options.cpu_mode,
+        policy=options.policy,
+        devices=per_rank,
+        explicit_device=explicit,
+        node_sets=node_sets,
+        cpu_sets=cpu_sets,
+        gpu_memory=options.gpu_memory,
+        interleave_nodes=_interleave_nodes(topology, options.policy, options.interleave_nodes),
+        nprocs_reason=reason,
+        require_node=options.require_node,
+    )

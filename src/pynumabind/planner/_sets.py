@@ -1,0 +1,166 @@
+"""The set algorithms the exclusive modes use: values in, values out.
+
+Nothing here knows about a :class:`~pynumabind.model.Topology`: CPUs are
+ints, a core is a frozenset of its SMT siblings, and what a CPU shares (its
+core, its L3 cache) comes in as a function.  That keeps each rule testable
+with a handful of ints.
+
+* :func:`cores` groups a pool of CPUs into physical cores, ordered by their
+  lowest CPU.
+* :func:`balanced` splits ``count`` items into contiguous ranges whose sizes
+  differ by at most one (the larger ones first).
+* :func:`exclusive` gives each rank a disjoint slice of whole cores when
+  there are enough, else splits SMT threads, else lets ranks share.
+* :func:`l3_groups` groups cores by shared last-level cache;
+  :func:`core_complex` gives ranks whole groups when there are enough, else
+  seats ranks per group by core count (:func:`dhondt`) and slices each
+  group exclusively.
+"""
+
+from __future__ import annotations
+
+from typing import AbstractSet, Callable, Dict, Iterable, List, Optional, Tuple
+
+from ..errors import format_ids
+
+__all__ = ["balanced", "core_complex", "cores", "dhondt", "exclusive", "l3_groups", "union"]
+
+Slices = Tuple[List[frozenset[int]], List[str], bool]  # per-rank CPUs, notes, shared cores
+
+
+def union(sets: Iterable[AbstractSet[int]]) -> frozenset[int]:
+    out: frozenset[int] = frozenset()
+    for s in sets:
+        out |= s
+    return out
+
+
+def cores(
+    pool: AbstractSet[int], core_of: Callable[[int], AbstractSet[int]]
+) -> List[frozenset[int]]:
+    """Physical cores of ``pool`` (SMT siblings together), ordered by lowest CPU.
+
+    ``core_of(cpu)`` gives the CPUs of ``cpu``'s core; siblings outside the
+    pool are left out, and a CPU is always in its own core.
+    """
+    remaining = set(pool)
+    out: List[frozenset[int]] = []
+    for cpu in sorted(pool):
+        if cpu not in remaining:
+            continue
+        core = frozenset((frozenset(core_of(cpu)) & remaining) | {cpu})
+        remaining -= core
+        out.append(core)
+    return out
+
+
+def balanced(count: int, parts: int) -> List[Tuple[int, int]]:
+    """Contiguous [start, end) ranges splitting ``count`` items, sizes within one."""
+    base, extra = divmod(count, parts)
+    out = []
+    start = 0
+    for i in range(parts):
+        size = base + (1 if i < extra else 0)
+        out.append((start, start + size))
+        start += size
+    return out
+
+
+def _sizes(count: int, parts: int) -> str:
+    return "/".join(map(str, sorted({b - a for a, b in balanced(count, parts)}, reverse=True)))
+
+
+def exclusive(
+    core_list: List[frozenset[int]], ranks: int, where: str
+) -> Tuple[List[frozenset[int]], str, bool]:
+    """Split cores among ``ranks``: disjoint whole cores when there are enough.
+
+    Returns the per-rank CPU sets, a note saying how, and whether ranks
+    share physical cores.
+    """
+    if len(core_list) >= ranks:
+        slices = [union(core_list[a:b]) for a, b in balanced(len(core_list), ranks)]
+        note = (
+            f"{where}: {len(core_list)} allowed cores split among {ranks} rank(s), "
+            f"{_sizes(len(core_list), ranks)} whole core(s) each (SMT siblings kept together)"
+        )
+        return slices, note, False
+    threads = [cpu for core in core_list for cpu in sorted(core)]
+    if len(threads) >= ranks:
+        slices = [frozenset(threads[a:b]) for a, b in balanced(len(threads), ranks)]
+        note = (
+            f"{where}: more ranks ({ranks}) than allowed cores ({len(core_list)}): SMT threads "
+            "are split, so ranks share physical cores"
+        )
+        return slices, note, True
+    slices = [core_list[i * len(core_list) // ranks] for i in range(ranks)]
+    note = f"{where}: more ranks ({ranks}) than allowed CPUs ({len(threads)}): ranks share cores"
+    return slices, note, True
+
+
+def l3_groups(
+    core_list: List[frozenset[int]], l3_of: Callable[[int], AbstractSet[int]]
+) -> Optional[List[List[frozenset[int]]]]:
+    """Cores grouped by shared L3, in core order; None when any core's L3 is unknown.
+
+    ``l3_of(cpu)`` gives the CPUs sharing ``cpu``'s L3 (empty when unknown);
+    a core is looked up by its lowest CPU.
+    """
+    groups: Dict[frozenset[int], List[frozenset[int]]] = {}
+    for core in core_list:
+        l3 = frozenset(l3_of(min(core)))
+        if not l3:
+            return None
+        groups.setdefault(l3, []).append(core)
+    return list(groups.values())  # dicts keep insertion (core) order
+
+
+def dhondt(weights: List[int], seats: int) -> List[int]:
+    """Seats per group, proportional to ``weights`` (highest average, ties by order)."""
+    given = [0] * len(weights)
+    for _ in range(seats):
+        best = max(range(len(weights)), key=lambda i: (weights[i] / (given[i] + 1), -i))
+        given[best] += 1
+    return given
+
+
+def core_complex(
+    core_list: List[frozenset[int]],
+    groups: Optional[List[List[frozenset[int]]]],
+    ranks: int,
+    where: str,
+) -> Slices:
+    """Whole L3 groups per rank when there are enough, else exclusive within groups.
+
+    ``groups`` is :func:`l3_groups` of ``core_list``; None falls back to
+    :func:`exclusive` over all the cores.
+    """
+    if groups is None:
+        slices, note, shared = exclusive(core_list, ranks, where)
+        return (
+            slices,
+            [f"{where}: L3 cache groups unknown; falling back to exclusive", note],
+            shared,
+        )
+    described = ", ".join(format_ids(union(g)) for g in groups)
+    if len(groups) >= ranks:
+        slices = [union(union(g) for g in groups[a:b]) for a, b in balanced(len(groups), ranks)]
+        note = (
+            f"{where}: {len(groups)} L3 groups ({described}) split among {ranks} rank(s), "
+            f"{_sizes(len(groups), ranks)} whole group(s) each"
+        )
+        return slices, [note], False
+    seats = dhondt([len(g) for g in groups], ranks)
+    out: List[frozenset[int]] = []
+    notes = [
+        f"{where}: fewer L3 groups ({len(groups)}: {described}) than ranks ({ranks}); "
+        f"ranks per group {'/'.join(map(str, seats))} (by core count), exclusive within groups"
+    ]
+    shared = False
+    for index, (group, count) in enumerate(zip(groups, seats)):
+        if count:
+            part, note, group_shared = exclusive(group, count, f"{where}, L3 group {index}")
+            out.extend(part)
+            notes.append(note)
+            shared = shared or group_shared
+    return out, notes, shared

@@ -29,6 +29,9 @@ Rules
   no-op); ``0/false/no/off`` or empty leave it enabled.
   ``PYNUMABIND_REQUIRE_NODE`` takes the same values: a GPU whose NUMA node
   is unknown then fails the plan instead of leaving the rank unbound.
+* ``PYNUMABIND_TOPOLOGY=FILE``: plan from that snapshot (``pynumabind
+  snapshot``) instead of this machine; only the file name is read here (the
+  binder loads it, and a missing or bad file is an error naming it).
 * Explicit arguments always win over the environment.
 * A rank or size variable that is set must be a non-negative integer (a
   size a positive one), even when empty: a launcher that exports
@@ -54,6 +57,7 @@ __all__ = [
     "MODE_VARIABLE",
     "NODES_VARIABLE",
     "RANK_VARIABLES",
+    "TOPOLOGY_VARIABLE",
     "EnvConfig",
     "parse_flag",
     "resolve",
@@ -74,6 +78,7 @@ NODES_VARIABLE = "PYNUMABIND_NODES"
 CPUS_VARIABLE = "PYNUMABIND_CPUS"
 DISABLE_VARIABLE = "PYNUMABIND_DISABLE"
 REQUIRE_NODE_VARIABLE = "PYNUMABIND_REQUIRE_NODE"
+TOPOLOGY_VARIABLE = "PYNUMABIND_TOPOLOGY"
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"", "0", "false", "no", "off"})
@@ -250,8 +255,12 @@ def resolve(
         require_node = parse_flag(REQUIRE_NODE_VARIABLE, require_value)
         if require_node:
             sources["require_node"] = REQUIRE_NODE_VARIABLE
+    topology_file = _option(environ, TOPOLOGY_VARIABLE)
+    if topology_file is not None:
+        sources["topology_file"] = TOPOLOGY_VARIABLE
     return replace(
         given,
+        topology_file=topology_file,
         rank=rank,
         rank_source=rank_source,
         nprocs=nprocs,

@@ -460,7 +460,11 @@ def bind_current_process(
     binding: Optional[Binding] = None
     try:
         with _BIND_LOCK:  # what detect reads as allowed must not be another bind's half-work
-            if topology is None:
+            if topology is None and options.topology_file is not None:
+                from .discovery import process_topology
+
+                topology = process_topology(options.topology_file, environ)
+            elif topology is None:
                 from .discovery import detect_topology
 
                 topology = detect_topology()

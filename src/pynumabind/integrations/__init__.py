@@ -26,19 +26,13 @@ Rules
   (``PYNUMABIND_NODES="0 0 1 1"``, ``PYNUMABIND_CPUS="0-7 8-15"``) besides
   pynumabind's ``,``/``;`` forms.
 * **Where the machine comes from.**  ``PYNUMABIND_TOPOLOGY=FILE`` plans from
-  a snapshot (``pynumabind snapshot``) instead of this machine's sysfs and
-  NVML: for containers whose sysfs shows the host's GPUs, and for tests.
-  Everything about *this process* still comes from the process: the GPUs it
-  sees (``CUDA_VISIBLE_DEVICES`` applied to the snapshot's GPUs by their
-  driver index), its allowed CPUs (``sched_getaffinity``) and memory nodes
-  (``get_mempolicy``).  A missing or bad file is an error naming the file,
-  never a fallback to sysfs.
+  a snapshot, as everywhere (:func:`pynumabind.discovery.process_topology`).
 * **A process driving several GPUs** (vLLM's EngineCore, for its
   data-parallel shard) is bound to the union of those GPUs' plans: every
   CPU and memory node any of them would get, memory policy as configured.
 
-Deviation, until the core's ``devices=`` / visible-GPU rules land (issue
-12, items 1-3): the union and the snapshot loading live here, on top of
+Deviation, until the core has a union of devices and the visible-GPU rule
+(issue 12, items 1-2): the union lives here, on top of
 :func:`~pynumabind.planner.plan` and :func:`~pynumabind.binder.apply_plan`.
 """
 
@@ -171,45 +165,15 @@ def installed_version(distribution: str, module: str) -> str:
 
 
 def load_topology(environ: Optional[Mapping[str, str]] = None) -> Topology:
-    """This process's topology: ``PYNUMABIND_TOPOLOGY`` when set, else detected."""
-    from ..discovery import detect_topology
-    from ..discovery import load_topology as load_snapshot
-    from ..errors import ConfigError, TopologyError
+    """This process's topology: ``PYNUMABIND_TOPOLOGY``'s snapshot when set, else detected."""
+    from .._environ import TOPOLOGY_VARIABLE
+    from ..discovery import detect_topology, process_topology
 
     env = os.environ if environ is None else environ
-    path = env.get("PYNUMABIND_TOPOLOGY")
-    if path is None:
+    path = env.get(TOPOLOGY_VARIABLE, "")
+    if not path.strip():  # unset or empty: this machine, as for every PYNUMABIND_ variable
         return detect_topology(environ=env)
-    if not path.strip():
-        raise ConfigError(
-            "PYNUMABIND_TOPOLOGY is set but empty; name a snapshot file "
-            "('pynumabind snapshot -o FILE') or unset it to use this machine"
-        )
-    try:
-        snapshot = load_snapshot(path)
-    except TopologyError as exc:
-        text = str(exc)
-        if path not in text:
-            text = f"topology file {path!r}: {text}"
-        raise TopologyError(f"PYNUMABIND_TOPOLOGY: {text}") from exc
-    from .. import _libnuma
-    from .._visible import apply_visibility
-
-    cpus = frozenset(os.sched_getaffinity(0))
-    mems = _libnuma.get_mems_allowed()
-    missing = cpus - snapshot.online_cpus
-    if missing:
-        raise TopologyError(
-            f"PYNUMABIND_TOPOLOGY: topology file {path!r} lacks CPUs this process may "
-            f"run on ({_ids(missing)}): it describes another machine"
-        )
-    mems &= frozenset(snapshot.nodes)
-    live = snapshot.replace(
-        allowed_cpus=cpus,
-        allowed_mems=mems,
-        notes=(*snapshot.notes, f"machine from PYNUMABIND_TOPOLOGY={path}"),
-    )
-    return apply_visibility(live, env)
+    return process_topology(path, env)
 
 
 def _ids(ids: frozenset[int]) -> str:

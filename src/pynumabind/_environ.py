@@ -80,6 +80,12 @@ DISABLE_VARIABLE = "PYNUMABIND_DISABLE"
 REQUIRE_NODE_VARIABLE = "PYNUMABIND_REQUIRE_NODE"
 TOPOLOGY_VARIABLE = "PYNUMABIND_TOPOLOGY"
 
+NO_RANK = (
+    "no local rank: pass rank= or set one of "
+    + ", ".join(RANK_VARIABLES)
+    + " (torchrun, srun and mpirun set them)"
+)
+
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"", "0", "false", "no", "off"})
 _INT = re.compile(r"[0-9]{1,9}\Z")  # no sign, no spaces inside; < 10**9
@@ -224,24 +230,24 @@ def _choices(environ: Mapping[str, str], given: Options, sources: Dict[str, str]
 def resolve(
     environ: Mapping[str, str],
     given: Optional[Options] = None,
+    *,
+    need_rank: bool = True,
     **arguments: Any,
 ) -> Options:
     """Merge explicit arguments (which win) with ``environ``: the one :class:`Options`.
 
     ``given`` is options already built (the CLI's); else ``arguments`` are
-    :meth:`Options.from_arguments`'s keywords.
+    :meth:`Options.from_arguments`'s keywords.  ``need_rank=False`` leaves
+    ``rank`` None when neither an argument nor a launcher gives one (the
+    binder then binds to the GPUs the process sees).
     """
     if given is None:
         given = Options.from_arguments(**arguments)
     disable_value = environ.get(DISABLE_VARIABLE)
     disabled = disable_value is not None and parse_flag(DISABLE_VARIABLE, disable_value)
     rank, rank_source = _rank(environ, given)
-    if rank is None and not disabled:
-        raise ConfigError(
-            "no local rank: pass rank= or set one of "
-            + ", ".join(RANK_VARIABLES)
-            + " (torchrun, srun and mpirun set them)"
-        )
+    if rank is None and not disabled and need_rank:
+        raise ConfigError(NO_RANK)
     nprocs, nprocs_source = _nprocs(environ, given, rank_source)
     if rank is not None and nprocs is not None and rank >= nprocs:
         raise ConfigError(

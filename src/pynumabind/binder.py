@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -429,22 +429,32 @@ def bind_current_process(
     migrate: bool = False,
     on_error: str = "warn",
     environ: Optional[Mapping[str, str]] = None,
+    devices: Optional[Sequence[int]] = None,
 ) -> Binding:
     """Detect, plan and apply this worker's binding; read it back.
 
     ``rank`` defaults to the launcher's local rank (``LOCAL_RANK``,
     ``OMPI_COMM_WORLD_LOCAL_RANK``, ``SLURM_LOCALID``); options default to
-    ``PYNUMABIND_*`` variables; explicit arguments win.  With
+    ``PYNUMABIND_*`` variables; explicit arguments win.  With no rank from
+    either, the process is bound to the GPUs it sees (a Ray actor, a process
+    started with ``CUDA_VISIBLE_DEVICES=3``): one GPU's node, or the union of
+    several (:func:`~pynumabind.planner.plan_devices_for`); seeing none is
+    the ConfigError "no local rank".  ``devices=[i, j]`` (visible GPU
+    indices, not with ``rank``) asks for that union explicitly and wins over
+    a launcher's rank.  With
     ``PYNUMABIND_DISABLE=1`` it logs and returns a Binding that applied
     nothing.  ``device``, ``gpu_memory`` and ``interleave_nodes`` are passed
     to :func:`~pynumabind.planner.plan`; see :func:`apply_plan` for
     ``migrate`` and ``on_error``.
     """
-    from . import _environ, planner
+    from . import _environ
 
     _check_on_error(on_error)
+    if devices is not None and (rank is not None or device is not None):
+        raise ConfigError("give devices= alone, without rank= or device=")
     options = _environ.resolve(
         os.environ if environ is None else environ,
+        need_rank=False,
         rank=rank,
         nprocs=nprocs,
         mode=mode,
@@ -468,13 +478,32 @@ def bind_current_process(
                 from .discovery import detect_topology
 
                 topology = detect_topology()
-            plan = planner.plan_for(topology, options)
+            plan = _plan(topology, options, devices)
             binding = apply_plan(plan, migrate=migrate, on_error=on_error)
     except BaseException:
         if binding is not None and binding._undo is not None:  # interrupted as the lock went
             binding._undo.rollback()
         raise
     return binding
+
+
+def _plan(topology: Topology, options: Options, devices: Optional[Sequence[int]]) -> Plan:
+    """The plan for a rank, for explicit ``devices``, or (no rank) for the visible GPUs."""
+    from . import _environ, planner
+
+    if devices is not None:
+        return planner.plan_devices_for(topology, options, devices)
+    if options.rank is not None:
+        return planner.plan_for(topology, options)
+    if not topology.gpus:
+        raise ConfigError(f"{_environ.NO_RANK}, and this process sees no GPU to bind to")
+    visible = list(range(len(topology.gpus)))
+    plan = planner.plan_devices_for(topology, options, visible)
+    rule = (
+        f"no launcher rank: bound to the {len(visible)} GPU(s) this process sees "
+        "(one: its node; several: the union)"
+    )
+    return replace(plan, reasons=(rule, *plan.reasons))
 
 
 def _disabled(options: Options) -> Binding:

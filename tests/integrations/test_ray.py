@@ -3,8 +3,9 @@
 Real here: Ray's scheduler, its actors (separate worker processes), and the
 ``CUDA_VISIBLE_DEVICES`` Ray sets for an actor with ``num_gpus=1`` -- Ray
 does that from ``ray.init(num_gpus=2)`` even with no GPU present, and sets no
-``LOCAL_RANK``/``RANK``.  Each actor binds with
-:func:`pynumabind.integrations.bind_visible_gpus` (no rank: the GPU it sees),
+``LOCAL_RANK``/``RANK``.  Each actor runs the Ray recipe of
+docs/integrations.md: ``bind_current_process()`` with no rank, so the
+visible-GPU rule applies,
 and the test reads each actor's binding from outside through /proc.  What
 would need a GPU: nothing up to this point; Ray's GPUs are logical here and
 the machine is a two-node snapshot over this machine's CPUs 0 and 1
@@ -69,6 +70,7 @@ def test_two_actors_each_bind_to_their_gpus_node(ray_cluster) -> None:
             "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "launcher_rank": [v for v in ("LOCAL_RANK", "RANK") if v in os.environ],
             "summary": self.binding.summary(),
+            "reasons": list(self.binding.plan.reasons),
         }
 
     reports = ray.get([t.__ray_call__.remote(report) for t in trainers], timeout=300)
@@ -84,3 +86,4 @@ def test_two_actors_each_bind_to_their_gpus_node(ray_cluster) -> None:
         assert kernel.thread_cpus == (gpu,), (r, kernel)
         assert kernel.policy == "prefer:0"  # this machine's only memory node
         assert r["summary"].startswith("pynumabind: rank 0 device GPU 0 (0000:")
+        assert r["reasons"][0].startswith("no launcher rank: bound to the 1 GPU(s)")

@@ -28,12 +28,9 @@ Rules
 * **Where the machine comes from.**  ``PYNUMABIND_TOPOLOGY=FILE`` plans from
   a snapshot, as everywhere (:func:`pynumabind.discovery.process_topology`).
 * **A process driving several GPUs** (vLLM's EngineCore, for its
-  data-parallel shard) is bound to the union of those GPUs' plans: every
-  CPU and memory node any of them would get, memory policy as configured.
-
-Deviation, until the core has a union of devices and the visible-GPU rule
-(issue 12, items 1-2): the union lives here, on top of
-:func:`~pynumabind.planner.plan` and :func:`~pynumabind.binder.apply_plan`.
+  data-parallel shard) is bound to the union of those GPUs' plans
+  (``bind_current_process(devices=[...])``): every CPU and memory node any
+  of them would get, in modes ``node``, ``socket`` and ``none``.
 """
 
 from __future__ import annotations
@@ -43,9 +40,8 @@ import os
 from typing import TYPE_CHECKING, Dict, Mapping, Optional, Sequence, Tuple
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .._environ import EnvConfig
     from ..binder import Binding
-    from ..model import Plan, Topology
+    from ..model import Topology
 
 __all__ = [
     "bind_gpu",
@@ -251,15 +247,14 @@ def bind_gpus(
     topology: Optional[Topology] = None,
     environ: Optional[Mapping[str, str]] = None,
 ) -> Binding:
-    """Bind this process to the union of visible GPUs ``indices``' plans (once).
+    """Bind this process to visible GPUs ``indices`` (once per process).
 
-    One GPU is :func:`~pynumabind.bind_current_process` with the GPU index as
-    the rank and the visible GPU count as ``nprocs``; several are planned one
-    by one, the same way, and the union applied.  ``PYNUMABIND_DISABLE=1``
-    still turns it into a logged no-op.
+    :func:`~pynumabind.bind_current_process` with ``devices=``: one GPU's
+    node, or the union of several GPUs' plans, the per-rank overrides read
+    per GPU index (here also in vLLM's space-separated form).
+    ``PYNUMABIND_DISABLE=1`` still turns it into a logged no-op.
     """
-    from .. import _environ
-    from ..binder import apply_plan, bind_current_process
+    from ..binder import bind_current_process
     from ..errors import ConfigError, PlanError
 
     env = os.environ if environ is None else environ
@@ -272,9 +267,6 @@ def bind_gpus(
         return done
     nodes = per_gpu_override("PYNUMABIND_NODES", env)
     cpus = per_gpu_override("PYNUMABIND_CPUS", env)
-    config = _environ.resolve(env, rank=0, nprocs=1, nodes=nodes, cpus=cpus)
-    if config.disabled:
-        return bind_current_process(0, nprocs=1, environ=env)
     if topology is None:
         topology = load_topology(env)
     count = len(topology.gpus)
@@ -285,18 +277,9 @@ def bind_gpus(
             f"{count} GPU(s) (CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES')!r})"
         )
     try:
-        if len(key) == 1:
-            binding = bind_current_process(
-                key[0],
-                nprocs=count,
-                device=key[0],
-                topology=topology,
-                environ=env,
-                nodes=nodes,
-                cpus=cpus,
-            )
-        else:
-            binding = apply_plan(_union_plan(topology, key, count, config, what))
+        binding = bind_current_process(
+            devices=list(key), topology=topology, environ=env, nodes=nodes, cpus=cpus
+        )
     except (ConfigError, PlanError) as exc:
         # The overrides reach the core as arguments (split per GPU index here),
         # so the core cannot name their variables: say where they came from.
@@ -310,42 +293,3 @@ def bind_gpus(
         raise type(exc)(f"{exc} (from {'; '.join(given)})") from exc
     _BOUND[key] = binding
     return binding
-
-
-def _union_plan(
-    topology: Topology, key: Tuple[int, ...], count: int, config: EnvConfig, what: str
-) -> Plan:
-    """The union of GPUs ``key``'s plans: every CPU and memory node any of them gets."""
-    from dataclasses import replace
-
-    from .. import planner
-
-    plans = [
-        planner.plan(
-            topology,
-            i,
-            count,
-            mode=config.mode or "node",
-            memory=config.memory or "preferred",
-            nodes=config.nodes,
-            cpus=config.cpus,
-            device=i,
-        )
-        for i in key
-    ]
-    union_cpus: Optional[frozenset[int]] = None
-    if all(p.cpus is not None for p in plans):
-        union_cpus = frozenset().union(*(p.cpus or frozenset() for p in plans))
-    placed = frozenset(p.node for p in plans if p.node is not None)
-    return replace(
-        plans[0],
-        device=None,
-        cpus=union_cpus,
-        mems=frozenset().union(*(p.mems for p in plans)),
-        node=min(placed) if len(placed) == 1 else None,
-        reasons=(
-            f"{what}: union of the plans of GPUs {_ids(frozenset(key))} (nodes {_ids(placed)})",
-            *(f"GPU {p.rank}: {reason}" for p in plans for reason in p.reasons),
-        ),
-        warnings=tuple(w for p in plans for w in p.warnings),
-    )

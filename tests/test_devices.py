@@ -153,3 +153,45 @@ def test_explicit_devices_win_over_a_launcher_rank(machine) -> None:
     assert bind(env, "pynumabind.bind_current_process(devices=[1])")["cpus"] == "1"
     refused = bind(env, "pynumabind.bind_current_process(0, devices=[1])")
     assert refused["error"] == "ConfigError: give devices= alone, without rank= or device="
+
+
+# ------------------------------------------------------------ the log line (item 7)
+
+
+def logged(env: Dict[str, str]) -> str:
+    code = (
+        "import logging, pynumabind\n"
+        "logging.basicConfig(level=logging.INFO, format='%(levelname)s %(message)s')\n"
+        "pynumabind.bind_current_process()\n"
+    )
+    full = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
+    full.pop("LOCAL_RANK", None)
+    full.update(env)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=full, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stderr
+
+
+def test_info_line_names_gpu_node_cpus_and_policy(machine) -> None:
+    lines = logged({**machine, "CUDA_VISIBLE_DEVICES": "1"}).splitlines()
+    info = [line for line in lines if line.startswith("INFO pynumabind: rank")]
+    assert info == [
+        "INFO pynumabind: rank 0 device GPU 0 (0000:65:00.0) CPUs 1 (node 1) memory nodes 0 "
+        "policy MPOL_PREFERRED threads 1 bound"
+    ]
+
+
+def test_warning_when_left_unbound_by_an_unknown_gpu_node(tmp_path: Path, machine) -> None:
+    data = json.loads(Path(machine["PYNUMABIND_TOPOLOGY"]).read_text())
+    for gpu in data["gpus"]:
+        gpu["numa_node"], gpu["local_cpus"] = None, ""
+    unknown = tmp_path / "unknown.json"
+    unknown.write_text(json.dumps(data))
+    text = logged({"PYNUMABIND_TOPOLOGY": str(unknown), "CUDA_VISIBLE_DEVICES": "1"})
+    assert (
+        "WARNING pynumabind: rank 0 left unbound: the NUMA node of GPU 0 (0000:65:00.0) is "
+        "unknown; name it with PYNUMABIND_NODES, or set PYNUMABIND_REQUIRE_NODE=1 to fail instead"
+    ) in text
+    assert "INFO pynumabind: rank 0 device GPU 0 (0000:65:00.0) CPUs unchanged" in text

@@ -166,7 +166,8 @@ class Binding:
             memory = "unchanged"
         else:
             memory = f"NOT APPLIED (wanted {plan.policy.value} on {format_ids(plan.mems)})"
-        text = f"pynumabind: rank {plan.rank} device {device} CPUs {cpus} memory {memory}"
+        node = "" if plan.node is None else f" (node {plan.node})"
+        text = f"pynumabind: rank {plan.rank} device {device} CPUs {cpus}{node} memory {memory}"
         if plan.cpus is not None:
             text += f" threads {len(self.threads_bound)} bound"
             if self.threads_left_pinned:
@@ -367,13 +368,31 @@ def _settle(
 
 
 def _log_outcome(binding: Binding) -> None:
-    """One WARNING when partial (with the fix), one INFO line always."""
+    """One WARNING when partial (with the fix) or left unbound by an unknown GPU node; one INFO.
+
+    The INFO line names the GPU (index and PCI bus id), the CPUs and their
+    node, and the memory policy as read back.
+    """
     if binding.skipped and binding.plan is not None:
         log.warning(
             "pynumabind: rank %d bound only partly; %s",
             binding.plan.rank,
             "; ".join(str(s) for s in binding.skipped)
             + ("; CPU affinity was applied" if binding.plan.cpus is not None else ""),
+        )
+    plan = binding.plan
+    if (
+        plan is not None
+        and plan.device is not None
+        and plan.cpus is None
+        and plan.mode is not CpuMode.NONE
+    ):
+        log.warning(
+            "pynumabind: rank %d left unbound: the NUMA node of GPU %d (%s) is unknown; "
+            "name it with PYNUMABIND_NODES, or set PYNUMABIND_REQUIRE_NODE=1 to fail instead",
+            plan.rank,
+            plan.device.index,
+            plan.device.pci_bus_id,
         )
     if log.isEnabledFor(logging.INFO):
         log.info("%s", binding.summary())

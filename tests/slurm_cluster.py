@@ -216,7 +216,10 @@ def start(directory: Path, cpus: int = 2) -> Cluster:
         def node_idle() -> bool:
             state = subprocess.run(
                 [programs["sinfo"], "-h", "-n", NODE, "-o", "%T"],
-                env=env, capture_output=True, text=True, check=False,
+                env=env,
+                capture_output=True,
+                text=True,
+                check=False,
             )
             return state.stdout.strip() == "idle"
 

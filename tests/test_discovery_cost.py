@@ -209,9 +209,7 @@ def test_a_second_detect_reuses_the_layout_and_rereads_the_allowed_sets(
     reads.clear()
     again = discovery.detect_topology(detail=Detail.CORES, reuse=True, **kwargs)
     assert reads == [] and again == first
-    less = discovery.detect_topology(
-        detail=Detail.NODES, reuse=True, allowed_cpus={0, 1}, **kwargs
-    )
+    less = discovery.detect_topology(detail=Detail.NODES, reuse=True, allowed_cpus={0, 1}, **kwargs)
     assert reads == []  # a kept CORES layout serves NODES
     assert less.allowed_cpus == {0, 1} and first.allowed_cpus == first.online_cpus
     visible = discovery.detect_topology(

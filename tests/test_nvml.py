@@ -146,9 +146,7 @@ def test_uuid_visible_devices_through_nvml(trees: Trees, monkeypatch: pytest.Mon
 def test_mig_uuid_resolved_through_nvml(trees: Trees, monkeypatch: pytest.MonkeyPatch) -> None:
     desc = st.load_machine("dgx_a100_nps4")
     mig = "MIG-5c6a4c66-1d27-5a13-b4b5-8f0a6e2f3e51"
-    _d, root, fake = setup(
-        trees, monkeypatch, "dgx_a100_nps4", mig={mig: desc["gpus"][6]["uuid"]}
-    )
+    _d, root, fake = setup(trees, monkeypatch, "dgx_a100_nps4", mig={mig: desc["gpus"][6]["uuid"]})
     topo = detect(root, environ={"CUDA_VISIBLE_DEVICES": mig})
     assert [(g.physical_index, g.numa_node) for g in topo.gpus] == [(6, 5)]
     assert "nvmlDeviceGetDeviceHandleFromMigDeviceHandle" in fake.calls
@@ -218,9 +216,7 @@ def test_container_sees_fewer_gpus_than_sysfs(
     assert sum("not enumerated by NVML" in n for n in topo.notes) == 6
 
 
-def test_sysfs_and_nvml_disagreeing_is_noted(
-    trees: Trees, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_sysfs_and_nvml_disagreeing_is_noted(trees: Trees, monkeypatch: pytest.MonkeyPatch) -> None:
     desc = st.load_machine("dgx_h100")
     root = trees("dgx_h100")
     desc["gpus"][0]["nvml"]["memory_affinity"] = "1"
@@ -262,9 +258,7 @@ def test_init_failure_falls_back_to_sysfs(
         _nvml.query()
 
 
-def test_missing_pynvml_falls_back_to_sysfs(
-    trees: Trees, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_missing_pynvml_falls_back_to_sysfs(trees: Trees, monkeypatch: pytest.MonkeyPatch) -> None:
     root = trees("dgx_h100")
     fake_nvml.hide_pynvml(monkeypatch)
     topo = detect(root)

@@ -734,8 +734,8 @@ def test_an_unknown_gpu_node_with_an_affinity_still_warns_naming_the_gpu() -> No
     # Issue 13 item 3: the fact was only in reasons, so the binder logged nothing above INFO.
     p3 = plan(mi300x_unknown_gpu_node(affinity_for_unknown="56-111"), 3)
     assert p3.cpus == parse_cpulist("56-111")
-    assert any(
-        "GPU 3 (0000:69:00.0)" in w and "NUMA node is unknown" in w for w in p3.warnings
-    ), p3.warnings
+    assert any("GPU 3 (0000:69:00.0)" in w and "NUMA node is unknown" in w for w in p3.warnings), (
+        p3.warnings
+    )
     p0 = plan(mi300x_unknown_gpu_node(affinity_for_unknown="56-111"), 0)
     assert p0.warnings == ()

@@ -154,9 +154,7 @@ def test_srun_recipe_binds_each_task_by_slurm_localid(
         assert seen.policy == "bind:0", seen
 
 
-def test_srun_recipe_exclusive_mode(
-    cluster: slurm_cluster.Cluster, tmp_path: Path
-) -> None:
+def test_srun_recipe_exclusive_mode(cluster: slurm_cluster.Cluster, tmp_path: Path) -> None:
     tasks, srun = _srun(cluster, tmp_path, {"PYNUMABIND_MODE": "exclusive"})
     assert srun.returncode == 0, f"{srun.stderr}\n{cluster.logs()}"
     assert len(tasks) == 2, srun.stderr

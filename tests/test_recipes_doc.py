@@ -16,7 +16,7 @@ from topology_builders import dgx_h100
 def test_every_recipe_is_run_by_a_test() -> None:
     found = recipes()
     assert {"torchrun", "slurm", "slurm-worker", "multiprocessing"} <= set(found)
-    sources = "\n".join(p.read_text() for p in (ROOT / "tests").glob("test_*.py"))
+    sources = "\n".join(p.read_text() for p in (ROOT / "tests").rglob("test_*.py"))
     for name, (language, _) in found.items():
         call = f'recipe("{name}"' + (")" if language == "python" else f', "{language}")')
         assert call in sources, f"no test runs the {name!r} recipe of {INTEGRATIONS}"

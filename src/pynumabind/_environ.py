@@ -32,6 +32,9 @@ Rules
   no-op); ``0/false/no/off`` or empty leave it enabled.
   ``PYNUMABIND_REQUIRE_NODE`` takes the same values: a GPU whose NUMA node
   is unknown then fails the plan instead of leaving the rank unbound.
+* ``PYNUMABIND_TOPOLOGY=FILE``: plan from that snapshot (``pynumabind
+  snapshot``) instead of this machine; only the file name is read here (the
+  binder loads it, and a missing or bad file is an error naming it).
 * Explicit arguments always win over the environment.
 * A rank or size variable that is set must be a non-negative integer (a
   size a positive one), even when empty: a launcher that exports
@@ -57,6 +60,7 @@ __all__ = [
     "MODE_VARIABLE",
     "NODES_VARIABLE",
     "RANK_VARIABLES",
+    "TOPOLOGY_VARIABLE",
     "EnvConfig",
     "parse_flag",
     "resolve",
@@ -77,6 +81,13 @@ NODES_VARIABLE = "PYNUMABIND_NODES"
 CPUS_VARIABLE = "PYNUMABIND_CPUS"
 DISABLE_VARIABLE = "PYNUMABIND_DISABLE"
 REQUIRE_NODE_VARIABLE = "PYNUMABIND_REQUIRE_NODE"
+TOPOLOGY_VARIABLE = "PYNUMABIND_TOPOLOGY"
+
+NO_RANK = (
+    "no local rank: pass rank= or set one of "
+    + ", ".join(RANK_VARIABLES)
+    + " (torchrun, srun and mpirun set them)"
+)
 
 # Only ASCII whitespace is trimmed: str.strip() would also eat U+00A0 and its
 # kind, so a value made of them would silently count as unset.
@@ -225,24 +236,24 @@ def _choices(environ: Mapping[str, str], given: Options, sources: Dict[str, str]
 def resolve(
     environ: Mapping[str, str],
     given: Optional[Options] = None,
+    *,
+    need_rank: bool = True,
     **arguments: Any,
 ) -> Options:
     """Merge explicit arguments (which win) with ``environ``: the one :class:`Options`.
 
     ``given`` is options already built (the CLI's); else ``arguments`` are
-    :meth:`Options.from_arguments`'s keywords.
+    :meth:`Options.from_arguments`'s keywords.  ``need_rank=False`` leaves
+    ``rank`` None when neither an argument nor a launcher gives one (the
+    binder then binds to the GPUs the process sees).
     """
     if given is None:
         given = Options.from_arguments(**arguments)
     disable_value = environ.get(DISABLE_VARIABLE)
     disabled = disable_value is not None and parse_flag(DISABLE_VARIABLE, disable_value)
     rank, rank_source = _rank(environ, given)
-    if rank is None and not disabled:
-        raise ConfigError(
-            "no local rank: pass rank= or set one of "
-            + ", ".join(RANK_VARIABLES)
-            + " (torchrun, srun and mpirun set them)"
-        )
+    if rank is None and not disabled and need_rank:
+        raise ConfigError(NO_RANK)
     nprocs, nprocs_source = _nprocs(environ, given, rank_source)
     if rank is not None and nprocs is not None and rank >= nprocs:
         raise ConfigError(
@@ -256,8 +267,12 @@ def resolve(
         require_node = parse_flag(REQUIRE_NODE_VARIABLE, require_value)
         if require_node:
             sources["require_node"] = REQUIRE_NODE_VARIABLE
+    topology_file = _option(environ, TOPOLOGY_VARIABLE)
+    if topology_file is not None:
+        sources["topology_file"] = TOPOLOGY_VARIABLE
     return replace(
         given,
+        topology_file=topology_file,
         rank=rank,
         rank_source=rank_source,
         nprocs=nprocs,

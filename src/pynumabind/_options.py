@@ -25,8 +25,10 @@ per-rank overrides ``nodes`` and ``cpus`` stay as given: ``all``, ``!`` and
 ``sources`` records where each option came from (``"argument"``, a CLI flag,
 or the environment variable), so an error can name the variable the user
 may not know was set.  ``require_node`` (``PYNUMABIND_REQUIRE_NODE``) turns a
-GPU whose NUMA node is unknown into a PlanError.  Later options (a snapshot
-file) get a field and a variable here, and nowhere else.
+GPU whose NUMA node is unknown into a PlanError.  ``topology_file``
+(``PYNUMABIND_TOPOLOGY``) names a snapshot to plan from instead of this
+machine's sysfs and NVML (:func:`pynumabind.discovery.process_topology`);
+it has no keyword argument because the API takes a ``topology=`` object.
 """
 
 from __future__ import annotations
@@ -130,6 +132,7 @@ class Options:
     gpu_memory: bool = False
     interleave_nodes: Union[str, frozenset[int], None] = None
     require_node: bool = False  # a GPU whose NUMA node is unknown is a PlanError
+    topology_file: Optional[str] = None  # PYNUMABIND_TOPOLOGY: plan from this snapshot
     rank_source: Optional[str] = None
     nprocs_source: Optional[str] = None
     disabled: bool = False

@@ -781,9 +781,7 @@ def with_allowed(
         allowed_mems=allowed_mems,
         notes=notes,
     )
-    return layout.replace(
-        allowed_cpus=cpus_allowed, allowed_mems=mems_allowed, notes=tuple(notes)
-    )
+    return layout.replace(allowed_cpus=cpus_allowed, allowed_mems=mems_allowed, notes=tuple(notes))
 
 
 def read_topology(

@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -159,7 +159,8 @@ class Binding:
             memory = "unchanged"
         else:
             memory = f"NOT APPLIED (wanted {plan.policy.value} on {format_ids(plan.mems)})"
-        text = f"pynumabind: rank {plan.rank} device {device} CPUs {cpus} memory {memory}"
+        node = "" if plan.node is None else f" (node {plan.node})"
+        text = f"pynumabind: rank {plan.rank} device {device} CPUs {cpus}{node} memory {memory}"
         if plan.cpus is not None:
             text += f" threads {len(self.threads_bound)} bound"
             if self.threads_left_pinned:
@@ -361,13 +362,31 @@ def _settle(
 
 
 def _log_outcome(binding: Binding) -> None:
-    """One WARNING when partial (with the fix), one INFO line always."""
+    """One WARNING when partial (with the fix) or left unbound by an unknown GPU node; one INFO.
+
+    The INFO line names the GPU (index and PCI bus id), the CPUs and their
+    node, and the memory policy as read back.
+    """
     if binding.skipped and binding.plan is not None:
         log.warning(
             "pynumabind: rank %d bound only partly; %s",
             binding.plan.rank,
             "; ".join(str(s) for s in binding.skipped)
             + ("; CPU affinity was applied" if binding.plan.cpus is not None else ""),
+        )
+    plan = binding.plan
+    if (
+        plan is not None
+        and plan.device is not None
+        and plan.cpus is None
+        and plan.mode is not CpuMode.NONE
+    ):
+        log.warning(
+            "pynumabind: rank %d left unbound: the NUMA node of GPU %d (%s) is unknown; "
+            "name it with PYNUMABIND_NODES, or set PYNUMABIND_REQUIRE_NODE=1 to fail instead",
+            plan.rank,
+            plan.device.index,
+            plan.device.pci_bus_id,
         )
     if log.isEnabledFor(logging.INFO):
         log.info("%s", binding.summary())
@@ -402,22 +421,32 @@ def bind_current_process(
     migrate: bool = False,
     on_error: str = "warn",
     environ: Optional[Mapping[str, str]] = None,
+    devices: Optional[Sequence[int]] = None,
 ) -> Binding:
     """Detect, plan and apply this worker's binding; read it back.
 
     ``rank`` defaults to the launcher's local rank (``LOCAL_RANK``,
     ``OMPI_COMM_WORLD_LOCAL_RANK``, ``SLURM_LOCALID``); options default to
-    ``PYNUMABIND_*`` variables; explicit arguments win.  With
+    ``PYNUMABIND_*`` variables; explicit arguments win.  With no rank from
+    either, the process is bound to the GPUs it sees (a Ray actor, a process
+    started with ``CUDA_VISIBLE_DEVICES=3``): one GPU's node, or the union of
+    several (:func:`~pynumabind.planner.plan_devices_for`); seeing none is
+    the ConfigError "no local rank".  ``devices=[i, j]`` (visible GPU
+    indices, not with ``rank``) asks for that union explicitly and wins over
+    a launcher's rank.  With
     ``PYNUMABIND_DISABLE=1`` it logs and returns a Binding that applied
     nothing.  ``device``, ``gpu_memory`` and ``interleave_nodes`` are passed
     to :func:`~pynumabind.planner.plan`; see :func:`apply_plan` for
     ``migrate`` and ``on_error``.
     """
     _check_on_error(on_error)
+    if devices is not None and (rank is not None or device is not None):
+        raise ConfigError("give devices= alone, without rank= or device=")
     with _forksafe.lock():  # a fork waits for these first-use imports (see _forksafe)
-        from . import _environ, planner
+        from . import _environ
     options = _environ.resolve(
         os.environ if environ is None else environ,
+        need_rank=False,
         rank=rank,
         nprocs=nprocs,
         mode=mode,
@@ -433,17 +462,40 @@ def bind_current_process(
     binding: Optional[Binding] = None
     try:
         with _forksafe.lock():  # what detect reads as allowed must not be another bind's half-work
-            if topology is None:
+            if topology is None and options.topology_file is not None:
+                from .discovery import process_topology
+
+                topology = process_topology(options.topology_file, environ)
+            elif topology is None:
                 from .discovery import detail_for, detect_topology
 
                 topology = detect_topology(detail=detail_for(options.mode), reuse=True)
-            plan = planner.plan_for(topology, options)
+            plan = _plan(topology, options, devices)
             binding = apply_plan(plan, migrate=migrate, on_error=on_error)
     except BaseException:
         if binding is not None and binding._undo is not None:  # interrupted as the lock went
             binding._undo.rollback()
         raise
     return binding
+
+
+def _plan(topology: Topology, options: Options, devices: Optional[Sequence[int]]) -> Plan:
+    """The plan for a rank, for explicit ``devices``, or (no rank) for the visible GPUs."""
+    from . import _environ, planner
+
+    if devices is not None:
+        return planner.plan_devices_for(topology, options, devices)
+    if options.rank is not None:
+        return planner.plan_for(topology, options)
+    if not topology.gpus:
+        raise ConfigError(f"{_environ.NO_RANK}, and this process sees no GPU to bind to")
+    visible = list(range(len(topology.gpus)))
+    plan = planner.plan_devices_for(topology, options, visible)
+    rule = (
+        f"no launcher rank: bound to the {len(visible)} GPU(s) this process sees "
+        "(one: its node; several: the union)"
+    )
+    return replace(plan, reasons=(rule, *plan.reasons))
 
 
 def _disabled(options: Options) -> Binding:

@@ -405,7 +405,6 @@ def format_cpulist(ids: Iterable[int]) -> str:
     return format_ids(_checked_ids(ids), empty="")
 
 
-
 def _set_bits(value: int, base: int, out: List[int]) -> None:
     """Append ``base + b`` for every set bit ``b`` of ``value``, ascending."""
     while value:

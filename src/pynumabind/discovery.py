@@ -92,6 +92,7 @@ __all__ = [
     "forget_layout",
     "load_topology",
     "merge_nvml",
+    "process_topology",
     "topology_from_sysfs",
 ]
 
@@ -382,6 +383,40 @@ def load_topology(path: str) -> Topology:
         return Topology.from_json(text)
     except TopologyError as exc:
         raise TopologyError(f"topology file {path!r}: {exc}") from exc
+
+
+def process_topology(path: str, environ: Optional[Mapping[str, str]] = None) -> Topology:
+    """This process on the machine of snapshot ``path`` (``PYNUMABIND_TOPOLOGY``).
+
+    The snapshot replaces sysfs and NVML; everything about the *process*
+    still comes from the process: the GPUs it sees (``CUDA_VISIBLE_DEVICES``
+    and friends applied to the snapshot's GPUs by driver index), its allowed
+    CPUs (``sched_getaffinity``) and memory nodes (``get_mempolicy``).  A
+    missing or bad file, or one without every CPU this process may run on
+    (another machine's), is a :class:`TopologyError` naming the variable and
+    the file: never a fallback to sysfs.
+    """
+    from . import _libnuma, _threads, _visible
+    from ._environ import TOPOLOGY_VARIABLE
+
+    env = os.environ if environ is None else environ
+    try:
+        snapshot = load_topology(path)
+    except TopologyError as exc:
+        raise TopologyError(f"{TOPOLOGY_VARIABLE}: {exc}") from exc
+    cpus = _threads.process_affinity()
+    missing = cpus - snapshot.online_cpus
+    if missing:
+        raise TopologyError(
+            f"{TOPOLOGY_VARIABLE}: topology file {path!r} lacks CPUs this process may run on "
+            f"({format_ids(missing)}): it describes another machine"
+        )
+    live = snapshot.replace(
+        allowed_cpus=cpus,
+        allowed_mems=_libnuma.get_mems_allowed() & frozenset(snapshot.nodes),
+        notes=(*snapshot.notes, f"machine from {TOPOLOGY_VARIABLE}={path}"),
+    )
+    return _visible.apply_visibility(live, env)
 
 
 def _read_snapshot(path: str) -> str:

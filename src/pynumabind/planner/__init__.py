@@ -31,6 +31,18 @@ How a rank is placed
    allowed memory.  ``gpu_memory=True`` adds the GPU's own memory node.
    ``interleave`` uses ``interleave_nodes`` or, by default, these same nodes.
 
+A process driving several GPUs
+------------------------------
+:func:`plan_devices_for` (``plan(topology, devices=[i, j])``,
+``bind_current_process(devices=[...])``): a process with no rank that drives
+several visible GPUs (vLLM's EngineCore for its data-parallel shard, a Ray
+actor with two GPUs, a pipeline stage) gets the union of what each GPU's
+rank would get, each planned as rank ``i`` of one rank per visible GPU, so
+the per-rank overrides read per GPU index: every CPU and memory node of any
+of them, in modes ``node``, ``socket`` and ``none``.  ``exclusive`` and
+``core-complex`` slice a node among the ranks sharing it; a union of
+devices is not one of those ranks, so they are a ConfigError.
+
 Overrides
 ---------
 ``nodes`` and ``cpus`` give every local rank its node(s) or CPUs and win over
@@ -86,7 +98,7 @@ from dataclasses import replace
 from typing import AbstractSet, Dict, Iterable, List, Optional, Sequence, Union
 
 from .._options import MAX_NPROCS, Options
-from ..errors import ConfigError, PlanError, PynumabindError
+from ..errors import ConfigError, PlanError, PynumabindError, format_ids
 from ..model import CpuMode, MemoryPolicy, Plan, Topology
 from ._cpus import choose_cpus
 from ._memory import choose_mems
@@ -127,6 +139,7 @@ __all__ = [
     "plan",
     "plan_all",
     "plan_all_for",
+    "plan_devices_for",
     "plan_each",
     "plan_each_for",
     "plan_for",
@@ -278,9 +291,57 @@ def local_ranks(topology: Topology, options: Options) -> int:
     return build_request(topology, options).nprocs
 
 
+UNION_MODES = (CpuMode.NODE, CpuMode.SOCKET, CpuMode.NONE)
+
+
+def plan_devices_for(topology: Topology, options: Options, devices: Sequence[int]) -> Plan:
+    """The union of visible GPUs ``devices``' plans, for one process (see the module docstring).
+
+    ``options.rank``, ``nprocs`` and ``device`` are not used: each GPU is
+    planned as the rank of its own index among the visible GPUs.
+    """
+    if isinstance(devices, (str, bytes)) or not isinstance(devices, Sequence) or not devices:
+        raise ConfigError(f"devices must be a non-empty sequence of GPU indices, not {devices!r}")
+    indices = sorted({device_index(topology, check_int(d, "device")) for d in devices})
+    if options.cpu_mode not in UNION_MODES:
+        choices = ", ".join(m.value for m in UNION_MODES)
+        raise ConfigError(
+            f"mode {options.cpu_mode.value!r} slices a node among the ranks sharing it; a process "
+            f"driving GPUs {format_ids(frozenset(indices))} is not one of them: use {choices}"
+        )
+    count = len(topology.gpus)
+    plans = [
+        plan_for(topology, replace(options, rank=i, nprocs=count, device=i, devices=None))
+        for i in indices
+    ]
+    cpus: Optional[frozenset[int]] = None
+    if all(p.cpus is not None for p in plans):
+        cpus = frozenset().union(*(p.cpus or frozenset() for p in plans))
+    placed = frozenset(p.node for p in plans if p.node is not None)
+    unplaced = [p.rank for p in plans if p.cpus is None]
+    reasons = [
+        f"devices {format_ids(frozenset(indices))}: the union of their plans "
+        f"(each planned as rank of its index among {count} visible GPUs): "
+        f"CPU nodes {format_ids(placed)}"
+    ]
+    if unplaced and cpus is None:
+        reasons.append(
+            f"CPUs left alone: GPU(s) {format_ids(frozenset(unplaced))} have no CPU binding"
+        )
+    return replace(
+        plans[0],
+        device=plans[0].device if len(plans) == 1 else None,
+        cpus=cpus,
+        mems=frozenset().union(*(p.mems for p in plans)),
+        node=min(placed) if len(placed) == 1 else None,
+        reasons=(*reasons, *(f"GPU {p.rank}: {r}" for p in plans for r in p.reasons)),
+        warnings=tuple(dict.fromkeys(w for p in plans for w in p.warnings)),
+    )
+
+
 def plan(
     topology: Topology,
-    rank: int,
+    rank: Optional[int] = None,
     nprocs: Optional[int] = None,
     mode: Union[str, CpuMode] = "node",
     memory: Union[str, MemoryPolicy] = "preferred",
@@ -291,14 +352,31 @@ def plan(
     gpu_memory: bool = False,
     interleave_nodes: Union[str, Iterable[int], None] = None,
     require_node: bool = False,
+    devices: Optional[Sequence[int]] = None,
 ) -> Plan:
-    """The plan for local rank ``rank`` of ``nprocs``.
+    """The plan for local rank ``rank`` of ``nprocs``, or for one process driving ``devices``.
 
     ``device`` (an index into ``topology.gpus``) overrides this rank's GPU;
     the other ranks keep ``rank % len(gpus)`` when exclusive modes slice a
-    node.  Raises :class:`PlanError` or :class:`ConfigError` naming what was
-    wrong.
+    node.  ``devices`` (without ``rank``, ``nprocs`` or ``device``): the
+    union of those GPUs' plans (:func:`plan_devices_for`).  Raises
+    :class:`PlanError` or :class:`ConfigError` naming what was wrong.
     """
+    if devices is not None:
+        if rank is not None or nprocs is not None or device is not None:
+            raise ConfigError("give devices= alone, without rank, nprocs or device")
+        union_options = Options.from_arguments(
+            mode=mode,
+            memory=memory,
+            nodes=nodes,
+            cpus=cpus,
+            gpu_memory=gpu_memory,
+            interleave_nodes=interleave_nodes,
+            require_node=require_node,
+        )
+        return plan_devices_for(topology, union_options, devices)
+    if rank is None:
+        raise ConfigError("plan() needs rank= (a local rank) or devices= (the GPUs of one process)")
     rank = check_int(rank, "rank")
     if rank < 0:
         raise PlanError(f"rank must be 0 <= rank, not {rank}")

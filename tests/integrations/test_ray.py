@@ -1,0 +1,89 @@
+"""A Ray actor binding itself to the GPU Ray gave it, with the real Ray from PyPI.
+
+Real here: Ray's scheduler, its actors (separate worker processes), and the
+``CUDA_VISIBLE_DEVICES`` Ray sets for an actor with ``num_gpus=1`` -- Ray
+does that from ``ray.init(num_gpus=2)`` even with no GPU present, and sets no
+``LOCAL_RANK``/``RANK``.  Each actor runs the Ray recipe of
+docs/integrations.md: ``bind_current_process()`` with no rank, so the
+visible-GPU rule applies,
+and the test reads each actor's binding from outside through /proc.  What
+would need a GPU: nothing up to this point; Ray's GPUs are logical here and
+the machine is a two-node snapshot over this machine's CPUs 0 and 1
+(``PYNUMABIND_TOPOLOGY``), the one stand-in.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from recipes import observe, recipe
+
+from .helpers import require, require_two_cpus
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+require("ray", "vllm")
+
+
+@pytest.fixture
+def ray_cluster(snapshot: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator:
+    require_two_cpus()
+    import ray
+
+    # Ray writes /tmp/ray and ~/.ray (an auth token) by default: keep it all in
+    # a short temporary directory (its socket paths must fit in 107 bytes),
+    # removed afterwards, and turn the token off.
+    temp = Path(tempfile.mkdtemp(prefix="pnb-ray-"))
+    monkeypatch.setenv("RAY_TMPDIR", str(temp))
+    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    ray.init(
+        num_cpus=2,
+        num_gpus=2,
+        include_dashboard=False,
+        object_store_memory=80 * 1024 * 1024,
+        _temp_dir=str(temp),
+        runtime_env={"env_vars": {"PYNUMABIND_TOPOLOGY": str(snapshot)}},
+        log_to_driver=False,
+    )
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_two_actors_each_bind_to_their_gpus_node(ray_cluster) -> None:
+    ray = ray_cluster
+    namespace: dict = {"__name__": "pynumabind_ray_recipe"}  # not importable: shipped by value
+    exec(compile(recipe("ray"), "docs/integrations.md:ray", "exec"), namespace)
+    trainers = [namespace["Trainer"].remote() for _ in range(2)]
+
+    def report(self) -> dict:  # runs inside the actor, after the recipe's __init__
+        return {
+            "pid": os.getpid(),
+            "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "launcher_rank": [v for v in ("LOCAL_RANK", "RANK") if v in os.environ],
+            "summary": self.binding.summary(),
+            "reasons": list(self.binding.plan.reasons),
+        }
+
+    reports = ray.get([t.__ray_call__.remote(report) for t in trainers], timeout=300)
+    seen = [observe(r["pid"]) for r in reports]  # the actors are still alive
+
+    # Ray gave each actor one of the two logical GPUs, and no launcher rank.
+    assert sorted(r["visible"] for r in reports) == ["0", "1"]
+    assert all(r["launcher_rank"] == [] for r in reports)
+    assert reports[0]["pid"] != reports[1]["pid"]
+    for r, kernel in zip(reports, seen):
+        gpu = r["visible"]  # GPU i is on node i, whose CPU is i
+        assert kernel.cpus == gpu, (r, kernel)
+        assert kernel.thread_cpus == (gpu,), (r, kernel)
+        assert kernel.policy == "prefer:0"  # this machine's only memory node
+        assert r["summary"].startswith("pynumabind: rank 0 device GPU 0 (0000:")
+        assert r["reasons"][0].startswith("no launcher rank: bound to the 1 GPU(s)")

@@ -1,0 +1,188 @@
+"""pynumabind.integrations.sglang against the real SGLang from PyPI.
+
+Real here: SGLang's plugin loader (``load_plugins`` discovering the installed
+``sglang.srt.plugins`` entry point), its ``HookRegistry`` applying the hook,
+its own "would SGLang bind?" answer, and a real ``sgl.Engine(device="cpu",
+tp_size=2)`` launch in a subprocess: the main process starts two scheduler
+processes (gpu_id 0 and 1), each loads the plugins and configures itself,
+and pynumabind binds it.  What needs a GPU: building the scheduler's model
+runner, where the launch fails here; SGLang then kills its own process tree,
+hence the subprocess.  A test-only plugin (``sglang_probe``, found by the
+same loader) parks each scheduler just before that point so the binding is
+read from outside through /proc.  The machine is a two-node snapshot over
+this machine's CPUs 0 and 1 (``PYNUMABIND_TOPOLOGY``): the one stand-in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Dict, Iterator, Optional
+
+import pytest
+
+from recipes import observe
+
+from .helpers import HERE, ParkedLaunch, require, require_two_cpus
+
+pytestmark = pytest.mark.integration
+
+
+require("sglang", "sglang")
+
+
+def run_python(code: str, env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
+    """``code`` in a fresh interpreter (SGLang's plugin loader runs once per process)."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
+    full.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=full,
+        timeout=300,
+    )
+
+
+@pytest.mark.parametrize(
+    ("version", "ok"),
+    [("0.5.23", True), ("0.5.30", True), ("0.5.22", False), ("0.6.0", False), ("x", False)],
+)
+def test_supported_version_range_is_checked(version: str, ok: bool) -> None:
+    from pynumabind import ConfigError
+    from pynumabind.integrations.sglang import check_version
+
+    if ok:
+        check_version(version)
+        return
+    with pytest.raises(ConfigError, match=r"supports SGLang >=0\.5\.23,<0\.6\.0; SGLang .*"):
+        check_version(version)
+
+
+def test_entry_point_is_discovered_by_sglang() -> None:
+    from importlib.metadata import entry_points
+
+    from sglang.srt.plugins import GENERAL_PLUGINS_GROUP
+
+    found = {ep.name: ep.value for ep in entry_points(group=GENERAL_PLUGINS_GROUP)}
+    assert found.get("pynumabind") == "pynumabind.integrations:sglang_plugin"
+
+
+PROBE_HOOKS = """
+    import json
+    from sglang.srt.plugins import load_plugins
+    from sglang.srt.plugins.hook_registry import HookRegistry
+    from pynumabind.integrations.sglang import TARGET
+    load_plugins()
+    import sglang.srt.managers.scheduler as scheduler
+    hooks = [h.__qualname__ for _, h, _ in HookRegistry._hooks.get(TARGET, [])]
+    print(json.dumps({"hooks": hooks, "patched": TARGET in HookRegistry._patched}))
+"""
+
+
+def test_plugin_changes_nothing_without_opt_in() -> None:
+    result = run_python(PROBE_HOOKS)
+    assert json.loads(result.stdout.splitlines()[-1]) == {"hooks": [], "patched": False}
+
+
+def test_plugin_with_opt_in_hooks_configure_scheduler_process() -> None:
+    result = run_python(PROBE_HOOKS, {"PYNUMABIND_SGLANG": "1"})
+    assert json.loads(result.stdout.splitlines()[-1]) == {
+        "hooks": ["_after_configure"],
+        "patched": True,
+    }
+
+
+def test_plugin_with_bad_opt_in_value_is_logged_by_sglangs_loader() -> None:
+    # SGLang's loader catches a plugin's exception and logs it with its
+    # traceback; the scheduler then runs unbound, but never silently.
+    result = run_python(PROBE_HOOKS, {"PYNUMABIND_SGLANG": "maybe"})
+    assert json.loads(result.stdout.splitlines()[-1]) == {"hooks": [], "patched": False}
+    assert "ConfigError: invalid PYNUMABIND_SGLANG='maybe'" in result.stderr
+
+
+# ------------------------------------------------------- real launches
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("model") / "tiny-llama"
+    code = f"from vllm_launch import make_tiny_llama; make_tiny_llama({str(path)!r})"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=HERE, timeout=300)
+    return path
+
+
+@pytest.fixture
+def launch(tmp_path: Path, tiny_llama: Path) -> Iterator:
+    require_two_cpus()
+    from .sglang_probe import write_distribution
+
+    dist = tmp_path / "probe-dist"
+    write_distribution(dist)
+    started = []
+
+    def start(env: Dict[str, str], *options: str) -> ParkedLaunch:
+        full = {
+            "CUDA_VISIBLE_DEVICES": "0,1",
+            "SGLANG_AUTO_NUMA_BIND": "0",
+            # SGLang's CPU path asks for per-rank OpenMP CPUs; it applies them
+            # only after the scheduler is built, i.e. after the probe looked.
+            "SGLANG_CPU_OMP_THREADS_BIND": "0|1",
+            **env,
+        }
+        script = [str(HERE / "sglang_launch.py"), str(tiny_llama), *options]
+        run = ParkedLaunch(tmp_path, script, full, pythonpath=[HERE, dist])
+        started.append(run)
+        return run
+
+    yield start
+    for run in started:
+        if run.proc.poll() is None:
+            run.release(timeout=120)
+
+
+@pytest.mark.slow
+def test_real_launch_binds_each_scheduler_to_its_gpu_id(launch, snapshot: Path) -> None:
+    run = launch({"PYNUMABIND_SGLANG": "1", "PYNUMABIND_TOPOLOGY": str(snapshot)})
+    parked = run.parked("scheduler-*.json", 2)
+    by_title = {record["title"]: record for record in parked}
+    assert sorted(by_title) == ["sglang::scheduler_TP0", "sglang::scheduler_TP1"]
+    seen = {title: observe(int(rec["pid"])) for title, rec in by_title.items()}
+    front = observe(run.proc.pid)
+    output = run.release()
+    print(output[-30000:])  # shown by pytest when an assertion below fails
+
+    assert run.proc.returncode != 0  # the launch fails where a GPU is needed
+    # gpu_id 0 -> GPU 0 (node 0: CPU 0); gpu_id 1 -> GPU 1 (node 1: CPU 1);
+    # every thread; memory preferred on node 0, this machine's only memory node.
+    tp0, tp1 = seen["sglang::scheduler_TP0"], seen["sglang::scheduler_TP1"]
+    assert tp0.cpus == "0" and tp0.thread_cpus == ("0",)
+    assert tp1.cpus == "1" and tp1.thread_cpus == ("1",)
+    assert tp0.policy == tp1.policy == "prefer:0"
+    assert front.cpus == "0-1" and front.policy == "default"
+    # One line per scheduler in SGLang's log, with its TP prefix.
+    assert "TP0] pynumabind: rank 0 device GPU 0 (0000:17:00.0) CPUs 0 " in output
+    assert "TP1] pynumabind: rank 1 device GPU 1 (0000:65:00.0) CPUs 1 " in output
+
+
+@pytest.mark.slow
+def test_real_launch_refuses_to_double_bind_with_sglangs_numa_node(
+    launch, snapshot: Path, numactl: str
+) -> None:
+    # numa_node=[0, 0]: SGLang binds each scheduler itself, through a numactl
+    # wrapper (SGLANG_NUMA_BIND_V2, its default).  pynumabind must refuse.
+    run = launch({"PYNUMABIND_SGLANG": "1", "PYNUMABIND_TOPOLOGY": str(snapshot)}, "numa_node")
+    output = run.finish()
+    print(output[-30000:])  # shown by pytest when an assertion below fails
+    assert run.proc.returncode != 0
+    assert not list(run.dir.glob("scheduler-*.json"))  # no scheduler got further
+    assert (
+        "ConfigError: SGLang scheduler (gpu_id 0): PYNUMABIND_SGLANG=1 asks pynumabind to "
+        "bind, but SGLang binds GPU 0's scheduler to node 0 itself (numactl wrapper, "
+        "SGLANG_NUMA_BIND_V2): its numa_node server argument is set (drop --numa-node)"
+    ) in output
+    assert "pynumabind: rank" not in output  # nothing was bound by pynumabind

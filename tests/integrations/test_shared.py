@@ -1,0 +1,186 @@
+"""The framework-independent parts of pynumabind.integrations (no framework needed).
+
+These run in the default suite.  Binding happens for real, in a child
+process (so this one keeps its affinity), against this kernel; the machine
+is the two-node snapshot over this machine's CPUs 0 and 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Dict
+
+import pytest
+
+from pynumabind import ConfigError
+from pynumabind.integrations import (
+    check_release,
+    gate,
+    load_topology,
+    per_gpu_override,
+    release,
+)
+
+from .helpers import require_two_cpus
+
+
+@pytest.mark.parametrize(
+    ("value", "on"),
+    [(None, False), ("", False), ("0", False), ("off", False), ("1", True), (" true ", True)],
+)
+def test_gate(value, on) -> None:
+    env = {} if value is None else {"PYNUMABIND_VLLM": value}
+    assert gate("PYNUMABIND_VLLM", env) is on
+
+
+def test_gate_rejects_anything_else_naming_the_variable() -> None:
+    with pytest.raises(ConfigError, match=r"invalid PYNUMABIND_SGLANG='2'"):
+        gate("PYNUMABIND_SGLANG", {"PYNUMABIND_SGLANG": "2"})
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, None),
+        ("0 0 1 1", "0;0;1;1"),  # vLLM's form
+        ("  0-7   8-15 ", "0-7;8-15"),
+        ("0,0,1,1", "0,0,1,1"),  # pynumabind's forms are left alone
+        ("0-1;2-3", "0-1;2-3"),
+        ("0-7, 8-15", "0-7, 8-15"),  # mixed: left for the core to judge
+        ("1", "1"),
+    ],
+)
+def test_per_gpu_override(value, expected) -> None:
+    env = {} if value is None else {"PYNUMABIND_NODES": value}
+    assert per_gpu_override("PYNUMABIND_NODES", env) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "parts"),
+    [
+        ("0.33.0", (0, 33, 0)),
+        ("0.33.1rc1", (0, 33, 1)),
+        ("1.2", (1, 2)),
+        ("0.5.23.post1", (0, 5, 23)),
+        ("dev", ()),
+        ("2!1.0", (2,)),
+    ],
+)
+def test_release(text, parts) -> None:
+    assert release(text) == parts
+
+
+def test_check_release_names_both_versions() -> None:
+    check_release("vLLM", "0.33.4", ((0, 33, 0), (0, 34, 0)), "m")
+    with pytest.raises(ConfigError, match=r"^m supports vLLM >=0\.33\.0,<0\.34\.0; vLLM 0\.35\.0 "):
+        check_release("vLLM", "0.35.0", ((0, 33, 0), (0, 34, 0)), "m")
+
+
+# ------------------------------------------------------------ topology
+# (PYNUMABIND_TOPOLOGY itself is the core's: tests/test_topology_variable.py)
+
+
+def test_load_topology_uses_the_variable(snapshot: Path) -> None:
+    require_two_cpus()
+    topology = load_topology({"PYNUMABIND_TOPOLOGY": str(snapshot), "CUDA_VISIBLE_DEVICES": "1"})
+    assert [g.pci_bus_id for g in topology.gpus] == ["0000:65:00.0"]
+    empty = load_topology({"PYNUMABIND_TOPOLOGY": " ", "CUDA_VISIBLE_DEVICES": ""})
+    assert not any("PYNUMABIND_TOPOLOGY" in note for note in empty.notes)  # this machine
+
+
+# ------------------------------------------------------------ binding
+
+
+def bind_in_child(code: str, env: Dict[str, str]) -> Dict[str, object]:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
+    full.update(env)
+    script = textwrap.dedent(
+        """
+        import json, os
+        from pynumabind import PynumabindError
+        from pynumabind.integrations import bind_gpu, bind_gpus, bind_visible_gpus
+        try:
+            binding = {code}
+        except PynumabindError as exc:
+            print(json.dumps({{"error": f"{{type(exc).__name__}}: {{exc}}"}}))
+        else:
+            with open("/proc/self/status") as status:
+                allowed = [l.split()[1] for l in status if l.startswith("Cpus_allowed_list")]
+            print(json.dumps({{
+                "cpus": allowed[0],
+                "reasons": list(binding.plan.reasons) if binding.plan else [],
+                "disabled": binding.disabled,
+            }}))
+        """
+    ).format(code=code)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=full, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def machine(snapshot: Path) -> Dict[str, str]:
+    require_two_cpus()
+    return {"PYNUMABIND_TOPOLOGY": str(snapshot), "CUDA_VISIBLE_DEVICES": "0,1"}
+
+
+def test_bind_gpu_binds_to_its_node(machine) -> None:
+    assert bind_in_child("bind_gpu(1, what='t')", machine)["cpus"] == "1"
+    assert bind_in_child("bind_gpu(0, what='t')", machine)["cpus"] == "0"
+
+
+def test_union_of_two_gpus_says_so(machine) -> None:
+    result = bind_in_child("bind_gpus([0, 1], what='engine')", machine)
+    assert result["cpus"] == "0-1"
+    assert result["reasons"][0].startswith("devices 0-1: the union of their plans")
+    assert result["reasons"][0].endswith("CPU nodes 0-1")
+    assert any(r.startswith("GPU 1: ") for r in result["reasons"])
+
+
+def test_vllm_form_overrides_are_per_gpu_index(machine) -> None:
+    nodes = {**machine, "PYNUMABIND_NODES": "1 1"}
+    assert bind_in_child("bind_gpu(0, what='t')", nodes)["cpus"] == "1"
+    assert bind_in_child("bind_gpus([0, 1], what='t')", nodes)["cpus"] == "1"
+    cpus = {**machine, "PYNUMABIND_CPUS": "1 0"}
+    assert bind_in_child("bind_gpu(0, what='t')", cpus)["cpus"] == "1"
+
+
+def test_override_of_the_wrong_length_is_an_error(machine) -> None:
+    result = bind_in_child("bind_gpu(0, what='t')", {**machine, "PYNUMABIND_NODES": "0 1 1"})
+    assert result["error"].startswith("ConfigError")
+    assert "has 3 entries but there are 2 local ranks" in result["error"]
+    assert result["error"].endswith(
+        "(from PYNUMABIND_NODES='0 1 1', one entry per visible GPU index)"
+    )
+
+
+def test_visible_gpus(machine) -> None:
+    one = {**machine, "CUDA_VISIBLE_DEVICES": "1"}
+    assert bind_in_child("bind_visible_gpus()", one)["cpus"] == "1"
+    assert bind_in_child("bind_visible_gpus()", machine)["cpus"] == "0-1"
+    none = bind_in_child("bind_visible_gpus(what='actor')", {**machine, "CUDA_VISIBLE_DEVICES": ""})
+    assert (
+        none["error"]
+        == "ConfigError: actor sees no GPU (CUDA_VISIBLE_DEVICES=''); nothing to bind to"
+    )
+
+
+def test_gpu_index_beyond_the_visible_ones_is_an_error(machine) -> None:
+    result = bind_in_child("bind_gpu(2, what='vLLM worker')", machine)
+    assert result["error"] == (
+        "ConfigError: vLLM worker drives GPU index 2, but this process sees 2 GPU(s) "
+        "(CUDA_VISIBLE_DEVICES='0,1')"
+    )
+
+
+def test_disable_still_wins(machine) -> None:
+    result = bind_in_child("bind_gpus([0, 1], what='t')", {**machine, "PYNUMABIND_DISABLE": "1"})
+    assert result["disabled"] is True
+    assert result["cpus"] == "0-1"

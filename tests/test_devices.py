@@ -1,0 +1,197 @@
+"""One process, several GPUs, or none named: ``devices=`` and the visible-GPU rule (issue 12, 1-2).
+
+Planner properties on a recorded DGX H100 (GPUs 0-3 on node 0, 4-7 on node
+1); binding for real in child processes, on a two-node snapshot whose CPUs
+are this machine's CPUs 0 and 1 (``PYNUMABIND_TOPOLOGY``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict
+
+import pytest
+
+from integrations.helpers import two_node_snapshot
+from pynumabind import ConfigError, planner
+from topology_builders import dgx_h100
+
+
+@pytest.fixture(scope="module")
+def dgx():
+    return dgx_h100()
+
+
+def test_union_of_gpus_on_two_nodes(dgx) -> None:
+    plan = planner.plan(dgx, devices=[0, 7])
+    assert plan.cpus == (dgx.nodes[0].cpus | dgx.nodes[1].cpus) & dgx.allowed_cpus
+    assert plan.mems == frozenset({0, 1})
+    assert plan.device is None and plan.node is None
+    assert plan.reasons[0].startswith("devices 0,7: the union of their plans")
+    assert any(r.startswith("GPU 7: ") for r in plan.reasons)
+
+
+def test_union_on_one_node_is_that_node(dgx) -> None:
+    plan = planner.plan(dgx, devices=[1, 0, 1])  # order and repeats do not matter
+    assert plan.node == 0
+    assert plan.cpus == planner.plan(dgx, 0, 8).cpus
+    assert plan.mems == frozenset({0})
+
+
+def test_one_device_is_that_gpus_plan(dgx) -> None:
+    alone = planner.plan(dgx, devices=[5])
+    as_rank = planner.plan(dgx, 5, 8)
+    assert (alone.cpus, alone.mems, alone.node) == (as_rank.cpus, as_rank.mems, as_rank.node)
+    assert alone.device == as_rank.device
+
+
+@pytest.mark.parametrize("mode", ["socket", "none"])
+def test_union_modes(dgx, mode: str) -> None:
+    plan = planner.plan(dgx, devices=[0, 7], mode=mode)
+    expected = {
+        "socket": (planner.plan(dgx, 0, 8, mode="socket").cpus or frozenset())
+        | (planner.plan(dgx, 7, 8, mode="socket").cpus or frozenset()),
+        "none": None,
+    }[mode]
+    assert plan.cpus == expected
+
+
+@pytest.mark.parametrize("mode", ["exclusive", "core-complex"])
+def test_slicing_modes_are_refused(dgx, mode: str) -> None:
+    with pytest.raises(
+        ConfigError, match=rf"mode '{mode}' slices a node .* use node, socket, none"
+    ):
+        planner.plan(dgx, devices=[0, 7], mode=mode)
+
+
+def test_per_gpu_overrides_apply(dgx) -> None:
+    plan = planner.plan(dgx, devices=[0, 1], nodes="1,1,1,1,0,0,0,0")
+    assert plan.node == 1 and plan.mems == frozenset({1})
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"devices": []}, "non-empty sequence"),
+        ({"devices": "01"}, "non-empty sequence"),
+        ({"devices": [8]}, "device 8 out of range"),
+        ({"devices": [0], "rank": 0}, "give devices= alone"),
+        ({}, r"needs rank= \(a local rank\) or devices="),
+    ],
+)
+def test_bad_devices(dgx, arguments: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        planner.plan(dgx, **arguments)
+
+
+# ------------------------------------------------------------ binding
+
+
+def bind(env: Dict[str, str], call: str = "pynumabind.bind_current_process()") -> Dict[str, object]:
+    code = f"""
+import json, pynumabind
+try:
+    binding = {call}
+except pynumabind.PynumabindError as exc:
+    print(json.dumps({{"error": f"{{type(exc).__name__}}: {{exc}}"}}))
+else:
+    status = open("/proc/self/status").read()
+    print(json.dumps({{"cpus": status.split("Cpus_allowed_list:")[1].split()[0],
+                      "reasons": list(binding.plan.reasons)}}))
+"""
+    full = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
+    for name in ("LOCAL_RANK", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"):
+        full.pop(name, None)
+    full.update(env)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=full, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def machine(tmp_path: Path) -> Dict[str, str]:
+    if not {0, 1} <= os.sched_getaffinity(0):
+        pytest.skip("needs CPUs 0 and 1 allowed")
+    return {"PYNUMABIND_TOPOLOGY": str(two_node_snapshot(tmp_path / "two-node.json"))}
+
+
+def test_no_rank_one_visible_gpu_binds_to_its_node(machine) -> None:
+    result = bind({**machine, "CUDA_VISIBLE_DEVICES": "1"})
+    assert result["cpus"] == "1"
+    assert result["reasons"][0].startswith(
+        "no launcher rank: bound to the 1 GPU(s) this process sees"
+    )
+
+
+def test_no_rank_several_visible_gpus_bind_to_the_union(machine) -> None:
+    result = bind({**machine, "CUDA_VISIBLE_DEVICES": "0,1"})
+    assert result["cpus"] == "0-1"
+    assert "union" in result["reasons"][1]
+
+
+def test_no_rank_no_gpu_is_todays_error(machine) -> None:
+    result = bind({**machine, "CUDA_VISIBLE_DEVICES": ""})
+    assert result["error"].startswith("ConfigError: no local rank: pass rank= or set one of")
+    assert result["error"].endswith("and this process sees no GPU to bind to")
+
+
+def test_a_launcher_rank_still_wins(machine) -> None:
+    env = {**machine, "CUDA_VISIBLE_DEVICES": "0,1", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
+    result = bind(env)
+    assert result["cpus"] == "1"
+    assert not result["reasons"][0].startswith("no launcher rank")
+
+
+def test_explicit_devices_win_over_a_launcher_rank(machine) -> None:
+    env = {**machine, "CUDA_VISIBLE_DEVICES": "0,1", "LOCAL_RANK": "0"}
+    assert bind(env, "pynumabind.bind_current_process(devices=[1])")["cpus"] == "1"
+    refused = bind(env, "pynumabind.bind_current_process(0, devices=[1])")
+    assert refused["error"] == "ConfigError: give devices= alone, without rank= or device="
+
+
+# ------------------------------------------------------------ the log line (item 7)
+
+
+def logged(env: Dict[str, str]) -> str:
+    code = (
+        "import logging, pynumabind\n"
+        "logging.basicConfig(level=logging.INFO, format='%(levelname)s %(message)s')\n"
+        "pynumabind.bind_current_process()\n"
+    )
+    full = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
+    full.pop("LOCAL_RANK", None)
+    full.update(env)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=full, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stderr
+
+
+def test_info_line_names_gpu_node_cpus_and_policy(machine) -> None:
+    lines = logged({**machine, "CUDA_VISIBLE_DEVICES": "1"}).splitlines()
+    info = [line for line in lines if line.startswith("INFO pynumabind: rank")]
+    assert info == [
+        "INFO pynumabind: rank 0 device GPU 0 (0000:65:00.0) CPUs 1 (node 1) memory nodes 0 "
+        "policy MPOL_PREFERRED threads 1 bound"
+    ]
+
+
+def test_warning_when_left_unbound_by_an_unknown_gpu_node(tmp_path: Path, machine) -> None:
+    data = json.loads(Path(machine["PYNUMABIND_TOPOLOGY"]).read_text())
+    for gpu in data["gpus"]:
+        gpu["numa_node"], gpu["local_cpus"] = None, ""
+    unknown = tmp_path / "unknown.json"
+    unknown.write_text(json.dumps(data))
+    text = logged({"PYNUMABIND_TOPOLOGY": str(unknown), "CUDA_VISIBLE_DEVICES": "1"})
+    assert (
+        "WARNING pynumabind: rank 0 left unbound: the NUMA node of GPU 0 (0000:65:00.0) is "
+        "unknown; name it with PYNUMABIND_NODES, or set PYNUMABIND_REQUIRE_NODE=1 to fail instead"
+    ) in text
+    assert "INFO pynumabind: rank 0 device GPU 0 (0000:65:00.0) CPUs unchanged" in text

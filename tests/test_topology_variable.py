@@ -1,0 +1,104 @@
+"""PYNUMABIND_TOPOLOGY: plan from a snapshot, with this process's own view (issue 12 item 3).
+
+The snapshot is a two-node machine whose CPUs are this machine's CPUs 0 and
+1 (GPU i on node i), so a plan made from it is applied here for real, in a
+child process, and read back from the kernel.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pynumabind import TopologyError
+from pynumabind._environ import resolve
+from pynumabind.discovery import process_topology
+
+sys.path.insert(0, str(Path(__file__).parent / "integrations"))
+from helpers import two_node_snapshot
+
+sys.path.pop(0)
+
+
+@pytest.fixture
+def snapshot(tmp_path: Path) -> Path:
+    if not {0, 1} <= os.sched_getaffinity(0):
+        pytest.skip("needs CPUs 0 and 1 allowed")
+    return two_node_snapshot(tmp_path / "two-node.json")
+
+
+def test_resolve_reads_the_variable_and_empty_is_unset() -> None:
+    options = resolve({"PYNUMABIND_TOPOLOGY": "/x.json"}, rank=0)
+    assert options.topology_file == "/x.json"
+    assert options.sources["topology_file"] == "PYNUMABIND_TOPOLOGY"
+    assert resolve({"PYNUMABIND_TOPOLOGY": " "}, rank=0).topology_file is None
+
+
+def test_process_view_over_the_snapshot(snapshot: Path) -> None:
+    topology = process_topology(str(snapshot), {"CUDA_VISIBLE_DEVICES": "1"})
+    assert sorted(topology.nodes) == [0, 1]
+    assert [g.pci_bus_id for g in topology.gpus] == ["0000:65:00.0"]  # visibility applied
+    assert topology.allowed_cpus == frozenset(os.sched_getaffinity(0))
+    assert topology.allowed_mems == frozenset({0})  # this machine's, not the file's "0-1"
+    assert topology.notes[-1] == f"machine from PYNUMABIND_TOPOLOGY={snapshot}"
+
+
+def test_missing_file_names_variable_and_file(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.json"
+    with pytest.raises(TopologyError, match=rf"^PYNUMABIND_TOPOLOGY: .*'{missing}'"):
+        process_topology(str(missing))
+
+
+def test_bad_file_names_variable_and_file(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json", encoding="utf-8")
+    with pytest.raises(TopologyError, match=rf"^PYNUMABIND_TOPOLOGY: topology file '{bad}': "):
+        process_topology(str(bad))
+
+
+def test_another_machines_snapshot_is_an_error(tmp_path: Path, snapshot: Path) -> None:
+    data = json.loads(snapshot.read_text())
+    data["nodes"], data["cpus"], data["gpus"] = [data["nodes"][0]], [data["cpus"][0]], []
+    data["allowed_cpus"] = data["allowed_mems"] = "0"
+    small = tmp_path / "small.json"
+    small.write_text(json.dumps(data))
+    with pytest.raises(TopologyError, match=r"lacks CPUs this process may run on \(1\)"):
+        process_topology(str(small))
+
+
+def _bind_in_child(env: dict) -> str:
+    code = (
+        "import pynumabind\n"
+        "try:\n"
+        "    pynumabind.bind_current_process()\n"
+        "except pynumabind.PynumabindError as exc:\n"
+        "    print('ERROR', type(exc).__name__, exc)\n"
+        "else:\n"
+        "    status = open('/proc/self/status').read()\n"
+        "    print('CPUS', status.split('Cpus_allowed_list:')[1].split()[0])\n"
+    )
+    full = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
+    full.update(env)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=full, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().splitlines()[-1]
+
+
+def test_bind_current_process_plans_from_the_snapshot(snapshot: Path) -> None:
+    env = {"PYNUMABIND_TOPOLOGY": str(snapshot), "CUDA_VISIBLE_DEVICES": "0,1"}
+    assert _bind_in_child({**env, "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}) == "CPUS 1"
+    assert _bind_in_child({**env, "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"}) == "CPUS 0"
+
+
+def test_bind_current_process_never_falls_back_to_sysfs(tmp_path: Path) -> None:
+    missing = tmp_path / "gone.json"
+    line = _bind_in_child({"PYNUMABIND_TOPOLOGY": str(missing), "LOCAL_RANK": "0"})
+    assert line.startswith("ERROR TopologyError PYNUMABIND_TOPOLOGY: ")
+    assert str(missing) in line

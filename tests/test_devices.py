@@ -33,6 +33,8 @@ def test_union_of_gpus_on_two_nodes(dgx) -> None:
     assert plan.device is None and plan.node is None
     assert plan.reasons[0].startswith("devices 0,7: the union of their plans")
     assert any(r.startswith("GPU 7: ") for r in plan.reasons)
+    assert plan.devices == (0, 7) and plan.to_dict()["devices"] == [0, 7]
+    assert planner.plan(dgx, 0, 8).devices == ()  # a one-rank plan names no union
 
 
 def test_union_on_one_node_is_that_node(dgx) -> None:
@@ -180,6 +182,14 @@ def test_info_line_names_gpu_node_cpus_and_policy(machine) -> None:
     assert info == [
         "INFO pynumabind: rank 0 device GPU 0 (0000:65:00.0) CPUs 1 (node 1) memory nodes 0 "
         "policy MPOL_PREFERRED threads 1 bound"
+    ]
+
+
+def test_info_line_of_a_union_names_the_gpus_not_a_rank(machine) -> None:
+    lines = logged({**machine, "CUDA_VISIBLE_DEVICES": "0,1"}).splitlines()
+    info = [line for line in lines if line.startswith("INFO pynumabind:")]
+    assert info == [
+        "INFO pynumabind: GPUs 0-1 CPUs 0-1 memory nodes 0 policy MPOL_PREFERRED threads 1 bound"
     ]
 
 

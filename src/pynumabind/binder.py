@@ -160,7 +160,10 @@ class Binding:
         else:
             memory = f"NOT APPLIED (wanted {plan.policy.value} on {format_ids(plan.mems)})"
         node = "" if plan.node is None else f" (node {plan.node})"
-        text = f"pynumabind: rank {plan.rank} device {device} CPUs {cpus}{node} memory {memory}"
+        who = f"rank {plan.rank} device {device}"
+        if len(plan.devices) > 1:  # a union plan: one process, the GPUs it drives
+            who = f"GPUs {format_ids(frozenset(plan.devices))}"
+        text = f"pynumabind: {who} CPUs {cpus}{node} memory {memory}"
         if plan.cpus is not None:
             text += f" threads {len(self.threads_bound)} bound"
             if self.threads_left_pinned:

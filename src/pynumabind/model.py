@@ -508,7 +508,9 @@ class Plan:
     subset of the allowed CPUs.  ``mems`` are the memory-policy nodes (empty
     for ``local`` and ``none``).  ``node`` is the CPU node the rank was placed
     on, ``None`` when unplaced.  ``reasons`` cite each decision's source;
-    ``warnings`` are the subset a launcher should surface.
+    ``warnings`` are the subset a launcher should surface.  ``devices`` are
+    the visible GPU indices of a union plan (one process driving several GPUs,
+    or bound to the GPUs it sees); empty for a one-rank plan.
     """
 
     rank: int
@@ -520,6 +522,7 @@ class Plan:
     node: Optional[int] = None
     reasons: Tuple[str, ...] = ()
     warnings: Tuple[str, ...] = field(default=())
+    devices: Tuple[int, ...] = ()
 
     def to_dict(self) -> Dict[str, Any]:
         """The documented JSON form (``pynumabind plan --json``)."""
@@ -545,4 +548,5 @@ class Plan:
             "policy": self.policy.value,
             "reasons": list(self.reasons),
             "warnings": list(self.warnings),
+            "devices": list(self.devices),
         }

@@ -336,6 +336,7 @@ def plan_devices_for(topology: Topology, options: Options, devices: Sequence[int
         node=min(placed) if len(placed) == 1 else None,
         reasons=(*reasons, *(f"GPU {p.rank}: {r}" for p in plans for r in p.reasons)),
         warnings=tuple(dict.fromkeys(w for p in plans for w in p.warnings)),
+        devices=tuple(indices),
     )
 
 

@@ -354,6 +354,31 @@ def test_mi300x_unknown_node_with_affinity_uses_it() -> None:
     assert cpus_of(ex[:4]) == ["0-13,112-125", "14-27,126-139", "28-41,140-153", "42-55,154-167"]
 
 
+def _vm_two_by_sixteen(*gpu_nodes):
+    """A 2x16-CPU VM: every GPU's node as given, each GPU's affinity every CPU."""
+    gpus = [gpu(i, node, local_cpus="0-31") for i, node in enumerate(gpu_nodes)]
+    return make_topology({0: "0-15", 1: "16-31"}, gpus=gpus)
+
+
+def test_exclusive_slices_unknown_node_gpus_across_every_node_their_affinity_spans() -> None:
+    # Issue 13 item 3: these ranks were packed onto node 0 (0-7, 8-15) while node 1 idled.
+    plans = plan_all(_vm_two_by_sixteen(None, None), mode="exclusive")
+    assert cpus_of(plans) == ["0-15", "16-31"]
+    assert [p.node for p in plans] == [0, 1]
+    assert [p.mems for p in plans] == [frozenset({0}), frozenset({1})]
+    assert any_reason(plans[1], "sliced across all the nodes it spans, 0-1")
+    assert all(any("NUMA node is unknown" in w for w in p.warnings) for p in plans)
+    four = plan_all(_vm_two_by_sixteen(None, None, None, None), mode="core-complex")
+    assert cpus_of(four) == ["0-7", "8-15", "16-23", "24-31"]
+
+
+def test_exclusive_unknown_node_span_overlapping_a_known_node_slices_the_primary() -> None:
+    # GPU 0 knows node 0; GPU 1's span 0-1 would overlap it: slice primaries, no error.
+    plans = plan_all(_vm_two_by_sixteen(0, None), mode="exclusive")
+    assert cpus_of(plans) == ["0-7", "8-15"]
+    assert any_reason(plans[1], "slicing one node, the primary node 0 of 0-1")
+
+
 def test_mi300x_unknown_node_interleave_nodes_still_apply() -> None:
     p = plan(mi300x_unknown_gpu_node(), 3, memory="interleave", interleave_nodes=[0, 1])
     assert p.cpus is None and p.mems == frozenset({0, 1})

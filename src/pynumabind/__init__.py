@@ -51,6 +51,7 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "MemoryPolicy": ("model", "MemoryPolicy"),
     "plan": ("planner", "plan"),
     "plan_all": ("planner", "plan_all"),
+    "plan_each": ("planner", "plan_each"),
     # discovery
     "detect_topology": ("discovery", "detect_topology"),
     "topology_from_sysfs": ("discovery", "topology_from_sysfs"),
@@ -102,6 +103,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .model import Topology as Topology
     from .planner import plan as plan
     from .planner import plan_all as plan_all
+    from .planner import plan_each as plan_each
 
 
 def __getattr__(name: str) -> Any:

@@ -215,6 +215,10 @@ def build_sysfs(desc_or_name: Union[str, Description], root: Union[str, os.PathL
         _write(topo / "physical_package_id", f"{info.package}\n")
         if desc.get("die_id", True):
             _write(topo / "die_id", f"{info.die}\n")
+            die = frozenset(
+                c for c, f in facts.items() if (f.package, f.die) == (info.package, info.die)
+            )
+            _write(topo / "die_cpus_list", format_cpulist(die) + "\n")
         _write(topo / "thread_siblings_list", format_cpulist(info.siblings) + "\n")
         _write(topo / "thread_siblings", _mask(info.siblings, nr_cpus) + "\n")
         package = frozenset(c for c, f in facts.items() if f.package == info.package)

@@ -8,6 +8,7 @@ read (``_sysfs.read_ascii`` calls), never timed.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ from pynumabind import _sysfs, binder, discovery, planner
 from pynumabind.cpulist import parse_cpulist
 from pynumabind.errors import PynumabindError, TopologyError
 from pynumabind.model import CpuMode, Detail, Topology
+from sysfs_oracle import read_cpus_per_cpu
 
 MACHINES = st.machine_names()
 MODES = [m for m in CpuMode]
@@ -147,6 +149,55 @@ def _count(reads: List[str], root: str, detail: Detail) -> int:
     return len(reads)
 
 
+def _both_reads(root: str) -> Tuple[Any, Any]:
+    """(CPUs, notes) from the grouped full read and from the per-CPU oracle."""
+    reader = _sysfs._Reader(root)
+    online = _sysfs._online_cpus(reader, [])
+    layout = _sysfs.read_layout(root, detail=Detail.NODES)
+    node_of = {cpu: n.id for n in layout.nodes.values() for cpu in n.cpus}
+    grouped: List[str] = []
+    oracle: List[str] = []
+    return (
+        (_sysfs._read_cpus(reader, online, node_of, Detail.FULL, grouped), grouped),
+        (read_cpus_per_cpu(reader, online, node_of, oracle), oracle),
+    )
+
+
+def test_the_grouped_full_read_equals_the_per_cpu_read(machine) -> None:
+    root, _, _ = machine
+    grouped, oracle = _both_reads(root)
+    assert grouped == oracle
+
+
+def test_the_grouped_full_read_equals_the_per_cpu_read_on_this_machine() -> None:
+    grouped, oracle = _both_reads("/sys")
+    assert grouped == oracle
+    assert grouped[0]  # this machine's CPUs were read, not an empty tree
+
+
+@pytest.mark.parametrize("strip", ["die_id", "topology"])
+def test_the_grouped_full_read_equals_the_per_cpu_read_without_files(
+    tmp_path: Path, strip: str
+) -> None:
+    """Older kernels lack die_id (and die_cpus_list); some lack topology/ and cache/ entirely."""
+    root = st.build_sysfs(st.load_machine("dgx_h100"), tmp_path)
+    for cpu_dir in (root / "devices" / "system" / "cpu").glob("cpu[0-9]*"):
+        topo = cpu_dir / "topology"
+        if strip == "die_id" and topo.is_dir():
+            (topo / "die_id").unlink()
+            (topo / "die_cpus_list").unlink()
+        elif strip == "topology":
+            shutil.rmtree(topo, ignore_errors=True)
+            shutil.rmtree(cpu_dir / "cache", ignore_errors=True)
+    grouped, oracle = _both_reads(str(root))
+    assert grouped == oracle
+    expected = {
+        "die_id": "topology/die_id missing: dies unknown",
+        "topology": "no topology/ for CPUs 0-223: each is taken as its own core in package 0",
+    }[strip]
+    assert expected in grouped[1]
+
+
 def test_reads_grow_with_the_mode_not_with_the_cpus(dgx, reads: List[str]) -> None:
     root, desc = dgx
     nodes = len(desc["nodes"])
@@ -161,7 +212,9 @@ def test_reads_grow_with_the_mode_not_with_the_cpus(dgx, reads: List[str]) -> No
     assert counts[Detail.PACKAGES] == counts[Detail.NODES] + 3 * 2
     assert counts[Detail.CORES] == counts[Detail.PACKAGES] + 2 * (cpus // 2)  # per core
     assert counts[Detail.CACHES] == counts[Detail.CORES] + 3 * 2  # level, type, list per L3
-    assert counts[Detail.FULL] >= 7 * cpus  # the full read: 7 files per CPU
+    # + per node its meminfo; per die its id and die_cpus_list (one die per package here)
+    assert counts[Detail.FULL] == counts[Detail.CACHES] + nodes + 2 * 2
+    assert counts[Detail.FULL] < 2 * cpus  # the per-CPU read took 7 files per CPU
 
 
 def test_proc_pci_devices_names_the_gpu_vendors_functions() -> None:

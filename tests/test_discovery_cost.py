@@ -336,3 +336,24 @@ def test_import_loads_no_pynvml_numpy_json_and_a_bind_no_kfd_nvml_json() -> None
     assert not {"pynvml", "numpy", "json"} & after_import
     assert "pynumabind.binder" in after_bind  # the bind ran
     assert not {"pynvml", "json", "pynumabind._kfd", "pynumabind._nvml"} & after_bind
+
+
+def test_a_bare_import_loads_neither_typing_nor_logging() -> None:
+    # python -S: no site, no .pth file preloading typing.  The fork handler
+    # that needs logging is registered on first use (see _forksafe).
+    program = (
+        "import sys\n"
+        "import pynumabind\n"
+        "print(' '.join(sorted(m for m in ('typing', 'logging', 're') if m in sys.modules)))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(_sysfs.__file__).parent.parent)}
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", program],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+        env=env,
+    ).stdout.strip()
+    assert out == ""
+

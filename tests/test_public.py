@@ -29,6 +29,8 @@ def _type_checking_imports() -> Dict[str, Tuple[str, str]]:
     )
     found: Dict[str, Tuple[str, str]] = {}
     for node in block.body:
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "typing":
+            continue  # the annotations' names, imported only for type checkers
         assert isinstance(node, ast.ImportFrom) and node.level == 1 and node.module
         for alias in node.names:
             found[alias.asname or alias.name] = (node.module, alias.name)

@@ -19,9 +19,13 @@ not exported here.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any, Dict, List, Tuple
 
 from . import _forksafe
+
+# Not ``from typing import TYPE_CHECKING``: importing typing costs a bare
+# ``import pynumabind`` several milliseconds (issue 14); type checkers treat
+# any name TYPE_CHECKING as true, and the annotations here are strings.
+TYPE_CHECKING = False
 
 __version__ = "0.1.0"
 
@@ -71,6 +75,8 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
 __all__ = ["__version__", *_EXPORTS]  # noqa: PLE0604
 
 if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any, Dict, List, Tuple
+
     # "X as X": an explicit re-export, for type checkers and linters.
     from ._threads import ThreadAction as ThreadAction
     from ._threads import ThreadResult as ThreadResult

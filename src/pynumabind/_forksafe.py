@@ -21,17 +21,23 @@ The rules:
   fork handler could arrange that), the fork goes ahead after it, as it
   would have without pynumabind.  The handler logs nothing: logging's own
   locks are taken around the fork.
-* The handler is registered after ``logging`` is imported, so it runs
-  before logging's (before-fork handlers run in reverse order of
+* The handler that waits is registered after ``logging`` is imported, so
+  it runs before logging's (before-fork handlers run in reverse order of
   registration): a bind that logs while the fork waits must not find
-  logging's lock taken by the forking thread.
+  logging's lock taken by the forking thread.  So that ``import
+  pynumabind`` need not load ``logging`` (issue 14: the bare import's
+  cost), that registration happens on the first :func:`lock` call, holding
+  the lock while it imports ``logging``.  A second handler, registered at
+  import, covers the time before: it waits for the same lock, so a fork
+  never copies a half-done first registration, and once the first handler
+  holds the lock it takes it again at once (the lock is reentrant).  Each
+  handler counts what it took and the parent releases exactly that.
 * Lazy imports outside both (``discovery`` and ``_sysfs`` importing their
   helpers on the first direct ``detect_topology()`` call) are not covered.
 """
 
 from __future__ import annotations
 
-import logging  # noqa: F401 - imported before the fork handler is registered; see above
 import os
 import threading
 
@@ -41,21 +47,37 @@ __all__ = ["FORK_WAIT", "lock"]
 FORK_WAIT = 10.0
 
 _lock = threading.RLock()
-_held = threading.local()  # per forking thread: whether its before-fork handler got the lock
+_held = threading.local()  # per forking thread: how many times its before-fork handlers took it
+_registered = False  # the logging-ordered handler (see the module docstring)
 
 
 def lock() -> threading.RLock:
     """The lock every lazy import and every bind holds (see the module docstring)."""
+    if not _registered:
+        _register()
     return _lock
 
 
+def _register() -> None:
+    """Import logging, then register the handler that runs before logging's: once."""
+    global _registered  # noqa: PLW0603 - set once, here
+    with _lock:  # a fork now waits (the import-time handler) until this is done
+        if _registered:
+            return
+        import logging  # noqa: F401 - before the handler is registered; see the docstring
+
+        os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent)
+        _registered = True
+
+
 def _before_fork() -> None:
-    _held.value = _lock.acquire(timeout=FORK_WAIT)
+    if _lock.acquire(timeout=FORK_WAIT):
+        _held.count = getattr(_held, "count", 0) + 1
 
 
 def _after_fork_in_parent() -> None:
-    if getattr(_held, "value", False):
-        _held.value = False
+    if getattr(_held, "count", 0):
+        _held.count -= 1
         _lock.release()
 
 

@@ -356,4 +356,3 @@ def test_a_bare_import_loads_neither_typing_nor_logging() -> None:
         env=env,
     ).stdout.strip()
     assert out == ""
-

@@ -6,4 +6,4 @@ which emits pure Python: no compiler, no numa.h, a ``py3-none-any`` wheel.
 
 from setuptools import setup
 
-setup(cffi_modules=["src/pynumabind/_libnuma_build.py:ffibuilder"])
+setup(cffi_modules=["src/pynumabind/_libnuma_build.py:build_ffi"])

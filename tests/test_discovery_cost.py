@@ -356,3 +356,20 @@ def test_a_bare_import_loads_neither_typing_nor_logging() -> None:
         env=env,
     ).stdout.strip()
     assert out == ""
+
+
+def test_the_declarations_load_without_cffi_s_parser() -> None:
+    # The loader's symbol check reads _libnuma_build's data; cffi and its C
+    # parser (about 10 ms) load only when build_ffi() is called.
+    program = (
+        "import sys\n"
+        "from pynumabind import _libnuma_build\n"
+        "assert _libnuma_build.DECLARATIONS\n"
+        "print(' '.join(sorted(m for m in ('cffi', 'pycparser') if m in sys.modules)))\n"
+        "_libnuma_build.build_ffi()\n"
+        "print('cffi' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, check=True, timeout=120
+    ).stdout.splitlines()
+    assert out == ["", "True"]

@@ -99,7 +99,9 @@ def _ffi() -> Any:
     try:
         from ._libnuma_ffi import ffi
     except ImportError:
-        from ._libnuma_build import ffibuilder as ffi
+        from ._libnuma_build import build_ffi
+
+        ffi = build_ffi()
 
         log.debug("pynumabind._libnuma_ffi not generated; parsing declarations at run time")
     _state["ffi"] = ffi

@@ -14,14 +14,20 @@ the symbols an older libnuma may lack and the loader must not insist on
 (none today: every declaration here is in libnuma 2.0.0).  What only the
 tests call (libnuma's own string parsers, ``numa_node_to_cpus``,
 ``numa_distance`` ...) lives in ``tests/libnuma_oracle.py``, with its own FFI.
+
+Importing this module costs nothing beyond the data: cffi (and its C
+parser, about 10 ms) is loaded only by :func:`build_ffi`, which the build
+(``cffi_modules=[...:build_ffi]``, cffi calls it) and an editable install's
+run-time fallback call.  The loader's symbol check reads only the data.
 """
 
 from __future__ import annotations
 
 import os
-from typing import FrozenSet, Tuple
+from typing import TYPE_CHECKING, FrozenSet, Tuple
 
-from cffi import FFI
+if TYPE_CHECKING:  # pragma: no cover
+    from cffi import FFI
 
 #: (symbol, C declaration) for each libnuma symbol pynumabind uses.
 DECLARATIONS: Tuple[Tuple[str, str], ...] = (
@@ -66,12 +72,18 @@ OPTIONAL: FrozenSet[str] = frozenset()
 
 CDEF = "\n".join(declaration for _symbol, declaration in DECLARATIONS)
 
-ffibuilder = FFI()
-ffibuilder.set_source("pynumabind._libnuma_ffi", None)
-ffibuilder.cdef(CDEF)
+
+def build_ffi() -> FFI:
+    """A new FFI holding :data:`CDEF`, set up to emit ``pynumabind._libnuma_ffi``."""
+    from cffi import FFI
+
+    ffi = FFI()
+    ffi.set_source("pynumabind._libnuma_ffi", None)
+    ffi.cdef(CDEF)
+    return ffi
 
 
 if __name__ == "__main__":
     # Development convenience: emit _libnuma_ffi.py next to this file.
     here = os.path.dirname(os.path.abspath(__file__))
-    ffibuilder.compile(tmpdir=os.path.dirname(here))
+    build_ffi().compile(tmpdir=os.path.dirname(here))

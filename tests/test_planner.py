@@ -360,23 +360,30 @@ def _vm_two_by_sixteen(*gpu_nodes):
     return make_topology({0: "0-15", 1: "16-31"}, gpus=gpus)
 
 
-def test_exclusive_slices_unknown_node_gpus_across_every_node_their_affinity_spans() -> None:
+def test_exclusive_deals_unknown_node_gpus_ranks_over_every_node_their_affinity_spans() -> None:
     # Issue 13 item 3: these ranks were packed onto node 0 (0-7, 8-15) while node 1 idled.
     plans = plan_all(_vm_two_by_sixteen(None, None), mode="exclusive")
     assert cpus_of(plans) == ["0-15", "16-31"]
     assert [p.node for p in plans] == [0, 1]
     assert [p.mems for p in plans] == [frozenset({0}), frozenset({1})]
-    assert any_reason(plans[1], "sliced across all the nodes it spans, 0-1")
+    assert any_reason(plans[1], "dealt out over its nodes 0-1", "rank 1 slices node 1")
     assert all(any("NUMA node is unknown" in w for w in p.warnings) for p in plans)
     four = plan_all(_vm_two_by_sixteen(None, None, None, None), mode="core-complex")
-    assert cpus_of(four) == ["0-7", "8-15", "16-23", "24-31"]
+    assert cpus_of(four) == ["0-7", "16-23", "8-15", "24-31"]  # each slice inside one node
+    assert [p.node for p in four] == [0, 1, 0, 1]
 
 
-def test_exclusive_unknown_node_span_overlapping_a_known_node_slices_the_primary() -> None:
-    # GPU 0 knows node 0; GPU 1's span 0-1 would overlap it: slice primaries, no error.
+def test_exclusive_unknown_node_ranks_go_where_fewest_ranks_are() -> None:
+    # GPU 0 knows node 0, so GPU 1's rank (its node unknown, affinity 0-31) takes node 1.
     plans = plan_all(_vm_two_by_sixteen(0, None), mode="exclusive")
-    assert cpus_of(plans) == ["0-7", "8-15"]
-    assert any_reason(plans[1], "slicing one node, the primary node 0 of 0-1")
+    assert cpus_of(plans) == ["0-15", "16-31"]
+    assert any_reason(plans[1], "rank 1 slices node 1")
+
+
+def test_exclusive_unknown_node_ranks_skip_nodes_without_allowed_cpus() -> None:
+    topo = _vm_two_by_sixteen(None, None).replace(allowed_cpus=parse_cpulist("16-31"))
+    plans = plan_all(topo, mode="exclusive")
+    assert cpus_of(plans) == ["16-23", "24-31"]
 
 
 def test_mi300x_unknown_node_interleave_nodes_still_apply() -> None:

@@ -5,12 +5,11 @@
 * ``socket``: all allowed CPUs of the package(s) of those CPUs.
 * ``exclusive``: disjoint, contiguous whole-core slices among the ranks on
   the same node(s), balanced to within one core (:mod:`._sets`); a GPU
-  affinity spanning nodes is narrowed to its primary node, except for a GPU
-  whose NUMA node is unknown (a VM whose GPUs report every CPU): then the
-  affinity is all there is to go on, and the ranks sharing it are sliced
-  across every node it spans, so no node idles while another is packed.
-  If such a span overlaps another group's nodes, the primary node is sliced
-  instead (the groups must stay equal or disjoint).
+  affinity spanning nodes is narrowed to its primary node, except for GPUs
+  whose NUMA node is unknown (a VM whose GPUs report every CPU): the
+  affinity is all there is to go on, so their ranks are dealt out over the
+  nodes it spans, each to the node with the fewest ranks so far, and slice
+  it with the ranks already there.  No node idles while another is packed.
 * ``core-complex``: the same, but whole L3 groups per rank when there are
   enough, else exclusive within groups.
 * ``none``: CPU affinity left alone.
@@ -128,53 +127,53 @@ def _mode_socket(topology: Topology, state: RankState) -> None:
     )
 
 
-def _slice_key(
-    topology: Topology, mode: CpuMode, state: RankState, spread: bool
-) -> Tuple[frozenset[int], Optional[str]]:
-    """The node set a rank shares with its peers, and the reason when it is not its nodes.
+def _slice_keys(
+    topology: Topology, mode: CpuMode, states: List[RankState]
+) -> Dict[int, frozenset[int]]:
+    """Each rank's slice key (by rank): the node set it shares with its peers.
 
-    A spanning affinity slices its primary node, unless ``spread`` and the
-    GPU's own node is unknown: then all the nodes it spans.
+    A spanning affinity slices its primary node; but ranks whose GPU's own
+    node is unknown, and whose affinity spans nodes, are dealt out over the
+    spanned nodes that have allowed CPUs, in rank order, each to the node
+    with the fewest ranks so far (ties: lowest id): each lands on one node,
+    and no node idles while another is packed.
     """
-    if not (state.derived_multi and state.primary is not None):
-        return state.nodes, None
-    if spread and _node_unknown(topology, state):
-        return state.nodes, (
-            f"mode {mode.value}: the GPU's NUMA node is unknown, so the ranks sharing its CPU "
-            f"affinity are sliced across all the nodes it spans, {format_ids(state.nodes)}"
-        )
-    return frozenset({state.primary}), (
-        f"mode {mode.value}: slicing one node, the primary node {state.primary} "
-        f"of {format_ids(state.nodes)}"
-    )
+    keys: Dict[int, frozenset[int]] = {}
+    spans: Dict[frozenset[int], List[RankState]] = {}
+    for s in states:
+        if not (s.derived_multi and s.primary is not None):
+            keys[s.rank] = s.nodes
+        elif _node_unknown(topology, s):
+            spans.setdefault(s.nodes, []).append(s)
+        else:
+            keys[s.rank] = frozenset({s.primary})
+            s.reasons.append(
+                f"mode {mode.value}: slicing one node, the primary node {s.primary} "
+                f"of {format_ids(s.nodes)}"
+            )
+    load: Dict[int, int] = {}  # ranks already slicing each single node
+    for key in keys.values():
+        if len(key) == 1:
+            (node,) = key
+            load[node] = load.get(node, 0) + 1
+    for span, members in spans.items():
+        usable = [n for n in sorted(span) if topology.nodes[n].cpus & topology.allowed_cpus]
+        targets = usable or [members[0].primary or min(span)]
+        for s in sorted(members, key=lambda m: m.rank):
+            node = min(targets, key=lambda n: (load.get(n, 0), n))
+            load[node] = load.get(node, 0) + 1
+            keys[s.rank] = frozenset({node})
+            s.reasons.append(
+                f"mode {mode.value}: the GPU's NUMA node is unknown; the ranks sharing its CPU "
+                f"affinity are dealt out over its nodes {format_ids(frozenset(targets))}, each "
+                f"to the one with the fewest ranks: rank {s.rank} slices node {node}"
+            )
+    return keys
 
 
 def _node_unknown(topology: Topology, state: RankState) -> bool:
     gpu = state.device
     return gpu is not None and (gpu.numa_node is None or gpu.numa_node not in topology.nodes)
-
-
-def _groups(
-    topology: Topology, mode: CpuMode, states: List[RankState], spread: bool
-) -> Optional[Dict[frozenset[int], List[RankState]]]:
-    """Ranks grouped by slice key; ``None`` when spreading makes the groups overlap."""
-    groups: Dict[frozenset[int], List[RankState]] = {}
-    why: Dict[int, str] = {}
-    for s in states:
-        key, reason = _slice_key(topology, mode, s, spread)
-        groups.setdefault(key, []).append(s)
-        if reason is not None:
-            why[id(s)] = reason
-    try:
-        _check_disjoint_groups(groups)
-    except ConfigError:
-        if spread and why:
-            return None
-        raise
-    for s in states:
-        if id(s) in why:
-            s.reasons.append(why[id(s)])
-    return groups
 
 
 def _check_disjoint_groups(groups: Mapping[frozenset[int], List[RankState]]) -> None:
@@ -244,10 +243,11 @@ def _mode_exclusive(
     states: List[RankState],
     wanted: Optional[AbstractSet[int]],
 ) -> None:
-    groups = _groups(topology, mode, states, spread=True)
-    if groups is None:  # an unknown-node span overlaps another group: slice primaries
-        groups = _groups(topology, mode, states, spread=False)
-    assert groups is not None  # without spreading, overlap raises instead
+    keys = _slice_keys(topology, mode, states)
+    groups: Dict[frozenset[int], List[RankState]] = {}
+    for s in states:
+        groups.setdefault(keys[s.rank], []).append(s)
+    _check_disjoint_groups(groups)
     for key, members in sorted(groups.items(), key=lambda kv: min(kv[0])):
         if wanted is None or any(s.rank in wanted for s in members):
             _slice_group(topology, mode, key, members)

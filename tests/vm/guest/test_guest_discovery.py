@@ -11,8 +11,10 @@ from __future__ import annotations
 import pytest
 
 import libnuma_oracle as oracle
-from pynumabind import Topology, apply_plan, plan
+from pynumabind import Topology, _sysfs, apply_plan, plan
 from pynumabind.discovery import detect_topology, topology_from_sysfs
+from pynumabind.model import Detail
+from sysfs_oracle import read_cpus_per_cpu
 
 from ..harness import GuestTopology
 from ._guestlib import (
@@ -74,6 +76,20 @@ def test_packages_are_sockets(topology: Topology) -> None:
     packages = {cpu.id: cpu.package for cpu in topology.cpus.values()}
     assert packages[0] == packages[1] != packages[2] == packages[3]
     assert topology.package_cpus(packages[2]) == NODE1_CPUS
+
+
+def test_grouped_cpu_read_equals_the_per_cpu_read_on_a_real_kernel() -> None:
+    """A real kernel's group lists (package, die, siblings, L3) agree with each CPU's own files."""
+    reader = _sysfs._Reader("/sys")
+    online = _sysfs._online_cpus(reader, [])
+    layout = _sysfs.read_layout("/sys", detail=Detail.NODES)
+    node_of = {cpu: n.id for n in layout.nodes.values() for cpu in n.cpus}
+    grouped_notes: list = []
+    oracle_notes: list = []
+    grouped = _sysfs._read_cpus(reader, online, node_of, Detail.FULL, grouped_notes)
+    assert grouped == read_cpus_per_cpu(reader, online, node_of, oracle_notes)
+    assert grouped_notes == oracle_notes
+    assert sorted(grouped) == sorted(ALL_CPUS)
 
 
 def test_allowed_sets_are_the_whole_guest(topology: Topology) -> None:

@@ -300,6 +300,17 @@ def plan_devices_for(topology: Topology, options: Options, devices: Sequence[int
     ``options.rank``, ``nprocs`` and ``device`` are not used: each GPU is
     planned as the rank of its own index among the visible GPUs.
     """
+    indices = _union_indices(topology, options, devices)
+    count = len(topology.gpus)
+    plans = [
+        plan_for(topology, replace(options, rank=i, nprocs=count, device=i, devices=None))
+        for i in indices
+    ]
+    return _union(plans, indices, count)
+
+
+def _union_indices(topology: Topology, options: Options, devices: Sequence[int]) -> List[int]:
+    """``devices`` checked and sorted, once each; ConfigError for a mode that slices."""
     if isinstance(devices, (str, bytes)) or not isinstance(devices, Sequence) or not devices:
         raise ConfigError(f"devices must be a non-empty sequence of GPU indices, not {devices!r}")
     indices = sorted({device_index(topology, check_int(d, "device")) for d in devices})
@@ -309,25 +320,26 @@ def plan_devices_for(topology: Topology, options: Options, devices: Sequence[int
             f"mode {options.cpu_mode.value!r} slices a node among the ranks sharing it; a process "
             f"driving GPUs {format_ids(frozenset(indices))} is not one of them: use {choices}"
         )
-    count = len(topology.gpus)
-    plans = [
-        plan_for(topology, replace(options, rank=i, nprocs=count, device=i, devices=None))
-        for i in indices
-    ]
+    return indices
+
+
+def _union(plans: List[Plan], indices: List[int], count: int) -> Plan:
+    """One plan holding every CPU and memory node of ``plans`` (one per GPU in ``indices``).
+
+    If any GPU's plan leaves the CPUs alone, so does the union.
+    """
     cpus: Optional[frozenset[int]] = None
     if all(p.cpus is not None for p in plans):
         cpus = frozenset().union(*(p.cpus or frozenset() for p in plans))
     placed = frozenset(p.node for p in plans if p.node is not None)
-    unplaced = [p.rank for p in plans if p.cpus is None]
     reasons = [
         f"devices {format_ids(frozenset(indices))}: the union of their plans "
         f"(each planned as rank of its index among {count} visible GPUs): "
         f"CPU nodes {format_ids(placed)}"
     ]
-    if unplaced and cpus is None:
-        reasons.append(
-            f"CPUs left alone: GPU(s) {format_ids(frozenset(unplaced))} have no CPU binding"
-        )
+    unplaced = frozenset(p.rank for p in plans if p.cpus is None)
+    if unplaced:
+        reasons.append(f"CPUs left alone: GPU(s) {format_ids(unplaced)} have no CPU binding")
     return replace(
         plans[0],
         device=plans[0].device if len(plans) == 1 else None,

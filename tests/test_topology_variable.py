@@ -102,3 +102,51 @@ def test_bind_current_process_never_falls_back_to_sysfs(tmp_path: Path) -> None:
     line = _bind_in_child({"PYNUMABIND_TOPOLOGY": str(missing), "LOCAL_RANK": "0"})
     assert line.startswith("ERROR TopologyError PYNUMABIND_TOPOLOGY: ")
     assert str(missing) in line
+
+
+# ------------------------------------------------ the CLI: the same machine as its workers
+
+
+def _cli(env: dict, *args: str) -> subprocess.CompletedProcess:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
+    for name in ("LOCAL_RANK", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"):
+        full.pop(name, None)
+    full.update(env)
+    return subprocess.run(
+        [sys.executable, "-m", "pynumabind", *args],
+        capture_output=True,
+        text=True,
+        env=full,
+        timeout=120,
+    )
+
+
+def test_cli_plan_and_check_use_the_snapshot_like_their_workers(snapshot: Path) -> None:
+    # Before: plan showed this one-node machine, and check spawned one worker for it
+    # while that worker bound from the snapshot's GPU 0.
+    env = {"PYNUMABIND_TOPOLOGY": str(snapshot), "CUDA_VISIBLE_DEVICES": "0,1"}
+    plans = json.loads(_cli(env, "plan", "--json").stdout)["ranks"]
+    assert [(p["device"]["pci_bus_id"], p["cpus"]) for p in plans] == [
+        ("0000:17:00.0", "0"),
+        ("0000:65:00.0", "1"),
+    ]
+    check = _cli(env, "check", "--json")
+    assert check.returncode == 0, check.stderr
+    workers = json.loads(check.stdout)["workers"]
+    assert [(w["planned_cpus"], w["bound_cpus"], w["ok"]) for w in workers] == [
+        ("0", "0", True),
+        ("1", "1", True),
+    ]
+
+
+def test_cli_topology_flag_wins_over_the_variable(tmp_path: Path, snapshot: Path) -> None:
+    env = {"PYNUMABIND_TOPOLOGY": str(tmp_path / "nope.json")}
+    done = _cli(env, "plan", "--json", "--topology", str(snapshot))
+    assert done.returncode == 0, done.stderr
+
+
+def test_cli_missing_snapshot_is_one_line_naming_the_variable(tmp_path: Path) -> None:
+    done = _cli({"PYNUMABIND_TOPOLOGY": str(tmp_path / "nope.json")}, "show")
+    assert done.returncode == 1
+    assert done.stderr.startswith("pynumabind: error: PYNUMABIND_TOPOLOGY: cannot read ")
+    assert len(done.stderr.splitlines()) == 1

@@ -64,6 +64,7 @@ __all__ = [
     "EnvConfig",
     "parse_flag",
     "resolve",
+    "topology_file",
 ]
 
 RANK_VARIABLES: Tuple[str, ...] = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID")
@@ -180,6 +181,11 @@ def _option(environ: Mapping[str, str], name: str) -> Optional[str]:
     return value
 
 
+def topology_file(environ: Mapping[str, str]) -> Optional[str]:
+    """``PYNUMABIND_TOPOLOGY``, or None when unset or blank (the CLI and the binder share it)."""
+    return _option(environ, TOPOLOGY_VARIABLE)
+
+
 def _rank(environ: Mapping[str, str], given: Options) -> Tuple[Optional[int], Optional[str]]:
     if given.rank is not None:
         return given.rank, given.rank_source
@@ -267,12 +273,12 @@ def resolve(
         require_node = parse_flag(REQUIRE_NODE_VARIABLE, require_value)
         if require_node:
             sources["require_node"] = REQUIRE_NODE_VARIABLE
-    topology_file = _option(environ, TOPOLOGY_VARIABLE)
-    if topology_file is not None:
+    snapshot = topology_file(environ)
+    if snapshot is not None:
         sources["topology_file"] = TOPOLOGY_VARIABLE
     return replace(
         given,
-        topology_file=topology_file,
+        topology_file=snapshot,
         rank=rank,
         rank_source=rank_source,
         nprocs=nprocs,

@@ -231,7 +231,15 @@ def machine_topology(args: argparse.Namespace) -> Topology:
             raise UsageError(f"--sysfs-root: {args.sysfs_root!r} is not a directory")
         topology = discovery.topology_from_sysfs(args.sysfs_root)
     else:
-        topology = discovery.detect_topology(use_nvml=not args.no_nvml)
+        from ._environ import topology_file
+
+        # PYNUMABIND_TOPOLOGY: the machine the library binds for, so check
+        # spawns, and show and plan print, what its workers will see.
+        snapshot = topology_file(os.environ)
+        if snapshot is not None:
+            topology = discovery.process_topology(snapshot)
+        else:
+            topology = discovery.detect_topology(use_nvml=not args.no_nvml)
     changes: Dict[str, Any] = {}
     if allowed_cpus is not None:
         unknown = allowed_cpus - topology.online_cpus

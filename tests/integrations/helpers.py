@@ -24,9 +24,10 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import pytest
 
@@ -47,6 +48,22 @@ def require(module: str, framework_venv: str) -> None:
     if os.environ.get(REQUIRED_ENV) == "1":
         pytest.fail(f"{REQUIRED_ENV}=1 but {message}", pytrace=False)
     pytest.skip(message, allow_module_level=True)
+
+
+def run_python(code: str, env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
+    """``code`` in a fresh interpreter, without the caller's PYNUMABIND_* variables.
+
+    Fresh because each framework's plugin loader runs once per process.
+    """
+    full = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
+    full.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=full,
+        timeout=300,
+    )
 
 
 def require_two_cpus() -> None:

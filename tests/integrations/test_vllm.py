@@ -15,36 +15,21 @@ this machine's CPUs 0 and 1 (``PYNUMABIND_TOPOLOGY``): the one stand-in.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
-from typing import Dict, Iterator, Optional
+from typing import Dict, Iterator
 
 import pytest
 
 from recipes import observe
 
-from .helpers import HERE, ParkedLaunch, require, require_two_cpus
+from .helpers import HERE, ParkedLaunch, require, require_two_cpus, run_python
 
 pytestmark = pytest.mark.integration
 
 
 require("vllm", "vllm")
-
-
-def run_python(code: str, env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
-    """``code`` in a fresh interpreter (vLLM's plugin loader runs once per process)."""
-    full = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
-    full.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        env=full,
-        timeout=300,
-    )
 
 
 # ------------------------------------------------------------ the class

@@ -150,3 +150,14 @@ def test_cli_missing_snapshot_is_one_line_naming_the_variable(tmp_path: Path) ->
     assert done.returncode == 1
     assert done.stderr.startswith("pynumabind: error: PYNUMABIND_TOPOLOGY: cannot read ")
     assert len(done.stderr.splitlines()) == 1
+
+
+def test_cli_plan_reads_the_pynumabind_variables_and_flags_win() -> None:
+    # Before, plan ignored them while exec and check's workers obeyed them.
+    env = {"PYNUMABIND_MODE": "none", "PYNUMABIND_MEMORY": "local"}
+    ranks = json.loads(_cli(env, "plan", "--json", "--no-nvml").stdout)["ranks"]
+    assert {(r["mode"], r["cpus"], r["policy"]) for r in ranks} == {("none", None, "local")}
+    flagged = json.loads(_cli(env, "plan", "--json", "--no-nvml", "--mode", "node").stdout)
+    assert {r["mode"] for r in flagged["ranks"]} == {"node"}
+    bad = _cli({"PYNUMABIND_MODE": "bogus"}, "plan")
+    assert bad.returncode == 2 and "PYNUMABIND_MODE" in bad.stderr

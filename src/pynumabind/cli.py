@@ -414,9 +414,12 @@ def _plan_rows(results: Sequence[Union[Plan, PynumabindError]]) -> List[List[str
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """The per-rank table; a rank that cannot be planned shows its error, the others their plan."""
+    from ._environ import resolve
     from .planner import plan_each_for
 
-    options = _options(args)
+    # Flags win; PYNUMABIND_* and the launcher's process count fill the
+    # rest, as they do for the workers that exec and check start.
+    options = resolve(os.environ, _options(args), need_rank=False)
     topology = machine_topology(args)
     results = plan_each_for(topology, options)
     plans = [r for r in results if isinstance(r, Plan)]

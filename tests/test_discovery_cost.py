@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
@@ -319,6 +319,18 @@ def test_the_second_bind_reads_no_sysfs_file_but_the_fresh_affinity(reads: List[
         os.sched_setaffinity(0, before)
 
 
+def _run_lines(program: str, *flags: str, env: Optional[Dict[str, str]] = None) -> List[str]:
+    """The stdout lines of ``program`` in a fresh interpreter (``flags`` before ``-c``)."""
+    return subprocess.run(
+        [sys.executable, *flags, "-c", program],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+        env=env,
+    ).stdout.splitlines()
+
+
 def test_import_loads_no_pynvml_numpy_json_and_a_bind_no_kfd_nvml_json() -> None:
     program = (
         "import sys\n"
@@ -329,9 +341,7 @@ def test_import_loads_no_pynvml_numpy_json_and_a_bind_no_kfd_nvml_json() -> None
         "print(' '.join(sorted(after_import)))\n"
         "print(' '.join(sorted(after_bind)))\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", program], capture_output=True, text=True, check=True, timeout=120
-    ).stdout.splitlines()
+    out = _run_lines(program)
     after_import, after_bind = set(out[0].split()), set(out[1].split())
     assert not {"pynvml", "numpy", "json"} & after_import
     assert "pynumabind.binder" in after_bind  # the bind ran
@@ -347,15 +357,7 @@ def test_a_bare_import_loads_neither_typing_nor_logging() -> None:
         "print(' '.join(sorted(m for m in ('typing', 'logging', 're') if m in sys.modules)))\n"
     )
     env = {**os.environ, "PYTHONPATH": str(Path(_sysfs.__file__).parent.parent)}
-    out = subprocess.run(
-        [sys.executable, "-S", "-c", program],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-        env=env,
-    ).stdout.strip()
-    assert out == ""
+    assert _run_lines(program, "-S", env=env) == [""]
 
 
 def test_the_declarations_load_without_cffi_s_parser() -> None:
@@ -369,7 +371,4 @@ def test_the_declarations_load_without_cffi_s_parser() -> None:
         "_libnuma_build.build_ffi()\n"
         "print('cffi' in sys.modules)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", program], capture_output=True, text=True, check=True, timeout=120
-    ).stdout.splitlines()
-    assert out == ["", "True"]
+    assert _run_lines(program) == ["", "True"]

@@ -158,7 +158,8 @@ def _slice_keys(
             load[node] = load.get(node, 0) + 1
     for span, members in spans.items():
         usable = [n for n in sorted(span) if topology.nodes[n].cpus & topology.allowed_cpus]
-        targets = usable or [members[0].primary or min(span)]
+        primary = members[0].primary  # set: only ranks with a primary reach a span
+        targets = usable or [min(span) if primary is None else primary]
         for s in sorted(members, key=lambda m: m.rank):
             node = min(targets, key=lambda n: (load.get(n, 0), n))
             load[node] = load.get(node, 0) + 1

@@ -12,9 +12,7 @@ binding from outside through /proc.  It binds nothing and reads nothing.
 
 from __future__ import annotations
 
-import json
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -32,18 +30,11 @@ def write_distribution(directory: Path) -> None:
 
 def _park(*args: Any, **kwargs: Any) -> None:
     import setproctitle
+    from probe_report import report_and_wait
 
-    report_dir = os.environ["PROBE_DIR"]
     title = setproctitle.getproctitle()
     record = {"pid": os.getpid(), "ppid": os.getppid(), "title": title}
-    path = os.path.join(report_dir, f"scheduler-{os.getpid()}.json")
-    with open(path + ".tmp", "w", encoding="utf-8") as handle:
-        json.dump(record, handle)
-    os.rename(path + ".tmp", path)
-    go = os.path.join(report_dir, "go")
-    deadline = time.monotonic() + float(os.environ.get("PROBE_WAIT", "120"))
-    while not os.path.exists(go) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    report_and_wait(f"scheduler-{os.getpid()}", record)
 
 
 def register() -> None:

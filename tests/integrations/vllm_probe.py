@@ -9,32 +9,23 @@ in a file and waits until the test has read its binding from outside, through
 
 from __future__ import annotations
 
-import json
 import os
-import time
 from typing import Any
 
+from probe_report import report_and_wait
 from vllm.v1.worker.gpu_worker import Worker as StockWorker
 
 from pynumabind.integrations.vllm import Worker as PynumabindWorker
 
 
 def _park(worker: Any) -> None:
-    report_dir = os.environ["PROBE_DIR"]
     record = {
         "pid": os.getpid(),
         "ppid": os.getppid(),
         "rank": worker.rank,
         "local_rank": worker.local_rank,
     }
-    path = os.path.join(report_dir, f"worker-{worker.rank}.json")
-    with open(path + ".tmp", "w", encoding="utf-8") as handle:
-        json.dump(record, handle)
-    os.rename(path + ".tmp", path)
-    go = os.path.join(report_dir, "go")
-    deadline = time.monotonic() + float(os.environ.get("PROBE_WAIT", "120"))
-    while not os.path.exists(go) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    report_and_wait(f"worker-{worker.rank}", record)
 
 
 class ProbeStockWorker(StockWorker):  # type: ignore[misc]

@@ -57,9 +57,11 @@ huge page is counted as its 4 KiB pages; ``hugetlbfs`` mappings need
 huge-page-aligned ranges and are not supported.
 
 **Moving.**  ``move=True`` passes ``MPOL_MF_MOVE``: pages mapped only by this
-process move.  ``MPOL_MF_MOVE_ALL`` (pages shared with other processes too)
-needs ``CAP_SYS_NICE`` and is not used; such pages stay and are reported
-with ``EACCES``.  Pages not yet touched (``-ENOENT``) are no failure: they
+process and not already on one of the policy's nodes move (so interleaving
+pages over nodes they already lie on does not re-spread them).
+``MPOL_MF_MOVE_ALL`` (pages shared with other processes too) needs
+``CAP_SYS_NICE`` and is not used; such pages stay and are reported with
+``EACCES``.  Pages not yet touched (``-ENOENT``) are no failure: they
 will be allocated under the policy when first touched, and are counted as
 ``not_present``.  Afterwards each page is asked where it is
 (``move_pages`` with no target).  A page still off the nodes gets one more
@@ -71,7 +73,10 @@ which it reports only as a count (an extra reference holds them: memory
 pinned by ``cudaHostAlloc``/``cudaHostRegister``, RDMA or io_uring).
 **Page-locked (pinned) memory cannot be moved**; the result says so and
 points to :func:`memory_on`.  ``mlock`` alone does not prevent migration
-(Linux migrates locked pages); pinning for DMA does.  ``move=False`` only
+(Linux migrates locked pages); pinning for DMA does.  Both are tested on a
+real kernel in the QEMU guest (Linux 6.1): ``mlock``-ed pages move, pages
+pinned by io_uring's buffer registration (the same long-term pin
+``cudaHostRegister`` takes) stay and are reported as :data:`NOT_MIGRATED`.  ``move=False`` only
 sets the policy for pages not yet allocated; pages elsewhere are reported
 under :data:`NOT_ASKED`.
 

@@ -243,7 +243,8 @@ def _fix(err: int, what: str) -> str:
 
 def _refused(exc: NumaSyscallError, operation: str, nodes: Optional[AbstractSet[int]]) -> Exception:
     err = exc.errno if exc.errno is not None else 0
-    return PlacementSyscallError(err, operation, nodes, _fix(err, operation.partition("(")[0]))
+    call = operation.partition("(")[0].strip()
+    return PlacementSyscallError(err, operation, nodes, _fix(err, call))
 
 
 # ----------------------------------------------------------------- targets
@@ -528,9 +529,9 @@ class MemoryPlacement:
     policy: str
     mode: str
     move: bool
-    pages_per_node: Optional[Mapping[int, int]]
+    pages_per_node: Optional[Mapping[int, int]] = field(hash=False)
     not_present: int = 0
-    not_moved: Mapping[str, int] = field(default_factory=dict)
+    not_moved: Mapping[str, int] = field(default_factory=dict, hash=False)
     reasons: Tuple[str, ...] = ()
     notes: Tuple[str, ...] = ()
 

@@ -338,9 +338,9 @@ def _gpu_nodes(
     if not 0 <= gpu < count:
         seen = f"GPUs 0-{count - 1}" if count > 1 else ("GPU 0" if count else "no GPU")
         raise PlanError(f"no GPU {gpu}: this process sees {seen}")
-    state = RankState(rank=0)
-    state.device = topology.gpus[gpu]
-    place_gpu(topology, state, state.device)
+    chosen = topology.gpus[gpu]
+    state = RankState(0, chosen)  # positional: rank, then the rank's GPU
+    place_gpu(topology, state, chosen)
     mems, planned = choose_mems(
         topology, state, policy=policy, interleave_nodes=None, gpu_memory=False, nodes_given=False
     )

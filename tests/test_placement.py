@@ -176,7 +176,35 @@ def test_a_cpu_tensor_is_duck_typed_and_its_strides_give_its_span() -> None:
     result = bind_memory(tensor, node=0)
     assert (result.address, result.size) == (backing.ctypes.data, (3 * PAGE // 8 + 1) * 8)
     assert result.pages_per_node and sum(result.pages_per_node.values()) >= 3
-    assert "torch" not in sys.modules
+
+
+def test_placement_never_imports_torch() -> None:
+    code = (
+        "import sys; from pynumabind import bind_memory, memory_on\n"
+        "bind_memory(bytearray(8192), node=0)\n"
+        "with memory_on(node=0): pass\n"
+        "print('torch' in sys.modules)"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
+
+
+def test_a_real_torch_cpu_tensor_and_a_strided_view_of_it() -> None:
+    torch = pytest.importorskip("torch", reason="torch is not importable (.ci/run installs it)")
+    tensor = torch.ones((1024, 512), dtype=torch.float32)
+    result = bind_memory(tensor, node=0)
+    assert (result.address, result.size) == (tensor.data_ptr(), 1024 * 512 * 4)
+    assert result.pages_per_node == {0: result.pages} and result.complete
+    assert _libnuma.address_policy(tensor.data_ptr()).mode == _libnuma.MPOL_BIND
+    column = tensor[:, 1]  # stride 512 elements: spans the rows, not 1024 contiguous floats
+    view = bind_memory(column, node=0, policy="preferred")
+    assert (view.address, view.size) == (tensor.data_ptr() + 4, ((1024 - 1) * 512 + 1) * 4)
+    assert _libnuma.address_policy(column.data_ptr()).mode == _libnuma.MPOL_PREFERRED
+    with pytest.raises(ConfigError, match="zero-length"):
+        bind_memory(torch.empty(0), node=0)
 
 
 def test_move_false_sets_the_policy_and_moves_nothing() -> None:

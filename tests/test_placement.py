@@ -439,13 +439,31 @@ def test_gpu_and_empty_tensors() -> None:
         ({}, ConfigError, "give node="),
         ({"node": 0, "policy": "membind"}, ConfigError, "invalid placement policy 'membind'"),
         ({"node": 0, "policy": "local"}, ConfigError, "places nothing"),
-        ({"node": True}, ConfigError, "node id"),
+        ({"node": True}, ConfigError, "node must be an integer id, not True"),
+        ({"node": [0, "1"]}, ConfigError, "each node of a node list must be an integer id"),
+        ({"node": 1.0}, ConfigError, "node must be a node id or a node list, not float"),
+        ({"node": []}, ConfigError, "node list is empty"),
+        ({"gpu": "0"}, ConfigError, r"gpu \(a GPU index\) must be an integer id"),
         ({"node": 7}, PlanError, "node 7 does not exist on this machine"),
         ({"node": -1}, PlanError, "node -1 does not exist"),
         ({"gpu": 3}, PlanError, "no GPU 3"),
         ({"node": 0, "move": "yes"}, ConfigError, "move must be True or False"),
     ],
-    ids=["both", "neither", "policy", "local", "bool", "unknown", "negative", "gpu", "move"],
+    ids=[
+        "both",
+        "neither",
+        "policy",
+        "local",
+        "bool",
+        "list-item",
+        "float",
+        "empty-list",
+        "gpu-str",
+        "unknown",
+        "negative",
+        "gpu",
+        "move",
+    ],
 )
 def test_bad_arguments_are_typed_errors(kwargs: Any, error: type, match: str) -> None:
     with pytest.raises(error, match=match):
@@ -453,6 +471,14 @@ def test_bad_arguments_are_typed_errors(kwargs: Any, error: type, match: str) ->
     if "move" not in kwargs:
         with pytest.raises(error, match=match):
             memory_on(**kwargs)
+
+
+def test_numpy_integers_name_nodes_and_gpus() -> None:
+    result = bind_memory(bytearray(PAGE), node=np.int64(0))
+    assert result.nodes == frozenset({0})
+    assert memory_on(node=[np.int32(0)]).nodes == frozenset({0})
+    topology = make_topology({0: "0-1"}, gpus=[gpu(0, 0, local_cpus="0-1")])
+    assert memory_on(gpu=np.int64(0), topology=topology).nodes == frozenset({0})
 
 
 def test_node_without_memory_and_node_outside_the_allowed_ones() -> None:

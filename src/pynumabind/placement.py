@@ -113,6 +113,7 @@ from __future__ import annotations
 import collections
 import errno
 import mmap
+import operator
 import threading
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -275,24 +276,28 @@ def _parse_policy(policy: Union[str, MemoryPolicy]) -> MemoryPolicy:
     return parsed
 
 
+def _node_id(value: object, what: str) -> int:
+    """An integer id (an int, or a numpy integer); bool and anything else are ConfigErrors."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise ConfigError(f"{what} must be an integer id, not {value!r:.40}")
+    return operator.index(value)
+
+
 def _parse_nodes(node: Union[int, str, Iterable[int]]) -> frozenset[int]:
-    if isinstance(node, bool):
-        raise ConfigError(f"node must be a node id or a node list, not {node!r}")
-    if isinstance(node, int):
-        nodes = frozenset({node})
-    elif isinstance(node, str):
+    if isinstance(node, str):
         from .cpulist import parse_nodelist
 
         nodes = parse_nodelist(node)
+    elif isinstance(node, bool) or hasattr(node, "__index__"):
+        nodes = frozenset({_node_id(node, "node")})
     else:
         try:
-            nodes = frozenset(node)
+            items = list(node)
         except TypeError:
             raise ConfigError(
                 f"node must be a node id or a node list, not {type(node).__name__}"
             ) from None
-        if not all(isinstance(n, int) and not isinstance(n, bool) for n in nodes):
-            raise ConfigError(f"node list {sorted(nodes, key=str)!r} holds something not an int")
+        nodes = frozenset(_node_id(n, "each node of a node list") for n in items)
     if not nodes:
         raise ConfigError("node list is empty")
     negative = [n for n in nodes if n < 0]
@@ -332,8 +337,7 @@ def _gpu_nodes(
     from .planner._memory import choose_mems
     from .planner._place import RankState, place_gpu
 
-    if isinstance(gpu, bool) or not isinstance(gpu, int):
-        raise ConfigError(f"gpu must be a GPU index (an int), not {gpu!r}")
+    gpu = _node_id(gpu, "gpu (a GPU index)")
     count = len(topology.gpus)
     if not 0 <= gpu < count:
         seen = f"GPUs 0-{count - 1}" if count > 1 else ("GPU 0" if count else "no GPU")

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(
 
 INTERRUPTER = """
 from pynumabind import _libnuma
-from pynumabind.binder import apply_plan
+from pynumabind.binding import apply_plan
 from pynumabind.model import MemoryPolicy, Plan
 
 stop = threading.Event()

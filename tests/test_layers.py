@@ -88,11 +88,11 @@ def _modules() -> List[str]:
 
 
 def test_the_ast_scan_sees_lazy_imports_and_skips_type_only_ones() -> None:
-    # _sysfs imports _kfd inside read_topology only: the scan must find it,
-    # or the checks below could not fail.  _verify names binder.Binding only
+    # _sysfs imports _kfd inside read_layout only: the scan must find it,
+    # or the checks below could not fail.  _verify names binding.Binding only
     # for type checkers, which is no import at run time.
     assert "_kfd" in _package_imports("_sysfs")
-    assert "binder" not in _package_imports("_verify")
+    assert "binding" not in _package_imports("_verify")
 
 
 @pytest.mark.parametrize("module", sorted(PURE))

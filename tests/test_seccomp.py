@@ -33,7 +33,7 @@ class Keep(logging.Handler):
         records.append((record.levelname, record.name, record.getMessage()))
 logging.getLogger("pynumabind").addHandler(Keep())
 logging.getLogger("pynumabind").setLevel(logging.INFO)
-from pynumabind.binder import apply_plan
+from pynumabind.binding import apply_plan
 from pynumabind.errors import BindError
 from pynumabind.model import MemoryPolicy, Plan
 plan = Plan(rank=0, device=None, cpus=frozenset({{1}}), mems=frozenset({{0}}),
@@ -139,7 +139,7 @@ def test_with_sys_nice_raise_on_migration_rolls_back_policy_too() -> None:
 import seccomp_filter
 seccomp_filter.install((256, 279))
 from pynumabind import _libnuma
-from pynumabind.binder import apply_plan
+from pynumabind.binding import apply_plan
 from pynumabind.errors import BindError
 from pynumabind.model import MemoryPolicy, Plan
 plan = Plan(rank=0, device=None, cpus=frozenset({1}), mems=frozenset({0}),

@@ -13,7 +13,10 @@ The public surface is :data:`_EXPORTS`, one table: ``__all__`` is made from
 it, and a test keeps the ``TYPE_CHECKING`` imports below (what type checkers
 and IDEs see) equal to it.  Helpers a user does not need to bind or plan
 (cpumask parsing, for instance) stay importable from their modules but are
-not exported here.
+not exported here.  Every name here comes from a public module: a class a
+private module defines (``_threads.ThreadResult``, ``_apply.Skipped``,
+``_visible.apply_visibility``) is re-exported by the public module whose
+results hold it (:mod:`.binding`, :mod:`.discovery`), which says so.
 """
 
 from __future__ import annotations
@@ -60,15 +63,15 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "detect_topology": ("discovery", "detect_topology"),
     "topology_from_sysfs": ("discovery", "topology_from_sysfs"),
     "load_topology": ("discovery", "load_topology"),
-    "apply_visibility": ("_visible", "apply_visibility"),
+    "apply_visibility": ("discovery", "apply_visibility"),
     # binding (Binding.threads holds ThreadResults, whose action is a ThreadAction)
-    "Binding": ("binder", "Binding"),
-    "Skipped": ("binder", "Skipped"),
-    "ThreadAction": ("_threads", "ThreadAction"),
-    "ThreadResult": ("_threads", "ThreadResult"),
-    "VerifyResult": ("binder", "VerifyResult"),
-    "apply_plan": ("binder", "apply_plan"),
-    "bind_current_process": ("binder", "bind_current_process"),
+    "Binding": ("binding", "Binding"),
+    "Skipped": ("binding", "Skipped"),
+    "ThreadAction": ("binding", "ThreadAction"),
+    "ThreadResult": ("binding", "ThreadResult"),
+    "VerifyResult": ("binding", "VerifyResult"),
+    "apply_plan": ("binding", "apply_plan"),
+    "bind_current_process": ("binding", "bind_current_process"),
 }
 
 # Made from the table; type checkers read the "X as X" re-exports below instead.
@@ -78,17 +81,17 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Dict, List, Tuple
 
     # "X as X": an explicit re-export, for type checkers and linters.
-    from ._threads import ThreadAction as ThreadAction
-    from ._threads import ThreadResult as ThreadResult
-    from ._visible import apply_visibility as apply_visibility
-    from .binder import Binding as Binding
-    from .binder import Skipped as Skipped
-    from .binder import VerifyResult as VerifyResult
-    from .binder import apply_plan as apply_plan
-    from .binder import bind_current_process as bind_current_process
+    from .binding import Binding as Binding
+    from .binding import Skipped as Skipped
+    from .binding import ThreadAction as ThreadAction
+    from .binding import ThreadResult as ThreadResult
+    from .binding import VerifyResult as VerifyResult
+    from .binding import apply_plan as apply_plan
+    from .binding import bind_current_process as bind_current_process
     from .cpulist import format_cpulist as format_cpulist
     from .cpulist import parse_cpulist as parse_cpulist
     from .cpulist import parse_nodelist as parse_nodelist
+    from .discovery import apply_visibility as apply_visibility
     from .discovery import detect_topology as detect_topology
     from .discovery import load_topology as load_topology
     from .discovery import topology_from_sysfs as topology_from_sysfs

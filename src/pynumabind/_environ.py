@@ -61,7 +61,6 @@ __all__ = [
     "NODES_VARIABLE",
     "RANK_VARIABLES",
     "TOPOLOGY_VARIABLE",
-    "EnvConfig",
     "parse_flag",
     "resolve",
     "topology_file",
@@ -97,9 +96,6 @@ _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"", "0", "false", "no", "off"})
 _INT = re.compile(r"[0-9]{1,9}\Z")  # no sign, no spaces inside; < 10**9
 _SLURM_TASKS = re.compile(r"([0-9]{1,9})(?:\(x[0-9]{1,9}\))?\Z")
-
-
-EnvConfig = Options  # the name callers used before the options object had its own module
 
 
 def shown(value: str) -> str:

@@ -3,7 +3,7 @@
 An :class:`Options` is built once, where the inputs arrive -- from keyword
 arguments (:meth:`Options.from_arguments`: the API, and the CLI's flags),
 merged with the environment by :func:`pynumabind._environ.resolve` -- and
-passed down unchanged: CLI -> binder -> planner.  Everything that can be
+passed down unchanged: CLI -> binding -> planner.  Everything that can be
 checked without the machine is checked here, once:
 
 * ``rank`` a non-negative int; ``nprocs`` an int from 1 to

@@ -26,8 +26,8 @@ import sys
 from typing import Any, Dict, List, NoReturn, Optional, Sequence, Union
 
 from . import __version__, discovery
+from ._cli_tables import human_bytes, table
 from ._options import Options
-from ._report import human_bytes, table
 from .cpulist import format_cpulist, parse_cpulist, parse_nodelist
 from .errors import ConfigError, ListParseError, PynumabindError, format_ids
 from .model import CpuMode, MemoryPolicy, Plan, Topology
@@ -464,7 +464,7 @@ def _plan_text(results: Sequence[Union[Plan, PynumabindError]]) -> List[str]:
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
-    from .binder import bind_current_process
+    from .binding import bind_current_process
 
     argv = list(args.argv)
     if argv and argv[0] == "--":
@@ -497,7 +497,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from ._check import run_check
+    from ._cli_check import run_check
 
     options = _options(args)
     topology = machine_topology(args)
@@ -510,7 +510,7 @@ def cmd_check(args: argparse.Namespace) -> int:
                 str(w.rank),
                 w.device or "-",
                 w.planned_cpus,
-                w.actual_cpus,
+                w.bound_cpus,
                 w.planned_mems or "-",
                 w.policy,
                 w.page_nodes or "-",

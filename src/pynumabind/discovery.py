@@ -8,7 +8,7 @@ snapshot written by ``pynumabind snapshot``).  The model module is a leaf:
 it imports none of this, so there is no import cycle, lazy or not.
 
 Discovery records facts about each GPU; it does not decide where a rank
-goes.  The planner (``planner._place_gpu``) is the one owner of "which CPUs
+goes.  The planner (``planner._place.place_gpu``) is the one owner of "which CPUs
 and memory suit this GPU", including for a GPU on a CPU-less node, which
 discovery leaves as it found it.  What each :class:`~pynumabind.model.Gpu`
 field means when it leaves here:
@@ -71,6 +71,10 @@ sysfs root and serves any ``detail`` up to the one it was read with; it is
 never used for ``FULL`` (whose node memory sizes are live figures) nor with
 ``gpu_vendors``/``pci_classes`` given, holds one root at a time, and is
 dropped in a fork child and by :func:`forget_layout`.
+
+:func:`apply_visibility` (defined in the private :mod:`._visible`) is
+re-exported here, its public home: the GPUs a process sees, applied to any
+topology (``pynumabind.apply_visibility`` is this one).
 """
 
 from __future__ import annotations
@@ -79,6 +83,7 @@ import os
 import stat
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
+from ._visible import apply_visibility
 from .errors import TopologyError, format_ids
 from .model import CpuMode, Detail, Gpu, Topology
 
@@ -87,6 +92,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "Detail",
+    "apply_visibility",
     "detail_for",
     "detect_topology",
     "forget_layout",

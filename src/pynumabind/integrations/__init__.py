@@ -40,7 +40,7 @@ import os
 from typing import TYPE_CHECKING, Dict, Mapping, Optional, Sequence, Tuple
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..binder import Binding
+    from ..binding import Binding
     from ..model import Topology
 
 __all__ = [
@@ -254,7 +254,7 @@ def bind_gpus(
     per GPU index (here also in vLLM's space-separated form).
     ``PYNUMABIND_DISABLE=1`` still turns it into a logged no-op.
     """
-    from ..binder import bind_current_process
+    from ..binding import bind_current_process
     from ..errors import ConfigError, PlanError
 
     env = os.environ if environ is None else environ

@@ -35,7 +35,7 @@ from ..errors import ConfigError
 from . import bind_gpu, check_release, installed_version
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..binder import Binding
+    from ..binding import Binding
 
 __all__ = ["SUPPORTED", "TARGET", "bind_scheduler", "install"]
 

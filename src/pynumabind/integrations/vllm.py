@@ -41,7 +41,7 @@ from ..errors import ConfigError
 from . import bind_gpu, bind_gpus, check_release, installed_version, load_topology
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..binder import Binding
+    from ..binding import Binding
 
 __all__ = ["SUPPORTED", "Worker", "engine_core_gpus", "install", "worker_gpu"]
 

@@ -29,6 +29,11 @@ migration) and the undo journal they write before each change;
 :func:`apply_plan` runs them and decides, in one place (``_settle``), whether
 a failed step becomes a :class:`Skipped` or a rollback.  :mod:`._verify`
 holds the rules :meth:`Binding.verify` (and ``pynumabind check``) judge by.
+
+This module is the public home of the types a :class:`Binding` holds:
+:class:`Skipped` (defined in :mod:`._apply`), :class:`ThreadResult` and
+:class:`ThreadAction` (defined in :mod:`._threads`) are re-exported here, and
+``pynumabind`` exports them from here; their defining modules stay private.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ from typing import (
 
 from . import _apply, _forksafe, _libnuma, _threads
 from ._apply import Journal, Skipped
+from ._threads import ThreadAction, ThreadResult
 from ._verify import VERIFY_PAGES, VerifyResult, verify_binding
 from .cpulist import format_cpulist
 from .errors import BindError, ConfigError, PlanError, format_ids
@@ -66,6 +72,8 @@ __all__ = [
     "VERIFY_PAGES",
     "Binding",
     "Skipped",
+    "ThreadAction",
+    "ThreadResult",
     "VerifyResult",
     "apply_plan",
     "bind_current_process",
@@ -106,7 +114,7 @@ class Binding:
     plan: Optional[Plan]
     applied: bool
     disabled: bool = False
-    threads: Tuple[_threads.ThreadResult, ...] = ()
+    threads: Tuple[ThreadResult, ...] = ()
     threads_converged: bool = True
     cpus: Optional[frozenset[int]] = None
     policy_mode: Optional[int] = None
@@ -132,11 +140,11 @@ class Binding:
 
     @property
     def threads_bound(self) -> Tuple[int, ...]:
-        return tuple(t.tid for t in self.threads if t.action is _threads.ThreadAction.BOUND)
+        return tuple(t.tid for t in self.threads if t.action is ThreadAction.BOUND)
 
     @property
     def threads_left_pinned(self) -> Tuple[int, ...]:
-        return tuple(t.tid for t in self.threads if t.action is _threads.ThreadAction.LEFT_PINNED)
+        return tuple(t.tid for t in self.threads if t.action is ThreadAction.LEFT_PINNED)
 
     @property
     def restored(self) -> bool:

@@ -455,8 +455,9 @@ def bind_current_process(
         raise ConfigError("give devices= alone, without rank= or device=")
     with _forksafe.lock():  # a fork waits for these first-use imports (see _forksafe)
         from . import _environ
+    env = os.environ if environ is None else environ
     options = _environ.resolve(
-        os.environ if environ is None else environ,
+        env,
         need_rank=False,
         rank=rank,
         nprocs=nprocs,
@@ -473,14 +474,12 @@ def bind_current_process(
     binding: Optional[Binding] = None
     try:
         with _forksafe.lock():  # what detect reads as allowed must not be another bind's half-work
-            if topology is None and options.topology_file is not None:
-                from .discovery import process_topology
+            if topology is None:
+                from .discovery import detail_for, resolve_topology
 
-                topology = process_topology(options.topology_file, environ)
-            elif topology is None:
-                from .discovery import detail_for, detect_topology
-
-                topology = detect_topology(detail=detail_for(options.mode), reuse=True)
+                topology = resolve_topology(
+                    environ=env, detail=detail_for(options.mode), reuse=True
+                )
             plan = _plan(topology, options, devices)
             binding = apply_plan(plan, migrate=migrate, on_error=on_error)
     except BaseException:

@@ -224,22 +224,15 @@ def machine_topology(args: argparse.Namespace) -> Topology:
     """The machine the command works on, with allowed-set overrides applied."""
     allowed_cpus = _option_list(args.allowed_cpus, "--allowed-cpus", nodes=False)
     allowed_mems = _option_list(args.allowed_mems, "--allowed-mems", nodes=True)
-    if args.topology is not None:  # "" too: an unset variable must not mean "this machine"
-        topology = discovery.load_topology(args.topology)
-    elif args.sysfs_root is not None:
-        if not os.path.isdir(args.sysfs_root):
-            raise UsageError(f"--sysfs-root: {args.sysfs_root!r} is not a directory")
-        topology = discovery.topology_from_sysfs(args.sysfs_root)
-    else:
-        from ._environ import topology_file
-
-        # PYNUMABIND_TOPOLOGY: the machine the library binds for, so check
-        # spawns, and show and plan print, what its workers will see.
-        snapshot = topology_file(os.environ)
-        if snapshot is not None:
-            topology = discovery.process_topology(snapshot)
-        else:
-            topology = discovery.detect_topology(use_nvml=not args.no_nvml)
+    if args.sysfs_root is not None and not os.path.isdir(args.sysfs_root):
+        raise UsageError(f"--sysfs-root: {args.sysfs_root!r} is not a directory")
+    # --topology ("" too: an unset variable must not mean "this machine"),
+    # --sysfs-root, else PYNUMABIND_TOPOLOGY (the machine the library binds
+    # for, so check spawns, and show and plan print, what its workers will
+    # see), else this machine: decided in one place, for the library too.
+    topology = discovery.resolve_topology(
+        snapshot=args.topology, sysfs_root=args.sysfs_root, use_nvml=not args.no_nvml
+    )
     changes: Dict[str, Any] = {}
     if allowed_cpus is not None:
         unknown = allowed_cpus - topology.online_cpus

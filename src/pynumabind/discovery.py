@@ -4,7 +4,9 @@ machine's sysfs tree, or a snapshot file, each as a :class:`~pynumabind.model.To
 Three public functions, each with its real keywords: :func:`detect_topology`
 (this machine and this process), :func:`topology_from_sysfs` (any sysfs tree:
 ``/sys`` or a copy of another machine's), :func:`load_topology` (a JSON
-snapshot written by ``pynumabind snapshot``).  The model module is a leaf:
+snapshot written by ``pynumabind snapshot``).  Which of them a caller gets
+is decided in one place, :func:`resolve_topology`: the binder, the CLI and
+the framework integrations all ask it.  The model module is a leaf:
 it imports none of this, so there is no import cycle, lazy or not.
 
 Discovery records facts about each GPU; it does not decide where a rank
@@ -99,6 +101,7 @@ __all__ = [
     "load_topology",
     "merge_nvml",
     "process_topology",
+    "resolve_topology",
     "topology_from_sysfs",
 ]
 
@@ -423,6 +426,48 @@ def process_topology(path: str, environ: Optional[Mapping[str, str]] = None) -> 
         notes=(*snapshot.notes, f"machine from {TOPOLOGY_VARIABLE}={path}"),
     )
     return _visible.apply_visibility(live, env)
+
+
+def resolve_topology(
+    *,
+    environ: Optional[Mapping[str, str]] = None,
+    snapshot: Optional[str] = None,
+    sysfs_root: Optional[str] = None,
+    use_nvml: bool = True,
+    detail: Detail = Detail.FULL,
+    reuse: bool = False,
+) -> Topology:
+    """The machine to plan on: the one place that decides where it comes from.
+
+    In order:
+
+    1. ``snapshot`` (the CLI's ``--topology``; ``""`` too, so an unset shell
+       variable never means "this machine"): that file as recorded --
+       another machine, its own allowed sets and GPUs (:func:`load_topology`);
+    2. ``sysfs_root`` (``--sysfs-root``): that tree as recorded, every GPU
+       listed, without NVML (:func:`topology_from_sysfs`);
+    3. ``PYNUMABIND_TOPOLOGY`` in ``environ``: this process on the snapshot's
+       machine -- its visible GPUs and allowed sets (:func:`process_topology`);
+    4. this machine and this process (:func:`detect_topology` with
+       ``use_nvml``, ``detail`` and ``reuse``).
+
+    ``environ`` (default ``os.environ``) is the one mapping every variable
+    comes from, ``CUDA_VISIBLE_DEVICES`` and friends included, whichever
+    source is chosen.  ``PYNUMABIND_TOPOLOGY`` empty or of only ASCII
+    whitespace is unset; any other character (U+00A0 included) is part of
+    the file name, as for every ``PYNUMABIND_`` variable (:mod:`._environ`).
+    """
+    if snapshot is not None:
+        return load_topology(snapshot)
+    if sysfs_root is not None:
+        return topology_from_sysfs(sysfs_root)
+    from ._environ import topology_file
+
+    env = os.environ if environ is None else environ
+    path = topology_file(env)
+    if path is not None:
+        return process_topology(path, env)
+    return detect_topology(environ=env, use_nvml=use_nvml, detail=detail, reuse=reuse)
 
 
 def _read_snapshot(path: str) -> str:

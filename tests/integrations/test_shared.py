@@ -18,10 +18,10 @@ from typing import Dict
 import pytest
 
 from pynumabind import ConfigError
+from pynumabind.discovery import resolve_topology
 from pynumabind.integrations import (
     check_release,
     gate,
-    load_topology,
     per_gpu_override,
     release,
 )
@@ -85,11 +85,15 @@ def test_check_release_names_both_versions() -> None:
 # (PYNUMABIND_TOPOLOGY itself is the core's: tests/test_topology_variable.py)
 
 
-def test_load_topology_uses_the_variable(snapshot: Path) -> None:
+def test_integrations_have_no_topology_source_of_their_own(snapshot: Path) -> None:
     require_two_cpus()
-    topology = load_topology({"PYNUMABIND_TOPOLOGY": str(snapshot), "CUDA_VISIBLE_DEVICES": "1"})
+    from pynumabind import integrations
+
+    assert not hasattr(integrations, "load_topology")  # one source: discovery's
+    env = {"PYNUMABIND_TOPOLOGY": str(snapshot), "CUDA_VISIBLE_DEVICES": "1"}
+    topology = resolve_topology(environ=env)
     assert [g.pci_bus_id for g in topology.gpus] == ["0000:65:00.0"]
-    empty = load_topology({"PYNUMABIND_TOPOLOGY": " ", "CUDA_VISIBLE_DEVICES": ""})
+    empty = resolve_topology(environ={"PYNUMABIND_TOPOLOGY": " ", "CUDA_VISIBLE_DEVICES": ""})
     assert not any("PYNUMABIND_TOPOLOGY" in note for note in empty.notes)  # this machine
 
 

@@ -26,7 +26,8 @@ Rules
   (``PYNUMABIND_NODES="0 0 1 1"``, ``PYNUMABIND_CPUS="0-7 8-15"``) besides
   pynumabind's ``,``/``;`` forms.
 * **Where the machine comes from.**  ``PYNUMABIND_TOPOLOGY=FILE`` plans from
-  a snapshot, as everywhere (:func:`pynumabind.discovery.process_topology`).
+  a snapshot, as everywhere: the machine comes from
+  :func:`pynumabind.discovery.resolve_topology`, as for the core and the CLI.
 * **A process driving several GPUs** (vLLM's EngineCore, for its
   data-parallel shard) is bound to the union of those GPUs' plans
   (``bind_current_process(devices=[...])``): every CPU and memory node any
@@ -50,7 +51,6 @@ __all__ = [
     "check_release",
     "gate",
     "installed_version",
-    "load_topology",
     "per_gpu_override",
     "release",
     "sglang_plugin",
@@ -157,21 +157,6 @@ def installed_version(distribution: str, module: str) -> str:
         raise ConfigError(f"{module} needs {distribution}, which is not installed") from None
 
 
-# ------------------------------------------------------------ topology
-
-
-def load_topology(environ: Optional[Mapping[str, str]] = None) -> Topology:
-    """This process's topology: ``PYNUMABIND_TOPOLOGY``'s snapshot when set, else detected."""
-    from .._environ import TOPOLOGY_VARIABLE
-    from ..discovery import detect_topology, process_topology
-
-    env = os.environ if environ is None else environ
-    path = env.get(TOPOLOGY_VARIABLE, "")
-    if not path.strip():  # unset or empty: this machine, as for every PYNUMABIND_ variable
-        return detect_topology(environ=env)
-    return process_topology(path, env)
-
-
 def _ids(ids: frozenset[int]) -> str:
     from ..errors import format_ids
 
@@ -217,7 +202,9 @@ def bind_visible_gpus(
 
     env = os.environ if environ is None else environ
     if topology is None:
-        topology = load_topology(env)
+        from ..discovery import resolve_topology
+
+        topology = resolve_topology(environ=env)
     if not topology.gpus:
         raise ConfigError(
             f"{what} sees no GPU (CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES')!r}); "
@@ -268,7 +255,9 @@ def bind_gpus(
     nodes = per_gpu_override("PYNUMABIND_NODES", env)
     cpus = per_gpu_override("PYNUMABIND_CPUS", env)
     if topology is None:
-        topology = load_topology(env)
+        from ..discovery import resolve_topology
+
+        topology = resolve_topology(environ=env)
     count = len(topology.gpus)
     outside = [i for i in key if i >= count]
     if outside:

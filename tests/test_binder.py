@@ -30,7 +30,7 @@ from pynumabind.binding import apply_plan
 from pynumabind.errors import BindError
 from pynumabind.model import MemoryPolicy, Plan
 def plan(policy="PREFERRED", cpus=(1,), mems=(0,)):
-    return Plan(rank=0, device=None, cpus=None if cpus is None else frozenset(cpus),
+    return Plan(rank=0, gpu=None, cpus=None if cpus is None else frozenset(cpus),
                 mems=frozenset(mems), policy=MemoryPolicy[policy])
 def policy_now():
     p = _libnuma.get_mempolicy()
@@ -351,7 +351,7 @@ def test_multiprocessing_workers_are_each_bound(method: str) -> None:
 def _plan(**changes) -> Plan:
     fields = {
         "rank": 0,
-        "device": None,
+        "gpu": None,
         "cpus": frozenset({1}),
         "mems": frozenset({0}),
         "policy": MemoryPolicy.PREFERRED,
@@ -431,7 +431,7 @@ emit({"records": [r for r in records if r[0] != "DEBUG"]})
     assert result["records"] == [
         [
             "INFO",
-            "pynumabind: rank 0 device none CPUs 1 memory nodes 0 policy MPOL_PREFERRED "
+            "pynumabind: rank 0 GPU none CPUs 1 memory nodes 0 policy MPOL_PREFERRED "
             "threads 1 bound",
         ]
     ]

@@ -86,7 +86,7 @@ APPLY_CPU1 = """
 from pynumabind.binding import apply_plan
 from pynumabind.errors import BindError
 from pynumabind.model import MemoryPolicy, Plan
-plan = Plan(rank=0, device=None, cpus=frozenset({wanted}), mems=frozenset({{0}}),
+plan = Plan(rank=0, gpu=None, cpus=frozenset({wanted}), mems=frozenset({{0}}),
             policy=MemoryPolicy.BIND)
 out = {{"cpuset": open("/proc/self/cpuset").read().strip(), "before": cpus_allowed()}}
 try:

@@ -36,7 +36,7 @@ logging.getLogger("pynumabind").setLevel(logging.INFO)
 from pynumabind.binding import apply_plan
 from pynumabind.errors import BindError
 from pynumabind.model import MemoryPolicy, Plan
-plan = Plan(rank=0, device=None, cpus=frozenset({{1}}), mems=frozenset({{0}}),
+plan = Plan(rank=0, gpu=None, cpus=frozenset({{1}}), mems=frozenset({{0}}),
             policy=MemoryPolicy.{policy})
 out = {{"before": cpus_allowed()}}
 try:
@@ -142,7 +142,7 @@ from pynumabind import _libnuma
 from pynumabind.binding import apply_plan
 from pynumabind.errors import BindError
 from pynumabind.model import MemoryPolicy, Plan
-plan = Plan(rank=0, device=None, cpus=frozenset({1}), mems=frozenset({0}),
+plan = Plan(rank=0, gpu=None, cpus=frozenset({1}), mems=frozenset({0}),
             policy=MemoryPolicy.BIND)
 try:
     apply_plan(plan, migrate=True, on_error="raise")

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 import pytest
 
-from pynumabind import TopologyError, bind_current_process, discovery
+from pynumabind import Options, TopologyError, bind_current_process, discovery
 from pynumabind._environ import resolve
 from pynumabind.discovery import process_topology, resolve_topology
 from pynumabind.model import Topology
@@ -35,10 +35,10 @@ def snapshot(tmp_path: Path) -> Path:
 
 
 def test_resolve_reads_the_variable_and_empty_is_unset() -> None:
-    options = resolve({"PYNUMABIND_TOPOLOGY": "/x.json"}, rank=0)
+    options = resolve({"PYNUMABIND_TOPOLOGY": "/x.json"}, Options(rank=0))
     assert options.topology_file == "/x.json"
     assert options.sources["topology_file"] == "PYNUMABIND_TOPOLOGY"
-    assert resolve({"PYNUMABIND_TOPOLOGY": " "}, rank=0).topology_file is None
+    assert resolve({"PYNUMABIND_TOPOLOGY": " "}, Options(rank=0)).topology_file is None
 
 
 def test_process_view_over_the_snapshot(snapshot: Path) -> None:
@@ -185,7 +185,7 @@ def test_cli_plan_and_check_use_the_snapshot_like_their_workers(snapshot: Path) 
     # while that worker bound from the snapshot's GPU 0.
     env = {"PYNUMABIND_TOPOLOGY": str(snapshot), "CUDA_VISIBLE_DEVICES": "0,1"}
     plans = json.loads(_cli(env, "plan", "--json").stdout)["ranks"]
-    assert [(p["device"]["pci_bus_id"], p["cpus"]) for p in plans] == [
+    assert [(p["gpu"]["pci_bus_id"], p["cpus"]) for p in plans] == [
         ("0000:17:00.0", "0"),
         ("0000:65:00.0", "1"),
     ]

@@ -16,7 +16,10 @@ and IDEs see) equal to it.  Helpers a user does not need to bind or plan
 not exported here.  Every name here comes from a public module: a class a
 private module defines (``_threads.ThreadResult``, ``_apply.Skipped``,
 ``_visible.apply_visibility``) is re-exported by the public module whose
-results hold it (:mod:`.binding`, :mod:`.discovery`), which says so.
+results hold it (:mod:`.binding`, :mod:`.discovery`), which says so.  The
+one exception is :class:`Options`: :mod:`._options` sits at the bottom
+floor with the model (the planner, discovery and the binding all take it),
+and ``pynumabind.Options`` is its public name.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "Plan": ("model", "Plan"),
     "CpuMode": ("model", "CpuMode"),
     "MemoryPolicy": ("model", "MemoryPolicy"),
+    "Options": ("_options", "Options"),
     "plan": ("planner", "plan"),
     "plan_all": ("planner", "plan_all"),
     "plan_each": ("planner", "plan_each"),
@@ -63,6 +67,7 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "detect_topology": ("discovery", "detect_topology"),
     "topology_from_sysfs": ("discovery", "topology_from_sysfs"),
     "load_topology": ("discovery", "load_topology"),
+    "resolve_topology": ("discovery", "resolve_topology"),
     "apply_visibility": ("discovery", "apply_visibility"),
     # binding (Binding.threads holds ThreadResults, whose action is a ThreadAction)
     "Binding": ("binding", "Binding"),
@@ -80,6 +85,8 @@ __all__ = ["__version__", *_EXPORTS]  # noqa: PLE0604
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Dict, List, Tuple
 
+    from ._options import Options as Options
+
     # "X as X": an explicit re-export, for type checkers and linters.
     from .binding import Binding as Binding
     from .binding import Skipped as Skipped
@@ -94,6 +101,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .discovery import apply_visibility as apply_visibility
     from .discovery import detect_topology as detect_topology
     from .discovery import load_topology as load_topology
+    from .discovery import resolve_topology as resolve_topology
     from .discovery import topology_from_sysfs as topology_from_sysfs
     from .errors import BindError as BindError
     from .errors import ConfigError as ConfigError

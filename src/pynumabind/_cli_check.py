@@ -160,8 +160,8 @@ def check_this_process(
     problems = _completeness_problems(binding) + list(verify.problems)
     problems += _proc_thread_problems(binding, masks)
     device = None
-    if plan.device is not None:
-        device = f"{plan.device.index} {plan.device.pci_bus_id}"
+    if plan.gpu is not None:
+        device = f"{plan.gpu.index} {plan.gpu.pci_bus_id}"
     placed = sorted({n for n in verify.page_nodes if n >= 0})
     return WorkerReport(
         rank=rank,

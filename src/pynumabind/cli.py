@@ -40,7 +40,7 @@ EXIT_USAGE = 2
 EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
 
-JSON_SCHEMA_VERSION = 1
+JSON_SCHEMA_VERSION = 2  # 2: a plan's "device"/"devices" are "gpu"/"gpus" (issue 24)
 
 
 class UsageError(Exception):
@@ -391,11 +391,11 @@ def _plan_rows(results: Sequence[Union[Plan, PynumabindError]]) -> List[List[str
         if not isinstance(plan, Plan):
             rows.append([str(rank), "-", "-", "error", "-", "-"])
             continue
-        device = "-" if plan.device is None else f"{plan.device.index} {plan.device.pci_bus_id}"
+        gpu = "-" if plan.gpu is None else f"{plan.gpu.index} {plan.gpu.pci_bus_id}"
         rows.append(
             [
                 str(plan.rank),
-                device,
+                gpu,
                 "-" if plan.node is None else str(plan.node),
                 "unbound" if plan.cpus is None else format_cpulist(plan.cpus),
                 format_cpulist(plan.mems) or "-",
@@ -438,7 +438,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def _plan_text(results: Sequence[Union[Plan, PynumabindError]]) -> List[str]:
     plans = [r for r in results if isinstance(r, Plan)]
-    text = table(["rank", "device", "node", "cpus", "mems", "policy"], _plan_rows(results))
+    text = table(["rank", "gpu", "node", "cpus", "mems", "policy"], _plan_rows(results))
     notes = [f"  rank {p.rank}: {r}" for p in plans for r in p.reasons]
     warnings = [f"  rank {p.rank}: {w}" for p in plans for w in p.warnings]
     errors = [
@@ -468,7 +468,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
         raise UsageError("exec: the command is an empty string")
     options = _options(args)
     topology = machine_topology(args) if _machine_given(args) else None
-    binding = bind_current_process(topology=topology, on_error=args.on_error, **options.keywords())
+    binding = bind_current_process(options=options, topology=topology, on_error=args.on_error)
     if args.json and sys.stderr is not None:
         # stdout belongs to the command; the report goes to stderr.
         sys.stderr.write(json.dumps({"schema": JSON_SCHEMA_VERSION, **binding.to_dict()}) + "\n")

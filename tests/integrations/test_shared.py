@@ -143,7 +143,7 @@ def test_bind_gpu_binds_to_its_node(machine) -> None:
 def test_union_of_two_gpus_says_so(machine) -> None:
     result = bind_in_child("bind_gpus([0, 1], what='engine')", machine)
     assert result["cpus"] == "0-1"
-    assert result["reasons"][0].startswith("devices 0-1: the union of their plans")
+    assert result["reasons"][0].startswith("GPUs 0-1: the union of their plans")
     assert result["reasons"][0].endswith("CPU nodes 0-1")
     assert any(r.startswith("GPU 1: ") for r in result["reasons"])
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Tuple
 
 from ..errors import ConfigError
-from . import bind_gpu, check_release, installed_version
+from ._common import bind_gpu, check_release, installed_version
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..binding import Binding

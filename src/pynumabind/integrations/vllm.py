@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Callable, List, Tuple
 
 from ..discovery import resolve_topology
 from ..errors import ConfigError
-from . import bind_gpu, bind_gpus, check_release, installed_version
+from ._common import bind_gpu, bind_gpus, check_release, installed_version
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..binding import Binding

@@ -328,7 +328,7 @@ def _plan_and_applier(pynumabind: Any, rank: int) -> Tuple[Any, Callable[[Any], 
     cannot run here (no discovery yet), a node-0 plan built by hand, the
     same one the raw syscalls get.
     """
-    from pynumabind import binding
+    from pynumabind import binding as binding_module
     from pynumabind.model import MemoryPolicy, Plan
 
     try:
@@ -336,12 +336,12 @@ def _plan_and_applier(pynumabind: Any, rank: int) -> Tuple[Any, Callable[[Any], 
     except Exception as exc:
         cpus = _node0_cpus() & frozenset(os.sched_getaffinity(0))
         plan = Plan(rank, None, cpus, frozenset({0}), MemoryPolicy.BIND, node=0)
-        return plan, binding.apply_plan, f"node 0 by hand ({type(exc).__name__}: {exc})"
+        return plan, binding_module.apply_plan, f"node 0 by hand ({type(exc).__name__}: {exc})"
     applied: Any = getattr(binding, "plan", None)
     binding.restore()
     if applied is None:
         raise AttributeError("the Binding has no .plan to re-apply")
-    return applied, binding.apply_plan, f"bind_current_process({rank})"
+    return applied, binding_module.apply_plan, f"bind_current_process({rank})"
 
 
 def main(argv: Optional[List[str]] = None) -> int:

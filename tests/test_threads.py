@@ -179,7 +179,7 @@ def test_check_reads_thread_masks_while_a_thread_exits(monkeypatch: pytest.Monke
     # let the thread exit, then let _thread_cpus read it.
     import builtins
 
-    from pynumabind import _check
+    from pynumabind import _cli_check
 
     stop = threading.Event()
     thread = threading.Thread(target=stop.wait)
@@ -195,7 +195,7 @@ def test_check_reads_thread_masks_while_a_thread_exits(monkeypatch: pytest.Monke
             time.sleep(0.05)  # join() returns just before the kernel reaps the thread
         return handle
 
-    monkeypatch.setattr(_check, "open", open_then_exit, raising=False)
-    masks = _check._thread_cpus()
+    monkeypatch.setattr(_cli_check, "open", open_then_exit, raising=False)
+    masks = _cli_check._thread_cpus()
     assert thread.native_id not in masks
     assert masks[threading.get_native_id()] == frozenset(os.sched_getaffinity(0))

@@ -1,6 +1,6 @@
 """The steps that apply a plan, and the journal that undoes them.
 
-:func:`~pynumabind.binder.apply_plan` runs three steps in order -- CPUs
+:func:`~pynumabind.binding.apply_plan` runs three steps in order -- CPUs
 (every thread), memory policy (the calling thread), page migration -- in
 threadpoolctl's snapshot -> apply -> restore style:
 
@@ -18,7 +18,7 @@ threadpoolctl's snapshot -> apply -> restore style:
   always an error: the CPU step raises, and the journal is rolled back.
 * Migration has no undo: pages moved onto the plan's nodes stay there.
 
-:meth:`Binding.restore() <pynumabind.binder.Binding.restore>` replays the
+:meth:`Binding.restore() <pynumabind.binding.Binding.restore>` replays the
 journal.  The journal knows the process (pid) and thread that made it: the
 memory policy is that thread's own, and thread ids mean nothing in another
 process.

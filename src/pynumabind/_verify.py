@@ -1,7 +1,7 @@
 """Is a binding in force?  The one set of rules, for ``verify()`` and ``check``.
 
-:meth:`Binding.verify() <pynumabind.binder.Binding.verify>` and
-``pynumabind check`` (:mod:`._check`) both judge with the functions here, so
+:meth:`Binding.verify() <pynumabind.binding.Binding.verify>` and
+``pynumabind check`` (:mod:`._cli_check`) both judge with the functions here, so
 they cannot disagree: ``check`` adds an independent *read* of the thread masks
 (``/proc/self/task/*/status`` instead of ``sched_getaffinity``), judged by the
 same :func:`thread_problems`, never a second rule set.
@@ -41,7 +41,7 @@ from .errors import LibnumaUnavailableError, NumaSyscallError, format_ids
 from .model import MemoryPolicy
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .binder import Binding
+    from .binding import Binding
 
 __all__ = [
     "PREFERRED_SPILL_BYTES",

@@ -4,7 +4,9 @@
 ``pynumabind check`` (:mod:`._check`) both judge with the functions here, so
 they cannot disagree: ``check`` adds an independent *read* of the thread masks
 (``/proc/self/task/*/status`` instead of ``sched_getaffinity``), judged by the
-same :func:`thread_problems`, never a second rule set.
+same :func:`thread_problems`, never a second rule set.  Both reads, and the
+allowed memory nodes, are :mod:`._proc`'s; a failed read arrives here as a
+typed error and becomes a problem or a note.
 
 The rules:
 

@@ -210,9 +210,9 @@ def test_restore_puts_back_a_thread_started_while_the_bind_scanned() -> None:
     result, _ = run_child(
         PLAN
         + """
-from pynumabind import _threads
+from pynumabind import _proc, _threads
 stop = threading.Event()
-real_list = _threads.list_thread_ids
+real_list = _proc.list_thread_ids
 started = []
 def list_and_spawn():
     if not started and os.sched_getaffinity(0) == {1}:  # caller bound: CPU 1 is inherited
@@ -220,9 +220,9 @@ def list_and_spawn():
         t.start()
         started.append(t.native_id)
     return real_list()
-_threads.list_thread_ids = list_and_spawn
+_proc.list_thread_ids = list_and_spawn
 b = apply_plan(plan("NONE", mems=()))
-_threads.list_thread_ids = real_list
+_proc.list_thread_ids = real_list
 seen = started[0] in [r.tid for r in b.threads]
 inside = cpus_allowed(f"/proc/self/task/{started[0]}/status")
 b.restore()
@@ -459,8 +459,8 @@ def test_unreadable_thread_list_is_a_bind_error_and_changes_nothing() -> None:
     result, _ = run_child(
         PLAN
         + """
-from pynumabind import _threads
-_threads.TASK_DIR = "/nonexistent/task"
+from pynumabind import _proc, _threads
+_proc.TASK_DIR = "/nonexistent/task"
 try:
     apply_plan(plan())
     out = {"raised": None}
@@ -593,13 +593,13 @@ def test_verify_flags_a_live_thread_the_bind_never_saw() -> None:
     result, _ = run_child(
         PLAN
         + """
-from pynumabind import _threads
+from pynumabind import _proc, _threads
 stop = threading.Event()
 hidden = threading.Thread(target=stop.wait); hidden.start()
-real_list = _threads.list_thread_ids
-_threads.list_thread_ids = lambda: [t for t in real_list() if t != hidden.native_id]
+real_list = _proc.list_thread_ids
+_proc.list_thread_ids = lambda: [t for t in real_list() if t != hidden.native_id]
 b = apply_plan(plan("NONE", mems=()))
-_threads.list_thread_ids = real_list
+_proc.list_thread_ids = real_list
 v = b.verify()
 status = task_cpus()
 stop.set()
@@ -732,8 +732,8 @@ def test_binds_in_one_process_are_serialised() -> None:
     result, _ = run_child(
         PLAN
         + """
-from pynumabind import _threads
-real_list = _threads.list_thread_ids
+from pynumabind import _proc, _threads
+real_list = _proc.list_thread_ids
 inside, release, b_done = threading.Event(), threading.Event(), threading.Event()
 first = threading.get_native_id()
 def list_and_pause():
@@ -741,7 +741,7 @@ def list_and_pause():
         inside.set()
         release.wait(10)
     return real_list()
-_threads.list_thread_ids = list_and_pause
+_proc.list_thread_ids = list_and_pause
 bindings = {}
 def a():
     bindings["a"] = apply_plan(plan("NONE", mems=()))
@@ -772,20 +772,20 @@ def test_a_bind_that_leaves_the_calling_thread_unbound_is_an_error() -> None:
     result, _ = run_child(
         PLAN
         + """
-from pynumabind import _threads
+from pynumabind import _proc, _threads
 stop = threading.Event()
 pool = threading.Thread(target=stop.wait); pool.start()
-real_list = _threads.list_thread_ids
+real_list = _proc.list_thread_ids
 def list_after_someone_narrows_the_caller():
     os.sched_setaffinity(0, {0})
     return real_list()
-_threads.list_thread_ids = list_after_someone_narrows_the_caller
+_proc.list_thread_ids = list_after_someone_narrows_the_caller
 try:
     apply_plan(plan("BIND"))
     out = {"error": None}
 except BindError as exc:
     out = {"error": str(exc)}
-_threads.list_thread_ids = real_list
+_proc.list_thread_ids = real_list
 out.update(pool=cpus_allowed(f"/proc/self/task/{pool.native_id}/status"), policy=policy_now())
 stop.set()
 emit(out)
@@ -797,11 +797,11 @@ emit(out)
 
 
 CHURN = """
-from pynumabind import _threads
-real_list = _threads.list_thread_ids
+from pynumabind import _proc, _threads
+real_list = _proc.list_thread_ids
 fresh = iter(range(2**22 + 1, 2**23))  # above any pid_max: never a real thread
 # Every scan finds a thread it has not seen, gone by the time it looks (churn).
-_threads.list_thread_ids = lambda: real_list() + [next(fresh)]
+_proc.list_thread_ids = lambda: real_list() + [next(fresh)]
 """
 
 
@@ -842,11 +842,11 @@ def test_a_rescan_stops_at_its_time_limit() -> None:
     result, _ = run_child(
         CHURN
         + """
-real_handle_name = _threads.thread_name
+real_handle_name = _proc.thread_name
 def slow_name(tid):
     time.sleep(0.2)
     return real_handle_name(tid)
-_threads.thread_name = slow_name
+_proc.thread_name = slow_name
 start = time.monotonic()
 scan = _threads.bind_threads(frozenset({1}), max_passes=1000, time_limit=0.5)
 emit({"elapsed": time.monotonic() - start, "converged": scan.converged, "passes": scan.passes})

@@ -95,7 +95,7 @@ MAY_IMPORT: Dict[str, FrozenSet[str]] = {
 
 #: Table entries whose module does not exist yet (they arrive with another
 #: branch); the lead removes a name here when its branch merges.
-PENDING: FrozenSet[str] = frozenset({"_proc"})
+PENDING: FrozenSet[str] = frozenset()
 
 #: Modules made when the package is built (cffi's out-of-line module), absent
 #: from a source tree; ``_libnuma`` falls back without it.

@@ -34,7 +34,6 @@ Bounds
 from __future__ import annotations
 
 import errno
-import glob
 import logging
 import multiprocessing
 import time
@@ -42,9 +41,9 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from . import _verify
+from . import _proc, _verify
 from ._options import Options
-from .cpulist import format_cpulist, parse_cpulist
+from .cpulist import format_cpulist
 from .errors import ConfigError, PynumabindError
 from .model import Topology
 
@@ -103,20 +102,6 @@ class CheckReport:
         return {"ok": self.ok, "workers": [w.to_dict() for w in self.workers]}
 
 
-def _thread_cpus() -> Dict[int, frozenset[int]]:
-    """Each thread's allowed CPUs as the kernel reports them."""
-    out: Dict[int, frozenset[int]] = {}
-    for path in glob.glob("/proc/self/task/*/status"):
-        try:
-            with open(path, encoding="ascii") as handle:
-                for line in handle:
-                    if line.startswith("Cpus_allowed_list:"):
-                        out[int(path.split("/")[4])] = parse_cpulist(line.split(":", 1)[1])
-        except (FileNotFoundError, ProcessLookupError):  # the thread exited meanwhile
-            continue
-    return out
-
-
 def _proc_thread_problems(binding: Binding, masks: Dict[int, frozenset[int]]) -> List[str]:
     """The verifier's thread rule, applied to the masks /proc reports."""
     plan = binding.plan
@@ -156,7 +141,7 @@ def check_this_process(
             problems=tuple(binding.notes) or ("binding is disabled (PYNUMABIND_DISABLE)",),
         )
     verify = binding.verify()
-    masks = _thread_cpus()
+    masks = _proc.thread_status_cpus()
     problems = _completeness_problems(binding) + list(verify.problems)
     problems += _proc_thread_problems(binding, masks)
     device = None

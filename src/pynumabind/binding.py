@@ -53,7 +53,7 @@ from typing import (
     Union,
 )
 
-from . import _apply, _forksafe, _libnuma, _threads
+from . import _apply, _forksafe, _libnuma, _proc, _threads
 from ._apply import Journal, Skipped
 from ._options import Options, union_front
 from ._threads import ThreadAction, ThreadResult
@@ -306,7 +306,7 @@ def _apply_steps(
     notes: List[str] = [request.note] if request.note else []
     skipped: List[Skipped] = []
     caller = journal.thread_id
-    before = _threads.process_affinity()
+    before = _proc.process_affinity()
     scan: Optional[_threads.ThreadScan] = None
     if plan.cpus is not None:
         scan = _apply.bind_cpus(plan.cpus, before, journal)
@@ -369,7 +369,7 @@ def _settle(
     """The one place a step's failure becomes a skip, or a rollback and a BindError."""
     if failure is None:
         return
-    fix = _apply.fix_for(failure, what)
+    fix = _apply.fix_for(failure, what, _apply.allowed_mems_for(failure))
     if on_error == "raise":
         failures = journal.rollback()
         extra = f"; could not roll back: {'; '.join(failures)}" if failures else ""

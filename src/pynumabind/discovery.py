@@ -405,7 +405,7 @@ def process_topology(path: str, environ: Optional[Mapping[str, str]] = None) -> 
     (another machine's), is a :class:`TopologyError` naming the variable and
     the file: never a fallback to sysfs.
     """
-    from . import _libnuma, _threads, _visible
+    from . import _proc, _visible
     from ._environ import TOPOLOGY_VARIABLE
 
     env = os.environ if environ is None else environ
@@ -413,7 +413,7 @@ def process_topology(path: str, environ: Optional[Mapping[str, str]] = None) -> 
         snapshot = load_topology(path)
     except TopologyError as exc:
         raise TopologyError(f"{TOPOLOGY_VARIABLE}: {exc}") from exc
-    cpus = _threads.process_affinity()
+    cpus = _proc.process_affinity()
     missing = cpus - snapshot.online_cpus
     if missing:
         raise TopologyError(
@@ -422,7 +422,7 @@ def process_topology(path: str, environ: Optional[Mapping[str, str]] = None) -> 
         )
     live = snapshot.replace(
         allowed_cpus=cpus,
-        allowed_mems=_libnuma.get_mems_allowed() & frozenset(snapshot.nodes),
+        allowed_mems=_proc.mems_allowed() & frozenset(snapshot.nodes),
         notes=(*snapshot.notes, f"machine from {TOPOLOGY_VARIABLE}={path}"),
     )
     return _visible.apply_visibility(live, env)

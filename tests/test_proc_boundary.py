@@ -46,7 +46,6 @@ MAY_CATCH_OSERROR: Dict[str, str] = {
     "cli": "the CLI's own files (--output), stdout, and execvp",
     # The CLI's check command starts worker processes over pipes; issue 24
     # renames the module, so both names are listed.
-    "_check": "starting the check command's workers and reading their pipes",
     "_cli_check": "starting the check command's workers and reading their pipes",
 }
 

@@ -356,12 +356,14 @@ def _gpu_nodes(
 
 
 def _machine(topology: Optional[Topology], gpus: bool) -> Topology:
+    """The machine ``node``/``gpu`` are checked against: given, or as plans get it."""
     if topology is not None:
         return topology
-    from .discovery import detect_topology
+    from .discovery import resolve_topology
     from .model import Detail
 
-    return detect_topology(detail=Detail.NODES, reuse=True, use_nvml=gpus)
+    # NVML only when a GPU is named: a node needs the nodes and allowed sets alone.
+    return resolve_topology(detail=Detail.NODES, reuse=True, use_nvml=gpus)
 
 
 def _target(
@@ -721,9 +723,11 @@ def bind_memory(
     :class:`MemoryPlacement`: pages per node as ``move_pages`` reports them
     afterwards, and each page not moved with its reason.  Page-locked
     (pinned) memory cannot be moved: allocate it inside :func:`memory_on`.
-    ``topology`` (default: this machine, detected) is what ``node``/``gpu``
-    are checked and resolved against.  See the module docstring for every
-    rule and error.
+    ``topology`` is what ``node``/``gpu`` are checked and resolved against;
+    by default the machine a plan would use
+    (:func:`~pynumabind.discovery.resolve_topology`: this process on
+    ``PYNUMABIND_TOPOLOGY``'s snapshot when set, else this machine).  See
+    the module docstring for every rule and error.
     """
     if not isinstance(move, bool):
         raise ConfigError(f"move must be True or False, not {move!r}")

@@ -11,8 +11,10 @@ Page pinning for DMA is real too: io_uring's buffer registration pins pages the 
 from __future__ import annotations
 
 import ctypes
+import errno
 import mmap
 import os
+from pathlib import Path
 from typing import Iterator, List
 
 import pytest
@@ -21,7 +23,14 @@ from pynumabind import _libnuma
 from pynumabind.discovery import detect_topology
 from pynumabind.placement import NOT_ASKED, NOT_MIGRATED, bind_memory, memory_on
 
-from ._guestlib import PCI_ADDRESS, PCI_ADDRESS_NODE2, PCI_CLASS, PCI_VENDOR, page_nodes
+from ._guestlib import (
+    PCI_ADDRESS,
+    PCI_ADDRESS_NODE2,
+    PCI_CLASS,
+    PCI_VENDOR,
+    page_nodes,
+    run_python,
+)
 
 pytestmark = pytest.mark.usefixtures("pristine")
 
@@ -280,3 +289,66 @@ def test_memory_on_by_gpu_allocates_on_its_memory_node(process_on_node0: None) -
         assert scope.mode == "MPOL_PREFERRED" and scope.nodes == frozenset({1})
         assert fresh_nodes() == [1] * 16
     assert fresh_nodes() == [0] * 16
+
+
+# -------------------------------------------------------- a real cpuset.mems
+
+
+_CONFINED_CHILD = """
+import json, os, sys
+with open(sys.argv[1] + "/cgroup.procs", "w") as handle:
+    handle.write(str(os.getpid()))  # this process joins the group (cpuset.mems=0)
+
+from pynumabind import PynumabindError, _libnuma
+from pynumabind.discovery import detect_topology
+from pynumabind.placement import bind_memory, memory_on
+
+def attempt(call):
+    try:
+        call()
+    except PynumabindError as exc:
+        return [type(exc).__name__, getattr(exc, "errno", None), str(exc)]
+    return None
+
+region = bytearray(8192)
+claims = detect_topology(use_nvml=False).replace(allowed_mems=frozenset({0, 1, 2}))
+report = {
+    "bind": attempt(lambda: bind_memory(region, node=1)),
+    "memory_on": attempt(lambda: memory_on(node=1)),
+    "kernel": attempt(lambda: bind_memory(region, node=1, topology=claims)),
+    "within": bind_memory(region, node=0).to_dict(),
+    "policy": _libnuma.get_mempolicy().mode_name,
+}
+print(json.dumps(report))
+"""
+
+
+@pytest.fixture
+def mems0_cgroup() -> Iterator[Path]:
+    """A cgroup v2 group whose cpuset.mems is node 0 only."""
+    root = Path("/sys/fs/cgroup")
+    group = root / "pynumabind-mems0"
+    (root / "cgroup.subtree_control").write_text("+cpuset")
+    group.mkdir(exist_ok=True)
+    try:
+        (group / "cpuset.mems").write_text("0")
+        assert (group / "cpuset.mems.effective").read_text().strip() == "0"
+        yield group
+    finally:
+        for pid in (group / "cgroup.procs").read_text().split():
+            (root / "cgroup.procs").write_text(pid)
+        group.rmdir()
+
+
+def test_nodes_outside_cpuset_mems_are_refused_by_name(mems0_cgroup: Path) -> None:
+    report = run_python(_CONFINED_CHILD, [str(mems0_cgroup)])
+    for key in ("bind", "memory_on"):
+        kind, _err, message = report[key]
+        assert kind == "PlanError", report
+        assert "node 1 is outside this process's allowed memory nodes 0" in message
+    kind, err, message = report["kernel"]  # the check passed on a false topology: the kernel says
+    assert (kind, err) == ("PlacementSyscallError", errno.EINVAL), report
+    assert "allowed memory nodes" in message
+    within = report["within"]  # a bytearray is not page-aligned: 2 or 3 pages, all on node 0
+    assert within["pages_per_node"] == {"0": within["pages"]} and within["complete"]
+    assert report["policy"] == "MPOL_DEFAULT"

@@ -44,9 +44,9 @@ IORING_UNREGISTER_BUFFERS = 1
 IO_URING_PARAMS_SIZE = 120  # struct io_uring_params
 
 
-def touched_on(node: int, pages: int) -> mmap.mmap:
+def touched_on(node: int, pages: int, flags: int = mmap.MAP_SHARED) -> mmap.mmap:
     """``pages`` fresh pages, each written while this thread's policy binds to ``node``."""
-    region = mmap.mmap(-1, pages * PAGE)
+    region = mmap.mmap(-1, pages * PAGE, flags=flags | mmap.MAP_ANONYMOUS)
     _libnuma.set_mempolicy(_libnuma.MPOL_BIND, {node})
     try:
         region[::PAGE] = b"\1" * pages  # one byte per page, in one C loop (TCG is slow)
@@ -249,6 +249,33 @@ def test_pinned_pages_stay_and_the_result_says_why() -> None:
         region.close()
 
 
+def test_pages_shared_with_another_process_stay_with_eacces() -> None:
+    """After a fork both processes map the (private, copy-on-write) pages: MPOL_MF_MOVE leaves
+    them, move_pages says EACCES for each (moving them needs MPOL_MF_MOVE_ALL and CAP_SYS_NICE).
+    A shared anonymous mapping would not do: fork does not copy its page table entries."""
+    region = touched_on(0, 16, mmap.MAP_PRIVATE)
+    ready, release = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child only holds the mapping until told
+        os.read(ready, 1)
+        os._exit(0)
+    try:
+        result = bind_memory(region, node=1)
+        assert page_nodes(region) == [0] * 16
+        assert result.not_moved == {"EACCES": 16} and not result.complete and not result.pinned
+        assert "MOVE_ALL" in result.summary()
+    finally:
+        os.write(release, b"x")
+        os.waitpid(child, 0)
+        os.close(ready)
+        os.close(release)
+    try:
+        alone = bind_memory(region, node=1)  # mapped once again: it moves
+        assert page_nodes(region) == [1] * 16 and alone.complete
+    finally:
+        region.close()
+
+
 # -------------------------------------------------------------------- memory_on
 
 
@@ -310,7 +337,7 @@ def attempt(call):
         return [type(exc).__name__, getattr(exc, "errno", None), str(exc)]
     return None
 
-region = bytearray(8192)
+region = bytearray(b"\\1" * 8192)  # written: every page present
 claims = detect_topology(use_nvml=False).replace(allowed_mems=frozenset({0, 1, 2}))
 report = {
     "bind": attempt(lambda: bind_memory(region, node=1)),

@@ -207,7 +207,7 @@ def test_union_errors_name_the_gpu_not_a_launcher_rank() -> None:
     with pytest.raises(PlanError) as caught:
         plan(topology, options=env_options)
     message = str(caught.value)
-    assert message.startswith("GPU 1 (of this process's gpus=): ")
+    assert message.startswith("GPU 1 (one of the GPUs this process drives): ")
     assert "rank 1" not in message and "LOCAL_RANK" not in message
 
 
@@ -231,3 +231,24 @@ def test_check_prints_the_rank_once(tmp_path: Path, snapshot: Path) -> None:
     assert done.returncode == 1
     assert "  rank 1: " in done.stdout
     assert "rank 1: rank 1:" not in done.stdout
+
+
+def test_a_no_rank_bind_failure_names_the_gpu(snapshot: Path) -> None:
+    # Before: "rank 0: its node(s) 0 have CPUs 0, ..." for a process given no rank.
+    code = (
+        "import os, pynumabind\n"
+        "os.sched_setaffinity(0, {1})\n"
+        "try:\n"
+        "    pynumabind.bind_current_process()\n"
+        "except pynumabind.PynumabindError as exc:\n"
+        "    print(type(exc).__name__, exc)\n"
+    )
+    full = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
+    for name in ("LOCAL_RANK", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"):
+        full.pop(name, None)
+    full.update({"PYNUMABIND_TOPOLOGY": str(snapshot), "CUDA_VISIBLE_DEVICES": "0"})
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=full, timeout=120
+    )
+    assert done.stdout.startswith("PlanError GPU 0 (one of the GPUs this process drives): ")
+    assert "rank 0" not in done.stdout

@@ -357,7 +357,7 @@ def _union_member(topology: Topology, each: Options, index: int, count: int) -> 
         text = str(exc)
         prefix = f"rank {index}: "
         text = text[len(prefix) :] if text.startswith(prefix) else text
-        raise type(exc)(f"GPU {index} (of this process's gpus=): {text}") from exc
+        raise type(exc)(f"GPU {index} (one of the GPUs this process drives): {text}") from exc
 
 
 def _union_indices(topology: Topology, options: Options, gpus: Sequence[int]) -> List[int]:

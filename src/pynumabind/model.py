@@ -15,7 +15,10 @@ diffable, and :meth:`Topology.from_json` restores exactly what
 (:data:`MAX_SNAPSHOT_CHARS`), deep nesting is a :class:`TopologyError`, not
 a RecursionError, every id must be a non-negative int within the kernel's
 limits, every set is kept within the snapshot's own CPUs and nodes, and the
-ids all its lists hold together are bounded (see :class:`_Snapshot`).
+ids all its lists hold together are bounded (see :class:`_Snapshot`), and a
+GPU's ``numa_node``/``memory_node`` must be one of its nodes.  Schema 2 adds
+``visibility`` (:attr:`Topology.visibility`: which visible-device settings
+filtered the GPU list, null for the whole machine); schema 1 is still read.
 
 A :class:`Topology` says how much of the CPU layout it holds
 (:class:`Detail`): the binding path reads only what its CPU mode needs

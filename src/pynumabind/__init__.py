@@ -69,6 +69,9 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "VerifyResult": ("binder", "VerifyResult"),
     "apply_plan": ("binder", "apply_plan"),
     "bind_current_process": ("binder", "bind_current_process"),
+    # measuring before binding (issue 21)
+    "advise": ("advisor", "advise"),
+    "Advice": ("_advice", "Advice"),
 }
 
 # Made from the table; type checkers read the "X as X" re-exports below instead.
@@ -78,9 +81,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Dict, List, Tuple
 
     # "X as X": an explicit re-export, for type checkers and linters.
+    from ._advice import Advice as Advice
     from ._threads import ThreadAction as ThreadAction
     from ._threads import ThreadResult as ThreadResult
     from ._visible import apply_visibility as apply_visibility
+    from .advisor import advise as advise
     from .binder import Binding as Binding
     from .binder import Skipped as Skipped
     from .binder import VerifyResult as VerifyResult

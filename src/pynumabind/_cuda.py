@@ -246,13 +246,20 @@ def _numa_node(topology: Topology, bus_id: Optional[str]) -> Optional[int]:
 
 
 def _copy_cell(
-    backend: Backend, ordinal: int, cpu_node: int, *, size: int, repeats: int, keep: List[Any]
+    backend: Backend,
+    ordinal: int,
+    cpu_node: int,
+    topology: Topology,
+    *,
+    size: int,
+    repeats: int,
+    keep: List[Any],
 ) -> CopyCell:
     """Runs in a thread already bound to ``cpu_node``'s CPUs."""
     from ._measure import _on_node, placement
 
     backend.select(ordinal)
-    with _on_node(cpu_node):
+    with _on_node(cpu_node, topology):
         host, address = backend.pinned(size)
     keep.append(host)
     where = placement(address, size, cpu_node)
@@ -291,7 +298,14 @@ def measure_gpus(
                 progress(f"gpu {ordinal}: pinned copies from CPU node {cpu_node}")
                 cpus = topology.nodes[cpu_node].cpus & topology.allowed_cpus
                 work = functools.partial(
-                    _copy_cell, backend, ordinal, cpu_node, size=size, repeats=repeats, keep=keep
+                    _copy_cell,
+                    backend,
+                    ordinal,
+                    cpu_node,
+                    topology,
+                    size=size,
+                    repeats=repeats,
+                    keep=keep,
                 )
                 try:
                     cells.append(run_bound(cpus, work))

@@ -165,37 +165,23 @@ class _Buffer:
         self.map.close()
 
 
-@contextlib.contextmanager
-def _on_node(node: int) -> Iterator[None]:
-    """The calling thread allocates on ``node`` inside the block (``memory_on``)."""
-    import pynumabind
+def _on_node(node: int, topology: Topology) -> Any:
+    """The calling thread allocates on ``node`` inside the block (``memory_on``, MPOL_BIND)."""
+    from .placement import memory_on
 
-    memory_on = getattr(pynumabind, "memory_on", None)
-    if memory_on is not None:
-        with memory_on(node=node, policy="bind"):
-            yield
-        return
-    # TEMPORARY until branch mem (memory_on) is merged.
-    from . import _libnuma
-
-    before = _libnuma.get_mempolicy()
-    _libnuma.set_mempolicy(_libnuma.MPOL_BIND, frozenset({node}))
-    try:
-        yield
-    finally:
-        _libnuma.set_mempolicy(before.mode, before.nodes, before.flags)
+    return memory_on(node=node, policy="bind", topology=topology)
 
 
 @contextlib.contextmanager
-def _buffers(node: int, sizes: Sequence[int], fill: int = 1) -> Iterator[List[_Buffer]]:
+def _buffers(node: int, sizes: Sequence[int], topology: Topology) -> Iterator[List[_Buffer]]:
     """Buffers first touched on ``node`` (``ctypes.memset`` inside ``memory_on``)."""
     made: List[_Buffer] = []
     try:
-        with _on_node(node):
+        with _on_node(node, topology):
             for size in sizes:
                 buffer = _Buffer(size)
                 made.append(buffer)
-                ctypes.memset(buffer.address, fill, size)
+                ctypes.memset(buffer.address, 1, size)
         yield made
     finally:
         for buffer in made:
@@ -516,6 +502,7 @@ def measure_memory(
             cell = _measure_cell(
                 cpus,
                 memory_node,
+                topology,
                 size=size,
                 threads=threads,
                 settings=settings,
@@ -545,6 +532,7 @@ def measure_memory(
 def _measure_cell(
     cpus: frozenset[int],
     node: int,
+    topology: Topology,
     *,
     size: int,
     threads: int,
@@ -553,7 +541,7 @@ def _measure_cell(
     overhead: Optional[Spread],
 ) -> MemoryCell:
     try:
-        with _buffers(node, [size, size]) as (src, dst):
+        with _buffers(node, [size, size], topology) as (src, dst):
             where = placement(src.address, size, node)
             bandwidth = copy_bandwidth(
                 cpus, src.address, dst.address, size=size, threads=threads, settings=settings

@@ -27,6 +27,7 @@ PURE: Dict[str, Set[str]] = {
     "cpulist": {"errors"},
     "model": {"errors", "cpulist"},
     "_visible": {"errors", "model"},
+    "_advice": set(),  # the advise rule: values in, values out
 }
 
 

@@ -109,7 +109,7 @@ def test_one_node_nothing_to_compare() -> None:
 
 
 def test_difference_within_noise_is_no_difference() -> None:
-    # 15% apart in the medians, but quartile ranges of +-30% overlap.
+    # 15% apart in the medians, but samples spread +-30% overlap.
     rec = decide(matrix([[100, 85], [85, 100]], rel=0.3))
     assert rec.bind is False
     assert rec.verdict == NO_DIFFERENCE
@@ -140,13 +140,15 @@ def test_every_measurement_failed_means_no_recommendation() -> None:
 
 
 def test_compare_ratio_and_noise_range() -> None:
-    c = compare(
-        "x", ("a", Spread(3, 20.0, 19.0, 21.0, 18, 22)), ("b", Spread(5, 10.0, 9.0, 11.0, 8, 12))
-    )
+    better = Spread(3, 20.0, 19.0, 21.0, 13, 22)
+    c = compare("x", ("a", better), ("b", Spread(5, 10.0, 9.0, 11.0, 8, 12)))
     assert (c.ratio, c.n) == (2.0, 3)
-    assert c.low == pytest.approx(19 / 11)
-    assert c.high == pytest.approx(21 / 9)
+    assert c.low == pytest.approx(13 / 12)
+    assert c.high == pytest.approx(22 / 8)
     assert c.measurable
+    # The same medians, but one slow sample of the better below the worse's best: noise.
+    slow = compare("x", ("a", Spread(3, 20.0, 19.0, 21.0, 11, 22)), ("b", better.scaled(0.5)))
+    assert slow.ratio == 2.0 and not slow.measurable
     zero = compare("x", ("a", spread(1.0)), ("b", Spread(1, 0.0, 0.0, 0.0, 0.0, 0.0)))
     assert not zero.measurable
 

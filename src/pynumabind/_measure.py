@@ -20,8 +20,10 @@ binding:
   buffer is several times the CPU node's last-level cache (the sum of its
   distinct LLC instances, from sysfs), so the copy streams from memory.  A
   sample is ``2 x bytes / seconds`` (read + write, STREAM's convention) over
-  enough passes to last :attr:`Settings.sample_seconds`; the first sample is
-  a discarded warm-up.
+  enough passes to last :attr:`Settings.sample_seconds` (a first, untimed
+  round per cell sets the number of passes).  The samples are taken
+  round-robin over the cells, so load from elsewhere during the run falls
+  on every cell alike, not on the one measured at that moment.
 * **Latency.**  A pointer chase: one bound thread follows a chain of
   dependent loads through the buffer, every step to another 4 KiB page
   chosen at random (so it includes a TLB miss unless transparent huge pages
@@ -29,7 +31,8 @@ binding:
   same way on a chain small enough to stay in the L1 cache and subtracted:
   that *overhead* is reported too, and a latency smaller than the loop's
   jitter is not reported at all.  The chain continues across samples, so
-  no sample re-reads lines the previous one left in the cache.
+  no sample re-reads lines the previous one left in the cache; the first
+  round is a warm-up.
 
 Nothing here runs a shell, a subprocess or a compiler.
 """
@@ -39,6 +42,7 @@ from __future__ import annotations
 import array
 import contextlib
 import ctypes
+import functools
 import math
 import mmap
 import os
@@ -57,6 +61,7 @@ __all__ = [
     "MAX_THREADS",
     "PLACEMENT_SAMPLES",
     "Settings",
+    "chase_chain",
     "firmware",
     "llc_bytes",
     "measure_memory",
@@ -284,37 +289,38 @@ def buffer_size(settings: Settings, llc: Optional[int], free: Optional[int]) -> 
 
 
 class _CopyCrew:
-    """``threads`` threads bound to ``cpus``, each copying its slice on every round."""
+    """``threads`` threads bound to ``cpus``; each round, each copies its slice of a buffer.
 
-    def __init__(self, cpus: frozenset[int], src: int, dst: int, size: int, threads: int) -> None:
-        self.slice = size // threads - (size // threads) % LINE
+    The threads are started (and bound) once and reused for every memory
+    node: a round names the source, destination, size and passes.
+    """
+
+    def __init__(self, cpus: frozenset[int], threads: int) -> None:
         self.threads = threads
-        self.passes = 1
+        self.job: Tuple[int, int, int, int] = (0, 0, 0, 0)  # src, dst, slice, passes
         self.stop = False
         self.errors: List[BaseException] = []
         self.start = threading.Barrier(threads + 1)
         self.done = threading.Barrier(threads + 1)
         self.crew = [
             threading.Thread(
-                target=self._work,
-                args=(cpus, src + k * self.slice, dst + k * self.slice),
-                name=f"pynumabind-copy-{k}",
-                daemon=True,
+                target=self._work, args=(cpus, k), name=f"pynumabind-copy-{k}", daemon=True
             )
             for k in range(threads)
         ]
         for thread in self.crew:
             thread.start()
 
-    def _work(self, cpus: frozenset[int], src: int, dst: int) -> None:
+    def _work(self, cpus: frozenset[int], k: int) -> None:
         try:
             _bind_this_thread(cpus)
             while True:
                 self.start.wait(BARRIER_TIMEOUT)
                 if self.stop:
                     return
-                for _ in range(self.passes):
-                    ctypes.memmove(dst, src, self.slice)
+                src, dst, part, passes = self.job
+                for _ in range(passes):
+                    ctypes.memmove(dst + k * part, src + k * part, part)
                 self.done.wait(BARRIER_TIMEOUT)
         except threading.BrokenBarrierError:
             return
@@ -323,8 +329,10 @@ class _CopyCrew:
             self.start.abort()
             self.done.abort()
 
-    def round(self) -> float:
-        """Seconds for every thread to copy its slice ``passes`` times."""
+    def round(self, src: int, dst: int, size: int, passes: int) -> float:
+        """GB/s of every thread copying its slice of ``size`` bytes ``passes`` times."""
+        part = size // self.threads - (size // self.threads) % LINE
+        self.job = (src, dst, part, passes)
         try:
             self.start.wait(BARRIER_TIMEOUT)
             began = time.perf_counter()
@@ -334,7 +342,8 @@ class _CopyCrew:
             if self.errors:
                 raise self.errors[0] from None
             raise PynumabindError("a measuring thread stopped answering") from None
-        return time.perf_counter() - began
+        seconds = max(time.perf_counter() - began, 1e-9)
+        return 2 * part * self.threads * passes / seconds / 1e9  # read + write
 
     def close(self) -> None:
         self.stop = True
@@ -342,24 +351,6 @@ class _CopyCrew:
             self.start.wait(1.0)
         for thread in self.crew:
             thread.join(BARRIER_TIMEOUT)
-
-    def moved(self) -> int:
-        """Bytes read plus bytes written in one round."""
-        return 2 * self.slice * self.threads * self.passes
-
-
-def copy_bandwidth(
-    cpus: frozenset[int], src: int, dst: int, *, size: int, threads: int, settings: Settings
-) -> Spread:
-    """GB/s of ``threads`` threads bound to ``cpus`` copying ``size`` bytes from src to dst."""
-    crew = _CopyCrew(cpus, src, dst, size, max(1, threads))
-    try:
-        warm = crew.round()  # faults in nothing new, but settles caches and frequencies
-        crew.passes = max(1, math.ceil(settings.sample_seconds / max(warm, 1e-6)))
-        samples = [crew.moved() / crew.round() / 1e9 for _ in range(settings.samples)]
-    finally:
-        crew.close()
-    return Spread.of(samples)
 
 
 # ----------------------------------------------------------------- latency
@@ -404,20 +395,6 @@ def _chase(view: memoryview, start: int, steps: int) -> Tuple[float, int]:
     return (time.perf_counter_ns() - began) / steps, index
 
 
-def chase_latency(buffer: _Buffer, steps: int, samples: int) -> Spread:
-    """Raw ns per step over ``buffer`` (already holding a chain); one warm-up first."""
-    view = memoryview(buffer.map).cast("Q")
-    try:
-        _, index = _chase(view, 0, steps)
-        found: List[float] = []
-        for _ in range(samples):
-            value, index = _chase(view, index, steps)
-            found.append(value)
-    finally:
-        view.release()
-    return Spread.of(found)
-
-
 def chase_overhead(steps: int, samples: int) -> Spread:
     """ns per step of the same loop over a 4-page (L1-resident) chain: the method's cost."""
     chain = chase_chain(4)
@@ -428,16 +405,12 @@ def chase_overhead(steps: int, samples: int) -> Spread:
 
 def _net_latency(raw: Spread, overhead: Spread) -> Optional[Spread]:
     """``raw`` less the loop's median cost; None when that is within the loop's own jitter."""
+    cost = overhead.median
     net = Spread(
-        raw.n,
-        raw.median - overhead.median,
-        raw.q1 - overhead.median,
-        raw.q3 - overhead.median,
-        raw.min - overhead.median,
-        raw.max - overhead.median,
+        raw.n, raw.median - cost, raw.q1 - cost, raw.q3 - cost, raw.min - cost, raw.max - cost
     )
-    jitter = max(overhead.q3 - overhead.q1, 0.5)
-    return net if net.q1 > jitter else None
+    jitter = max(overhead.max - overhead.min, 0.5)
+    return net if net.min > jitter else None
 
 
 # ------------------------------------------------------------ the matrix
@@ -465,6 +438,108 @@ def _node_plan(topology: Topology) -> _NodePlan:
     return _NodePlan(sorted(cpus), sorted(memory), cpus, free)
 
 
+class _Cells:
+    """Samples, placements and errors per (CPU node, memory node), gathered round by round."""
+
+    def __init__(self, plan: _NodePlan) -> None:
+        self.plan = plan
+        self.bandwidth: Dict[Tuple[int, int], List[float]] = {}
+        self.latency: Dict[Tuple[int, int], List[float]] = {}
+        self.errors: Dict[Tuple[int, int], str] = {}
+        self.placements: Dict[int, Placement] = {}
+        self.threads = {c: min(len(plan.cpus[c]), MAX_THREADS) for c in plan.cpu_nodes}
+
+    def pairs(self) -> List[Tuple[int, int]]:
+        return [
+            (c, m)
+            for c in self.plan.cpu_nodes
+            for m in self.plan.memory_nodes
+            if (c, m) not in self.errors
+        ]
+
+    def fail(self, pairs: Sequence[Tuple[int, int]], exc: BaseException) -> None:
+        for pair in pairs:
+            self.errors.setdefault(pair, f"{type(exc).__name__}: {exc}")
+
+    def cell(self, c: int, m: int, overhead: Optional[Spread]) -> MemoryCell:
+        if (c, m) in self.errors:
+            return MemoryCell(threads=self.threads[c], error=self.errors[(c, m)])
+        raw = self.latency.get((c, m))
+        latency = _net_latency(Spread.of(raw), overhead) if raw and overhead else None
+        return MemoryCell(
+            Spread.of(self.bandwidth[(c, m)]), latency, self.placements.get(m), self.threads[c]
+        )
+
+
+_MEASURED_ERRORS = (PynumabindError, OSError, MemoryError)
+
+
+def _bandwidth_rounds(
+    cells: _Cells, buffers: Dict[int, List[_Buffer]], settings: Settings, progress: Progress
+) -> None:
+    """Calibrate every cell, then take the samples round-robin over the cells.
+
+    Interleaving puts every cell's samples across the whole run, so a burst
+    of load from elsewhere lands on all cells alike instead of on one.
+    """
+    crews: Dict[int, _CopyCrew] = {}
+    passes: Dict[Tuple[int, int], int] = {}
+    try:
+        for c in cells.plan.cpu_nodes:
+            crews[c] = _CopyCrew(cells.plan.cpus[c], cells.threads[c])
+        for c, m in cells.pairs():
+            progress(f"memory: CPU node {c} ({cells.threads[c]} threads) x memory node {m}")
+            src, dst = buffers[m]
+            try:
+                warm = crews[c].round(src.address, dst.address, src.size, 1)
+                seconds = 2 * src.size / (warm * 1e9)
+                passes[(c, m)] = max(1, math.ceil(settings.sample_seconds / max(seconds, 1e-6)))
+            except _MEASURED_ERRORS as exc:
+                cells.fail([(c, m)], exc)
+        for _ in range(settings.samples):
+            for c, m in cells.pairs():
+                src, dst = buffers[m]
+                try:
+                    value = crews[c].round(src.address, dst.address, src.size, passes[(c, m)])
+                    cells.bandwidth.setdefault((c, m), []).append(value)
+                except _MEASURED_ERRORS as exc:
+                    cells.fail([(c, m)], exc)
+    finally:
+        for crew in crews.values():
+            crew.close()
+
+
+def _latency_rounds(
+    cells: _Cells, buffers: Dict[int, List[_Buffer]], settings: Settings, progress: Progress
+) -> Spread:
+    """Chain every memory node's source buffer, time the loop alone, then chase round-robin."""
+    progress("latency: building the pointer-chase chain and timing the loop itself")
+    size = min(b[0].size for b in buffers.values())
+    chain = chase_chain(size // PAGE)
+    address, _ = chain.buffer_info()
+    for src, _dst in buffers.values():
+        ctypes.memmove(src.address, address, size)  # overwrites data, not placement
+    overhead = chase_overhead(settings.chase_steps, settings.samples)
+    views = {m: memoryview(b[0].map).cast("Q") for m, b in buffers.items()}
+    where = dict.fromkeys(views, 0)  # each chase continues where the last one stopped
+    try:
+        for round_number in range(settings.samples + 1):  # round 0 is a warm-up
+            progress(f"latency: round {round_number + 1} of {settings.samples + 1}")
+            for c, m in cells.pairs():
+                try:
+                    work = functools.partial(_chase, views[m], where[m], settings.chase_steps)
+                    took, where[m] = run_bound(cells.plan.cpus[c], work)
+                except _MEASURED_ERRORS as exc:
+                    cells.fail([(c, m)], exc)
+                    continue
+                if round_number:
+                    cells.latency.setdefault((c, m), []).append(took)
+    finally:
+        for view in views.values():
+            view.release()
+    return overhead
+
+
 def measure_memory(
     topology: Topology,
     settings: Settings,
@@ -483,79 +558,45 @@ def measure_memory(
     if llc is None:
         notes.append("LLC size unreadable from sysfs: buffers are the minimum size")
     size = min(buffer_size(settings, llc, plan.free.get(m)) for m in plan.memory_nodes)
+    cells = _Cells(plan)
     overhead: Optional[Spread] = None
-    chain: Optional[array.array] = None  # type: ignore[type-arg]
-    if settings.latency:
-        progress("latency: building the pointer-chase chain and timing the loop itself")
-        chain = chase_chain(size // PAGE)
-        overhead = chase_overhead(settings.chase_steps, settings.samples)
-    rows: List[Tuple[MemoryCell, ...]] = []
-    for cpu_node in plan.cpu_nodes:
-        cpus = plan.cpus[cpu_node]
-        threads = min(len(cpus), MAX_THREADS)
-        row = []
-        for memory_node in plan.memory_nodes:
-            progress(
-                f"memory: CPU node {cpu_node} ({threads} threads) x memory node {memory_node}, "
-                f"{size >> 20} MiB"
-            )
-            cell = _measure_cell(
-                cpus,
-                memory_node,
-                topology,
-                size=size,
-                threads=threads,
-                settings=settings,
-                chain=chain,
-                overhead=overhead,
-            )
-            row.append(cell)
-        rows.append(tuple(row))
+    with contextlib.ExitStack() as stack:
+        buffers: Dict[int, List[_Buffer]] = {}
+        for m in plan.memory_nodes:
+            progress(f"memory: placing 2 x {size >> 20} MiB on memory node {m}")
+            try:
+                buffers[m] = stack.enter_context(_buffers(m, [size, size], topology))
+                cells.placements[m] = placement(buffers[m][0].address, size, m)
+            except _MEASURED_ERRORS as exc:
+                cells.fail([(c, m) for c in plan.cpu_nodes], exc)
+        if buffers:
+            _bandwidth_rounds(cells, buffers, settings, progress)
+            if settings.latency:
+                overhead = _latency_rounds(cells, buffers, settings, progress)
+    rows = tuple(
+        tuple(cells.cell(c, m, overhead) for m in plan.memory_nodes) for c in plan.cpu_nodes
+    )
     method = (
         f"{size >> 20} MiB source and destination on the memory node, copied with "
         "ctypes.memmove (GIL released) by threads bound to the CPU node; GB/s counts "
-        "read + write; latency: Python pointer chase, one random 4 KiB page per load, "
-        "loop overhead subtracted"
+        "read + write; samples taken round-robin over the cells"
+        + (
+            "; latency: Python pointer chase, one random 4 KiB page per load, the loop's "
+            "own cost subtracted"
+            if settings.latency
+            else ""
+        )
     )
     return MemoryMatrix(
         tuple(plan.cpu_nodes),
         tuple(plan.memory_nodes),
-        tuple(rows),
+        rows,
         buffer_bytes=size,
         llc_bytes=llc,
         latency_overhead=overhead,
         method=method,
         notes=tuple(notes),
     )
-
-
-def _measure_cell(
-    cpus: frozenset[int],
-    node: int,
-    topology: Topology,
-    *,
-    size: int,
-    threads: int,
-    settings: Settings,
-    chain: Optional[array.array],  # type: ignore[type-arg]
-    overhead: Optional[Spread],
-) -> MemoryCell:
-    try:
-        with _buffers(node, [size, size], topology) as (src, dst):
-            where = placement(src.address, size, node)
-            bandwidth = copy_bandwidth(
-                cpus, src.address, dst.address, size=size, threads=threads, settings=settings
-            )
-            latency = None
-            if chain is not None and overhead is not None:
-                ctypes.memmove(src.address, chain.buffer_info()[0], size)
-                raw = run_bound(
-                    cpus, lambda: chase_latency(src, settings.chase_steps, settings.samples)
-                )
-                latency = _net_latency(raw, overhead)
-        return MemoryCell(bandwidth, latency, where, threads)
-    except (PynumabindError, OSError, MemoryError) as exc:
-        return MemoryCell(threads=threads, error=f"{type(exc).__name__}: {exc}")
 
 
 # ---------------------------------------------------------------- firmware

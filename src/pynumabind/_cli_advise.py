@@ -13,7 +13,7 @@ import argparse
 import json
 import math
 import sys
-from typing import Any, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from ._advice import Advice, GpuCopies, MemoryMatrix, Spread
 from .errors import PynumabindError
@@ -62,7 +62,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
         progress=_progress,
     )
     if args.plot:
-        write_plot(advice, args.plot)
+        write_plot(advice.to_dict(), args.plot)
         _progress(f"wrote {args.plot}")
     if sys.stdout is None:
         raise PynumabindError("standard output is closed")
@@ -223,42 +223,39 @@ def _matplotlib() -> Any:
     return plt
 
 
-def write_plot(advice: Advice, path: str) -> None:
-    """A heatmap of the bandwidth matrix, plus one panel per GPU's copies; PNG at ``path``."""
+def write_plot(document: Dict[str, Any], path: str) -> None:
+    """Heatmaps of an advise JSON document (``Advice.to_dict()``): memory, then each GPU; PNG.
+
+    It reads the JSON form, so a saved result (the benchmarks keep them) can
+    be drawn again later.
+    """
     plt = _matplotlib()
-    panels = (1 if advice.memory is not None else 0) + len(advice.gpus)
+    memory = document.get("memory")
+    gpus = document.get("gpus") or []
+    panels = (1 if memory else 0) + len(gpus)
     if panels == 0:
         raise PynumabindError("nothing was measured: no plot to draw")
     fig, axes = plt.subplots(1, panels, figsize=(4.5 * panels, 4), squeeze=False)
     position = 0
-    if advice.memory is not None:
-        memory = advice.memory
-        grid = [
-            [float("nan") if c.bandwidth is None else c.bandwidth.median for c in row]
-            for row in memory.cells
-        ]
+    if memory:
         _heatmap(
             axes[0][0],
-            grid,
-            [f"mem {m}" for m in memory.memory_nodes],
-            [f"cpu {c}" for c in memory.cpu_nodes],
+            memory["bandwidth_gbs"],
+            [f"mem {m}" for m in memory["memory_nodes"]],
+            [f"cpu {c}" for c in memory["cpu_nodes"]],
             "memory bandwidth, GB/s",
         )
         position = 1
-    for gpu in advice.gpus:
-        grid = [
-            [float("nan") if c.h2d is None else c.h2d.median for c in gpu.cells],
-            [float("nan") if c.d2h is None else c.d2h.median for c in gpu.cells],
-        ]
+    for gpu in gpus:
         _heatmap(
             axes[0][position],
-            grid,
-            [f"node {c.cpu_node}" for c in gpu.cells],
+            [gpu["h2d_gbs"], gpu["d2h_gbs"]],
+            [f"node {n}" for n in gpu["cpu_nodes"]],
             ["H2D", "D2H"],
-            f"GPU {gpu.index} pinned copies, GB/s",
+            f"GPU {gpu['index']} pinned copies, GB/s",
         )
         position += 1
-    fig.suptitle(advice.recommendation.verdict, fontsize=8)
+    fig.suptitle(document["recommendation"]["verdict"], fontsize=8)
     fig.tight_layout()
     try:
         fig.savefig(path, dpi=110)
@@ -269,8 +266,9 @@ def write_plot(advice: Advice, path: str) -> None:
 
 
 def _heatmap(
-    ax: Any, grid: List[List[float]], columns: List[str], rows: List[str], title: str
+    ax: Any, values: List[List[Optional[float]]], columns: List[str], rows: List[str], title: str
 ) -> None:
+    grid = [[float("nan") if v is None else float(v) for v in row] for row in values]
     image = ax.imshow(grid, cmap="viridis", aspect="auto")
     ax.set_xticks(range(len(columns)), labels=columns)
     ax.set_yticks(range(len(rows)), labels=rows)

@@ -83,7 +83,7 @@ def _cell(spread: Optional[Spread], error: Optional[str] = None) -> str:
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    from ._report import table
+    from ._cli_tables import table
 
     return table(headers, rows)
 

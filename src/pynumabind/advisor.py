@@ -69,6 +69,8 @@ def advise(
     say = progress or _quiet
     began = time.monotonic()
     if topology is None:
+        # Always this machine, read live: a PYNUMABIND_TOPOLOGY snapshot says
+        # where to plan, but the measurements run here.
         from . import discovery
 
         topology = discovery.detect_topology(use_nvml=gpus)

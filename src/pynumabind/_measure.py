@@ -202,15 +202,10 @@ def placement(
     """
     from . import _libnuma
 
-    ffi = _libnuma._ffi()
     first = address - address % PAGE
     count = max(1, (address + length - first + PAGE - 1) // PAGE)
-    step = max(1, count // max(1, samples))
-    pages = [ffi.cast("void *", first + i * PAGE) for i in range(0, count, step)]
-    addresses = ffi.new("void *[]", pages)
-    status = ffi.new("int[]", len(pages))
-    if _libnuma.load().move_pages(0, len(pages), addresses, ffi.NULL, status, 0) < 0:
-        raise NumaSyscallError(ffi.errno, "move_pages(query)")
+    step = max(1, count // max(1, samples), -(-count // _libnuma.MOVE_PAGES_CHUNK))
+    _, status = _libnuma.move_pages_status([first + i * PAGE for i in range(0, count, step)])
     return Placement(wanted, dict(Counter(int(s) for s in status)))
 
 

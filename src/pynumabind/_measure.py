@@ -45,7 +45,6 @@ import ctypes
 import functools
 import math
 import mmap
-import os
 import random
 import threading
 import time
@@ -54,7 +53,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 from ._advice import Firmware, HmatEntry, MemoryCell, MemoryMatrix, Placement, Spread
-from .errors import NumaSyscallError, PynumabindError
+from .errors import PynumabindError
 from .model import Topology
 
 __all__ = [
@@ -145,12 +144,10 @@ def run_bound(cpus: frozenset[int], work: Callable[[], _T], name: str = "pynumab
 
 
 def _bind_this_thread(cpus: frozenset[int]) -> None:
-    try:
-        os.sched_setaffinity(0, cpus)
-    except OSError as exc:
-        raise NumaSyscallError(
-            exc.errno or 22, f"sched_setaffinity(measuring thread, CPUs {sorted(cpus)})"
-        ) from exc
+    """Bind the calling thread (tid 0) to ``cpus``; a refusal is a NumaSyscallError."""
+    from . import _proc
+
+    _proc.set_thread_affinity(0, cpus)
 
 
 # ------------------------------------------------------------------ buffers

@@ -176,7 +176,35 @@ def test_a_cpu_tensor_is_duck_typed_and_its_strides_give_its_span() -> None:
     result = bind_memory(tensor, node=0)
     assert (result.address, result.size) == (backing.ctypes.data, (3 * PAGE // 8 + 1) * 8)
     assert result.pages_per_node and sum(result.pages_per_node.values()) >= 3
-    assert "torch" not in sys.modules
+
+
+def test_placement_never_imports_torch() -> None:
+    code = (
+        "import sys; from pynumabind import bind_memory, memory_on\n"
+        "bind_memory(bytearray(8192), node=0)\n"
+        "with memory_on(node=0): pass\n"
+        "print('torch' in sys.modules)"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
+
+
+def test_a_real_torch_cpu_tensor_and_a_strided_view_of_it() -> None:
+    torch = pytest.importorskip("torch", reason="torch is not importable (.ci/run installs it)")
+    tensor = torch.ones((1024, 512), dtype=torch.float32)
+    result = bind_memory(tensor, node=0)
+    assert (result.address, result.size) == (tensor.data_ptr(), 1024 * 512 * 4)
+    assert result.pages_per_node == {0: result.pages} and result.complete
+    assert _libnuma.address_policy(tensor.data_ptr()).mode == _libnuma.MPOL_BIND
+    column = tensor[:, 1]  # stride 512 elements: spans the rows, not 1024 contiguous floats
+    view = bind_memory(column, node=0, policy="preferred")
+    assert (view.address, view.size) == (tensor.data_ptr() + 4, ((1024 - 1) * 512 + 1) * 4)
+    assert _libnuma.address_policy(column.data_ptr()).mode == _libnuma.MPOL_PREFERRED
+    with pytest.raises(ConfigError, match="zero-length"):
+        bind_memory(torch.empty(0), node=0)
 
 
 def test_move_false_sets_the_policy_and_moves_nothing() -> None:
@@ -411,13 +439,31 @@ def test_gpu_and_empty_tensors() -> None:
         ({}, ConfigError, "give node="),
         ({"node": 0, "policy": "membind"}, ConfigError, "invalid placement policy 'membind'"),
         ({"node": 0, "policy": "local"}, ConfigError, "places nothing"),
-        ({"node": True}, ConfigError, "node id"),
+        ({"node": True}, ConfigError, "node must be an integer id, not True"),
+        ({"node": [0, "1"]}, ConfigError, "each node of a node list must be an integer id"),
+        ({"node": 1.0}, ConfigError, "node must be a node id or a node list, not float"),
+        ({"node": []}, ConfigError, "node list is empty"),
+        ({"gpu": "0"}, ConfigError, r"gpu \(a GPU index\) must be an integer id"),
         ({"node": 7}, PlanError, "node 7 does not exist on this machine"),
         ({"node": -1}, PlanError, "node -1 does not exist"),
         ({"gpu": 3}, PlanError, "no GPU 3"),
         ({"node": 0, "move": "yes"}, ConfigError, "move must be True or False"),
     ],
-    ids=["both", "neither", "policy", "local", "bool", "unknown", "negative", "gpu", "move"],
+    ids=[
+        "both",
+        "neither",
+        "policy",
+        "local",
+        "bool",
+        "list-item",
+        "float",
+        "empty-list",
+        "gpu-str",
+        "unknown",
+        "negative",
+        "gpu",
+        "move",
+    ],
 )
 def test_bad_arguments_are_typed_errors(kwargs: Any, error: type, match: str) -> None:
     with pytest.raises(error, match=match):
@@ -425,6 +471,14 @@ def test_bad_arguments_are_typed_errors(kwargs: Any, error: type, match: str) ->
     if "move" not in kwargs:
         with pytest.raises(error, match=match):
             memory_on(**kwargs)
+
+
+def test_numpy_integers_name_nodes_and_gpus() -> None:
+    result = bind_memory(bytearray(PAGE), node=np.int64(0))
+    assert result.nodes == frozenset({0})
+    assert memory_on(node=[np.int32(0)]).nodes == frozenset({0})
+    topology = make_topology({0: "0-1"}, gpus=[gpu(0, 0, local_cpus="0-1")])
+    assert memory_on(gpu=np.int64(0), topology=topology).nodes == frozenset({0})
 
 
 def test_node_without_memory_and_node_outside_the_allowed_ones() -> None:

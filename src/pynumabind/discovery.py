@@ -360,22 +360,38 @@ def topology_from_sysfs(
     gpu_vendors: Optional[Union[Mapping[int, str], Iterable[int]]] = None,
     pci_classes: Optional[Iterable[Union[str, int]]] = None,
     environ: Optional[Mapping[str, str]] = None,
+    detail: Detail = Detail.FULL,
 ) -> Topology:
     """The machine under sysfs ``root`` (``/sys``, or another machine's copy), without NVML.
 
-    See :func:`pynumabind._sysfs.read_topology` for what each keyword means;
-    ``None`` keeps its default.
+    :func:`pynumabind._sysfs.read_layout`, then :func:`~pynumabind._sysfs.with_allowed`.
+
+    ``gpu_vendors`` (PCI vendor id -> name, or just ids) and ``pci_classes``
+    (``"0x03"`` base class, ``"0x0302"`` base+subclass, ``"0x030200"`` full)
+    choose which PCI functions count as accelerators; pass extra ones to
+    accept other devices; ``None`` means :data:`DEFAULT_GPU_VENDORS` /
+    :data:`DEFAULT_PCI_CLASSES`.  GPUs come in driver order: KFD order for AMD when
+    the KFD topology is present, PCI address order otherwise (NVML's default
+    order).  With ``environ``, ``CUDA_VISIBLE_DEVICES``/``ROCR_VISIBLE_DEVICES``
+    from it are applied; without, every GPU is listed.
+
+    Allowed sets: for the live ``/sys`` they are read fresh from
+    ``sched_getaffinity`` and ``get_mempolicy(MPOL_F_MEMS_ALLOWED)``; for any
+    other root they default to every online CPU and every node with memory.
+    ``allowed_cpus``/``allowed_mems`` override both.  ``detail`` (see
+    :class:`~pynumabind.model.Detail`) says how much of the CPU layout to read.
     """
     from . import _sysfs
 
-    return _sysfs.read_topology(
-        root,
-        allowed_cpus=allowed_cpus,
-        allowed_mems=allowed_mems,
-        gpu_vendors=gpu_vendors,
-        pci_classes=pci_classes,
-        environ=environ,
+    layout = _sysfs.read_layout(
+        root, detail=detail, gpu_vendors=gpu_vendors, pci_classes=pci_classes
     )
+    topology = _sysfs.with_allowed(
+        layout, root, allowed_cpus=allowed_cpus, allowed_mems=allowed_mems
+    )
+    if environ is not None:
+        topology = apply_visibility(topology, environ)
+    return topology
 
 
 def load_topology(path: str) -> Topology:

@@ -57,9 +57,11 @@ huge page is counted as its 4 KiB pages; ``hugetlbfs`` mappings need
 huge-page-aligned ranges and are not supported.
 
 **Moving.**  ``move=True`` passes ``MPOL_MF_MOVE``: pages mapped only by this
-process move.  ``MPOL_MF_MOVE_ALL`` (pages shared with other processes too)
-needs ``CAP_SYS_NICE`` and is not used; such pages stay and are reported
-with ``EACCES``.  Pages not yet touched (``-ENOENT``) are no failure: they
+process and not already on one of the policy's nodes move (so interleaving
+pages over nodes they already lie on does not re-spread them).
+``MPOL_MF_MOVE_ALL`` (pages shared with other processes too) needs
+``CAP_SYS_NICE`` and is not used; such pages stay and are reported with
+``EACCES``.  Pages not yet touched (``-ENOENT``) are no failure: they
 will be allocated under the policy when first touched, and are counted as
 ``not_present``.  Afterwards each page is asked where it is
 (``move_pages`` with no target).  A page still off the nodes gets one more
@@ -71,7 +73,10 @@ which it reports only as a count (an extra reference holds them: memory
 pinned by ``cudaHostAlloc``/``cudaHostRegister``, RDMA or io_uring).
 **Page-locked (pinned) memory cannot be moved**; the result says so and
 points to :func:`memory_on`.  ``mlock`` alone does not prevent migration
-(Linux migrates locked pages); pinning for DMA does.  ``move=False`` only
+(Linux migrates locked pages); pinning for DMA does.  Both are tested on a
+real kernel in the QEMU guest (Linux 6.1): ``mlock``-ed pages move, pages
+pinned by io_uring's buffer registration (the same long-term pin
+``cudaHostRegister`` takes) stay and are reported as :data:`NOT_MIGRATED`.  ``move=False`` only
 sets the policy for pages not yet allocated; pages elsewhere are reported
 under :data:`NOT_ASKED`.
 
@@ -108,6 +113,7 @@ from __future__ import annotations
 import collections
 import errno
 import mmap
+import operator
 import threading
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -238,7 +244,8 @@ def _fix(err: int, what: str) -> str:
 
 def _refused(exc: NumaSyscallError, operation: str, nodes: Optional[AbstractSet[int]]) -> Exception:
     err = exc.errno if exc.errno is not None else 0
-    return PlacementSyscallError(err, operation, nodes, _fix(err, operation.partition("(")[0]))
+    call = operation.partition("(")[0].strip()
+    return PlacementSyscallError(err, operation, nodes, _fix(err, call))
 
 
 # ----------------------------------------------------------------- targets
@@ -269,24 +276,28 @@ def _parse_policy(policy: Union[str, MemoryPolicy]) -> MemoryPolicy:
     return parsed
 
 
+def _node_id(value: object, what: str) -> int:
+    """An integer id (an int, or a numpy integer); bool and anything else are ConfigErrors."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise ConfigError(f"{what} must be an integer id, not {value!r:.40}")
+    return operator.index(value)
+
+
 def _parse_nodes(node: Union[int, str, Iterable[int]]) -> frozenset[int]:
-    if isinstance(node, bool):
-        raise ConfigError(f"node must be a node id or a node list, not {node!r}")
-    if isinstance(node, int):
-        nodes = frozenset({node})
-    elif isinstance(node, str):
+    if isinstance(node, str):
         from .cpulist import parse_nodelist
 
         nodes = parse_nodelist(node)
+    elif isinstance(node, bool) or hasattr(node, "__index__"):
+        nodes = frozenset({_node_id(node, "node")})
     else:
         try:
-            nodes = frozenset(node)
+            items = list(node)
         except TypeError:
             raise ConfigError(
                 f"node must be a node id or a node list, not {type(node).__name__}"
             ) from None
-        if not all(isinstance(n, int) and not isinstance(n, bool) for n in nodes):
-            raise ConfigError(f"node list {sorted(nodes, key=str)!r} holds something not an int")
+        nodes = frozenset(_node_id(n, "each node of a node list") for n in items)
     if not nodes:
         raise ConfigError("node list is empty")
     negative = [n for n in nodes if n < 0]
@@ -326,15 +337,14 @@ def _gpu_nodes(
     from .planner._memory import choose_mems
     from .planner._place import RankState, place_gpu
 
-    if isinstance(gpu, bool) or not isinstance(gpu, int):
-        raise ConfigError(f"gpu must be a GPU index (an int), not {gpu!r}")
+    gpu = _node_id(gpu, "gpu (a GPU index)")
     count = len(topology.gpus)
     if not 0 <= gpu < count:
         seen = f"GPUs 0-{count - 1}" if count > 1 else ("GPU 0" if count else "no GPU")
         raise PlanError(f"no GPU {gpu}: this process sees {seen}")
-    state = RankState(rank=0)
-    state.device = topology.gpus[gpu]
-    place_gpu(topology, state, state.device)
+    chosen = topology.gpus[gpu]
+    state = RankState(0, chosen)  # positional: rank, then the rank's GPU
+    place_gpu(topology, state, chosen)
     mems, planned = choose_mems(
         topology, state, policy=policy, interleave_nodes=None, gpu_memory=False, nodes_given=False
     )
@@ -346,12 +356,14 @@ def _gpu_nodes(
 
 
 def _machine(topology: Optional[Topology], gpus: bool) -> Topology:
+    """The machine ``node``/``gpu`` are checked against: given, or as plans get it."""
     if topology is not None:
         return topology
-    from .discovery import detect_topology
+    from .discovery import resolve_topology
     from .model import Detail
 
-    return detect_topology(detail=Detail.NODES, reuse=True, use_nvml=gpus)
+    # NVML only when a GPU is named: a node needs the nodes and allowed sets alone.
+    return resolve_topology(detail=Detail.NODES, reuse=True, use_nvml=gpus)
 
 
 def _target(
@@ -523,9 +535,9 @@ class MemoryPlacement:
     policy: str
     mode: str
     move: bool
-    pages_per_node: Optional[Mapping[int, int]]
+    pages_per_node: Optional[Mapping[int, int]] = field(hash=False)
     not_present: int = 0
-    not_moved: Mapping[str, int] = field(default_factory=dict)
+    not_moved: Mapping[str, int] = field(default_factory=dict, hash=False)
     reasons: Tuple[str, ...] = ()
     notes: Tuple[str, ...] = ()
 
@@ -711,9 +723,11 @@ def bind_memory(
     :class:`MemoryPlacement`: pages per node as ``move_pages`` reports them
     afterwards, and each page not moved with its reason.  Page-locked
     (pinned) memory cannot be moved: allocate it inside :func:`memory_on`.
-    ``topology`` (default: this machine, detected) is what ``node``/``gpu``
-    are checked and resolved against.  See the module docstring for every
-    rule and error.
+    ``topology`` is what ``node``/``gpu`` are checked and resolved against;
+    by default the machine a plan would use
+    (:func:`~pynumabind.discovery.resolve_topology`: this process on
+    ``PYNUMABIND_TOPOLOGY``'s snapshot when set, else this machine).  See
+    the module docstring for every rule and error.
     """
     if not isinstance(move, bool):
         raise ConfigError(f"move must be True or False, not {move!r}")

@@ -100,6 +100,13 @@ def test_dual_socket_remote_half_of_local_binds_memory() -> None:
     assert all(c.measurable for c in rec.comparisons)
 
 
+def test_remote_memory_faster_than_local_is_called_out() -> None:
+    rec = decide(matrix([[50, 100], [50, 100]]))
+    assert rec.bind is True
+    assert any("beats the node's own memory" in r and "CPU node 0" in r for r in rec.reasons)
+    assert not any("CPU node 1" in r and "beats" in r for r in rec.reasons)
+
+
 def test_one_node_nothing_to_compare() -> None:
     rec = decide(matrix([[12.0]]))
     assert rec.bind is False

@@ -30,7 +30,10 @@ Then:
 
 1. **Memory.**  For each CPU node, its best memory node (highest median
    bandwidth) is compared with every other memory node it was measured on.
-   Memory placement *matters* when any such pair differs measurably.
+   Memory placement *matters* when any such pair differs measurably.  When
+   the node that wins is not the CPU node's own, the reasons say so: local
+   ("preferred") memory is then not the fastest, which points at firmware
+   settings rather than at binding.
 2. **Copies, per GPU.**  Each CPU node's pinned H2D and D2H bandwidth is
    taken relative to the fastest node in that direction; the GPU's best node
    is the one whose worse direction is highest (ties: the node the GPU
@@ -573,6 +576,12 @@ def decide(
     bound_gpus = [g for g in gpu_advice if g.bind]
     if memory_matters or bound_gpus:
         reasons = [c.text() for c in memory_matters]
+        reasons += [
+            f"{c.subject}: {c.better} beats the node's own memory, so 'preferred' (local) "
+            "memory is not the fastest here: check the firmware's NUMA settings"
+            for c in memory_matters
+            if c.worse.endswith("(local)")
+        ]
         for advice in bound_gpus:
             reasons += list(advice.reasons)
         if not memory_matters and memory_found:

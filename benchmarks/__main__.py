@@ -4,8 +4,9 @@ Outputs (default directory ``benchmarks/results/``, git-ignored):
 
 * ``results.json`` (latest run) and ``results-<UTC timestamp>.json``;
 * ``results.md``, a Markdown table for the README;
-* ``scaling.png``, ``threads.png``, ``overhead.png``, ``locality.png``, ``jitter.png``
-  (and ``gpu.png`` with a GPU).
+* ``scaling.png``, ``threads.png``, ``overhead.png``, ``advise.png`` (memory
+  bandwidth per CPU node x memory node, and copies per GPU x node with a GPU),
+  ``jitter.png``.
 
 ``python -m benchmarks --render results.json`` re-renders an existing run.
 """
@@ -27,7 +28,7 @@ from .report import write_reports
 
 SCHEMA_VERSION = 1
 DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-SUITES = ("targets", "scaling", "threads", "overhead", "locality", "jitter", "gpu")
+SUITES = ("targets", "scaling", "threads", "overhead", "advise", "jitter")
 
 
 def _runner(name: str) -> Callable[[Settings], Dict[str, Any]]:
@@ -47,17 +48,13 @@ def _runner(name: str) -> Callable[[Settings], Dict[str, Any]]:
         from .overhead import run_overhead
 
         return run_overhead
-    if name == "locality":
-        from .locality import run_locality
+    if name == "advise":
+        from .advising import run_advise
 
-        return run_locality
-    if name == "jitter":
-        from .jitter import run_jitter
+        return run_advise
+    from .jitter import run_jitter
 
-        return run_jitter
-    from .gpu import run_gpu
-
-    return run_gpu
+    return run_jitter
 
 
 def ffi_mode() -> str:

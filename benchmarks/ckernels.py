@@ -1,10 +1,10 @@
 """Tiny C kernels, compiled at benchmark time with the system C compiler and loaded with ctypes.
 
-Why C: a pointer chase measures latency only if every load depends on the
-previous one, and a Python loop would measure the interpreter instead.  The
-jitter loop is in C for the same reason (its iteration time should be the
-CPU's, not the allocator's or the GIL's).  Benchmark-only: the library
-itself never compiles anything.
+Why C: the jitter loop's iteration time should be the CPU's, not the
+allocator's or the GIL's; and CPUID tells a QEMU TCG guest from a KVM one.
+Benchmark-only: the library itself never compiles anything (its memory
+latency is a Python pointer chase with the loop's own cost measured and
+subtracted: ``pynumabind._measure``).
 
 If no compiler is found, :func:`load_kernels` returns ``None`` and a reason;
 the callers report the affected measurements as unavailable.
@@ -27,14 +27,11 @@ C_SOURCE = r"""
 #define _GNU_SOURCE
 #include <sched.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
-
-#define LINE_WORDS 8 /* 64-byte lines of uint64_t */
 
 static double now_ns(void) {
     struct timespec ts;
@@ -42,53 +39,7 @@ static double now_ns(void) {
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
-/* xorshift64*: a fast, seedable generator; quality is ample for shuffling. */
-static uint64_t next_random(uint64_t *state) {
-    uint64_t x = *state;
-    x ^= x >> 12; x ^= x << 25; x ^= x >> 27;
-    *state = x;
-    return x * 2685821657736338717ULL;
-}
-
-/* Link the buffer's cache lines into one random cycle (Sattolo's algorithm),
-   writing every line, so the calling thread's memory policy places every page.
-   Returns 0, or -1 when the scratch array cannot be allocated. */
-int chase_init(uint64_t *buf, size_t lines, uint64_t seed) {
-    size_t *order = malloc(lines * sizeof(size_t));
-    uint64_t state = seed ? seed : 88172645463325252ULL;
-    if (order == NULL) return -1;
-    for (size_t i = 0; i < lines; i++) order[i] = i;
-    for (size_t i = lines - 1; i > 0; i--) {
-        size_t j = (size_t)(next_random(&state) % i); /* j < i: one single cycle */
-        size_t t = order[i]; order[i] = order[j]; order[j] = t;
-    }
-    for (size_t i = 0; i < lines; i++) {
-        memset(&buf[i * LINE_WORDS], 0, LINE_WORDS * sizeof(uint64_t));
-        buf[i * LINE_WORDS] = (uint64_t)(uintptr_t)&buf[order[i] * LINE_WORDS];
-    }
-    free(order);
-    return 0;
-}
-
 static volatile uint64_t sink;
-
-/* Follow the chain for `steps` dependent loads; returns nanoseconds per load. */
-double chase_run(uint64_t *buf, size_t steps) {
-    uint64_t *p = buf;
-    double start = now_ns();
-    for (size_t i = 0; i < steps; i++) p = (uint64_t *)(uintptr_t)*p;
-    double stop = now_ns();
-    sink = (uint64_t)(uintptr_t)p;
-    return steps ? (stop - start) / (double)steps : 0.0;
-}
-
-/* Steps until the chain returns to the first line (== lines for a single cycle). */
-size_t chase_cycle_length(uint64_t *buf, size_t limit) {
-    uint64_t *p = (uint64_t *)(uintptr_t)*buf;
-    size_t n = 1;
-    while (p != buf && n <= limit) { p = (uint64_t *)(uintptr_t)*p; n++; }
-    return n;
-}
 
 /* A fixed amount of dependent integer work per iteration; records each
    iteration's duration (ns) and the CPU it ended on. */
@@ -129,17 +80,6 @@ class Kernels:
     path: str
     compiler: str
 
-    def chase_init(self, address: int, lines: int, seed: int = 1) -> None:
-        if self.lib.chase_init(ctypes.c_void_p(address), lines, seed) != 0:
-            raise MemoryError("chase_init: cannot allocate its scratch array")
-
-    def chase_run(self, address: int, steps: int) -> float:
-        """Nanoseconds per dependent load."""
-        return float(self.lib.chase_run(ctypes.c_void_p(address), steps))
-
-    def chase_cycle_length(self, address: int, limit: int) -> int:
-        return int(self.lib.chase_cycle_length(ctypes.c_void_p(address), limit))
-
     def spin(self, iterations: int, work: int) -> Tuple[List[float], List[int]]:
         """Per-iteration nanoseconds and the CPU each iteration ended on."""
         ns = (ctypes.c_double * iterations)()
@@ -155,12 +95,6 @@ class Kernels:
 
 
 def _declare(lib: Any) -> None:
-    lib.chase_init.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64]
-    lib.chase_init.restype = ctypes.c_int
-    lib.chase_run.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    lib.chase_run.restype = ctypes.c_double
-    lib.chase_cycle_length.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    lib.chase_cycle_length.restype = ctypes.c_size_t
     lib.spin.argtypes = [
         ctypes.c_int,
         ctypes.c_uint64,

@@ -101,23 +101,6 @@ class Settings:
         """Repetitions at ``threads`` threads: fewer as each apply gets longer."""
         return max(10, self.apply_reps // max(1, threads // 10))
 
-    # locality
-    @property
-    def bandwidth_bytes(self) -> int:
-        return (64 if self.quick else 256) << 20
-
-    @property
-    def bandwidth_reps(self) -> int:
-        return 5 if self.quick else 15
-
-    @property
-    def latency_steps(self) -> int:
-        return 1_000_000 if self.quick else 4_000_000
-
-    @property
-    def latency_reps(self) -> int:
-        return 5 if self.quick else 11
-
     # jitter
     @property
     def jitter_iterations(self) -> int:
@@ -127,15 +110,6 @@ class Settings:
     def jitter_work(self) -> int:
         """Loop trips per iteration (~0.2 ms on a 2020s core)."""
         return 200_000
-
-    # gpu
-    @property
-    def gpu_bytes(self) -> int:
-        return (64 if self.quick else 256) << 20
-
-    @property
-    def gpu_reps(self) -> int:
-        return 5 if self.quick else 20
 
 
 @dataclass(frozen=True)

@@ -15,13 +15,13 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
+from pynumabind._measure import llc_bytes
 from pynumabind.cpulist import parse_cpulist
 
 __all__ = [
     "NodeInfo",
     "Virtualization",
     "detect_virtualization",
-    "l3_cache_bytes",
     "machine_info",
     "read_nodes",
     "topology_snapshot",
@@ -101,34 +101,6 @@ def read_nodes(sys_root: str = "/sys") -> List[NodeInfo]:
         online = (_read(os.path.join(sys_root, "devices/system/cpu/online")) or "0").strip()
         nodes.append(NodeInfo(0, parse_cpulist(online), None))
     return sorted(nodes, key=lambda n: n.id)
-
-
-def l3_cache_bytes(sys_root: str = "/sys", cpu: int = 0) -> Optional[int]:
-    """Size of ``cpu``'s largest (last-level) cache from sysfs, in bytes."""
-    best: Optional[Tuple[int, int]] = None
-    pattern = os.path.join(sys_root, f"devices/system/cpu/cpu{cpu}/cache/index[0-9]*")
-    for index in glob.glob(pattern):
-        level = (_read(os.path.join(index, "level")) or "").strip()
-        kind = (_read(os.path.join(index, "type")) or "Unified").strip()
-        size = (_read(os.path.join(index, "size")) or "").strip()
-        if not level.isdigit() or kind == "Instruction":
-            continue
-        parsed = parse_size(size)
-        if parsed is None:
-            continue
-        key = (int(level), parsed)
-        if best is None or key > best:
-            best = key
-    return None if best is None else best[1]
-
-
-def parse_size(text: str) -> Optional[int]:
-    """sysfs cache sizes: ``32768K``, ``1M``, ``512`` -> bytes; ``None`` if unreadable."""
-    match = re.fullmatch(r"(\d+)\s*([KMG]?)B?", text.strip(), flags=re.IGNORECASE)
-    if match is None:
-        return None
-    scale = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[match.group(2).upper()]
-    return int(match.group(1)) * scale
 
 
 # --------------------------------------------------------- virtualization
@@ -281,7 +253,7 @@ def machine_info(root: str = "/") -> Dict[str, Any]:
         "machine": uname.machine,
         "python": sys.version.split()[0],
         "python_implementation": platform.python_implementation(),
-        "l3_cache_bytes": l3_cache_bytes(os.path.join(root, "sys")),
+        "llc_bytes": llc_bytes([0], os.path.join(root, "sys")),
         "transparent_hugepages": _selected(
             _read(os.path.join(root, "sys/kernel/mm/transparent_hugepage/enabled"))
         ),

@@ -48,13 +48,6 @@ def _table(header: List[str], rows: List[List[Any]]) -> List[str]:
     return lines
 
 
-def _placement(data: Optional[Dict[str, int]]) -> str:
-    if not data:
-        return ""
-    total = sum(data.values()) or 1
-    return ", ".join(f"node {k}: {100 * v / total:.0f}%" for k, v in data.items())
-
-
 def render_markdown(results: Dict[str, Any]) -> str:
     machine = results.get("machine", {})
     virt = results.get("virtualization", {})
@@ -88,12 +81,10 @@ def render_markdown(results: Dict[str, Any]) -> str:
         lines += _threads_md(benches["threads"])
     if "overhead" in benches:
         lines += _overhead_md(benches["overhead"])
-    if "locality" in benches:
-        lines += _locality_md(benches["locality"])
+    if "advise" in benches:
+        lines += _advise_md(benches["advise"])
     if "jitter" in benches:
         lines += _jitter_md(benches["jitter"])
-    if "gpu" in benches:
-        lines += _gpu_md(benches["gpu"])
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -422,9 +413,6 @@ def _pulled_in(modules: List[Dict[str, Any]]) -> str:
     return f"; pulled in (self time): {top}"
 
 
-SHORT = {"bandwidth": "bw", "latency": "lat"}
-
-
 def startup_baseline(label: str) -> Optional[str]:
     """What a start-up command is compared with: the same program started bare."""
     if label in ("true", "python -c pass"):
@@ -432,44 +420,11 @@ def startup_baseline(label: str) -> Optional[str]:
     return "python -c pass" if "python" in label else "true"
 
 
-def _locality_md(data: Dict[str, Any]) -> List[str]:
-    out = ["### Memory locality", ""]
-    if not data.get("available", False):
-        return [*out, f"Unavailable: {data.get('reason')}", ""]
-    out += [
-        f"Copy bandwidth: {data.get('threads')} threads, numpy copy, read + write bytes counted. "
-        f"Latency: dependent pointer chase, {data.get('latency_note', '')}.",
-        "",
-    ]
-    remote = data.get("remote", {})
-    if not remote.get("available", False):
-        out += [f"**Remote memory: unavailable** — {remote.get('reason')}.", ""]
-    rows: List[List[Any]] = []
-    ratios = {(r["numerator"], r["metric"]): r for r in data.get("ratios", [])}
-    for entry in data.get("setups", []):
-        bw = entry.get("bandwidth", {})
-        lat = entry.get("latency", {})
-        vs = [
-            f"{SHORT[metric]} {_ratio_text(ratios[(entry['name'], metric)])}"
-            for metric in ("bandwidth", "latency")
-            if (entry["name"], metric) in ratios
-        ]
-        rows.append(
-            [
-                entry["name"],
-                _s(bw.get("summary"))
-                if "summary" in bw
-                else bw.get("error", bw.get("unavailable")),
-                _s(lat.get("summary"))
-                if "summary" in lat
-                else lat.get("error", lat.get("unavailable")),
-                _placement(bw.get("placement")),
-                "; ".join(vs) or ("reference" if entry.get("kind") == "local" else ""),
-            ]
-        )
-    out += _table(["Setup", "Copy bandwidth", "Latency", "Pages on", "vs local"], rows)
-    out.append("")
-    return out
+def _advise_md(data: Dict[str, Any]) -> List[str]:
+    out = ["### Memory and host<->GPU copies per NUMA node (`pynumabind advise`)", ""]
+    if "text" not in data:
+        return [*out, f"Failed: {data.get('error')}", ""]
+    return [*out, "```", data["text"], "```", ""]
 
 
 def _jitter_md(data: Dict[str, Any]) -> List[str]:
@@ -507,37 +462,7 @@ def _jitter_md(data: Dict[str, Any]) -> List[str]:
     return out
 
 
-def _gpu_md(data: Dict[str, Any]) -> List[str]:
-    out = ["### GPU host<->device copies (pinned memory)", ""]
-    if not data.get("available", False):
-        return [*out, f"Skipped: {data.get('reason')}", ""]
-    rows: List[List[Any]] = []
-    for gpu in data.get("gpus", []):
-        for row in gpu.get("setups", []):
-            rows.append(
-                [
-                    f"GPU {gpu['index']} ({gpu.get('name')}, node {gpu.get('numa_node')})",
-                    row["name"],
-                    _s(row.get("h2d")) if "h2d" in row else row.get("error", ""),
-                    _s(row.get("d2h")) if "d2h" in row else "",
-                ]
-            )
-        if gpu.get("note"):
-            rows.append([f"GPU {gpu['index']}", gpu["note"], "", ""])
-    out += _table(["GPU", "Worker", "Host→device", "Device→host"], rows)
-    out.append("")
-    return out
-
-
 # ----------------------------------------------------------------- plots
-
-
-KIND_COLORS = {
-    "unbound": "#8c8c8c",
-    "local": "#55a868",
-    "remote": "#c44e52",
-    "interleaved": "#4c72b0",
-}
 
 
 def render_plots(results: Dict[str, Any], directory: str) -> List[str]:
@@ -678,39 +603,13 @@ def render_plots(results: Dict[str, Any], directory: str) -> List[str]:
         written.append(_save(fig, directory, "overhead.png"))
         plt.close(fig)
 
-    locality = benches.get("locality", {})
-    setups = locality.get("setups", [])
-    if setups:
-        fig, axes = plt.subplots(1, 2, figsize=(12, 0.6 * len(setups) + 1.8))
-        for ax, metric, unit in ((axes[0], "bandwidth", "GB/s"), (axes[1], "latency", "ns")):
-            chosen = [e for e in setups if "summary" in e.get(metric, {})]
-            if chosen:
-                bars(
-                    ax,
-                    [e["name"] for e in chosen],
-                    [e[metric]["summary"] for e in chosen],
-                    unit,
-                    [KIND_COLORS.get(e.get("kind", ""), "#4c72b0") for e in chosen],
-                )
-            ax.set_title(
-                "copy bandwidth (higher is better)"
-                if metric == "bandwidth"
-                else "pointer-chase latency (lower is better)",
-                fontsize=10,
-            )
-        if not locality.get("remote", {}).get("available", False):
-            fig.text(
-                0.5,
-                0.01,
-                "remote memory unavailable: single memory node",
-                ha="center",
-                fontsize=9,
-                color="darkred",
-            )
-        fig.suptitle(f"Memory locality — {subtitle}", fontsize=10)
-        fig.tight_layout(rect=(0, 0.04, 1, 0.95))
-        written.append(_save(fig, directory, "locality.png"))
-        plt.close(fig)
+    advice = benches.get("advise", {}).get("advice")
+    if advice:
+        from pynumabind._cli_advise import write_plot
+
+        path = os.path.join(directory, "advise.png")
+        write_plot(advice, path)
+        written.append(path)
 
     jitter = benches.get("jitter", {})
     runs = [r for r in jitter.get("runs", []) if r.get("samples")]
@@ -736,21 +635,6 @@ def render_plots(results: Dict[str, Any], directory: str) -> List[str]:
         written.append(_save(fig, directory, "jitter.png"))
         plt.close(fig)
 
-    gpu = benches.get("gpu", {})
-    rows = [
-        (f"GPU {g['index']} {d}: {r['name']}", r[d])
-        for g in gpu.get("gpus", [])
-        for r in g.get("setups", [])
-        for d in ("h2d", "d2h")
-        if d in r
-    ]
-    if rows:
-        fig, ax = plt.subplots(figsize=(10, 0.45 * len(rows) + 1.6))
-        bars(ax, [label for label, _ in rows], [s for _, s in rows], "GB/s")
-        ax.set_title(f"Pinned host<->device copies\n{subtitle}", fontsize=10)
-        fig.tight_layout()
-        written.append(_save(fig, directory, "gpu.png"))
-        plt.close(fig)
     return written
 
 

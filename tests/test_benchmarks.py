@@ -20,7 +20,6 @@ import pytest
 from benchmarks import report
 from benchmarks.__main__ import main as bench_main
 from benchmarks.__main__ import write_results
-from benchmarks.ckernels import load_kernels
 from benchmarks.common import (
     Settings,
     Setup,
@@ -29,16 +28,8 @@ from benchmarks.common import (
     run_worker,
     worker_env,
 )
-from benchmarks.gpu import run_gpu
 from benchmarks.jitter import count_migrations
-from benchmarks.locality import locality_ratios, locality_setups, setup_kind
-from benchmarks.machine import (
-    NodeInfo,
-    detect_virtualization,
-    l3_cache_bytes,
-    parse_size,
-    read_nodes,
-)
+from benchmarks.machine import NodeInfo, detect_virtualization, read_nodes
 from benchmarks.overhead import importtime_descendants, parse_importtime, startup_commands
 from benchmarks.probe import cold_source
 from benchmarks.rawbind import RawBinder
@@ -121,27 +112,6 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text)
 
 
-def test_parse_size_and_l3_from_a_sysfs_tree(tmp_path: Path) -> None:
-    assert parse_size("32768K") == 32 << 20
-    assert parse_size("1M") == 1 << 20
-    assert parse_size("512") == 512
-    assert parse_size("lots") is None
-    cache = tmp_path / "devices/system/cpu/cpu0/cache"
-    for index, (level, kind, size) in enumerate(
-        [
-            (1, "Data", "48K"),
-            (1, "Instruction", "32K"),
-            (2, "Unified", "1024K"),
-            (3, "Unified", "32768K"),
-        ]
-    ):
-        _write(cache / f"index{index}/level", f"{level}\n")
-        _write(cache / f"index{index}/type", f"{kind}\n")
-        _write(cache / f"index{index}/size", f"{size}\n")
-    assert l3_cache_bytes(str(tmp_path)) == 32 << 20
-    assert l3_cache_bytes(str(tmp_path / "nothing")) is None
-
-
 def test_read_nodes_from_a_sysfs_tree(tmp_path: Path) -> None:
     base = tmp_path / "devices/system/node"
     _write(base / "node0/cpulist", "0-3\n")
@@ -215,50 +185,6 @@ def test_virtualization_from_dmi_and_container(tmp_path: Path) -> None:
 # ------------------------------------------------------- setups and ratios
 
 
-def test_locality_setups_cover_every_node_pair() -> None:
-    nodes = [
-        NodeInfo(0, frozenset({0, 1}), 1024),
-        NodeInfo(1, frozenset({2, 3}), 1024),
-        NodeInfo(2, frozenset(), 4096),  # memory only
-    ]
-    setups = locality_setups(nodes, frozenset(range(4)), frozenset({0, 1, 2}))
-    kinds = [setup_kind(s) for s in setups]
-    assert kinds.count("unbound") == 1
-    assert kinds.count("local") == 2
-    assert kinds.count("remote") == 4  # (0,1) (0,2) (1,0) (1,2)
-    assert kinds.count("interleaved") == 2
-    pairs = {(s.cpu_node, s.mem_node) for s in setups if s.policy == "bind"}
-    assert pairs == {(c, m) for c in (0, 1) for m in (0, 1, 2)}
-    assert all(s.cpus and s.cpus <= frozenset(range(4)) for s in setups if s.policy)
-
-
-def test_locality_setups_on_one_node_have_no_remote() -> None:
-    setups = locality_setups([NodeInfo(0, frozenset({0, 1}), 1)], frozenset({0, 1}), frozenset({0}))
-    assert [setup_kind(s) for s in setups] == ["unbound", "local", "interleaved"]
-
-
-def test_locality_ratios_compare_against_the_local_setup() -> None:
-    def entry(name: str, kind: str, cpu: int | None, bw: list[float]) -> dict[str, object]:
-        return {
-            "name": name,
-            "kind": kind,
-            "cpu_node": cpu,
-            "bandwidth": {"summary": summarize(bw, "GB/s").to_dict()},
-            "latency": {"error": "no compiler"},
-        }
-
-    entries = [
-        entry("unbound", "unbound", None, [8, 9, 10]),
-        entry("local 0", "local", 0, [10, 10, 10]),
-        entry("remote 0/1", "remote", 0, [5, 5, 5]),
-    ]
-    ratios = locality_ratios(entries)
-    assert [(r["numerator"], r["metric"], r["value"]) for r in ratios] == [
-        ("unbound", "bandwidth", 0.9),
-        ("remote 0/1", "bandwidth", 0.5),
-    ]
-
-
 def test_count_migrations() -> None:
     assert count_migrations([]) == 0
     assert count_migrations([1, 1, 1]) == 0
@@ -294,20 +220,6 @@ def test_startup_commands_quote_paths_for_the_shell_wrapper() -> None:
 # ------------------------------------------- real kernels, real worker JSON
 
 
-def test_chase_links_every_line_into_one_cycle() -> None:
-    np = pytest.importorskip("numpy")
-    kernels, why = load_kernels()
-    if kernels is None:
-        pytest.skip(why)
-    lines = 4096
-    buffer = np.zeros(lines * 8, dtype=np.uint64)
-    kernels.chase_init(int(buffer.ctypes.data), lines, seed=3)
-    assert kernels.chase_cycle_length(int(buffer.ctypes.data), lines + 10) == lines
-    targets = {int(buffer[i * 8]) for i in range(lines)}
-    assert len(targets) == lines  # a permutation: every line is pointed at exactly once
-    assert kernels.chase_run(int(buffer.ctypes.data), 1000) > 0
-
-
 def test_bound_worker_reports_its_binding_and_samples() -> None:
     """The tiniest real measurement, through the same worker process the suite uses."""
     cpu = max(os.sched_getaffinity(0))
@@ -325,25 +237,16 @@ def test_bound_worker_reports_its_binding_and_samples() -> None:
         assert set(result["cpus"]) == {cpu}  # the loop really ran where it was bound
 
 
-def test_latency_worker_json_shape() -> None:
-    pytest.importorskip("numpy")
-    task = {"kind": "latency", "bytes": 1 << 20, "steps": 10_000, "reps": 3}
-    result = run_worker(Setup(name="unbound"), task, timeout=60)
-    assert "error" not in result, result.get("error")
-    if "unavailable" in result:
-        pytest.skip(result["unavailable"])
-    assert result["unit"] == "ns" and len(result["samples"]) == 3
-    assert result["bytes"] == 1 << 20
-    assert sum(result["placement"].values()) > 0
-    assert all(key.isdigit() for key in result["placement"])  # every sampled page is on a node
-
-
 # --------------------------------------------------------------- reports
 
 
 def _document() -> dict[str, object]:
-    bw = summarize([10, 11, 12], "GB/s").to_dict()
-    lat = summarize([90, 100, 110], "ns").to_dict()
+    from pynumabind._advice import Advice, MemoryCell, MemoryMatrix, Spread, decide
+    from pynumabind._cli_advise import render_text
+
+    cell = MemoryCell(Spread.of([10, 11, 12]), Spread.of([90, 100, 110]), None, 2)
+    memory = MemoryMatrix((0,), (0,), ((cell,),), buffer_bytes=1 << 20)
+    advice = Advice(memory, (), "torch is not installed", None, None, decide(memory))
     return {
         "schema": 1,
         "created": "2026-01-01T00:00:00Z",
@@ -353,32 +256,17 @@ def _document() -> dict[str, object]:
         "virtualization": detect_virtualization("/nonexistent", environ={}).to_dict(),
         "topology": {"source": "sysfs", "nodes": [{"id": 0, "cpus": "0-1", "memory_kb": 1}]},
         "benchmarks": {
-            "locality": {
-                "available": True,
-                "threads": 2,
-                "latency_note": "x",
-                "remote": {"available": False, "reason": "only one NUMA node"},
-                "setups": [
-                    {
-                        "name": "local: cpus node 0, memory node 0",
-                        "kind": "local",
-                        "cpu_node": 0,
-                        "bandwidth": {"summary": bw, "placement": {"0": 4}},
-                        "latency": {"summary": lat},
-                    }
-                ],
-                "ratios": [],
-            },
-            "gpu": {"available": False, "reason": "torch is not installed"},
+            "advise": {"available": True, "advice": advice.to_dict(), "text": render_text(advice)}
         },
     }
 
 
-def test_markdown_states_remote_unavailable_and_gpu_skip() -> None:
+def test_markdown_shows_the_advise_report() -> None:
     text = report.render_markdown(_document())
-    assert "**Remote memory: unavailable**" in text
-    assert "| local: cpus node 0, memory node 0 | 11 [10.5–11.5] GB/s | 100 [95–105] ns |" in text
-    assert "Skipped: torch is not installed" in text
+    assert "### Memory and host<->GPU copies per NUMA node (`pynumabind advise`)" in text
+    assert "node 0             11 (10.5-11.5)" in text
+    assert "GPU copies: none measured: torch is not installed" in text
+    assert "Recommendation: binding makes no measurable difference" in text
     assert "bare metal" in text
 
 
@@ -388,26 +276,7 @@ def test_write_and_render_round_trip(tmp_path: Path) -> None:
     assert bench_main(["--render", paths[0], "--out", str(tmp_path / "rendered")]) == 0
     assert (tmp_path / "rendered/results.md").read_text() == report.render_markdown(_document())
     pytest.importorskip("matplotlib")
-    assert (tmp_path / "rendered/locality.png").stat().st_size > 1000
-
-
-def test_gpu_benchmark_skips_without_cuda(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """torch present but no CUDA device: a clear skip, not a failure (fake torch, real probe)."""
-    fake = tmp_path / "torch"
-    fake.mkdir()
-    (fake / "__init__.py").write_text(
-        "__version__ = '0.0-fake'\n"
-        "class cuda:\n"
-        "    is_available = staticmethod(lambda: False)\n"
-        "    device_count = staticmethod(lambda: 0)\n"
-    )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    result = run_gpu(Settings(quick=True))
-    assert result == {
-        "available": False,
-        "reason": "torch 0.0-fake has no usable CUDA device: GPU benchmark skipped",
-    }
+    assert (tmp_path / "rendered/advise.png").stat().st_size > 1000
 
 
 def test_importtime_descendants_are_the_deeper_lines_above() -> None:
@@ -676,3 +545,48 @@ def test_issue14_sections_render(series: dict[str, Any], tmp_path: Path) -> None
     written = report.render_plots(document, str(tmp_path))
     assert {Path(p).name for p in written} >= {"scaling.png", "threads.png"}
     assert (tmp_path / "scaling.png").stat().st_size > 1000
+
+
+# ------------------------------------------------- the GPU machine script
+
+
+def test_gpu_advise_script_writes_its_files_without_a_gpu(tmp_path: Path) -> None:
+    """No GPU here: the script still writes JSON and Markdown that say why, and exits 1."""
+    from benchmarks import gpu_advise
+
+    assert gpu_advise.main(["--quick", "--out", str(tmp_path)]) == 1
+    results = json.loads((tmp_path / "gpu-advise.json").read_text())
+    assert results["copy_benchmark"]["measured"] is False
+    assert results["advise"]["memory"]["cpu_nodes"] == [0]
+    assert "errors" not in results, results.get("errors")
+    text = (tmp_path / "gpu-advise.md").read_text()
+    assert "Copy benchmark: not run: CUDA is not usable from this process" in text
+    assert "Recommendation: binding makes no measurable difference" in text
+
+
+def test_gpu_advise_markdown_tables_a_measured_copy_benchmark() -> None:
+    from benchmarks import gpu_advise
+
+    gpu = {
+        "index": 0,
+        "name": "GB200",
+        "numa_node": 0,
+        "cpu_nodes": [0, 1],
+        "h2d_gbs": [330.0, 115.0],
+        "d2h_gbs": [320.0, None],
+        "placement": [{"fraction": 1.0}, None],
+    }
+    results = {
+        "created": "2026-01-01T00:00:00Z",
+        "pynumabind": "0.1.0",
+        "copy_benchmark": {
+            "measured": True,
+            "backend": "torch",
+            "runs": [{"size_mib": 64, "gpus": [gpu]}],
+        },
+        "errors": {"nvidia-smi": "TimeoutExpired"},
+    }
+    text = gpu_advise.markdown(results)
+    assert "| 64 MiB | 0 GB200 | 0 | 0 | 330 | 320 | 100% on node 0 |" in text
+    assert "| 64 MiB | 0 GB200 | 0 | 1 | 115 | - | - |" in text
+    assert "- step `nvidia-smi` failed: TimeoutExpired" in text

@@ -42,7 +42,9 @@ PACKAGE = Path(pynumabind.__file__).parent
 #: The one table: floor -> its modules (dotted below ``pynumabind``; the
 #: package itself is ``__init__``, a subpackage is its own name).
 LAYERS: Dict[str, FrozenSet[str]] = {
-    "model": frozenset({"errors", "cpulist", "model", "_options", "_visible", "_forksafe"}),
+    "model": frozenset(
+        {"errors", "cpulist", "model", "_options", "_visible", "_forksafe", "_advice"}
+    ),
     "shell": frozenset(
         {
             "_textfile",
@@ -68,7 +70,7 @@ LAYERS: Dict[str, FrozenSet[str]] = {
             "planner._memory",
         }
     ),
-    "applying": frozenset({"_apply", "_verify", "binding", "placement"}),
+    "applying": frozenset({"_apply", "_verify", "binding", "placement", "_measure", "_cuda"}),
     "entry": frozenset(
         {
             "__init__",
@@ -76,6 +78,8 @@ LAYERS: Dict[str, FrozenSet[str]] = {
             "cli",
             "_cli_check",
             "_cli_tables",
+            "_cli_advise",
+            "advisor",
             "integrations",
             "integrations._common",
             "integrations.vllm",

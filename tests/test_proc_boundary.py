@@ -47,6 +47,11 @@ MAY_CATCH_OSERROR: Dict[str, str] = {
     # The CLI's check command starts worker processes over pipes; issue 24
     # renames the module, so both names are listed.
     "_cli_check": "starting the check command's workers and reading their pipes",
+    # issue 21's advise
+    "_measure": "anonymous mappings (mmap) for the measurement buffers",
+    "_cuda": "dlopen of the CUDA runtime library (libcudart)",
+    "advisor": "/proc/cpuinfo, which describes the machine (its hypervisor flag)",
+    "_cli_advise": "the --plot file the user names",
 }
 
 #: Where the process's own state lives.

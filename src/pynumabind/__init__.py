@@ -81,6 +81,9 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "MemoryPlacement": ("placement", "MemoryPlacement"),
     "bind_memory": ("placement", "bind_memory"),
     "memory_on": ("placement", "memory_on"),
+    # measuring before binding (issue 21)
+    "advise": ("advisor", "advise"),
+    "Advice": ("_advice", "Advice"),
 }
 
 # Made from the table; type checkers read the "X as X" re-exports below instead.
@@ -89,9 +92,10 @@ __all__ = ["__version__", *_EXPORTS]  # noqa: PLE0604
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Dict, List, Tuple
 
-    from ._options import Options as Options
-
     # "X as X": an explicit re-export, for type checkers and linters.
+    from ._advice import Advice as Advice
+    from ._options import Options as Options
+    from .advisor import advise as advise
     from .binding import Binding as Binding
     from .binding import Skipped as Skipped
     from .binding import ThreadAction as ThreadAction

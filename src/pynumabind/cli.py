@@ -1,4 +1,4 @@
-"""The ``pynumabind`` command line: show, plan, exec, check, snapshot.
+"""The ``pynumabind`` command line: show, plan, exec, check, snapshot, advise.
 
 Every command reads the machine the same way (this one, a ``--sysfs-root``
 tree, or a ``--topology`` snapshot), prints aligned tables or, with
@@ -26,6 +26,8 @@ import sys
 from typing import Any, Dict, List, NoReturn, Optional, Sequence, Union
 
 from . import __version__, discovery
+from ._cli_advise import add_parser as _add_advise_parser
+from ._cli_advise import cmd_advise
 from ._cli_tables import human_bytes, table
 from ._options import Options
 from .cpulist import format_cpulist, parse_cpulist, parse_nodelist
@@ -189,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     snapshot.add_argument(
         "-o", "--output", metavar="FILE", help="write to FILE instead of standard output"
     )
+    _add_advise_parser(commands)
     return parser
 
 
@@ -578,6 +581,7 @@ COMMANDS = {
     "exec": cmd_exec,
     "check": cmd_check,
     "snapshot": cmd_snapshot,
+    "advise": cmd_advise,
 }
 
 

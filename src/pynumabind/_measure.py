@@ -1,0 +1,638 @@
+"""Measure this machine for ``advise``: memory bandwidth and latency, CPU node x memory node.
+
+The shell half of ``advise`` (the rule is :mod:`pynumabind._advice`, the
+host<->GPU copies :mod:`pynumabind._cuda`).  Everything runs in this
+process, in fresh threads, so nothing here changes the caller's own
+binding:
+
+* **Placement.**  Buffers are anonymous mappings first touched by the
+  calling thread inside :func:`pynumabind.memory_on` (``MPOL_BIND`` to the
+  memory node), which restores the thread's policy afterwards.  Where each
+  buffer really landed is then asked of the kernel (``move_pages`` on up to
+  :data:`PLACEMENT_SAMPLES` evenly spaced pages) and reported beside the
+  number: a measurement whose buffer is not where it should be says so.
+* **Bandwidth.**  Threads bound to the CPU node (``sched_setaffinity`` of
+  each thread itself: the caller's mask never changes) each copy their slice
+  of a source buffer to a destination buffer, both on the memory node.  The
+  copy is ``ctypes.memmove``, a C call that releases the GIL, so the threads
+  copy in parallel (one per allowed CPU of the node, at most
+  :data:`MAX_THREADS`: one thread cannot saturate a server's memory).  Each
+  buffer is several times the CPU node's last-level cache (the sum of its
+  distinct LLC instances, from sysfs), so the copy streams from memory.  A
+  sample is ``2 x bytes / seconds`` (read + write, STREAM's convention) over
+  enough passes to last :attr:`Settings.sample_seconds` (a first, untimed
+  round per cell sets the number of passes).  The samples are taken
+  round-robin over the cells, so load from elsewhere during the run falls
+  on every cell alike, not on the one measured at that moment.
+* **Latency.**  A pointer chase: one bound thread follows a chain of
+  dependent loads through the buffer, every step to another 4 KiB page
+  chosen at random (so it includes a TLB miss unless transparent huge pages
+  back the buffer), in a Python loop.  The loop's own cost is measured the
+  same way on a chain small enough to stay in the L1 cache and subtracted:
+  that *overhead* is reported too, and a latency smaller than the loop's
+  jitter is not reported at all.  The chain continues across samples, so
+  no sample re-reads lines the previous one left in the cache; the first
+  round is a warm-up.
+
+Nothing here runs a shell, a subprocess or a compiler.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import ctypes
+import functools
+import math
+import mmap
+import random
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
+
+from ._advice import Firmware, HmatEntry, MemoryCell, MemoryMatrix, Placement, Spread
+from .errors import PynumabindError
+from .model import Topology
+
+__all__ = [
+    "MAX_THREADS",
+    "PLACEMENT_SAMPLES",
+    "Settings",
+    "chase_chain",
+    "firmware",
+    "llc_bytes",
+    "measure_memory",
+    "placement",
+    "run_bound",
+]
+
+MAX_THREADS = 32
+PLACEMENT_SAMPLES = 1024
+PAGE = mmap.PAGESIZE
+LINE = 64  # bytes per cache line
+WORD = 8  # bytes per chain entry
+BARRIER_TIMEOUT = 120.0  # seconds; a wedged measuring thread must not hang advise
+
+Progress = Callable[[str], None]
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Sizes and repeats.  ``quick`` aims at ~15 s on a two-node server, the default ~60 s."""
+
+    quick: bool = False
+    buffer_bytes: Optional[int] = None  # None: several times the LLC (see buffer_size)
+    repeats: Optional[int] = None
+    latency: bool = True
+
+    @property
+    def llc_multiple(self) -> int:
+        return 2 if self.quick else 4
+
+    @property
+    def min_buffer(self) -> int:
+        return (32 if self.quick else 64) << 20
+
+    max_buffer: int = 1 << 30
+
+    @property
+    def samples(self) -> int:
+        return self.repeats if self.repeats is not None else (5 if self.quick else 9)
+
+    @property
+    def sample_seconds(self) -> float:
+        return 0.05 if self.quick else 0.15
+
+    @property
+    def chase_steps(self) -> int:
+        return 100_000 if self.quick else 400_000
+
+    @property
+    def copy_bytes(self) -> int:
+        """Size of one host<->GPU copy."""
+        return self.buffer_bytes or ((64 if self.quick else 256) << 20)
+
+
+# ------------------------------------------------------------ bound threads
+
+
+def run_bound(cpus: frozenset[int], work: Callable[[], _T], name: str = "pynumabind-advise") -> _T:
+    """``work()`` in a fresh thread bound to ``cpus``; its result, or its exception re-raised.
+
+    Only the new thread's mask is set (``sched_setaffinity(0)`` from inside
+    it), so the caller's binding is never touched.
+    """
+    box: Dict[str, Any] = {}
+
+    def body() -> None:
+        try:
+            _bind_this_thread(cpus)
+            box["result"] = work()
+        except BaseException as exc:  # re-raised in the caller
+            box["error"] = exc
+
+    thread = threading.Thread(target=body, name=name, daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    result: _T = box["result"]
+    return result
+
+
+def _bind_this_thread(cpus: frozenset[int]) -> None:
+    """Bind the calling thread (tid 0) to ``cpus``; a refusal is a NumaSyscallError."""
+    from . import _proc
+
+    _proc.set_thread_affinity(0, cpus)
+
+
+# ------------------------------------------------------------------ buffers
+
+
+class _Buffer:
+    """An anonymous mapping and its address (for ctypes and move_pages)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.map = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        self._anchor = ctypes.c_char.from_buffer(self.map)
+        self.address = ctypes.addressof(self._anchor)
+
+    def close(self) -> None:
+        del self._anchor
+        self.map.close()
+
+
+def _on_node(node: int, topology: Topology) -> Any:
+    """The calling thread allocates on ``node`` inside the block (``memory_on``, MPOL_BIND)."""
+    from .placement import memory_on
+
+    return memory_on(node=node, policy="bind", topology=topology)
+
+
+@contextlib.contextmanager
+def _buffers(node: int, sizes: Sequence[int], topology: Topology) -> Iterator[List[_Buffer]]:
+    """Buffers first touched on ``node`` (``ctypes.memset`` inside ``memory_on``)."""
+    made: List[_Buffer] = []
+    try:
+        with _on_node(node, topology):
+            for size in sizes:
+                buffer = _Buffer(size)
+                made.append(buffer)
+                ctypes.memset(buffer.address, 1, size)
+        yield made
+    finally:
+        for buffer in made:
+            buffer.close()
+
+
+def placement(
+    address: int, length: int, wanted: int, samples: int = PLACEMENT_SAMPLES
+) -> Placement:
+    """Where ``samples`` evenly spaced pages of ``[address, address + length)`` are.
+
+    ``move_pages`` with no target nodes only reports; it moves nothing.
+    """
+    from . import _libnuma
+
+    first = address - address % PAGE
+    count = max(1, (address + length - first + PAGE - 1) // PAGE)
+    step = max(1, count // max(1, samples), -(-count // _libnuma.MOVE_PAGES_CHUNK))
+    _, status = _libnuma.move_pages_status([first + i * PAGE for i in range(0, count, step)])
+    return Placement(wanted, dict(Counter(int(s) for s in status)))
+
+
+# ---------------------------------------------------------------- the LLC
+
+
+def llc_bytes(cpus: Sequence[int], sysfs_root: str = "/sys") -> Optional[int]:
+    """Sum of the distinct last-level caches the CPUs share, from sysfs; None if unknown.
+
+    Each CPU's highest-level data or unified cache is read
+    (``cpuN/cache/indexM/{level,type,size,shared_cpu_list}``); caches shared
+    by several of ``cpus`` count once.
+    """
+    from ._sysfs import _Reader
+
+    reader = _Reader(sysfs_root)
+    covered: set[int] = set()
+    total = 0
+    for cpu in sorted(cpus):
+        if cpu in covered:
+            continue
+        found = _cpu_llc(reader, cpu)
+        if found is None:
+            continue
+        size, shared = found
+        covered |= shared | {cpu}
+        total += size
+    return total or None
+
+
+def _cpu_llc(reader: Any, cpu: int) -> Optional[Tuple[int, frozenset[int]]]:
+    """(size, shared CPUs) of one CPU's highest data/unified cache level."""
+    base = ("devices", "system", "cpu", f"cpu{cpu}", "cache")
+    best: Optional[Tuple[int, int, frozenset[int]]] = None
+    for name in reader.listdir(*base) or ():
+        if not name.startswith("index"):
+            continue
+        level = reader.integer(*base, name, "level", required=False)
+        kind = (reader.text(*base, name, "type", required=False) or "").strip()
+        size = _size(reader.text(*base, name, "size", required=False))
+        if level is None or size is None or kind == "Instruction":
+            continue
+        shared = reader.cpulist(*base, name, "shared_cpu_list", required=False) or frozenset()
+        if best is None or (level, size) > best[:2]:
+            best = (level, size, shared)
+    return None if best is None else (best[1], best[2])
+
+
+def _size(text: Optional[str]) -> Optional[int]:
+    """sysfs cache sizes: ``32768K``, ``1M``, ``512`` -> bytes."""
+    if text is None:
+        return None
+    value = text.strip().upper().rstrip("B")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(value[-1:], 1)
+    digits = value[:-1] if value[-1:] in "KMG" else value
+    return int(digits) * scale if digits.isdigit() else None
+
+
+def buffer_size(settings: Settings, llc: Optional[int], free: Optional[int]) -> int:
+    """Bytes of one buffer: several LLCs, at least ``min_buffer``, within the node's free memory.
+
+    Two buffers (source and destination) live on the node at once, so each
+    gets at most a quarter of its free memory.
+    """
+    if settings.buffer_bytes is not None:
+        size = settings.buffer_bytes
+    else:
+        size = max(settings.min_buffer, settings.llc_multiple * (llc or 0))
+        size = min(size, settings.max_buffer)
+        if free is not None:
+            size = min(size, max(free // 4, 4 * PAGE))
+    return max(PAGE, size - size % PAGE)
+
+
+# --------------------------------------------------------------- bandwidth
+
+
+class _CopyCrew:
+    """``threads`` threads bound to ``cpus``; each round, each copies its slice of a buffer.
+
+    The threads are started (and bound) once and reused for every memory
+    node: a round names the source, destination, size and passes.
+    """
+
+    def __init__(self, cpus: frozenset[int], threads: int) -> None:
+        self.threads = threads
+        self.job: Tuple[int, int, int, int] = (0, 0, 0, 0)  # src, dst, slice, passes
+        self.stop = False
+        self.errors: List[BaseException] = []
+        self.start = threading.Barrier(threads + 1)
+        self.done = threading.Barrier(threads + 1)
+        self.crew = [
+            threading.Thread(
+                target=self._work, args=(cpus, k), name=f"pynumabind-copy-{k}", daemon=True
+            )
+            for k in range(threads)
+        ]
+        for thread in self.crew:
+            thread.start()
+
+    def _work(self, cpus: frozenset[int], k: int) -> None:
+        try:
+            _bind_this_thread(cpus)
+            while True:
+                self.start.wait(BARRIER_TIMEOUT)
+                if self.stop:
+                    return
+                src, dst, part, passes = self.job
+                for _ in range(passes):
+                    ctypes.memmove(dst + k * part, src + k * part, part)
+                self.done.wait(BARRIER_TIMEOUT)
+        except threading.BrokenBarrierError:
+            return
+        except BaseException as exc:
+            self.errors.append(exc)
+            self.start.abort()
+            self.done.abort()
+
+    def round(self, src: int, dst: int, size: int, passes: int) -> float:
+        """GB/s of every thread copying its slice of ``size`` bytes ``passes`` times."""
+        part = size // self.threads - (size // self.threads) % LINE
+        self.job = (src, dst, part, passes)
+        try:
+            self.start.wait(BARRIER_TIMEOUT)
+            began = time.perf_counter()
+            self.done.wait(BARRIER_TIMEOUT)
+        except threading.BrokenBarrierError:
+            self.close()
+            if self.errors:
+                raise self.errors[0] from None
+            raise PynumabindError("a measuring thread stopped answering") from None
+        seconds = max(time.perf_counter() - began, 1e-9)
+        return 2 * part * self.threads * passes / seconds / 1e9  # read + write
+
+    def close(self) -> None:
+        self.stop = True
+        with contextlib.suppress(threading.BrokenBarrierError):
+            self.start.wait(1.0)
+        for thread in self.crew:
+            thread.join(BARRIER_TIMEOUT)
+
+
+# ----------------------------------------------------------------- latency
+
+
+def chase_chain(pages: int, seed: int = 1) -> array.array:  # type: ignore[type-arg]
+    """A single cycle through every cache line of ``pages`` pages, one word per line used.
+
+    Entry ``i`` (an index in 8-byte words) holds the index of the next load.
+    The walk visits every page, in random order, at one line offset, then
+    every page again at the next offset (offsets also in random order): each
+    step lands on another page, and no step is predictable from the last.
+    Built with strided slice assignments: a few list operations per page,
+    not per line, which keeps a several-hundred-MiB chain to a second.
+    """
+    rng = random.Random(seed)  # noqa: S311 - a shuffle, not a secret
+    page_words = PAGE // WORD
+    order = list(range(pages))
+    rng.shuffle(order)
+    slots = [s * (LINE // WORD) for s in range(PAGE // LINE)]
+    rng.shuffle(slots)
+    successor = [0] * pages  # page -> page visited after it within one pass
+    for position, page in enumerate(order):
+        successor[page] = order[(position + 1) % pages]
+    bases = [successor[page] * page_words for page in range(pages)]
+    chain = array.array("Q", bytes(pages * PAGE))
+    last = order[-1]
+    for k, slot in enumerate(slots):
+        values = array.array("Q", [base + slot for base in bases])
+        following = slots[(k + 1) % len(slots)]
+        values[last] = order[0] * page_words + following  # end of a pass: next offset
+        chain[slot::page_words] = values
+    return chain
+
+
+def _chase(view: memoryview, start: int, steps: int) -> Tuple[float, int]:
+    """(ns per dependent load, where the chase stopped)."""
+    index = start
+    began = time.perf_counter_ns()
+    for _ in range(steps):
+        index = view[index]
+    return (time.perf_counter_ns() - began) / steps, index
+
+
+def chase_overhead(steps: int, samples: int) -> Spread:
+    """ns per step of the same loop over a 4-page (L1-resident) chain: the method's cost."""
+    chain = chase_chain(4)
+    view = memoryview(chain)
+    _chase(view, 0, steps)
+    return Spread.of([_chase(view, 0, steps)[0] for _ in range(samples)])
+
+
+def _net_latency(raw: Spread, overhead: Spread) -> Optional[Spread]:
+    """``raw`` less the loop's median cost; None when that is within the loop's own jitter."""
+    cost = overhead.median
+    net = Spread(
+        raw.n, raw.median - cost, raw.q1 - cost, raw.q3 - cost, raw.min - cost, raw.max - cost
+    )
+    jitter = max(overhead.max - overhead.min, 0.5)
+    return net if net.min > jitter else None
+
+
+# ------------------------------------------------------------ the matrix
+
+
+@dataclass
+class _NodePlan:
+    cpu_nodes: List[int]
+    memory_nodes: List[int]
+    cpus: Dict[int, frozenset[int]]
+    free: Dict[int, Optional[int]]
+
+
+def _node_plan(topology: Topology) -> _NodePlan:
+    """The CPU nodes with allowed CPUs and the allowed memory nodes that have memory."""
+    cpus = {
+        n.id: n.cpus & topology.allowed_cpus
+        for n in topology.nodes.values()
+        if n.cpus & topology.allowed_cpus
+    }
+    memory = [
+        n.id for n in topology.nodes.values() if n.has_memory and n.id in topology.allowed_mems
+    ]
+    free = {n.id: n.memory_free for n in topology.nodes.values()}
+    return _NodePlan(sorted(cpus), sorted(memory), cpus, free)
+
+
+class _Cells:
+    """Samples, placements and errors per (CPU node, memory node), gathered round by round."""
+
+    def __init__(self, plan: _NodePlan) -> None:
+        self.plan = plan
+        self.bandwidth: Dict[Tuple[int, int], List[float]] = {}
+        self.latency: Dict[Tuple[int, int], List[float]] = {}
+        self.errors: Dict[Tuple[int, int], str] = {}
+        self.placements: Dict[int, Placement] = {}
+        self.threads = {c: min(len(plan.cpus[c]), MAX_THREADS) for c in plan.cpu_nodes}
+
+    def pairs(self) -> List[Tuple[int, int]]:
+        return [
+            (c, m)
+            for c in self.plan.cpu_nodes
+            for m in self.plan.memory_nodes
+            if (c, m) not in self.errors
+        ]
+
+    def fail(self, pairs: Sequence[Tuple[int, int]], exc: BaseException) -> None:
+        for pair in pairs:
+            self.errors.setdefault(pair, f"{type(exc).__name__}: {exc}")
+
+    def cell(self, c: int, m: int, overhead: Optional[Spread]) -> MemoryCell:
+        if (c, m) in self.errors:
+            return MemoryCell(threads=self.threads[c], error=self.errors[(c, m)])
+        raw = self.latency.get((c, m))
+        latency = _net_latency(Spread.of(raw), overhead) if raw and overhead else None
+        return MemoryCell(
+            Spread.of(self.bandwidth[(c, m)]), latency, self.placements.get(m), self.threads[c]
+        )
+
+
+_MEASURED_ERRORS = (PynumabindError, OSError, MemoryError)
+
+
+def _bandwidth_rounds(
+    cells: _Cells, buffers: Dict[int, List[_Buffer]], settings: Settings, progress: Progress
+) -> None:
+    """Calibrate every cell, then take the samples round-robin over the cells.
+
+    Interleaving puts every cell's samples across the whole run, so a burst
+    of load from elsewhere lands on all cells alike instead of on one.
+    """
+    crews: Dict[int, _CopyCrew] = {}
+    passes: Dict[Tuple[int, int], int] = {}
+    try:
+        for c in cells.plan.cpu_nodes:
+            crews[c] = _CopyCrew(cells.plan.cpus[c], cells.threads[c])
+        for c, m in cells.pairs():
+            progress(f"memory: CPU node {c} ({cells.threads[c]} threads) x memory node {m}")
+            src, dst = buffers[m]
+            try:
+                warm = crews[c].round(src.address, dst.address, src.size, 1)
+                seconds = 2 * src.size / (warm * 1e9)
+                passes[(c, m)] = max(1, math.ceil(settings.sample_seconds / max(seconds, 1e-6)))
+            except _MEASURED_ERRORS as exc:
+                cells.fail([(c, m)], exc)
+        for _ in range(settings.samples):
+            for c, m in cells.pairs():
+                src, dst = buffers[m]
+                try:
+                    value = crews[c].round(src.address, dst.address, src.size, passes[(c, m)])
+                    cells.bandwidth.setdefault((c, m), []).append(value)
+                except _MEASURED_ERRORS as exc:
+                    cells.fail([(c, m)], exc)
+    finally:
+        for crew in crews.values():
+            crew.close()
+
+
+def _latency_rounds(
+    cells: _Cells, buffers: Dict[int, List[_Buffer]], settings: Settings, progress: Progress
+) -> Spread:
+    """Chain every memory node's source buffer, time the loop alone, then chase round-robin."""
+    progress("latency: building the pointer-chase chain and timing the loop itself")
+    size = min(b[0].size for b in buffers.values())
+    chain = chase_chain(size // PAGE)
+    address, _ = chain.buffer_info()
+    for src, _dst in buffers.values():
+        ctypes.memmove(src.address, address, size)  # overwrites data, not placement
+    overhead = chase_overhead(settings.chase_steps, settings.samples)
+    views = {m: memoryview(b[0].map).cast("Q") for m, b in buffers.items()}
+    where = dict.fromkeys(views, 0)  # each chase continues where the last one stopped
+    try:
+        for round_number in range(settings.samples + 1):  # round 0 is a warm-up
+            progress(f"latency: round {round_number + 1} of {settings.samples + 1}")
+            for c, m in cells.pairs():
+                try:
+                    work = functools.partial(_chase, views[m], where[m], settings.chase_steps)
+                    took, where[m] = run_bound(cells.plan.cpus[c], work)
+                except _MEASURED_ERRORS as exc:
+                    cells.fail([(c, m)], exc)
+                    continue
+                if round_number:
+                    cells.latency.setdefault((c, m), []).append(took)
+    finally:
+        for view in views.values():
+            view.release()
+    return overhead
+
+
+def measure_memory(
+    topology: Topology,
+    settings: Settings,
+    progress: Progress,
+    sysfs_root: str = "/sys",
+) -> MemoryMatrix:
+    """Bandwidth (and latency) for every allowed CPU node x allowed memory node."""
+    plan = _node_plan(topology)
+    if not plan.cpu_nodes or not plan.memory_nodes:
+        raise PynumabindError(
+            "no CPU node with allowed CPUs or no allowed memory node with memory: "
+            "nothing to measure"
+        )
+    llc = max((llc_bytes(sorted(plan.cpus[c]), sysfs_root) or 0) for c in plan.cpu_nodes) or None
+    notes: List[str] = []
+    if llc is None:
+        notes.append("LLC size unreadable from sysfs: buffers are the minimum size")
+    size = min(buffer_size(settings, llc, plan.free.get(m)) for m in plan.memory_nodes)
+    cells = _Cells(plan)
+    overhead: Optional[Spread] = None
+    with contextlib.ExitStack() as stack:
+        buffers: Dict[int, List[_Buffer]] = {}
+        for m in plan.memory_nodes:
+            progress(f"memory: placing 2 x {size >> 20} MiB on memory node {m}")
+            try:
+                buffers[m] = stack.enter_context(_buffers(m, [size, size], topology))
+                cells.placements[m] = placement(buffers[m][0].address, size, m)
+            except _MEASURED_ERRORS as exc:
+                cells.fail([(c, m) for c in plan.cpu_nodes], exc)
+        if buffers:
+            _bandwidth_rounds(cells, buffers, settings, progress)
+            if settings.latency:
+                overhead = _latency_rounds(cells, buffers, settings, progress)
+    rows = tuple(
+        tuple(cells.cell(c, m, overhead) for m in plan.memory_nodes) for c in plan.cpu_nodes
+    )
+    method = (
+        f"{size >> 20} MiB source and destination on the memory node, copied with "
+        "ctypes.memmove (GIL released) by threads bound to the CPU node; GB/s counts "
+        "read + write; samples taken round-robin over the cells"
+        + (
+            "; latency: Python pointer chase, one random 4 KiB page per load, the loop's "
+            "own cost subtracted"
+            if settings.latency
+            else ""
+        )
+    )
+    return MemoryMatrix(
+        tuple(plan.cpu_nodes),
+        tuple(plan.memory_nodes),
+        rows,
+        buffer_bytes=size,
+        llc_bytes=llc,
+        latency_overhead=overhead,
+        method=method,
+        notes=tuple(notes),
+    )
+
+
+# ---------------------------------------------------------------- firmware
+
+
+def firmware(topology: Topology, sysfs_root: str = "/sys") -> Firmware:
+    """SLIT from the topology, HMAT from ``nodeN/accessK/initiators`` where the kernel shows it."""
+    from ._sysfs import _Reader
+
+    nodes = tuple(sorted(topology.nodes))
+    distances = tuple(tuple(topology.distance(a, b) for b in nodes) for a in nodes)
+    reader = _Reader(sysfs_root)
+    entries: List[HmatEntry] = []
+    for node in nodes:
+        for access in (0, 1):
+            entry = _hmat(reader, node, access)
+            if entry is not None:
+                entries.append(entry)
+    note = (
+        None
+        if entries
+        else "the kernel exposes no HMAT attributes here (nodeN/access0/initiators absent)"
+    )
+    return Firmware(nodes, distances, tuple(entries), note)
+
+
+def _hmat(reader: Any, node: int, access: int) -> Optional[HmatEntry]:
+    base = ("devices", "system", "node", f"node{node}", f"access{access}", "initiators")
+    names = reader.listdir(*base)
+    if names is None:
+        return None
+    initiators = tuple(
+        sorted(int(n[4:]) for n in names if n.startswith("node") and n[4:].isdigit())
+    )
+
+    def value(name: str) -> Optional[int]:
+        return reader.integer(*base, name, required=False)  # type: ignore[no-any-return]
+
+    return HmatEntry(
+        node,
+        access,
+        initiators,
+        value("read_bandwidth"),
+        value("write_bandwidth"),
+        value("read_latency"),
+        value("write_latency"),
+    )

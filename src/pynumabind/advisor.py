@@ -1,0 +1,132 @@
+"""``pynumabind.advise()``: measure this machine, then recommend whether and how to bind.
+
+Binding is not free of risk: the same placement that speeds up copies on one
+machine slows them down on another.  ``advise`` measures instead of
+assuming, in this process and without changing its binding:
+
+1. memory bandwidth (and latency) for every CPU node this process may run
+   on x every memory node it may use (:mod:`pynumabind._measure`);
+2. pinned host<->GPU copy bandwidth, per GPU x CPU node, when CUDA is
+   usable from this process (:mod:`pynumabind._cuda`); otherwise the GPU
+   section is empty and says why;
+3. what the firmware claims (SLIT distances, HMAT attributes), for
+   comparison only;
+
+and applies the documented rule of :func:`pynumabind._advice.decide`.
+``quick=True`` takes about 15 s on a two-node server, the default about a
+minute.  Progress goes to ``progress`` (a callable taking one line), which
+the CLI points at stderr.
+
+The module is ``advisor``, not ``advise``: a submodule named like the
+function would replace ``pynumabind.advise`` with itself once imported.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, List, Optional
+
+from ._advice import DEFAULT_MIN_EFFECT, Advice, GpuCopies, decide
+from .errors import ConfigError
+from .model import Topology
+
+__all__ = ["Advice", "advise"]
+
+
+def _quiet(_line: str) -> None:
+    pass
+
+
+def advise(
+    *,
+    quick: bool = False,
+    gpus: bool = True,
+    latency: bool = True,
+    topology: Optional[Topology] = None,
+    buffer_bytes: Optional[int] = None,
+    repeats: Optional[int] = None,
+    min_effect: float = DEFAULT_MIN_EFFECT,
+    progress: Optional[Callable[[str], None]] = None,
+    sysfs_root: str = "/sys",
+) -> Advice:
+    """Measure this machine and recommend a binding; returns an :class:`Advice`.
+
+    ``gpus=False`` skips the host<->GPU copies, ``latency=False`` the
+    pointer chase.  ``topology`` defaults to this machine as this process
+    sees it (allowed CPUs and memory nodes included); it must describe *this*
+    machine, since the measurements run here.  ``buffer_bytes`` and
+    ``repeats`` override the sizes (tests use small ones); ``min_effect`` is
+    the smallest relative difference the rule counts (0.10: 10%).
+    """
+    from . import _cuda, _measure
+
+    if buffer_bytes is not None and buffer_bytes < _measure.PAGE:
+        raise ConfigError(f"buffer_bytes={buffer_bytes} is smaller than a page")
+    if repeats is not None and repeats < 1:
+        raise ConfigError(f"repeats={repeats} must be at least 1")
+    if not 0 <= min_effect < 10:
+        raise ConfigError(f"min_effect={min_effect} must be between 0 and 10")
+    say = progress or _quiet
+    began = time.monotonic()
+    if topology is None:
+        # Always this machine, read live: a PYNUMABIND_TOPOLOGY snapshot says
+        # where to plan, but the measurements run here.
+        from . import discovery
+
+        topology = discovery.detect_topology(use_nvml=gpus)
+    settings = _measure.Settings(
+        quick=quick, buffer_bytes=buffer_bytes, repeats=repeats, latency=latency
+    )
+    notes: List[str] = list(_virtualization_note(sysfs_root))
+    memory = _measure.measure_memory(topology, settings, say, sysfs_root)
+    copies: List[GpuCopies] = []
+    backend_name: Optional[str] = None
+    if not gpus:
+        status = "GPU copies not measured (gpus=False)"
+    else:
+        backend, status = _cuda.find_backend()
+        if backend is not None:
+            backend_name = backend.name
+            cpu_nodes = [n for n in memory.cpu_nodes if n in memory.memory_nodes]
+            copies = _cuda.measure_gpus(
+                backend,
+                topology,
+                cpu_nodes,
+                size=settings.copy_bytes,
+                repeats=settings.samples,
+                progress=say,
+            )
+            status = f"measured with {backend.name}"
+        else:
+            say(status)
+    firmware = _measure.firmware(topology, sysfs_root)
+    recommendation = decide(memory, copies, min_effect=min_effect)
+    return Advice(
+        memory=memory,
+        gpus=tuple(copies),
+        gpu_status=status,
+        gpu_backend=backend_name,
+        firmware=firmware,
+        recommendation=recommendation,
+        quick=quick,
+        seconds=time.monotonic() - began,
+        notes=tuple(notes),
+    )
+
+
+def _virtualization_note(sysfs_root: str) -> List[str]:
+    """A line when this looks like a VM: its NUMA layout may not be the host's."""
+    import os
+
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as handle:
+            flags = next((line for line in handle if line.startswith("flags")), "")
+    except OSError:
+        flags = ""
+    if " hypervisor" in flags or os.environ.get("PYNUMABIND_IN_GUEST") == "1":
+        return [
+            "this is a virtual machine: its NUMA nodes need not be the host's, "
+            "so a measured difference (or its absence) is the VM's"
+        ]
+    del sysfs_root
+    return []

@@ -1,0 +1,244 @@
+"""The advise decision rule (pynumabind._advice), on recorded and generated matrices.
+
+Recorded matrices are built from published figures (the numbers the issue
+cites); where a source gives one direction or one metric only, the
+comment says what was filled in and how.  Generated matrices check the
+rule's properties: identical cells never bind, scaling every figure
+changes nothing, a clear local advantage always binds.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import List, Optional, Sequence
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pynumabind._advice import (
+    NO_DIFFERENCE,
+    Advice,
+    CopyCell,
+    GpuCopies,
+    MemoryCell,
+    MemoryMatrix,
+    Placement,
+    Spread,
+    compare,
+    decide,
+)
+
+
+def spread(median: float, rel: float = 0.02, n: int = 9) -> Spread:
+    """``n`` samples spaced evenly over median * (1 +- rel)."""
+    if n == 1:
+        return Spread.of([median])
+    step = 2 * rel / (n - 1)
+    return Spread.of([median * (1 - rel + i * step) for i in range(n)])
+
+
+def matrix(grid: Sequence[Sequence[Optional[float]]], rel: float = 0.02) -> MemoryMatrix:
+    """CPU nodes 0..n-1 x memory nodes 0..m-1 with these median bandwidths (None: failed)."""
+    cells = tuple(
+        tuple(
+            MemoryCell(error="failed") if v is None else MemoryCell(spread(v, rel), threads=8)
+            for v in row
+        )
+        for row in grid
+    )
+    return MemoryMatrix(tuple(range(len(grid))), tuple(range(len(grid[0]))), cells)
+
+
+def gpu(
+    index: int, node: Optional[int], h2d: Sequence[float], d2h: Sequence[float], rel: float = 0.02
+) -> GpuCopies:
+    cells = tuple(
+        CopyCell(cpu_node=i, h2d=spread(a, rel), d2h=spread(b, rel))
+        for i, (a, b) in enumerate(zip(h2d, d2h))
+    )
+    return GpuCopies(index, "test GPU", None, node, cells)
+
+
+# ------------------------------------------------------------- recorded
+
+
+def test_gb200_local_copies_three_times_cross_node_bind_each_gpu_to_its_node() -> None:
+    # Pinned D2H ~330 GB/s from the GPU's own Grace vs ~115 GB/s across the
+    # C2C link (the figures issue 21 cites).  H2D is taken the same (the
+    # source gives D2H); memory bandwidth is set equal on both nodes so that
+    # the copies alone decide.
+    memory = matrix([[400, 400], [400, 400]])
+    gpus = [gpu(0, 0, [330, 115], [330, 115]), gpu(1, 1, [115, 330], [115, 330])]
+    rec = decide(memory, gpus)
+    assert rec.bind is True
+    assert (rec.mode, rec.memory) == ("node", "preferred")
+    assert [(g.gpu, g.bind, g.node) for g in rec.gpus] == [(0, True, 0), (1, True, 1)]
+    text = " ".join(rec.reasons)
+    assert "2.87x" in text  # 330 / 115
+    assert "memory bandwidth is the same from every node" in text
+
+
+def test_mi210_copies_equal_from_every_node_no_binding() -> None:
+    # An MI210 behind PCIe copies ~28 GB/s whichever node the buffer is on.
+    memory = matrix([[100, 98], [99, 100]])
+    gpus = [gpu(0, 0, [28.0, 27.8], [28.1, 28.0]), gpu(1, 1, [27.9, 28.0], [28.0, 28.2])]
+    rec = decide(memory, gpus)
+    assert rec.bind is False
+    assert rec.verdict == NO_DIFFERENCE
+    assert (rec.mode, rec.memory) == ("none", "none")
+    assert all(not g.bind and g.node is None for g in rec.gpus)
+    assert any("same speed from every node" in r for r in rec.reasons)
+
+
+def test_dual_socket_remote_half_of_local_binds_memory() -> None:
+    rec = decide(matrix([[100, 50], [50, 100]]))
+    assert rec.bind is True
+    assert (rec.mode, rec.memory) == ("node", "preferred")
+    assert rec.gpus == ()
+    assert any("2.00x" in r and "(local)" in r for r in rec.reasons)
+    assert all(c.measurable for c in rec.comparisons)
+
+
+def test_remote_memory_faster_than_local_is_called_out() -> None:
+    rec = decide(matrix([[50, 100], [50, 100]]))
+    assert rec.bind is True
+    assert any("beats the node's own memory" in r and "CPU node 0" in r for r in rec.reasons)
+    assert not any("CPU node 1" in r and "beats" in r for r in rec.reasons)
+
+
+def test_one_node_nothing_to_compare() -> None:
+    rec = decide(matrix([[12.0]]))
+    assert rec.bind is False
+    assert rec.basis == "nothing to compare"
+    assert rec.verdict.startswith(NO_DIFFERENCE)
+    assert "nothing remote to compare" in rec.verdict
+
+
+def test_difference_within_noise_is_no_difference() -> None:
+    # 15% apart in the medians, but samples spread +-30% overlap.
+    rec = decide(matrix([[100, 85], [85, 100]], rel=0.3))
+    assert rec.bind is False
+    assert rec.verdict == NO_DIFFERENCE
+    assert rec.comparisons and not any(c.measurable for c in rec.comparisons)
+    assert all("within noise" in r for r in rec.reasons)
+
+
+def test_difference_beyond_noise_but_below_min_effect_is_no_difference() -> None:
+    rec = decide(matrix([[100, 95], [95, 100]], rel=0.005))
+    assert rec.comparisons[0].low > 1.0  # beyond the noise...
+    assert rec.bind is False  # ...but 5% < the 10% minimum effect
+    assert decide(matrix([[100, 95], [95, 100]], rel=0.005), min_effect=0.03).bind is True
+
+
+def test_gpu_fastest_from_another_node_than_it_reports_says_so() -> None:
+    rec = decide(None, [gpu(0, 0, [10, 25], [10, 25])])
+    assert rec.bind is True
+    (advice,) = rec.gpus
+    assert advice.node == 1
+    assert any("reports NUMA node 0" in r and "override" in r for r in advice.reasons)
+
+
+def test_every_measurement_failed_means_no_recommendation() -> None:
+    rec = decide(matrix([[None, None], [None, None]]))
+    assert rec.bind is False
+    assert rec.basis == "no measurements"
+    assert NO_DIFFERENCE not in rec.verdict
+
+
+def test_compare_ratio_and_noise_range() -> None:
+    better = Spread(3, 20.0, 19.0, 21.0, 13, 22)
+    c = compare("x", ("a", better), ("b", Spread(5, 10.0, 9.0, 11.0, 8, 12)))
+    assert (c.ratio, c.n) == (2.0, 3)
+    assert c.low == pytest.approx(13 / 12)
+    assert c.high == pytest.approx(22 / 8)
+    assert c.measurable
+    # The same medians, but one slow sample of the better below the worse's best: noise.
+    slow = compare("x", ("a", Spread(3, 20.0, 19.0, 21.0, 11, 22)), ("b", better.scaled(0.5)))
+    assert slow.ratio == 2.0 and not slow.measurable
+    zero = compare("x", ("a", spread(1.0)), ("b", Spread(1, 0.0, 0.0, 0.0, 0.0, 0.0)))
+    assert not zero.measurable
+
+
+def test_spread_of_known_samples() -> None:
+    s = Spread.of([5, 1, 3, 2, 4])
+    assert (s.n, s.median, s.q1, s.q3, s.min, s.max) == (5, 3, 2, 4, 1, 5)
+    with pytest.raises(ValueError, match="at least one"):
+        Spread.of([])
+    with pytest.raises(ValueError, match="finite"):
+        Spread.of([1.0, float("nan")])
+
+
+def test_placement_fraction_and_text() -> None:
+    assert Placement(1, {1: 10}).text() == "100% on node 1"
+    half = Placement(1, {0: 5, 1: 5, -2: 0})
+    assert half.fraction == 0.5
+    assert "5 on node 0" in half.text()
+    assert Placement(0, {}).text() == "unchecked"
+
+
+def test_advice_json_has_the_documented_fields() -> None:
+    memory = matrix([[100, 50], [50, 100]])
+    gpus = (gpu(0, 0, [28, 28], [28, 28]),)
+    advice = Advice(memory, gpus, "measured with test", "test", None, decide(memory, gpus))
+    data = json.loads(json.dumps(advice.to_dict()))
+    assert data["schema"] == 1
+    assert data["memory"]["cpu_nodes"] == [0, 1]
+    assert data["memory"]["memory_nodes"] == [0, 1]
+    assert data["memory"]["bandwidth_gbs"] == [[100, 50], [50, 100]]
+    assert data["gpus"][0]["h2d_gbs"] == [28, 28]
+    rec = data["recommendation"]
+    assert rec["bind"] is True and rec["mode"] == "node" and rec["memory"] == "preferred"
+    assert isinstance(rec["reasons"], list) and rec["reasons"]
+
+
+# ----------------------------------------------------------- properties
+
+sizes = st.integers(min_value=1, max_value=4)
+values = st.floats(min_value=1.0, max_value=1000.0, allow_nan=False)
+
+
+@st.composite
+def grids(draw: st.DrawFn) -> List[List[float]]:
+    rows, cols = draw(sizes), draw(sizes)
+    return [[draw(values) for _ in range(cols)] for _ in range(rows)]
+
+
+@given(sizes, sizes, values, st.floats(min_value=0.0, max_value=0.5))
+def test_identical_cells_never_bind(rows: int, cols: int, value: float, rel: float) -> None:
+    grid = [[value] * cols for _ in range(rows)]
+    copies = [gpu(0, 0, [value] * rows, [value] * rows, rel)]
+    rec = decide(matrix(grid, rel), copies)
+    assert rec.bind is False
+    assert NO_DIFFERENCE in rec.verdict
+
+
+@given(grids(), st.floats(min_value=0.01, max_value=100.0), st.floats(min_value=0.0, max_value=0.3))
+def test_scaling_every_figure_changes_nothing(
+    grid: List[List[float]], k: float, rel: float
+) -> None:
+    copies = [gpu(0, None, grid[0], grid[-1], rel)] if len(grid[0]) > 1 else []
+    scaled = [[v * k for v in row] for row in grid]
+    scaled_copies = [gpu(0, None, scaled[0], scaled[-1], rel)] if copies else []
+    a = decide(matrix(grid, rel), copies)
+    b = decide(matrix(scaled, rel), scaled_copies)
+    assert (a.bind, a.basis) == (b.bind, b.basis)
+    assert [(g.bind, g.node) for g in a.gpus] == [(g.bind, g.node) for g in b.gpus]
+
+
+@given(sizes.filter(lambda n: n >= 2), values, st.floats(min_value=1.5, max_value=10.0))
+def test_clear_local_advantage_always_binds(nodes: int, local: float, factor: float) -> None:
+    grid = [[local if i == j else local / factor for j in range(nodes)] for i in range(nodes)]
+    rec = decide(matrix(grid, rel=0.05))
+    assert rec.bind is True
+    assert all(c.better.endswith("(local)") for c in rec.comparisons)
+
+
+@given(grids(), st.floats(min_value=0.0, max_value=0.5))
+def test_verdict_and_reasons_always_say_why(grid: List[List[float]], rel: float) -> None:
+    rec = decide(matrix(grid, rel))
+    assert rec.reasons
+    assert rec.bind == any(c.measurable for c in rec.comparisons)
+    if not rec.bind:
+        assert NO_DIFFERENCE in rec.verdict
+        assert (rec.mode, rec.memory) == ("none", "none")

@@ -1,0 +1,87 @@
+"""Guest-side: ``pynumabind.advise`` on a real multi-node kernel (issue 21).
+
+Under TCG the numbers mean nothing (QEMU gives every node the same emulated
+memory), but the shape of the matrix, where each measurement's buffers
+landed (``move_pages`` on the guest kernel) and the verdict are real:
+CPU nodes 0 and 1 x memory nodes 0, 1 and the memory-only node 2, every
+buffer 100% on its node, and "binding makes no measurable difference".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import pynumabind
+from pynumabind._advice import NO_DIFFERENCE
+
+from ._guestlib import REPO_ROOT
+
+pytestmark = pytest.mark.usefixtures("pristine")
+
+
+@pytest.fixture(scope="module")
+def advice() -> pynumabind.Advice:
+    return pynumabind.advise(quick=True, buffer_bytes=4 << 20, repeats=5, latency=False)
+
+
+def test_matrix_covers_every_cpu_node_and_every_memory_node(advice: pynumabind.Advice) -> None:
+    memory = advice.memory
+    assert memory is not None
+    assert memory.cpu_nodes == (0, 1)
+    assert memory.memory_nodes == (0, 1, 2)
+    for cpu_node, row in zip(memory.cpu_nodes, memory.cells):
+        assert len(row) == 3
+        for memory_node, cell in zip(memory.memory_nodes, row):
+            assert cell.error is None, (cpu_node, memory_node, cell.error)
+            assert cell.bandwidth is not None and cell.bandwidth.median > 0
+            assert cell.threads == 2  # both allowed CPUs of the CPU node
+
+
+def test_each_measurement_buffer_landed_on_its_memory_node(advice: pynumabind.Advice) -> None:
+    assert advice.memory is not None
+    for row in advice.memory.cells:
+        for memory_node, cell in zip(advice.memory.memory_nodes, row):
+            assert cell.placement is not None
+            assert cell.placement.wanted == memory_node
+            assert cell.placement.checked == (4 << 20) // os.sysconf("SC_PAGE_SIZE")
+            assert cell.placement.pages == {memory_node: cell.placement.checked}
+
+
+def test_verdict_under_tcg_is_no_measurable_difference(advice: pynumabind.Advice) -> None:
+    rec = advice.recommendation
+    shown = "\n".join(c.text() for c in rec.comparisons)
+    assert rec.basis == "measured"
+    assert len(rec.comparisons) == 2 * 2  # per CPU node: its best node against the other two
+    assert rec.bind is False, shown
+    assert rec.verdict == NO_DIFFERENCE
+    assert any("virtual machine" in note for note in advice.notes)
+
+
+def test_firmware_slit_is_the_guests(advice: pynumabind.Advice) -> None:
+    assert advice.firmware is not None
+    assert advice.firmware.nodes == (0, 1, 2)
+    assert advice.firmware.distances == ((10, 21, 40), (21, 10, 30), (40, 30, 10))
+
+
+def test_cli_json_in_the_guest() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "pynumabind", "advise", "--quick", "--json", "--no-latency"],
+        capture_output=True,
+        text=True,
+        timeout=200,
+        cwd=REPO_ROOT,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["memory"]["cpu_nodes"] == [0, 1]
+    assert data["memory"]["memory_nodes"] == [0, 1, 2]
+    assert [[p["fraction"] for p in row] for row in data["memory"]["placement"]] == [[1.0] * 3] * 2
+    assert data["gpus"] == [] and data["gpu_status"]["reason"]
+    assert set(data["recommendation"]) >= {"bind", "mode", "memory", "reasons"}
+    sys.stdout.write(done.stdout)

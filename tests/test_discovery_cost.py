@@ -17,7 +17,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import pytest
 
 import sysfs_tree as st
-from pynumabind import _sysfs, binder, discovery, planner
+from pynumabind import _sysfs, discovery, planner
+from pynumabind import binding as binding_module
 from pynumabind.cpulist import parse_cpulist
 from pynumabind.errors import PynumabindError, TopologyError
 from pynumabind.model import CpuMode, Detail, Topology
@@ -308,11 +309,11 @@ def test_a_fork_child_reads_the_layout_again(dgx) -> None:
 def test_the_second_bind_reads_no_sysfs_file_but_the_fresh_affinity(reads: List[str]) -> None:
     before = os.sched_getaffinity(0)
     try:
-        with binder.bind_current_process(0, nprocs=1, environ={}) as first:
+        with binding_module.bind_current_process(0, nprocs=1, environ={}) as first:
             assert reads and first.plan is not None
         reads.clear()
         os.sched_setaffinity(0, {0})
-        with binder.bind_current_process(0, nprocs=1, environ={}) as second:
+        with binding_module.bind_current_process(0, nprocs=1, environ={}) as second:
             assert reads == []
             assert second.plan is not None and second.plan.cpus == {0}  # allowed re-read
     finally:
@@ -344,7 +345,7 @@ def test_import_loads_no_pynvml_numpy_json_and_a_bind_no_kfd_nvml_json() -> None
     out = _run_lines(program)
     after_import, after_bind = set(out[0].split()), set(out[1].split())
     assert not {"pynvml", "numpy", "json"} & after_import
-    assert "pynumabind.binder" in after_bind  # the bind ran
+    assert "pynumabind.binding" in after_bind  # the bind ran
     assert not {"pynvml", "json", "pynumabind._kfd", "pynumabind._nvml"} & after_bind
 
 

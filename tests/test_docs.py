@@ -263,14 +263,14 @@ def test_configuration_table_names_real_parameters() -> None:
     binder = inspect.signature(pynumabind.bind_current_process).parameters
     plan = inspect.signature(planner.plan).parameters
     arguments = _configuration_arguments()
-    assert {"rank", "nprocs", "mode", "memory", "device", "devices"} <= set(arguments)
+    assert {"rank", "nprocs", "mode", "memory", "gpu", "gpus"} <= set(arguments)
     for name, cell in arguments.items():
         where = plan if "(planner)" in cell else binder
         assert name in where, f"README's configuration table: no parameter {name!r}"
 
 
 def test_every_documented_keyword_is_in_the_configuration_table() -> None:
-    """A keyword a recipe or section recommends is one the README explains (``device=0``)."""
+    """A keyword a recipe or section recommends is one the README explains (``gpu=0``)."""
     arguments = _configuration_arguments()
     binder = inspect.signature(pynumabind.bind_current_process).parameters
     for path in DOCS:

@@ -18,10 +18,10 @@ from typing import Dict
 import pytest
 
 from pynumabind import ConfigError
+from pynumabind.discovery import resolve_topology
 from pynumabind.integrations import (
     check_release,
     gate,
-    load_topology,
     per_gpu_override,
     release,
 )
@@ -85,11 +85,15 @@ def test_check_release_names_both_versions() -> None:
 # (PYNUMABIND_TOPOLOGY itself is the core's: tests/test_topology_variable.py)
 
 
-def test_load_topology_uses_the_variable(snapshot: Path) -> None:
+def test_integrations_have_no_topology_source_of_their_own(snapshot: Path) -> None:
     require_two_cpus()
-    topology = load_topology({"PYNUMABIND_TOPOLOGY": str(snapshot), "CUDA_VISIBLE_DEVICES": "1"})
+    from pynumabind import integrations
+
+    assert not hasattr(integrations, "load_topology")  # one source: discovery's
+    env = {"PYNUMABIND_TOPOLOGY": str(snapshot), "CUDA_VISIBLE_DEVICES": "1"}
+    topology = resolve_topology(environ=env)
     assert [g.pci_bus_id for g in topology.gpus] == ["0000:65:00.0"]
-    empty = load_topology({"PYNUMABIND_TOPOLOGY": " ", "CUDA_VISIBLE_DEVICES": ""})
+    empty = resolve_topology(environ={"PYNUMABIND_TOPOLOGY": " ", "CUDA_VISIBLE_DEVICES": ""})
     assert not any("PYNUMABIND_TOPOLOGY" in note for note in empty.notes)  # this machine
 
 
@@ -139,7 +143,7 @@ def test_bind_gpu_binds_to_its_node(machine) -> None:
 def test_union_of_two_gpus_says_so(machine) -> None:
     result = bind_in_child("bind_gpus([0, 1], what='engine')", machine)
     assert result["cpus"] == "0-1"
-    assert result["reasons"][0].startswith("devices 0-1: the union of their plans")
+    assert result["reasons"][0].startswith("GPUs 0-1: the union of their plans")
     assert result["reasons"][0].endswith("CPU nodes 0-1")
     assert any(r.startswith("GPU 1: ") for r in result["reasons"])
 

@@ -32,10 +32,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Tuple
 
 from ..errors import ConfigError
-from . import bind_gpu, check_release, installed_version
+from ._common import bind_gpu, check_release, installed_version
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..binder import Binding
+    from ..binding import Binding
 
 __all__ = ["SUPPORTED", "TARGET", "bind_scheduler", "install"]
 

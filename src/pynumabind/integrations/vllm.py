@@ -37,11 +37,12 @@ import functools
 import logging
 from typing import TYPE_CHECKING, Any, Callable, List, Tuple
 
+from ..discovery import resolve_topology
 from ..errors import ConfigError
-from . import bind_gpu, bind_gpus, check_release, installed_version, load_topology
+from ._common import bind_gpu, bind_gpus, check_release, installed_version
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..binder import Binding
+    from ..binding import Binding
 
 __all__ = ["SUPPORTED", "Worker", "engine_core_gpus", "install", "worker_gpu"]
 
@@ -143,7 +144,7 @@ def bind_engine_core(vllm_config: Any) -> Binding:
     parallel_config = vllm_config.parallel_config
     what = f"vLLM EngineCore (DP rank {parallel_config.data_parallel_rank_local or 0})"
     _refuse_double_bind(parallel_config, what)
-    topology = load_topology()
+    topology = resolve_topology()
     shard = engine_core_gpus(parallel_config, len(topology.gpus))
     binding = bind_gpus(shard, what=what, topology=topology)
     vllm_log.info("%s, GPUs %s: %s", what, ",".join(map(str, shard)), binding.summary())

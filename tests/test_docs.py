@@ -30,13 +30,14 @@ import subprocess
 import sys
 from functools import cache
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 import pytest
 
 import pynumabind
 from integrations.helpers import two_node_snapshot
 from pynumabind import planner
+from pynumabind._options import OptionKeywords
 from recipes import INTEGRATIONS, ROOT
 
 README = ROOT / "README.md"
@@ -259,9 +260,22 @@ def _configuration_arguments() -> Dict[str, str]:
     return arguments
 
 
+DEPRECATED_KEYWORDS = frozenset({"device", "devices"})  # gpu= and gpus= since issue 24
+
+
+def _keywords(function: Callable[..., object]) -> Set[str]:
+    """The keywords ``function`` takes: its parameters and the options' keywords, new names only."""
+    named = {
+        name
+        for name, parameter in inspect.signature(function).parameters.items()
+        if parameter.kind is not inspect.Parameter.VAR_KEYWORD
+    }
+    return (named | set(OptionKeywords.__annotations__)) - DEPRECATED_KEYWORDS
+
+
 def test_configuration_table_names_real_parameters() -> None:
-    binder = inspect.signature(pynumabind.bind_current_process).parameters
-    plan = inspect.signature(planner.plan).parameters
+    binder = _keywords(pynumabind.bind_current_process)
+    plan = _keywords(planner.plan)
     arguments = _configuration_arguments()
     assert {"rank", "nprocs", "mode", "memory", "gpu", "gpus"} <= set(arguments)
     for name, cell in arguments.items():
@@ -272,7 +286,7 @@ def test_configuration_table_names_real_parameters() -> None:
 def test_every_documented_keyword_is_in_the_configuration_table() -> None:
     """A keyword a recipe or section recommends is one the README explains (``gpu=0``)."""
     arguments = _configuration_arguments()
-    binder = inspect.signature(pynumabind.bind_current_process).parameters
+    binder = _keywords(pynumabind.bind_current_process)
     for path in DOCS:
         calls = re.findall(r"bind_current_process\(([^()]*)\)", _text(path))
         for keyword in {k for call in calls for k in re.findall(r"([a-z_]+)=", call)}:

@@ -217,6 +217,17 @@ def test_documented_commands_and_options_exist() -> None:
             )
 
 
+def test_documented_option_values_are_named_as_in_the_help() -> None:
+    """``[--nprocs N]`` in the README is ``[--nprocs N]`` in ``pynumabind plan --help``."""
+    pairs = 0
+    for document, command, rest in _named_commands():
+        for option, metavar in re.findall(r"\[(--?[a-z-]+) ([A-Z]+)\]", rest):
+            usage = " ".join(_help(command).split("\n\n", 1)[0].split())
+            assert f"[{option} {metavar}]" in usage, f"{document}: {command} {option} {metavar}"
+            pairs += 1
+    assert pairs >= 6
+
+
 def test_every_command_takes_the_common_options() -> None:
     sentence = re.search(r"Every command takes (.*?)\.", _text(README), re.S)
     assert sentence is not None

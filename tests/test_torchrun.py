@@ -147,10 +147,17 @@ def _torchrun(tmp_path, extra_env, start=PLAIN_START):
 
 
 def _expected_plans(**options):
-    from pynumabind import planner
+    """Each rank's plan, its count read from torchrun's LOCAL_WORLD_SIZE (as the reason says)."""
+    from pynumabind import Options, planner
 
     topology = detect_topology()
-    return [planner.plan(topology, rank, 2, **options) for rank in (0, 1)]
+    return [
+        planner.plan(
+            topology,
+            options=Options(rank=rank, nprocs=2, nprocs_source="LOCAL_WORLD_SIZE", **options),
+        )
+        for rank in (0, 1)
+    ]
 
 
 def test_torchrun_workers_bind_as_planned_with_per_rank_cpus(tmp_path) -> None:

@@ -488,7 +488,9 @@ def test_bind_current_process_from_launcher_environment() -> None:
 import pynumabind
 from pynumabind import planner
 from pynumabind.discovery import detect_topology
-expected = planner.plan(detect_topology(), 1, 2, mode="exclusive")  # before binding
+# before binding; the count's reason names the variable it came from
+options = pynumabind.Options(rank=1, nprocs=2, mode="exclusive", nprocs_source="LOCAL_WORLD_SIZE")
+expected = planner.plan(detect_topology(), options=options)
 binding = pynumabind.bind_current_process()
 emit({"expected": expected.to_dict(), "plan": binding.plan.to_dict(),
       "status": cpus_allowed(), "verify": binding.verify().ok})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -139,7 +140,8 @@ def test_snapshot_round_trips_through_topology_option(tmp_path: Path) -> None:
     out = tmp_path / "snap.json"
     result = run("snapshot", "--no-nvml", "-o", str(out))
     assert result.returncode == 0, result.stderr
-    assert result.stdout == ""
+    assert result.stdout.startswith("wrote the topology (")  # says where it wrote
+    assert f"to {out.resolve()};" in result.stdout
     topology = load_topology(str(out))
     assert topology.allowed_cpus == frozenset(os.sched_getaffinity(0))
     shown = run("show", "--json", "--topology", str(out))
@@ -195,7 +197,7 @@ def test_plan_node_override(snapshot: Path) -> None:
         (["plan", "--allowed-mems", "7"], 2, ["do not exist"]),
         (["plan", "--nprocs", "0"], 2, ["--nprocs"]),
         (["plan", "--mode", "bogus"], 2, ["invalid choice"]),
-        (["plan", "--nodes", "0,9,0,0"], 1, ["9"]),
+        (["plan", "--nodes", "0,9,0,0"], 2, ["9"]),
         (["plan", "--nodes", "0,x"], 2, ["'x'"]),
         (["plan", "--allowed-cpus", "0-1", "--nodes", "1,1,1,1"], 1, ["4-7,12-15", "0-1"]),
         (["check", "--timeout", "inf"], 2, ["--timeout", "'inf'"]),
@@ -214,7 +216,7 @@ def test_bad_input_is_one_line_error(
 
 def test_unreadable_topology_file(tmp_path: Path) -> None:
     missing = tmp_path / "nope.json"
-    assert_one_line_error(run("show", "--topology", str(missing)), 1, str(missing))
+    assert_one_line_error(run("show", "--topology", str(missing)), 2, str(missing))
     garbage = tmp_path / "garbage.json"
     garbage.write_text("{not json")
     assert_one_line_error(run("plan", "--topology", str(garbage)), 1, "not valid JSON")
@@ -230,15 +232,17 @@ def test_missing_sysfs_root_is_usage_error(tmp_path: Path) -> None:
 def test_empty_machine_options_are_errors_not_this_machine() -> None:
     # `--topology "$SNAPSHOT"` with the variable unset must not quietly plan,
     # check or bind for the local machine instead.
-    assert_one_line_error(run("plan", "--topology", ""), 1, "cannot read topology file ''")
+    assert_one_line_error(run("plan", "--topology", ""), 2, "cannot read topology file ''")
     assert_one_line_error(run("show", "--sysfs-root", ""), 2, "--sysfs-root", "not a directory")
     result = run("exec", "--rank", "0", "--topology", "", "--", "true")
-    assert_one_line_error(result, 1, "cannot read topology file ''")
+    assert_one_line_error(result, 2, "cannot read topology file ''")
 
 
-def test_no_command_is_usage_error() -> None:
+def test_no_command_is_usage_error_listing_the_commands() -> None:
     result = run()
     assert result.returncode == 2 and "Traceback" not in result.stderr
+    for command in ("show", "plan", "exec", "check", "snapshot"):
+        assert f"\n    {command} " in result.stderr, result.stderr
 
 
 def _child_affinity_code() -> str:
@@ -342,7 +346,7 @@ def test_check_binds_and_verifies_real_workers() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert "workers bound as planned" in result.stdout
     lines = result.stdout.splitlines()
-    assert lines[0].split()[:3] == ["rank", "device", "planned"]
+    assert lines[0].split()[:3] == ["rank", "gpu", "planned"]
     summary = lines[-1].split()
     assert summary[0] == summary[2] and int(summary[0]) >= 1
 
@@ -518,3 +522,165 @@ def test_a_sched_setaffinity_eperm_names_the_real_causes_not_the_cpuset() -> Non
     )
     assert_one_line_error(result, 1, "sched_setaffinity", "EPERM", "CAP_SYS_NICE", "another user")
     assert "widen the cpuset" not in result.stderr
+
+
+# ------------------------------------------------------------ issue 23: a CLI that explains itself
+
+
+def test_check_shows_the_plans_warnings_in_text_and_json() -> None:
+    """Four exclusive workers on this machine's two CPUs share cores: plan warns, so does check."""
+    if len(os.sched_getaffinity(0)) != 2:
+        pytest.skip("needs exactly two allowed CPUs")
+    args = ("check", "--no-nvml", "--nprocs", "4", "--mode", "exclusive")
+    planned = run("plan", "--json", *args[1:])
+    warning = json.loads(planned.stdout)["ranks"][0]["warnings"][0]
+    assert "share physical cores" in warning
+    text = run(*args)
+    assert text.returncode == 0, text.stderr
+    assert f"Warnings\n  all ranks: {warning}\n" in text.stdout
+    document = json.loads(run(*args, "--json").stdout)
+    assert document["warnings"] == [warning]
+    assert all(w["warnings"] == [warning] for w in document["workers"])
+
+
+def test_check_verbose_shows_each_workers_reasons() -> None:
+    quiet = run("check", "--no-nvml", "--nprocs", "2", "--mode", "exclusive")
+    loud = run("check", "--no-nvml", "--nprocs", "2", "--mode", "exclusive", "-v")
+    assert quiet.returncode == loud.returncode == 0, loud.stderr
+    assert "Reasons" not in quiet.stdout
+    reasons = loud.stdout.split("Reasons\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert "  all ranks: 2 local ranks (--nprocs)" in reasons
+    assert any(r.startswith("  rank 0: ") and "gets CPU" in r for r in reasons), reasons
+    assert any(r.startswith("  rank 1: ") and "gets CPU" in r for r in reasons), reasons
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "label"),
+    [
+        ((), {}, "(chosen by pynumabind check)"),
+        (("--nprocs", "2"), {}, "2 local ranks (--nprocs)"),
+        ((), {"LOCAL_WORLD_SIZE": "2"}, "2 local ranks (from LOCAL_WORLD_SIZE)"),
+    ],
+    ids=["chosen", "flag", "launcher"],
+)
+def test_check_labels_the_count_by_its_source(args: tuple, env: dict, label: str) -> None:
+    result = run("check", "--no-nvml", "--json", *args, env=env)
+    assert result.returncode == 0, result.stderr
+    first = [w["reasons"][0] for w in json.loads(result.stdout)["workers"]]
+    assert all(label in reason for reason in first), first
+    assert not any("(given)" in reason for reason in first)
+
+
+def test_check_explains_itself_on_a_one_node_machine_without_gpus() -> None:
+    if len(load_topology_here().cpu_nodes) != 1:
+        pytest.skip("this machine has more than one NUMA node with CPUs")
+    result = run("check", "--no-nvml")
+    assert result.returncode == 0, result.stderr
+    assert (
+        "no GPU visible: one worker per NUMA node with CPUs; this machine has one NUMA node, "
+        "so binding changes nothing here"
+    ) in result.stdout
+    assert "gpu: the GPU the rank drives (none: no GPU visible); pages on: " in result.stdout
+    row = result.stdout.splitlines()[1].split()
+    assert row[1] == "none"
+
+
+def load_topology_here() -> Topology:
+    shown = run("show", "--no-nvml", "--json")
+    return Topology.from_dict(json.loads(shown.stdout)["topology"])
+
+
+def test_plan_groups_reasons_shared_by_all_ranks(snapshot: Path) -> None:
+    result = run("plan", "--topology", str(snapshot), "--nprocs", "4")
+    assert result.returncode == 0, result.stderr
+    reasons = result.stdout.split("Reasons\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    shared = [r for r in reasons if r.startswith("  all ranks: ")]
+    assert "  all ranks: 4 local ranks (--nprocs)" in shared
+    own = [r[len("  all ranks: ") :] for r in shared]
+    for rank in range(4):
+        mine = [r for r in reasons if r.startswith(f"  rank {rank}: ")]
+        assert mine and not any(r.split(": ", 1)[1] in own for r in mine)
+    assert len(reasons) == len(set(reasons))
+
+
+def test_plan_grammar_for_one() -> None:
+    result = run("plan", "--no-nvml", "--nprocs", "1", "--cpus", "0")
+    assert result.returncode == 0, result.stderr
+    assert "1 local rank (--nprocs)" in result.stdout
+    assert "1 rank spread" in result.stdout
+    assert "gets CPU 0" in result.stdout
+    for wrong in ("1 local ranks", "1 ranks", "gets CPUs 0\n"):
+        assert wrong not in result.stdout
+
+
+def test_errors_name_the_options_of_the_command_line() -> None:
+    no_rank = run("exec", "--no-nvml", "--", "true")
+    assert_one_line_error(no_rank, 2, "pass --rank or set one of LOCAL_RANK")
+    assert "rank=" not in no_rank.stderr
+    beyond = run("exec", "--no-nvml", "--rank", "7", "--", "true")
+    assert_one_line_error(beyond, 2, "rank 7 out of range", "pass --nprocs to plan more")
+    assert "nprocs=" not in beyond.stderr
+
+
+_MISSING = "/nonexistent/pynumabind-topology.json"
+
+
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [
+        (["plan", "--nodes", "9"], {}),
+        (["plan", "--cpus", "999"], {}),
+        (["plan", "--allowed-cpus", "999"], {}),
+        (["plan", "--allowed-mems", "9"], {}),
+        (["plan", "--topology", _MISSING], {}),
+        (["plan", "--sysfs-root", _MISSING], {}),
+        (["plan", "--nprocs", "0"], {}),
+        (["exec", "--rank", "999", "--", "true"], {}),
+        (["check", "--nprocs", "5000"], {}),
+        (["plan"], {"PYNUMABIND_NODES": "9"}),
+        (["plan"], {"PYNUMABIND_CPUS": "999"}),
+        (["plan"], {"PYNUMABIND_TOPOLOGY": _MISSING}),
+        (["exec", "--", "true"], {"LOCAL_RANK": "999"}),
+        (["check"], {"LOCAL_WORLD_SIZE": "5000"}),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else ",".join(f"{k}" for k in v),
+)
+def test_a_value_naming_what_the_machine_lacks_is_a_usage_error(
+    args: List[str], env: Dict[str, str]
+) -> None:
+    """One rule for every option and variable: exit status 2, one line naming the value."""
+    result = run(*args, env=env)
+    value = next(iter(env.values())) if env else args[2]
+    assert_one_line_error(result, 2, value)
+
+
+def test_exec_on_error_default_is_explained() -> None:
+    helped = run("exec", "--help")
+    assert "(default: raise" not in helped.stdout
+    text = " ".join(helped.stdout.split())
+    assert "Default: raise, unlike the library" in text
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert "`exec --on-error` defaults to `raise`" in " ".join(readme.split())
+
+
+def test_show_fills_the_kind_column() -> None:
+    result = run("show", "--no-nvml")
+    rows = result.stdout.split("NUMA nodes\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert rows[0].split()[-1] == "kind"
+    assert all(
+        row.split()[-1] in ("cpus+memory", "memory-only", "cpus", "empty")
+        or row.endswith("cpus only")
+        for row in rows[1:]
+    ), rows
+
+
+def test_metavars_are_nouns_not_destinations() -> None:
+    """Every option's value is named from one vocabulary (N, LIST, FILE...), never RANK/TIMEOUT."""
+    nouns = {"N", "LIST", "LISTS", "FILE", "DIR", "MODE", "POLICY", "SECONDS", "ACTION"}
+    seen = set()
+    for command in ("show", "plan", "exec", "check", "snapshot"):
+        usage = run(command, "--help").stdout.split("\n\n", 1)[0]
+        for option, metavar in re.findall(r"\[(--?[a-z-]+) ([^\]|]+?)\]", usage):
+            assert metavar in nouns, (command, option, metavar)
+            seen.add(option)
+    assert {"--rank", "--timeout", "--mode", "--memory", "--on-error"} <= seen

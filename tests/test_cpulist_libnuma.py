@@ -14,6 +14,7 @@ stderr for ids it rejects; that is expected here.
 from __future__ import annotations
 
 import re
+import warnings
 from typing import Callable, FrozenSet, List, Optional, Tuple
 
 import pytest
@@ -221,6 +222,22 @@ def test_agrees_with_libnuma_on_examples(text: str) -> None:
 
 # ------------------------------------------------------- differential property
 
+
+def _named(name: str, strategy: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+    """``strategy`` under the short repr ``name()``.
+
+    The strategies below repeat sub-strategies inside ``one_of`` to weight them,
+    so their written-out repr nests those repeats and runs to tens of kB; Hypothesis
+    builds it (and warns: "overly large repr") when it reports on a ``find``.
+    """
+
+    def draw_from(draw: st.DrawFn) -> str:
+        return draw(strategy)
+
+    draw_from.__name__ = draw_from.__qualname__ = name
+    return st.composite(draw_from)()
+
+
 # Mostly ids in and just around the machine; now and then the far edges.
 small = st.integers(0, max(3, len(CPUS) + 1))
 numbers = st.one_of(
@@ -228,27 +245,37 @@ numbers = st.one_of(
     st.sampled_from([7, 8, 9, 10, 63, 64, 255, 256, 1023, 1024, 65535, 65536]),
     st.sampled_from([U32 - 1, U32, U32 + 1, 2**64]),
 )
-number_texts = st.one_of(
-    *[numbers.map(str)] * 6,
-    st.tuples(st.sampled_from(["0", "00"]), numbers).map(lambda t: f"{t[0]}{t[1]}"),
-    numbers.map(hex),
-    st.tuples(st.sampled_from(["-", "+"]), numbers).map(lambda t: f"{t[0]}{t[1]}"),
-)
-spaces = st.sampled_from(["", "", "", "", "", "", "", " ", "\t", "\n"])
-item_texts = st.one_of(
-    number_texts,
-    number_texts,
-    st.tuples(number_texts, number_texts).map(lambda t: f"{t[0]}-{t[1]}"),
-    st.tuples(number_texts, number_texts).map(lambda t: f"{t[0]}-{t[1]}"),
-    st.tuples(number_texts, spaces, number_texts).map(lambda t: f"{t[0]}-{t[1]}{t[2]}"),
-    st.tuples(number_texts, number_texts, number_texts, number_texts).map(
-        lambda t: f"{t[0]}-{t[1]}:{t[2]}/{t[3]}"
+number_texts = _named(
+    "number_texts",
+    st.one_of(
+        *[numbers.map(str)] * 6,
+        st.tuples(st.sampled_from(["0", "00"]), numbers).map(lambda t: f"{t[0]}{t[1]}"),
+        numbers.map(hex),
+        st.tuples(st.sampled_from(["-", "+"]), numbers).map(lambda t: f"{t[0]}{t[1]}"),
     ),
 )
-bodies = st.one_of(
-    st.just("all"),
-    *[st.lists(st.tuples(spaces, item_texts, spaces).map("".join), max_size=4).map(",".join)] * 6,
-    st.lists(item_texts, min_size=1, max_size=3).map(lambda xs: ",".join([*xs, "all"])),
+spaces = st.sampled_from(["", "", "", "", "", "", "", " ", "\t", "\n"])
+item_texts = _named(
+    "item_texts",
+    st.one_of(
+        number_texts,
+        number_texts,
+        st.tuples(number_texts, number_texts).map(lambda t: f"{t[0]}-{t[1]}"),
+        st.tuples(number_texts, number_texts).map(lambda t: f"{t[0]}-{t[1]}"),
+        st.tuples(number_texts, spaces, number_texts).map(lambda t: f"{t[0]}-{t[1]}{t[2]}"),
+        st.tuples(number_texts, number_texts, number_texts, number_texts).map(
+            lambda t: f"{t[0]}-{t[1]}:{t[2]}/{t[3]}"
+        ),
+    ),
+)
+bodies = _named(
+    "bodies",
+    st.one_of(
+        st.just("all"),
+        *[st.lists(st.tuples(spaces, item_texts, spaces).map("".join), max_size=4).map(",".join)]
+        * 6,
+        st.lists(item_texts, min_size=1, max_size=3).map(lambda xs: ",".join([*xs, "all"])),
+    ),
 )
 prefixes = st.sampled_from(["", "", "", "", "!", "+", "!+", "+!", "++", " ", "!!"])
 suffixes = st.sampled_from(["", "", "", "", "", "\n", " ", ","])
@@ -303,6 +330,15 @@ def test_cpu_strings_agree_with_libnuma(text: str) -> None:
 @given(numactl_strings(NODES))
 def test_node_strings_agree_with_libnuma(text: str) -> None:
     event(_compare(text, oracle.parse_nodestring_all, ours_nodes, NODES))
+
+
+@pytest.mark.parametrize("universe", [CPUS, NODES], ids=["cpus", "nodes"])
+def test_generator_repr_is_short(universe: FrozenSet[int]) -> None:
+    """Hypothesis writes out the strategy's repr when it reports on a ``find``
+    and warns ("overly large repr") past 30 kB; the test run stays quiet."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(repr(numactl_strings(universe))) < 10_000
 
 
 @pytest.mark.parametrize(

@@ -133,10 +133,12 @@ def _srun(
 
 
 def _plan(localid: int, **options: str) -> Report:
-    from pynumabind import planner
+    """The plan for task ``localid`` of 2, its count read from Slurm (as the reason says)."""
+    from pynumabind import Options, planner
     from pynumabind.discovery import detect_topology
 
-    return planner.plan(detect_topology(), localid, 2, **options).to_dict()
+    given = Options(rank=localid, nprocs=2, nprocs_source="SLURM_NTASKS_PER_NODE", **options)
+    return planner.plan(detect_topology(), options=given).to_dict()
 
 
 def test_srun_recipe_binds_each_task_by_slurm_localid(

@@ -206,7 +206,7 @@ def test_cli_topology_flag_wins_over_the_variable(tmp_path: Path, snapshot: Path
 
 def test_cli_missing_snapshot_is_one_line_naming_the_variable(tmp_path: Path) -> None:
     done = _cli({"PYNUMABIND_TOPOLOGY": str(tmp_path / "nope.json")}, "show")
-    assert done.returncode == 1
+    assert done.returncode == 2  # a file that does not exist: a usage error (issue 23)
     assert done.stderr.startswith("pynumabind: error: PYNUMABIND_TOPOLOGY: cannot read ")
     assert len(done.stderr.splitlines()) == 1
 

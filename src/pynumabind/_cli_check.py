@@ -13,7 +13,10 @@ passes cannot fail here for a rule of check's own:
   same thread rule -- an extra assertion, not a second rule set;
 * the binding was complete (not *partial*).
 
-The parent only collects results; it binds nothing itself.
+The parent only collects results; it binds nothing itself.  Each report
+carries the plan's reasons and warnings; the count of workers is labelled by
+its source in the first reason (``--nprocs``, a launcher variable, or
+``chosen by pynumabind check``: the planner's default, chosen in the parent).
 
 Bounds
 ------
@@ -42,7 +45,8 @@ from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from . import _proc, _verify
-from ._options import Options
+from ._environ import SIZE_VARIABLES
+from ._options import CHOSEN_BY_CHECK, Options
 from .cpulist import format_cpulist
 from .errors import ConfigError, PynumabindError
 from .model import Topology
@@ -51,6 +55,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .binding import Binding
 
 log = logging.getLogger(__name__)
+
+_LAUNCHER_COUNTS = frozenset(v for names in SIZE_VARIABLES.values() for v in names)
 
 #: Most workers one check starts: each is a Python process with two pipes.
 MAX_WORKERS = 1024
@@ -74,6 +80,7 @@ class WorkerReport:
     page_nodes: str = "-"
     problems: Tuple[str, ...] = ()
     reasons: Tuple[str, ...] = ()
+    warnings: Tuple[str, ...] = ()  # the plan's, as ``pynumabind plan`` shows them
 
     def to_dict(self) -> Dict[str, Any]:
         return {
@@ -87,6 +94,7 @@ class WorkerReport:
             "page_nodes": self.page_nodes,
             "problems": list(self.problems),
             "reasons": list(self.reasons),
+            "warnings": list(self.warnings),
         }
 
 
@@ -98,8 +106,17 @@ class CheckReport:
     def ok(self) -> bool:
         return bool(self.workers) and all(w.ok for w in self.workers)
 
+    @property
+    def warnings(self) -> Tuple[str, ...]:
+        """Every worker's plan warnings, each once, in the order the ranks give them."""
+        return tuple(dict.fromkeys(w for worker in self.workers for w in worker.warnings))
+
     def to_dict(self) -> Dict[str, Any]:
-        return {"ok": self.ok, "workers": [w.to_dict() for w in self.workers]}
+        return {
+            "ok": self.ok,
+            "warnings": list(self.warnings),
+            "workers": [w.to_dict() for w in self.workers],
+        }
 
 
 def _proc_thread_problems(binding: Binding, masks: Dict[int, frozenset[int]]) -> List[str]:
@@ -130,9 +147,9 @@ def check_this_process(
     from .binding import bind_current_process
 
     topology = Topology.from_json(topology_json) if topology_json else None
-    binding = bind_current_process(
-        rank, topology=topology, nprocs=nprocs, on_error="warn", **options
-    )
+    # options may carry nprocs_source: where the parent's count came from.
+    given = Options(rank=rank, nprocs=nprocs, **options)
+    binding = bind_current_process(options=given, topology=topology, on_error="warn")
     plan = binding.plan
     if plan is None:  # PYNUMABIND_DISABLE=1 made binding a no-op
         return WorkerReport(
@@ -159,6 +176,7 @@ def check_this_process(
         page_nodes=format_cpulist(placed),
         problems=tuple(problems),
         reasons=tuple(plan.reasons),
+        warnings=tuple(plan.warnings),
     )
 
 
@@ -192,6 +210,7 @@ def _from_dict(data: Dict[str, Any]) -> WorkerReport:
         page_nodes=str(data.get("page_nodes", "-")),
         problems=tuple(data.get("problems", ())),
         reasons=tuple(data.get("reasons", ())),
+        warnings=tuple(data.get("warnings", ())),
     )
 
 
@@ -299,12 +318,23 @@ def run_check(
     deadline = time.monotonic() + timeout
     count = local_ranks(topology, options)
     if count > MAX_WORKERS:
-        given = f"--nprocs {count}" if options.nprocs is not None else f"{count} local ranks"
+        variable = options.nprocs_source if options.nprocs_source in _LAUNCHER_COUNTS else None
+        if options.nprocs is None:
+            given = f"{count} local ranks"
+        elif variable is not None:
+            given = f"{variable}={count}"
+        else:
+            given = f"{options.spelled('nprocs')} {count}"
         raise ConfigError(
             f"{given}: check starts one worker process per rank, at most {MAX_WORKERS}"
         )
     given_options = options.keywords()
     worker_options = {k: v for k, v in given_options.items() if k not in ("rank", "nprocs")}
+    # Each worker's plan says where the count came from: a flag, a launcher
+    # variable, or check itself (the planner's default, chosen here).
+    worker_options["nprocs_source"] = (
+        CHOSEN_BY_CHECK if options.nprocs is None else options.nprocs_source
+    )
     context = multiprocessing.get_context("spawn")
     topology_json = topology.to_json(indent=None) if pass_topology else None
     workers: List[_Worker] = []

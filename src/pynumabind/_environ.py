@@ -93,6 +93,14 @@ NO_RANK = (
     + " (torchrun, srun and mpirun set them)"
 )
 
+
+def no_rank(options: Optional[Options] = None) -> str:
+    """:data:`NO_RANK`, naming the option of the interface used (``--rank`` on the command line)."""
+    if options is None or not options.flags:
+        return NO_RANK
+    return NO_RANK.replace("pass rank=", f"pass {options.spelled('rank')}", 1)
+
+
 _ASCII_SPACE = ASCII_SPACE  # only ASCII whitespace is trimmed (see _options.ASCII_SPACE)
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"", "0", "false", "no", "off"})
@@ -249,7 +257,7 @@ def resolve(
     disabled = disable_value is not None and parse_flag(DISABLE_VARIABLE, disable_value)
     rank, rank_source = _rank(environ, given)
     if rank is None and not disabled and need_rank:
-        raise ConfigError(NO_RANK)
+        raise ConfigError(no_rank(given))
     nprocs, nprocs_source = _nprocs(environ, given, rank_source)
     if rank is not None and nprocs is not None and rank >= nprocs:
         raise ConfigError(

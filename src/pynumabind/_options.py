@@ -91,6 +91,7 @@ __all__ = [
 MAX_NPROCS = 65536  # local ranks; bounds the work when nprocs comes from the environment
 ARGUMENT = "argument"
 COMMAND_LINE = "command line"
+CHOSEN_BY_CHECK = "pynumabind check"  # nprocs of check's workers: the default, chosen in the parent
 
 # Only ASCII whitespace is trimmed: str.strip() would also eat U+00A0 and its
 # kind, so a value made of them would silently count as unset.
@@ -206,7 +207,7 @@ def _gpu_list(value: Optional[Sequence[int]], name: str, what: str) -> Optional[
 
 def _variable(source: Optional[str]) -> Optional[str]:
     """``source`` when it names an environment variable."""
-    return None if source in (None, ARGUMENT, COMMAND_LINE) else source
+    return None if source in (None, ARGUMENT, COMMAND_LINE, CHOSEN_BY_CHECK) else source
 
 
 def _renamed(keywords: Dict[str, Any], devices_mean: str) -> Dict[str, Any]:
@@ -344,6 +345,10 @@ class Options:
             raise TypeError(f"unexpected keyword argument(s): {', '.join(sorted(unknown))}")
         given = {k: v for k, v in renamed.items() if v is not None}
         return cls(flags=flags, **given)
+
+    def spelled(self, name: str) -> str:
+        """How option ``name`` is given: ``--nprocs`` on the command line, else ``nprocs=``."""
+        return f"--{name.replace('_', '-')}" if self.flags else f"{name}="
 
     @property
     def cpu_mode(self) -> CpuMode:

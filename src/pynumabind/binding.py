@@ -490,7 +490,7 @@ def _plan(topology: Topology, options: Options) -> Plan:
     if options.rank is not None:
         return planner.plan_for(topology, options)
     if not topology.gpus:
-        raise ConfigError(f"{_environ.NO_RANK}, and this process sees no GPU to bind to")
+        raise ConfigError(f"{_environ.no_rank(options)}, and this process sees no GPU to bind to")
     visible = list(range(len(topology.gpus)))
     plan = planner.plan_gpus_for(topology, options, visible)
     rule = (

@@ -7,10 +7,17 @@ tree, or a ``--topology`` snapshot), prints aligned tables or, with
 * 0: success;
 * 1: failure (an unreadable topology, an impossible plan, a worker not
   bound as planned);
-* 2: usage error (bad options or option values, bad environment variables);
+* 2: usage error (bad options or option values, bad environment variables,
+  and any value naming something this machine lacks: a CPU, a NUMA node, a
+  rank beyond the local ranks, a topology file that does not exist);
 * 126/127: ``exec`` could not run the command (not executable / not found).
 
-Errors are one line on stderr, never a traceback.  ``exec`` replaces the
+Errors are one line on stderr, never a traceback, and name the option of the
+command line (``--rank``, ``--nprocs``) or the variable the value came from.
+``plan`` and ``check -v`` write reasons every rank shares once ("all ranks:"),
+then each rank's own; ``check`` shows the plan's warnings too (text and JSON),
+explains its columns, and on a machine with no GPU and one NUMA node says in
+one line what it did and why.  A bare ``pynumabind`` lists the commands.  ``exec`` replaces the
 process with ``os.execvp``: no shell is involved, so no argument is ever
 re-interpreted.
 """
@@ -28,10 +35,10 @@ from typing import Any, Dict, List, NoReturn, Optional, Sequence, Union
 from . import __version__, discovery
 from ._cli_advise import add_parser as _add_advise_parser
 from ._cli_advise import cmd_advise
-from ._cli_tables import human_bytes, table
+from ._cli_tables import by_rank, human_bytes, table
 from ._options import Options
 from .cpulist import format_cpulist, parse_cpulist, parse_nodelist
-from .errors import ConfigError, ListParseError, PynumabindError, format_ids
+from .errors import ConfigError, ListParseError, PynumabindError, TopologyError, format_ids
 from .model import CpuMode, MemoryPolicy, Plan, Topology
 
 log = logging.getLogger("pynumabind.cli")
@@ -106,13 +113,15 @@ def _plan_options(parser: argparse.ArgumentParser, *, with_nprocs: bool = True) 
         "--mode",
         type=str.lower,  # names are case-insensitive everywhere
         choices=[m.value for m in CpuMode],
-        help="how CPUs are chosen (default: node)",
+        metavar="MODE",
+        help="how CPUs are chosen: %(choices)s (default: node)",
     )
     group.add_argument(
         "--memory",
         type=str.lower,
         choices=[p.value for p in MemoryPolicy],
-        help="memory policy (default: preferred)",
+        metavar="POLICY",
+        help="memory policy: %(choices)s (default: preferred)",
     )
     group.add_argument(
         "--nodes", metavar="LIST", help='per-rank NUMA node override, e.g. "0,0,1,1"'
@@ -162,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     exec_.add_argument(
         "--rank",
         type=int,
+        metavar="N",
         help="local rank (default: LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID)",
     )
     _plan_options(exec_)
@@ -169,8 +179,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--on-error",
         choices=["warn", "raise"],
         default="raise",
-        help="if the memory policy cannot be applied: bind CPUs only and warn, or fail "
-        "(default: raise)",
+        metavar="ACTION",
+        help="if the memory policy cannot be applied: warn (bind CPUs only, as the library's "
+        "default does) or raise (run nothing). Default: raise, unlike the library: exec "
+        "replaces itself with the command, so a warning would scroll past unread and the "
+        "command would run half-bound",
     )
     exec_.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
 
@@ -182,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout",
         type=_timeout_seconds,
         default=60.0,
+        metavar="SECONDS",
         help="seconds to wait for the workers (default: 60)",
     )
 
@@ -338,6 +352,15 @@ def _empty_nodes(topology: Topology) -> frozenset[int]:
     return frozenset(n.id for n in topology.nodes.values() if not n.cpus and not n.has_memory)
 
 
+def _node_kind(node: Any) -> str:
+    """What a node holds: ``cpus+memory``, ``memory-only`` (GPU memory, HBM, CXL), ..."""
+    if node.memory_only:
+        return "memory-only"
+    if node.cpus and node.has_memory:
+        return "cpus+memory"
+    return "cpus only" if node.cpus else "empty"
+
+
 def _node_tables(topology: Topology) -> List[str]:
     # Placeholder nodes would only widen the tables; the warnings list them.
     node_ids = sorted(set(topology.nodes) - _empty_nodes(topology)) or sorted(topology.nodes)
@@ -350,7 +373,7 @@ def _node_tables(topology: Topology) -> List[str]:
                 format_cpulist(node.cpus) or "-",
                 human_bytes(node.memory_total if node.has_memory else 0),
                 human_bytes(node.memory_free if node.has_memory else 0),
-                "memory-only" if node.memory_only else "",
+                _node_kind(node),
             ]
         )
     distance_rows = [
@@ -408,7 +431,7 @@ def _plan_rows(results: Sequence[Union[Plan, PynumabindError]]) -> List[List[str
         if not isinstance(plan, Plan):
             rows.append([str(rank), "-", "-", "error", "-", "-"])
             continue
-        gpu = "-" if plan.gpu is None else f"{plan.gpu.index} {plan.gpu.pci_bus_id}"
+        gpu = "none" if plan.gpu is None else f"{plan.gpu.index} {plan.gpu.pci_bus_id}"
         rows.append(
             [
                 str(plan.rank),
@@ -456,8 +479,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def _plan_text(results: Sequence[Union[Plan, PynumabindError]]) -> List[str]:
     plans = [r for r in results if isinstance(r, Plan)]
     text = table(["rank", "gpu", "node", "cpus", "mems", "policy"], _plan_rows(results))
-    notes = [f"  rank {p.rank}: {r}" for p in plans for r in p.reasons]
-    warnings = [f"  rank {p.rank}: {w}" for p in plans for w in p.warnings]
+    notes = by_rank([(p.rank or 0, p.reasons) for p in plans])
+    warnings = by_rank([(p.rank or 0, p.warnings) for p in plans])
     errors = [
         f"  {r}" if str(r).startswith(f"rank {rank}:") else f"  rank {rank}: {r}"
         for rank, r in enumerate(results)
@@ -506,53 +529,83 @@ def cmd_exec(args: argparse.Namespace) -> int:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+_CHECK_HEADERS = [
+    "rank", "gpu", "planned cpus", "bound cpus", "mems", "policy", "pages on", "result",
+]  # fmt: skip
+_CHECK_LEGEND = (
+    "gpu: the GPU the rank drives (none: no GPU visible); pages on: the NUMA node(s) where "
+    "pages the worker touched after binding landed (move_pages)"
+)
+
+
+def _check_rows(report: Any) -> List[List[str]]:
+    return [
+        [
+            str(w.rank),
+            w.device or "none",
+            w.planned_cpus,
+            w.bound_cpus,
+            w.planned_mems or "-",
+            w.policy,
+            w.page_nodes or "-",
+            "ok" if w.ok else "FAIL",
+        ]
+        for w in report.workers
+    ]
+
+
+def _count_source(options: Options) -> str:
+    """Where the process count came from, as the user gave it: ``--nprocs`` or a variable."""
+    source = options.nprocs_source
+    return options.spelled("nprocs") if source in (None, "command line", "argument") else source
+
+
+def _check_note(topology: Topology, options: Options, workers: int) -> Optional[str]:
+    """One line on the most common first machine: no GPU, one NUMA node with CPUs."""
+    if topology.gpus or len(topology.cpu_nodes) != 1:
+        return None
+    count = (
+        "one worker per NUMA node with CPUs"
+        if options.nprocs is None
+        else f"{workers} worker{'' if workers == 1 else 's'} ({_count_source(options)})"
+    )
+    return (
+        f"no GPU visible: {count}; this machine has one NUMA node, so binding changes "
+        "nothing here beyond the CPUs each worker gets (`pynumabind advise` measures whether it would help)"
+    )
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     from ._cli_check import run_check
+    from ._environ import resolve
 
-    options = _options(args)
+    # As plan does: flags win, then PYNUMABIND_* and the launcher's process count.
+    options = resolve(os.environ, _options(args), need_rank=False)
     topology = machine_topology(args, bind_here=True)
     report = run_check(topology, options, timeout=args.timeout, pass_topology=_machine_given(args))
     if args.json:
         _emit_json(report.to_dict())
-    else:
-        rows = [
-            [
-                str(w.rank),
-                w.device or "-",
-                w.planned_cpus,
-                w.bound_cpus,
-                w.planned_mems or "-",
-                w.policy,
-                w.page_nodes or "-",
-                "ok" if w.ok else "FAIL",
-            ]
-            for w in report.workers
-        ]
-        lines = [
-            table(
-                [
-                    "rank",
-                    "device",
-                    "planned cpus",
-                    "bound cpus",
-                    "mems",
-                    "policy",
-                    "pages on",
-                    "result",
-                ],
-                rows,
-            )
-        ]
-        problems = [
-            f"  {p}" if p.startswith(f"rank {w.rank}:") else f"  rank {w.rank}: {p}"
-            for w in report.workers
-            for p in w.problems
-        ]
-        if problems:
-            lines += ["", "Problems", *problems]
-        ok = sum(w.ok for w in report.workers)
-        lines += ["", f"{ok} of {len(report.workers)} workers bound as planned"]
-        _emit("\n".join(lines))
+        return EXIT_OK if report.ok else EXIT_FAILURE
+    lines = [table(_CHECK_HEADERS, _check_rows(report)), _CHECK_LEGEND]
+    note = _check_note(topology, options, len(report.workers))
+    if note is not None:
+        lines += ["", note]
+    if args.verbose:
+        reasons = by_rank([(w.rank, w.reasons) for w in report.workers])
+        lines += ["", "Reasons", *reasons] if reasons else []
+    warnings = by_rank([(w.rank, w.warnings) for w in report.workers])
+    if warnings:
+        lines += ["", "Warnings", *warnings]
+    problems = [
+        f"  {p}" if p.startswith(f"rank {w.rank}:") else f"  rank {w.rank}: {p}"
+        for w in report.workers
+        for p in w.problems
+    ]
+    if problems:
+        lines += ["", "Problems", *problems]
+    ok = sum(w.ok for w in report.workers)
+    lines += ["", f"{ok} of {len(report.workers)} workers bound as planned"]
+    _emit("\n".join(lines))
     return EXIT_OK if report.ok else EXIT_FAILURE
 
 
@@ -569,7 +622,10 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
                 handle.write(text)
         except OSError as exc:
             raise PynumabindError(f"cannot write {args.output!r}: {exc.strerror}") from exc
-        log.info("wrote topology snapshot to %s", args.output)
+        _emit(
+            f"wrote the topology ({len(topology.nodes)} NUMA nodes, {len(topology.gpus)} GPUs) "
+            f"to {os.path.abspath(args.output)}; use it with --topology FILE"
+        )
     else:
         _write_stdout(text)
     return EXIT_OK
@@ -590,9 +646,29 @@ def _error(message: str) -> None:
         sys.stderr.write(f"pynumabind: error: {message}\n")
 
 
+def _names_a_missing_file(exc: BaseException) -> bool:
+    """A topology file (``--topology``, ``PYNUMABIND_TOPOLOGY``) that does not exist.
+
+    The one exit-status rule: a value naming something this machine lacks (a
+    CPU, a node, a rank, a file) is a usage error, 2; a machine or process that
+    cannot do what valid options ask is a failure, 1.
+    """
+    cause: Optional[BaseException] = exc
+    while cause is not None:
+        if isinstance(cause, FileNotFoundError):
+            return isinstance(exc, TopologyError)
+        cause = cause.__cause__
+    return False
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the console script; returns the exit status."""
     parser = build_parser()
+    if not (sys.argv[1:] if argv is None else argv):
+        # A bare `pynumabind`: what it can do, then the usage-error exit status.
+        if sys.stderr is not None:
+            sys.stderr.write(parser.format_help())
+        return EXIT_USAGE
     try:
         args = parser.parse_args(argv)
         _configure_logging(args.verbose)
@@ -605,7 +681,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_USAGE
     except PynumabindError as exc:
         _error(str(exc))
-        return EXIT_FAILURE
+        return EXIT_USAGE if _names_a_missing_file(exc) else EXIT_FAILURE
     except KeyboardInterrupt:
         _error("interrupted")
         return 130

@@ -28,6 +28,7 @@ __all__ = [
     "ProcessStateError",
     "PynumabindError",
     "TopologyError",
+    "UnknownIdError",
     "format_ids",
 ]
 
@@ -93,6 +94,15 @@ class TopologyError(PynumabindError):
 
 class PlanError(PynumabindError, ValueError):
     """No valid plan exists for the request (unknown node, empty intersection...)."""
+
+
+class UnknownIdError(PlanError, ConfigError):
+    """An option or variable names a CPU, NUMA node or rank the machine (or the plan) lacks.
+
+    A :class:`PlanError`, as it always was, and a :class:`ConfigError`: a bad
+    value, which the CLI reports as a usage error (exit status 2), as it does
+    ``--allowed-cpus`` naming a CPU that is not online.
+    """
 
 
 class LibnumaUnavailableError(PynumabindError, OSError):

@@ -4,7 +4,9 @@ The development and CI machines have a single NUMA node, so binding "to another 
 tested on them directly.  This module boots Debian's generic kernel under QEMU (TCG) with a chosen
 NUMA topology, shares the host's root file system read-only over 9p, chroots into it and runs one
 command there.  The host's interpreter, libnuma and checkout are therefore used unchanged, at the
-same paths, inside a kernel that really has several nodes.
+same paths, inside a kernel that really has several nodes.  Only /proc, /sys and /dev are the
+guest's own; /tmp and /run show the host's files under a writable layer that stays in the guest
+(``GUEST_OVERLAID_DIRS``), so a checkout or venv under the host's /tmp works too.
 
 Main entry points:
 
@@ -64,9 +66,10 @@ The initramfs is written by this module itself (``newc`` cpio format), so ``cpio
 
 KERNEL_META_PACKAGE = "linux-image-amd64"
 
-# 9p and its transport, as modules of Debian's generic kernel.  Dependencies (virtio_ring,
-# netfs, fscache, ...) are read from each module's .modinfo and loaded first.
-ROOT_MODULES = ("virtio_pci", "9pnet_virtio", "9p")
+# 9p and its transport, and overlayfs (the guest's writable /tmp and /run over the host's), as
+# modules of Debian's generic kernel.  Dependencies (virtio_ring, netfs, fscache, ...) are read
+# from each module's .modinfo and loaded first.
+ROOT_MODULES = ("virtio_pci", "9pnet_virtio", "9p", "overlay")
 
 # Known-good order, used only to sort modules that have no dependency relation among themselves.
 _PREFERRED_ORDER = (
@@ -80,6 +83,7 @@ _PREFERRED_ORDER = (
     "9pnet",
     "9pnet_virtio",
     "9p",
+    "overlay",
 )
 
 # QEMU device placed behind each pxb expander bridge.  bochs-display is a plain PCI display
@@ -91,6 +95,20 @@ PCI_DEVICE_IDS: Mapping[str, tuple[int, int, int]] = {
     # qemu device -> (vendor, device, class) as in /sys/bus/pci/devices/*/{vendor,device,class}
     "bochs-display": (0x1234, 0x1111, 0x038000),
 }
+
+GUEST_OVERLAID_DIRS = ("/tmp", "/run")
+"""Host directories the guest shows read-only under a writable layer of its own (overlayfs on a
+tmpfs): a checkout or venv there stays visible at its path, and what the guest writes there stays
+in the guest."""
+
+GUEST_PRIVATE_DIRS = ("/proc", "/sys", "/dev")
+"""Guest mount points that hide the host's directory of the same path (the kernel's own file
+systems; see ``_INIT_TEMPLATE``)."""
+
+GUEST_TMPDIR = "/tmp/.pynumabind-vm/tmp"
+"""``TMPDIR`` in the guest: an empty directory that exists only in the guest's writable layer, so
+``tempfile`` and pytest's ``tmp_path`` never start from (or clean up) the host's temporary files,
+which the guest sees under /tmp."""
 
 _PXB_FIRST_BUS = 0x20
 _PXB_BUS_STRIDE = 0x20
@@ -707,9 +725,19 @@ mount -t devtmpfs devtmpfs /mnt/dev || fail "mount devtmpfs"
 mkdir -p /mnt/dev/shm /mnt/dev/pts
 mount -t tmpfs -o mode=1777 tmpfs /mnt/dev/shm || fail "mount /dev/shm"
 mount -t devpts devpts /mnt/dev/pts || fail "mount devpts"
-mount -t tmpfs -o mode=1777 tmpfs /mnt/tmp || fail "mount /tmp"
-mount -t tmpfs -o mode=755 tmpfs /mnt/run || fail "mount /run"
-mkdir -p /mnt/tmp/.pynumabind-vm
+# /tmp and /run: the host's own directories (a checkout or venv there stays visible, read-only)
+# under a writable layer in the guest's memory (overlayfs), so nothing the guest writes reaches
+# the host.
+mkdir -p /scratch
+mount -t tmpfs -o mode=755 tmpfs /scratch || fail "mount /scratch"
+for d in {overlaid}; do
+    mkdir -p /scratch/$d/upper /scratch/$d/work
+    chmod "$(stat -c %a /mnt/$d)" /scratch/$d/upper || fail "chmod /$d"
+    mount -t overlay -o lowerdir=/mnt/$d,upperdir=/scratch/$d/upper,workdir=/scratch/$d/work \
+        overlay /mnt/$d || fail "mount overlay on /$d"
+done
+mkdir -p /mnt/tmp/.pynumabind-vm /mnt{guest_tmpdir} || fail "mkdir {guest_tmpdir}"
+chmod 1777 /mnt{guest_tmpdir}
 cp /payload.sh /mnt/tmp/.pynumabind-vm/payload.sh || fail "copy payload"
 echo "@@PYNUMABIND-VM:{nonce}:BEGIN@@"
 # Through a pipe, so the command sees a non-tty stdout as in CI (no colours, no progress rewrites).
@@ -751,7 +779,11 @@ def build_initramfs(tools: VmTools, payload: str, nonce: str, msize: int = 512 *
     for name, data in modules:
         archive.file(f"modules/{name}.ko", data)
     init = _INIT_TEMPLATE.format(
-        nonce=nonce, modules=" ".join(name for name, _ in modules), msize=msize
+        nonce=nonce,
+        modules=" ".join(name for name, _ in modules),
+        msize=msize,
+        overlaid=" ".join(d.lstrip("/") for d in GUEST_OVERLAID_DIRS),
+        guest_tmpdir=GUEST_TMPDIR,
     )
     archive.file("init", init.encode(), mode=0o755)
     archive.file("payload.sh", payload.encode(), mode=0o644)
@@ -799,7 +831,7 @@ def guest_env(topology: GuestTopology, extra: Mapping[str, str] | None = None) -
     env = {
         "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "HOME": "/tmp",
-        "TMPDIR": "/tmp",
+        "TMPDIR": GUEST_TMPDIR,
         "LANG": "C.UTF-8",
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONUNBUFFERED": "1",
@@ -986,15 +1018,12 @@ def host_pythonpath() -> list[str]:
     return paths
 
 
-# Guest mount points that hide the host's directory of the same path (see _INIT_TEMPLATE).
-GUEST_PRIVATE_DIRS = ("/tmp", "/run", "/proc", "/sys", "/dev")
-
-
 def check_visible_in_guest(paths: Sequence[str | os.PathLike[str]]) -> None:
-    """Raise ``VmError`` if a path the guest must read is hidden by a guest-private mount.
+    """Raise ``VmError`` if a path the guest must read is hidden by one of the guest's own mounts.
 
-    The guest mounts its own tmpfs on /tmp and /run, so a checkout or venv under the host's
-    /tmp would not be seen there; fail clearly instead of with an ImportError inside.
+    Only the kernel's file systems (``GUEST_PRIVATE_DIRS``: /proc, /sys, /dev) are the guest's
+    own; /tmp and /run show the host's files (``GUEST_OVERLAID_DIRS``), so a checkout or venv
+    there works.  Fail clearly instead of with an ImportError or "not found" inside.
     """
     for path in paths:
         real = os.path.realpath(os.fspath(path))
@@ -1020,9 +1049,9 @@ def run_pytest_in_guest(
     kept unresolved so a virtualenv's ``pyvenv.cfg`` and ``.pth`` files still apply), and
     ``PYTHONPATH`` repeats this process's ``sys.path``, so the guest imports exactly what the host
     test does.  Bytecode and pytest's cache are not written (the share is read-only); anything else
-    should go to /tmp, a tmpfs.  ``disable_plugins`` adds ``-p no:<name>`` for each: under TCG
-    every import is ~20x slower, and e.g. hypothesis' pytest plugin alone costs ~9 s of boot-to-
-    first-test on a 2-core host.
+    should go to ``TMPDIR`` (``GUEST_TMPDIR``, in the guest's writable layer over /tmp).
+    ``disable_plugins`` adds ``-p no:<name>`` for each: under TCG every import is ~20x slower, and
+    e.g. hypothesis' pytest plugin alone costs ~9 s of boot-to-first-test on a 2-core host.
     """
     executable = sys.executable
     if not executable or not os.path.exists(os.path.realpath(executable)):

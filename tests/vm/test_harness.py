@@ -8,13 +8,18 @@ parts (argument rendering, payload quoting, initramfs format) without QEMU.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from .harness import (
+    GUEST_TMPDIR,
     PCI_DEVICE_IDS,
     GuestNode,
     GuestResult,
@@ -69,6 +74,14 @@ try:
 except OSError:
     root_writable = False
 Path("/tmp/probe").write_text("ok")
+# The host's /tmp stays visible (cwd is a host directory under it, and so is this interpreter's
+# path); writing there must work and must not reach the host.
+host_file = read("host-file")
+Path("host-file").write_text("changed by the guest")
+Path("guest-file").write_text("written by the guest")
+import tempfile
+with tempfile.NamedTemporaryFile(dir=None) as scratch:
+    scratch_path = scratch.name
 report = {
     "nodes": nodes,
     "states": {k: read(f"/sys/devices/system/node/{k}")
@@ -78,9 +91,12 @@ report = {
     "executable": sys.executable,
     "cwd": os.getcwd(),
     "env": {k: os.environ.get(k)
-            for k in ("PYNUMABIND_IN_GUEST", "PYTHONDONTWRITEBYTECODE", "HOME")},
+            for k in ("PYNUMABIND_IN_GUEST", "PYTHONDONTWRITEBYTECODE", "HOME", "TMPDIR")},
     "root_writable": root_writable,
     "tmp_written": read("/tmp/probe") == "ok",
+    "host_file": host_file,
+    "cwd_written": read("host-file") == "changed by the guest" and read("guest-file") != "",
+    "tempdir": os.path.dirname(scratch_path),
     "affinity": sorted(os.sched_getaffinity(0)),
     "cgroup2_controllers": read("/sys/fs/cgroup/cgroup.controllers").split(),
 }
@@ -93,10 +109,29 @@ sys.exit(@EXIT@)
 # Booting tests
 
 
+HOST_FILE_TEXT = "written by the host"
+
+
 @pytest.fixture(scope="module")
-def probe(vm_tools: VmTools) -> tuple[GuestResult, dict[str, Any]]:
+def host_tmp_dir() -> Iterator[Path]:
+    """A directory under the host's /tmp (where many people clone and make venvs) holding a file
+    and a link to this interpreter, named ``python3`` as in a venv: the probe runs from there."""
+    path = Path(tempfile.mkdtemp(prefix="pynumabind-probe-", dir="/tmp"))
+    try:
+        (path / "host-file").write_text(HOST_FILE_TEXT)
+        (path / "python3").symlink_to(sys.executable)
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def probe(vm_tools: VmTools, host_tmp_dir: Path) -> tuple[GuestResult, dict[str, Any]]:
     result = run_in_guest(
-        PROBE_TOPOLOGY, [sys.executable, "-c", PROBE, TRICKY_ARG, ""], timeout=150
+        PROBE_TOPOLOGY,
+        [str(host_tmp_dir / "python3"), "-c", PROBE, TRICKY_ARG, ""],
+        timeout=150,
+        cwd=host_tmp_dir,
     )
     boot = "?" if result.boot_seconds is None else f"{result.boot_seconds:.1f}"
     sys.stdout.write(f"probe guest: {result.seconds:.1f} s in all, {boot} s booting\n")
@@ -170,23 +205,39 @@ def test_pci_devices_report_requested_node(
 
 
 @pytest.mark.vm
-def test_guest_environment(probe: tuple[GuestResult, dict[str, Any]]) -> None:
+def test_guest_environment(probe: tuple[GuestResult, dict[str, Any]], host_tmp_dir: Path) -> None:
     report = probe[1]
     assert report["argv"] == [
         TRICKY_ARG,
         "",
     ]  # argv crosses into the guest byte for byte
-    assert report["executable"] == sys.executable
-    assert report["cwd"] == "/tmp"
     assert report["env"] == {
         "PYNUMABIND_IN_GUEST": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
         "HOME": "/tmp",
+        "TMPDIR": GUEST_TMPDIR,
     }
+    assert report["tempdir"] == GUEST_TMPDIR
     assert report["root_writable"] is False
     assert report["tmp_written"] is True
     assert report["affinity"] == [0, 1, 2, 3]
     assert "cpuset" in report["cgroup2_controllers"]  # for tests of cpuset-restricted binding
+
+
+@pytest.mark.vm
+def test_host_tmp_visible_and_unchanged(
+    probe: tuple[GuestResult, dict[str, Any]], host_tmp_dir: Path
+) -> None:
+    """A checkout or venv under the host's /tmp works in the guest: the probe ran with an
+    interpreter path and a working directory there and read the host's file; its writes stayed
+    in the guest."""
+    report = probe[1]
+    assert report["executable"] == str(host_tmp_dir / "python3")
+    assert report["cwd"] == str(host_tmp_dir)
+    assert report["host_file"] == HOST_FILE_TEXT
+    assert report["cwd_written"] is True
+    assert (host_tmp_dir / "host-file").read_text() == HOST_FILE_TEXT
+    assert not (host_tmp_dir / "guest-file").exists()
 
 
 @pytest.mark.vm
@@ -280,8 +331,8 @@ def test_payload_script_quotes_argv() -> None:
 
 
 def test_paths_hidden_in_guest_are_refused() -> None:
-    check_visible_in_guest(["/usr/bin", "/work"])
-    for path in ("/tmp/checkout", "/run/x", "/tmp"):
+    check_visible_in_guest(["/usr/bin", "/work", "/tmp/checkout", "/run/x", "/tmp"])
+    for path in ("/proc/1", "/sys", "/dev/shm/venv"):
         with pytest.raises(VmError, match="guest replaces"):
             check_visible_in_guest([path])
 
@@ -308,4 +359,4 @@ def test_module_dependencies_ordered(vm_tools: VmTools) -> None:
     ]:
         if first in names:
             assert names.index(first) < names.index(then), names
-    assert names[-1] == "9p"
+    assert names[-2:] == ["9p", "overlay"]

@@ -123,7 +123,7 @@ from .._options import (
     check_int,
     union_front,
 )
-from ..errors import ConfigError, PlanError, PynumabindError, format_ids
+from ..errors import ConfigError, PlanError, PynumabindError, UnknownIdError, format_ids
 from ..model import CpuMode, MemoryPolicy, Plan, Topology
 from ._cpus import choose_cpus
 from ._memory import choose_mems
@@ -148,6 +148,7 @@ from ._request import (
     check_overrides,
     default_nprocs,
     gpu_index,
+    local_ranks_text,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -251,9 +252,10 @@ def _plan_ranks(
 
 def _one(topology: Topology, request: Request, rank: int) -> Plan:
     if rank >= request.nprocs:
-        raise PlanError(
-            f"rank {rank} out of range: there are {request.nprocs} local ranks "
-            f"({request.nprocs_reason}); pass nprocs= to plan more"
+        raise UnknownIdError(
+            f"rank {rank} out of range: there {'is' if request.nprocs == 1 else 'are'} "
+            f"{local_ranks_text(request.nprocs)} ({request.nprocs_reason}); "
+            f"pass {request.nprocs_option} to plan more"
         )
     result = _plan_ranks(topology, request, {rank})[rank]
     if isinstance(result, PynumabindError):

@@ -38,6 +38,11 @@ __all__ = ["choose_cpus"]
 _EXCLUSIVE = (CpuMode.EXCLUSIVE, CpuMode.CORE_COMPLEX)
 
 
+def _cpus_text(cpus: frozenset[int]) -> str:
+    """``CPU 3`` or ``CPUs 0-3``."""
+    return f"CPU{'' if len(cpus) == 1 else 's'} {format_ids(cpus)}"
+
+
 def _empty(topology: Topology, state: RankState, wanted: frozenset[int], what: str) -> PlanError:
     """The never-silently-unbound error: names the node, the CPUs wanted and allowed."""
     return PlanError(
@@ -64,7 +69,7 @@ def _from_override(
             f"outside the allowed CPUs {format_ids(allowed)} and are dropped"
         )
     state.cpus = got
-    state.reasons.append(f"cpus override: rank {state.rank} gets CPUs {format_ids(got)}")
+    state.reasons.append(f"cpus override: rank {state.rank} gets {_cpus_text(got)}")
     if not nodes_given:
         gpu_nodes = state.nodes  # where the GPU placed the rank, before the override
         state.nodes = nodes_of(topology, got)
@@ -229,7 +234,7 @@ def _slice_group(
         s.reasons.extend(notes)
         s.reasons.append(
             f"mode {mode.value}: ranks {peers} share {where}; rank {s.rank} is "
-            f"number {position} and gets CPUs {format_ids(got)}"
+            f"number {position} and gets {_cpus_text(got)}"
         )
         if shared:
             s.warnings.append(

@@ -315,7 +315,8 @@ def _place_without_gpu(topology: Topology, state: RankState, nprocs: int) -> Non
     state.nodes = frozenset({node})
     state.primary = node
     state.reasons.append(
-        f"no GPUs: {nprocs} ranks spread evenly over the nodes with allowed CPUs "
+        f"no GPUs: {nprocs} rank{'' if nprocs == 1 else 's'} spread evenly over the nodes "
+        "with allowed CPUs "
         f"({format_ids(frozenset(spread))}); rank {state.rank} is on node {node}"
     )
 

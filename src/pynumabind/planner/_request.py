@@ -15,14 +15,36 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Tuple, Union
 
-from .._options import MAX_NPROCS, Options, check_int, check_nprocs, shown
+from .._options import (
+    ARGUMENT,
+    CHOSEN_BY_CHECK,
+    COMMAND_LINE,
+    MAX_NPROCS,
+    Options,
+    check_int,
+    check_nprocs,
+    shown,
+)
 from ..cpulist import parse_nodelist
-from ..errors import ConfigError, ListParseError, PlanError, format_ids
+from ..errors import ConfigError, ListParseError, PlanError, UnknownIdError, format_ids
 from ..model import CpuMode, MemoryPolicy, Topology
 from ._overrides import RANK_SEPARATOR, parse_cpus_override, parse_nodes_override
 from ._place import cpu_bearing_nodes
 
-__all__ = ["MAX_NPROCS", "Request", "build_request", "default_nprocs", "gpu_index"]
+__all__ = [
+    "CHOSEN_BY_CHECK",
+    "MAX_NPROCS",
+    "Request",
+    "build_request",
+    "default_nprocs",
+    "gpu_index",
+    "local_ranks_text",
+]
+
+
+def local_ranks_text(count: int) -> str:
+    """``1 local rank``, ``4 local ranks``."""
+    return f"{count} local rank" + ("" if count == 1 else "s")
 
 
 @dataclass(frozen=True)
@@ -40,6 +62,7 @@ class Request:
     interleave_nodes: Optional[frozenset[int]]
     nprocs_reason: str
     require_node: bool = False
+    nprocs_option: str = "nprocs="  # how the user gives the count: "--nprocs" on the command line
 
 
 def default_nprocs(topology: Topology, lengths: Optional[Dict[str, int]] = None) -> Tuple[int, str]:
@@ -57,18 +80,37 @@ def default_nprocs(topology: Topology, lengths: Optional[Dict[str, int]] = None)
         )
     if lengths:
         name, count = next(iter(lengths.items()))
-        return count, f"{count} local ranks: one per entry of the {name} override"
+        return count, f"{local_ranks_text(count)}: one per entry of the {name} override"
     if topology.gpus:
         count = len(topology.gpus)
-        return count, f"{count} local ranks: one per visible GPU"
+        return count, f"{local_ranks_text(count)}: one per visible GPU"
     nodes = cpu_bearing_nodes(topology)
     return len(nodes), (
-        f"{len(nodes)} local ranks: no GPUs, one per NUMA node with allowed CPUs "
+        f"{local_ranks_text(len(nodes))}: no GPUs, one per NUMA node with allowed CPUs "
         f"({format_ids(frozenset(nodes))})"
     )
 
 
-def _nprocs(topology: Topology, nprocs: Optional[int], lengths: Dict[str, int]) -> Tuple[int, str]:
+def _given_count(topology: Topology, nprocs: int, source: Optional[str]) -> str:
+    """Why there are ``nprocs`` ranks, by where the count came from (not just "given")."""
+    if source == CHOSEN_BY_CHECK:
+        count, why = default_nprocs(topology)
+        if count == nprocs:
+            return f"{why} (chosen by {CHOSEN_BY_CHECK})"
+        return f"{local_ranks_text(nprocs)} (chosen by {CHOSEN_BY_CHECK})"
+    if source == COMMAND_LINE:
+        return f"{local_ranks_text(nprocs)} (--nprocs)"
+    if source in (None, ARGUMENT):
+        return f"{local_ranks_text(nprocs)} (given)"
+    return f"{local_ranks_text(nprocs)} (from {source})"
+
+
+def _nprocs(
+    topology: Topology,
+    nprocs: Optional[int],
+    lengths: Dict[str, int],
+    source: Optional[str] = None,
+) -> Tuple[int, str]:
     if nprocs is None:
         count, reason = default_nprocs(topology, lengths)
         if count < 1 and not topology.gpus and not lengths:
@@ -84,7 +126,7 @@ def _nprocs(topology: Topology, nprocs: Optional[int], lengths: Dict[str, int]) 
                 f"the {name} override has {entries} entries but there are {nprocs} local "
                 f"ranks; give exactly one entry per rank (ranks separated by {separators})"
             )
-    return nprocs, f"{nprocs} local ranks (given)"
+    return nprocs, _given_count(topology, nprocs, source)
 
 
 def gpu_index(topology: Topology, value: object) -> int:
@@ -142,13 +184,15 @@ def _check_interleave_nodes(topology: Topology, wanted: frozenset[int]) -> None:
         raise ConfigError("interleave_nodes names no node")
     unknown = wanted - frozenset(topology.nodes)
     if unknown:
-        raise PlanError(
+        raise UnknownIdError(
             f"interleave_nodes names NUMA node(s) {format_ids(unknown)}, which this machine "
             f"does not have (nodes {format_ids(frozenset(topology.nodes))})"
         )
     memoryless = frozenset(n for n in wanted if not topology.nodes[n].has_memory)
     if memoryless:
-        raise PlanError(f"interleave_nodes names node(s) {format_ids(memoryless)} without memory")
+        raise UnknownIdError(
+            f"interleave_nodes names node(s) {format_ids(memoryless)} without memory"
+        )
     outside = wanted - topology.allowed_mems
     if outside:
         raise PlanError(
@@ -164,7 +208,7 @@ def _check_node_sets(
     for r, wanted in enumerate(node_sets):
         unknown = wanted - all_nodes
         if unknown:
-            raise PlanError(
+            raise UnknownIdError(
                 f"nodes override for rank {r} names NUMA node(s) {format_ids(unknown)}, "
                 f"which this machine does not have (nodes {format_ids(all_nodes)})"
             )
@@ -173,7 +217,7 @@ def _check_node_sets(
     for r, wanted in enumerate(node_sets):
         cpuless = frozenset(n for n in wanted if not topology.nodes[n].cpus)
         if cpuless:
-            raise PlanError(
+            raise UnknownIdError(
                 f"nodes override for rank {r} names node(s) {format_ids(cpuless)}, "
                 f"which have no CPUs (memory-only); CPU nodes are "
                 f"{format_ids(frozenset(topology.cpu_nodes))} (or use mode 'none')"
@@ -185,7 +229,7 @@ def _check_cpu_sets(topology: Topology, cpu_sets: Tuple[frozenset[int], ...]) ->
     for r, wanted in enumerate(cpu_sets):
         offline = wanted - online
         if offline:
-            raise PlanError(
+            raise UnknownIdError(
                 f"cpus override for rank {r} names CPU(s) {format_ids(offline)}, which are "
                 f"not online (online CPUs: {format_ids(online)})"
             )
@@ -236,7 +280,7 @@ def build_request(topology: Topology, options: Options) -> Request:
         for name, sets in (("nodes", node_sets), ("cpus", cpu_sets))
         if sets is not None
     }
-    count, reason = _nprocs(topology, options.nprocs, lengths)
+    count, reason = _nprocs(topology, options.nprocs, lengths, options.nprocs_source)
     per_rank, explicit = _rank_gpus(topology, options.rank_gpus, count)
     return Request(
         nprocs=count,
@@ -250,4 +294,5 @@ def build_request(topology: Topology, options: Options) -> Request:
         interleave_nodes=_interleave_nodes(topology, options.policy, options.interleave_nodes),
         nprocs_reason=reason,
         require_node=options.require_node,
+        nprocs_option=options.spelled("nprocs"),
     )

@@ -571,7 +571,8 @@ def _check_note(topology: Topology, options: Options, workers: int) -> Optional[
     )
     return (
         f"no GPU visible: {count}; this machine has one NUMA node, so binding changes "
-        "nothing here beyond the CPUs each worker gets (`pynumabind advise` measures whether it would help)"
+        "nothing here beyond the CPUs each worker gets (`pynumabind advise` measures whether "
+        "it would help)"
     )
 
 

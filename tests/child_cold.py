@@ -17,3 +17,44 @@ def import_pulls_no_pynvml_numpy_torch() -> dict[str, list[str]]:
     touched = [pynumabind.bind_current_process, pynumabind.apply_plan, pynumabind.Binding]
     assert all(callable(t) for t in touched)
     return {"loaded": sorted(m for m in ("pynvml", "numpy", "torch") if m in sys.modules)}
+
+
+def star_import_names() -> list[str]:
+    """The names ``from pynumabind import *`` binds."""
+    namespace: dict[str, object] = {}
+    exec("from pynumabind import *", namespace)  # the statement under test; only legal at top
+    return sorted(k for k in namespace if k != "__builtins__")
+
+
+def pynumabind_modules_after_importing(module: str) -> list[str]:
+    """Every ``pynumabind.*`` module loaded by importing ``pynumabind.<module>``."""
+    import importlib
+    import sys
+
+    importlib.import_module(f"pynumabind.{module}")
+    return sorted(m for m in sys.modules if m.startswith("pynumabind."))
+
+
+def loaded_after_import(*prefixes: str) -> list[str]:
+    """The modules starting with one of ``prefixes`` after ``import pynumabind``."""
+    import sys
+
+    import pynumabind
+
+    assert pynumabind.__name__ == "pynumabind"
+    return sorted(m for m in sys.modules if m.startswith(prefixes))
+
+
+def pynvml_after_importing_discovery() -> list[str]:
+    """Whether pynvml is loaded after touching the public API and every discovery module."""
+    import sys
+
+    import pynumabind
+
+    assert pynumabind.Topology
+    from pynumabind import _kfd, _nvml, _sysfs, _visible, discovery
+
+    assert all(
+        m.__name__.startswith("pynumabind.") for m in (discovery, _nvml, _sysfs, _visible, _kfd)
+    )
+    return sorted(m for m in sys.modules if m == "pynvml" or m.startswith("pynvml."))

@@ -1,0 +1,53 @@
+"""Child bodies that bind as a launched worker does: from its environment.
+
+The tests give each child its own environment (launcher rank, visible GPUs,
+``PYNUMABIND_*``); the child calls ``pynumabind.bind_current_process`` and
+reports where it ended up.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict, List, Optional
+
+import pynumabind
+from childstate import cpus_allowed
+
+
+def _gpus(gpus: str) -> Optional[List[int]]:
+    return [int(g) for g in gpus.split(",")] if gpus else None
+
+
+def bind_and_report(rank: str = "", gpus: str = "") -> Dict[str, Any]:
+    """``bind_current_process([rank], [gpus=...])``: its CPUs and reasons, or its error.
+
+    ``rank`` and ``gpus`` (comma-separated) are passed only when not empty.
+    """
+    arguments: Dict[str, Any] = {}
+    if gpus:
+        arguments["gpus"] = _gpus(gpus)
+    try:
+        if rank:
+            binding = pynumabind.bind_current_process(int(rank), **arguments)
+        else:
+            binding = pynumabind.bind_current_process(**arguments)
+    except pynumabind.PynumabindError as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    assert binding.plan is not None
+    return {"cpus": cpus_allowed(), "reasons": list(binding.plan.reasons)}
+
+
+def bind_with_info_logging() -> bool:
+    """Bind with the root logger at INFO on stderr (``LEVEL message``)."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    pynumabind.bind_current_process()
+    return True
+
+
+def bind_and_say_where() -> str:
+    """``CPUS <list>`` after binding, or ``ERROR <type> <message>``."""
+    try:
+        pynumabind.bind_current_process()
+    except pynumabind.PynumabindError as exc:
+        return f"ERROR {type(exc).__name__} {exc}"
+    return f"CPUS {cpus_allowed()}"

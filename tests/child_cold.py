@@ -58,3 +58,36 @@ def pynvml_after_importing_discovery() -> list[str]:
         m.__name__.startswith("pynumabind.") for m in (discovery, _nvml, _sysfs, _visible, _kfd)
     )
     return sorted(m for m in sys.modules if m == "pynvml" or m.startswith("pynvml."))
+
+
+def modules_after_import_and_bind() -> list[list[str]]:
+    """sys.modules after ``import pynumabind``, then after a bind and restore."""
+    import sys
+
+    import pynumabind
+
+    after_import = sorted(sys.modules)
+    pynumabind.bind_current_process(0, nprocs=1, environ={}).restore()
+    return [after_import, sorted(sys.modules)]
+
+
+def typing_logging_re_after_import() -> list[str]:
+    """Which of typing, logging and re a bare ``import pynumabind`` loads."""
+    import sys
+
+    import pynumabind
+
+    assert pynumabind.__name__ == "pynumabind"
+    return sorted(m for m in ("typing", "logging", "re") if m in sys.modules)
+
+
+def cffi_after_declarations_then_build() -> list[object]:
+    """[cffi modules loaded by reading DECLARATIONS, whether cffi is in after build_ffi()]."""
+    import sys
+
+    from pynumabind import _libnuma_build
+
+    assert _libnuma_build.DECLARATIONS
+    before = sorted(m for m in ("cffi", "pycparser") if m in sys.modules)
+    _libnuma_build.build_ffi()
+    return [before, "cffi" in sys.modules]

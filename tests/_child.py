@@ -11,6 +11,8 @@ built in and ``_signal`` is loaded at interpreter start), so a test that
 measures what a fresh interpreter loads (test_discovery_cost.py) still
 measures only the function's imports.  A hung child dumps its stacks and dies
 at ALARM seconds: a signal, not a watchdog thread, since tests count threads.
+ALARM 0 sets none: a function that execs another program must pass 0, since
+a pending alarm survives execve and would kill that program.
 """
 
 import sys
@@ -22,7 +24,8 @@ def main(argv: "list[str]") -> None:
 
     alarm, folder, target, *args = argv
     if int(alarm) > 0:
-        faulthandler.register(_signal.SIGALRM, chain=True)
+        if sys.stderr is not None:  # None when started with standard error closed
+            faulthandler.register(_signal.SIGALRM, chain=True)
         _signal.alarm(int(alarm))
     sys.path.insert(0, folder)
     module_name, _, name = target.partition(":")
@@ -32,7 +35,7 @@ def main(argv: "list[str]") -> None:
         import json
 
         sys.stdout.write("\n" + json.dumps(result) + "\n")
-    sys.stdout.flush()
+        sys.stdout.flush()
 
 
 if __name__ == "__main__":

@@ -47,7 +47,11 @@ def child_command(
     flags: Sequence[str] = (),
     alarm: int = 60,
 ) -> List[str]:
-    """The argv that runs ``func(*args)`` in a fresh interpreter (``flags`` first)."""
+    """The argv that runs ``func(*args)`` in a fresh interpreter (``flags`` first).
+
+    ``alarm``: seconds until the child dumps its stacks and dies; 0 for none
+    (a function that execs another program: the alarm would outlive the exec).
+    """
     folder, target = target_of(func)
     return [sys.executable, *flags, ENTRY, str(alarm), folder, target, *map(str, args)]
 

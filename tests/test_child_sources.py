@@ -43,7 +43,6 @@ ALLOWED: Dict[str, Tuple[int, str]] = {
     "integrations/test_sglang.py": (1, "integrations tests: owned by the vLLM work"),
     "integrations/test_vllm.py": (1, "integrations tests: owned by the vLLM work"),
     "integrations/test_shared.py": (1, "integrations tests: owned by the vLLM work"),
-    "test_check.py": (1, "edited concurrently (newcomer); converted in its own commit"),
 }
 
 

@@ -190,9 +190,9 @@ def restore_a_thread_started_during_the_scan() -> Dict[str, Any]:
             started.append(t.native_id)
         return real_list()
 
-    _proc.list_thread_ids = list_and_spawn  # type: ignore[assignment]
+    _proc.list_thread_ids = list_and_spawn
     b = apply_plan(plan("NONE", mems=()))
-    _proc.list_thread_ids = real_list  # type: ignore[assignment]
+    _proc.list_thread_ids = real_list
     seen = started[0] in [r.tid for r in b.threads]
     inside = thread_cpus(started[0])
     b.restore()
@@ -335,9 +335,9 @@ def verify_flags_a_thread_the_bind_never_saw() -> Dict[str, Any]:
     hidden = threading.Thread(target=stop.wait)
     hidden.start()
     real_list = _proc.list_thread_ids
-    _proc.list_thread_ids = lambda: [t for t in real_list() if t != hidden.native_id]  # type: ignore[assignment]
+    _proc.list_thread_ids = lambda: [t for t in real_list() if t != hidden.native_id]
     b = apply_plan(plan("NONE", mems=()))
-    _proc.list_thread_ids = real_list  # type: ignore[assignment]
+    _proc.list_thread_ids = real_list
     v = b.verify()
     status = task_cpus()
     stop.set()
@@ -439,7 +439,7 @@ def binds_are_serialised() -> Dict[str, Any]:
             release.wait(10)
         return real_list()
 
-    _proc.list_thread_ids = list_and_pause  # type: ignore[assignment]
+    _proc.list_thread_ids = list_and_pause
     bindings: Dict[str, Any] = {}
 
     def a() -> None:
@@ -482,14 +482,14 @@ def caller_narrowed_during_the_scan() -> Dict[str, Any]:
         os.sched_setaffinity(0, {0})
         return real_list()
 
-    _proc.list_thread_ids = list_after_someone_narrows_the_caller  # type: ignore[assignment]
+    _proc.list_thread_ids = list_after_someone_narrows_the_caller
     out: Dict[str, Any]
     try:
         apply_plan(plan("BIND"))
         out = {"error": None}
     except BindError as exc:
         out = {"error": str(exc)}
-    _proc.list_thread_ids = real_list  # type: ignore[assignment]
+    _proc.list_thread_ids = real_list
     out.update(pool=thread_cpus(pool.native_id), policy=policy_now())
     stop.set()
     return out
@@ -499,7 +499,7 @@ def churn() -> None:
     """Every scan finds a thread it has not seen, gone by the time it looks."""
     real_list = _proc.list_thread_ids
     fresh = iter(range(2**22 + 1, 2**23))  # above any pid_max: never a real thread
-    _proc.list_thread_ids = lambda: [*real_list(), next(fresh)]  # type: ignore[assignment]
+    _proc.list_thread_ids = lambda: [*real_list(), next(fresh)]
 
 
 def scan_never_converges() -> Dict[str, Any]:
@@ -531,7 +531,7 @@ def rescan_time_limit() -> Dict[str, Any]:
         time.sleep(0.2)
         return real_thread_name(tid)
 
-    _proc.thread_name = slow_name  # type: ignore[assignment]
+    _proc.thread_name = slow_name
     start = time.monotonic()
     scan = _threads.bind_threads(frozenset({1}), max_passes=1000, time_limit=0.5)
     return {

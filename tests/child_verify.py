@@ -15,8 +15,8 @@ def check_and_verify_twins(free: str) -> Dict[str, Any]:
     real_page_nodes = _libnuma.page_nodes
     # The kernel put every fresh page on node 1, off the preferred node 0, and
     # node 0 has ``free`` bytes free.
-    _libnuma.page_nodes = lambda buffer: [1 for _ in real_page_nodes(buffer)]  # type: ignore[assignment]
-    _libnuma.node_memory = lambda node: (64 << 30, int(free))  # type: ignore[assignment]
+    _libnuma.page_nodes = lambda buffer: [1 for _ in real_page_nodes(buffer)]
+    _libnuma.node_memory = lambda node: (64 << 30, int(free))
     verified: Dict[str, Any] = {}
     real_verify = binding_module.Binding.verify
 

@@ -45,7 +45,7 @@ def fork_during_a_lazy_export_import() -> str:
 
     parent = os.getpid()
     paused, forked = threading.Event(), threading.Event()
-    sys.meta_path.insert(0, _PauseImport(parent, paused, forked))  # type: ignore[arg-type]
+    sys.meta_path.insert(0, _PauseImport(parent, paused, forked))
     thread = threading.Thread(target=lambda: pynumabind.bind_current_process)
     thread.start()
     paused.wait()
@@ -53,7 +53,7 @@ def fork_during_a_lazy_export_import() -> str:
     if pid == 0:
         code = 3
         try:
-            assert pynumabind.bind_current_process
+            assert callable(pynumabind.bind_current_process)
             module = sys.modules["pynumabind.binding"]
             code = 0 if hasattr(module, "apply_plan") else 4  # imported whole, or not begun
         finally:
@@ -87,7 +87,7 @@ def fork_during_a_bind() -> str:
     import pynumabind
     from pynumabind import _apply
 
-    assert pynumabind.bind_current_process  # imports done: only the bind itself is racing
+    assert callable(pynumabind.bind_current_process)  # imports done: only the bind itself is racing
     inside, forked = threading.Event(), threading.Event()
     original = _apply.bind_cpus
 

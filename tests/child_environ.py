@@ -51,3 +51,8 @@ def bind_and_say_where() -> str:
     except pynumabind.PynumabindError as exc:
         return f"ERROR {type(exc).__name__} {exc}"
     return f"CPUS {cpus_allowed()}"
+
+
+def print_argv_back(*args: str) -> List[str]:
+    """The arguments as the child received them (test_child_sources checks the runner)."""
+    return list(args)

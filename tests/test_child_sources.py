@@ -164,3 +164,25 @@ def test_no_test_hands_python_source_to_a_child() -> None:
 
 def test_every_allowed_file_exists() -> None:
     assert [name for name in ALLOWED if not (TESTS / name).is_file()] == []
+
+
+def test_the_runner_takes_only_module_level_functions() -> None:
+    from childproc import child_command
+
+    def nested() -> None:
+        pass
+
+    for not_importable in ("import os", nested, lambda: None):
+        with pytest.raises(TypeError, match="not a module-level function"):
+            child_command(not_importable)  # type: ignore[arg-type]
+
+
+def test_the_runner_passes_arguments_as_strings_and_returns_the_result() -> None:
+    import child_environ
+    from childproc import child_command, run_in_child
+
+    argv = child_command(child_environ.print_argv_back, 1, "a b")
+    assert argv[-3:] == ["child_environ:print_argv_back", "1", "a b"]
+    assert all(isinstance(part, str) for part in argv)
+    result, stderr = run_in_child(child_environ.print_argv_back, 1, "a b")
+    assert result == ["1", "a b"] and stderr == ""

@@ -37,7 +37,7 @@ def machine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         allowed["allowed_cpus"] = parse_cpulist(desc["allowed_cpus"])
     if "allowed_mems" in desc:
         allowed["allowed_mems"] = parse_cpulist(desc["allowed_mems"])
-    return root, allowed, _sysfs.read_topology(root, **allowed)
+    return root, allowed, discovery.topology_from_sysfs(root, **allowed)
 
 
 @pytest.fixture
@@ -80,7 +80,7 @@ def _rank_counts(topology: Topology) -> List[Any]:
 def test_the_mode_s_detail_plans_exactly_as_the_full_read(machine, mode: CpuMode) -> None:
     root, allowed, full = machine
     detail = discovery.detail_for(mode)
-    cheap = _sysfs.read_topology(root, detail=detail, **allowed)
+    cheap = discovery.topology_from_sysfs(root, detail=detail, **allowed)
     assert cheap.detail is detail
     for nprocs in _rank_counts(full):
         want = _outcomes(full, mode, nprocs)
@@ -90,7 +90,7 @@ def test_the_mode_s_detail_plans_exactly_as_the_full_read(machine, mode: CpuMode
 def test_each_detail_holds_the_full_read_s_facts_it_names(machine) -> None:
     root, allowed, full = machine
     for detail in Detail:
-        cheap = _sysfs.read_topology(root, detail=detail, **allowed)
+        cheap = discovery.topology_from_sysfs(root, detail=detail, **allowed)
         assert cheap.gpus == full.gpus
         assert (cheap.allowed_cpus, cheap.allowed_mems) == (full.allowed_cpus, full.allowed_mems)
         assert set(cheap.nodes) == set(full.nodes)
@@ -117,7 +117,7 @@ def test_each_detail_holds_the_full_read_s_facts_it_names(machine) -> None:
 
 def test_a_topology_read_with_less_detail_refuses_to_be_a_snapshot(machine) -> None:
     root, allowed, full = machine
-    cheap = _sysfs.read_topology(root, detail=Detail.CORES, **allowed)
+    cheap = discovery.topology_from_sysfs(root, detail=Detail.CORES, **allowed)
     with pytest.raises(TopologyError, match="detail CORES"):
         cheap.to_json()
     assert Topology.from_json(full.to_json()) == full  # the full one still does

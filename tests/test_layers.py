@@ -10,7 +10,8 @@ Floors, bottom up (issue 24 item 6):
   :mod:`pynumabind.discovery` and the environment (``_environ``);
 * ``planning``: the pure planner package; it may use only the model floor
   (no I/O, no environment: it takes Options already merged);
-* ``applying``: the bind steps, the rules of verification, the binding;
+* ``applying``: the bind steps, the rules of verification, the binding, and
+  buffer placement (``placement``: bind_memory, memory_on);
 * ``entry``: what a user or a framework calls -- the package itself, the
   CLI and its helpers, the framework integrations.
 
@@ -66,7 +67,7 @@ LAYERS: Dict[str, FrozenSet[str]] = {
             "planner._memory",
         }
     ),
-    "applying": frozenset({"_apply", "_verify", "binding"}),
+    "applying": frozenset({"_apply", "_verify", "binding", "placement"}),
     "entry": frozenset(
         {
             "__init__",

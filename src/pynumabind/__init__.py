@@ -77,6 +77,10 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "VerifyResult": ("binding", "VerifyResult"),
     "apply_plan": ("binding", "apply_plan"),
     "bind_current_process": ("binding", "bind_current_process"),
+    # placing buffers (issue 21)
+    "MemoryPlacement": ("placement", "MemoryPlacement"),
+    "bind_memory": ("placement", "bind_memory"),
+    "memory_on": ("placement", "memory_on"),
 }
 
 # Made from the table; type checkers read the "X as X" re-exports below instead.
@@ -118,6 +122,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from .model import NumaNode as NumaNode
     from .model import Plan as Plan
     from .model import Topology as Topology
+    from .placement import MemoryPlacement as MemoryPlacement
+    from .placement import bind_memory as bind_memory
+    from .placement import memory_on as memory_on
     from .planner import plan as plan
     from .planner import plan_all as plan_all
     from .planner import plan_each as plan_each

@@ -23,7 +23,9 @@ Rules
   With an explicit rank, the first launcher that sets a size is used.
 * ``PYNUMABIND_MODE``/``PYNUMABIND_MEMORY`` take the CLI's values;
   ``PYNUMABIND_NODES``/``PYNUMABIND_CPUS`` the planner's per-rank overrides
-  (``0,0,1,1``, ``0-3;4-7``), validated by the planner against the topology.  An empty value
+  (``0,0,1,1``, ``0-3;4-7``, or vLLM's space-separated ``1 1 0 0``), read by
+  :func:`override_text` (the framework hooks use it too) and parsed by the
+  planner's one reader (:mod:`pynumabind.planner._overrides`) against the topology.  An empty value
   counts as unset (``PYNUMABIND_MODE= cmd`` clears it), and so does one of only ASCII
   whitespace.  Only ASCII whitespace is trimmed: any other character, a no-break space
   (U+00A0) included, is part of the value, so a value of only such characters is a
@@ -62,6 +64,7 @@ __all__ = [
     "NODES_VARIABLE",
     "RANK_VARIABLES",
     "TOPOLOGY_VARIABLE",
+    "override_text",
     "parse_flag",
     "resolve",
     "topology_file",
@@ -159,6 +162,16 @@ def _option(environ: Mapping[str, str], name: str) -> Optional[str]:
     return value
 
 
+def override_text(environ: Mapping[str, str], variable: str) -> Optional[str]:
+    """A per-rank override variable as the planner parses it: None when unset or blank.
+
+    Only ASCII whitespace around it is trimmed; the core and the framework
+    hooks both read ``PYNUMABIND_NODES``/``PYNUMABIND_CPUS`` here.
+    """
+    text = _option(environ, variable)
+    return None if text is None else text.strip(_ASCII_SPACE)
+
+
 def topology_file(environ: Mapping[str, str]) -> Optional[str]:
     """``PYNUMABIND_TOPOLOGY``, or None when unset or blank (resolve_topology's and resolve's)."""
     return _option(environ, TOPOLOGY_VARIABLE)
@@ -211,7 +224,7 @@ def _choices(environ: Mapping[str, str], given: Options, sources: Dict[str, str]
         else:
             # "0,0,1,1", "0-3;4-7" go to the planner as text: it parses them
             # against the topology and names the variable in errors.
-            out[option] = text.strip(_ASCII_SPACE)
+            out[option] = override_text(environ, variable)
         if value is None and text is not None:
             sources[option] = variable
     return out

@@ -415,3 +415,80 @@ def supports_mode(mode: int) -> Optional[bool]:
         if mode not in probed:
             probed[mode] = _probe_mode(mode)
         return probed[mode]
+
+
+# ------------------------------------------------- address ranges (issue 21)
+#
+# The functions above take a Python buffer; these take a raw page-aligned
+# address range, for :mod:`pynumabind.placement` (a torch tensor's
+# ``data_ptr()`` or an explicit ``(address, length)`` has no buffer object).
+
+#: Pages per ``move_pages`` call: bounds the arrays built for a huge pool.
+MOVE_PAGES_CHUNK = 1 << 16
+
+#: What a ``move_pages`` status entry holds when the kernel did not write it.
+#: The kernel leaves the entries of a batch it could not migrate untouched
+#: and counts those pages in its positive return value instead.
+STATUS_UNWRITTEN = -(1 << 30)
+
+
+def mbind_range(
+    start: int, length: int, mode: int, nodes: AbstractSet[int] = frozenset(), flags: int = 0
+) -> None:
+    """``mbind`` on ``length`` bytes at ``start`` (page-aligned); raises with errno."""
+    ffi = _ffi()
+    pointer = ffi.cast("void *", start)
+    if mode in (MPOL_DEFAULT, MPOL_LOCAL):
+        result = load().mbind(pointer, length, mode, ffi.NULL, 0, flags)
+    else:
+        array, nbits = _node_array(nodes)
+        result = load().mbind(pointer, length, mode, array, nbits + 1, flags)
+    if result < 0:
+        raise NumaSyscallError(ffi.errno, f"mbind({MODE_NAMES.get(mode, mode)})", nodes)
+
+
+def move_pages_status(
+    addresses: List[int], node: Optional[int] = None, flags: int = 0
+) -> Tuple[int, List[int]]:
+    """``move_pages`` on this process's pages at ``addresses``: (return value, status).
+
+    ``node`` None queries (``nodes=NULL``): each status is the page's node
+    or ``-errno`` (``-ENOENT``: not present).  With ``node``, every page is
+    asked to move there (``flags``: ``MPOL_MF_MOVE`` or ``MPOL_MF_MOVE_ALL``);
+    a status is the node the page is on afterwards, a ``-errno`` for that
+    page, or :data:`STATUS_UNWRITTEN` for a page of a batch the kernel
+    failed to migrate (counted in the positive return value).  At most
+    :data:`MOVE_PAGES_CHUNK` addresses per call.
+    """
+    ffi = _ffi()
+    count = len(addresses)
+    if count > MOVE_PAGES_CHUNK:
+        raise ValueError(f"{count} pages in one move_pages call (at most {MOVE_PAGES_CHUNK})")
+    if not count:
+        return 0, []
+    owner = ffi.new("uintptr_t[]", addresses)  # a cast does not keep its source alive
+    pages = ffi.cast("void **", owner)
+    status = ffi.new("int[]", [STATUS_UNWRITTEN] * count)
+    targets = ffi.NULL if node is None else ffi.new("int[]", [node] * count)
+    result = int(load().move_pages(0, count, pages, targets, status, flags))
+    if result < 0:
+        what = "move_pages(query)" if node is None else f"move_pages(to node {node})"
+        raise NumaSyscallError(ffi.errno, what)
+    return result, list(ffi.unpack(status, count))
+
+
+def address_policy(address: int) -> MemPolicy:
+    """The policy governing the page at ``address`` (``get_mempolicy(MPOL_F_ADDR)``).
+
+    A range ``mbind`` never touched reports the thread's policy; ``MPOL_DEFAULT``
+    for a range means the thread's policy applies.  Raises with errno.
+    """
+    ffi = _ffi()
+    nbits = possible_node_bits()
+    mode = ffi.new("int *")
+    mask = ffi.new("unsigned long[]", (nbits + 63) // 64)
+    pointer = ffi.cast("void *", address)
+    if load().get_mempolicy(mode, mask, nbits + 1, pointer, MPOL_F_ADDR) < 0:
+        raise NumaSyscallError(ffi.errno, f"get_mempolicy(MPOL_F_ADDR, {address:#x})")
+    raw = int(mode[0])
+    return MemPolicy(raw & ~MPOL_MODE_FLAGS, words_to_set(mask), raw & MPOL_MODE_FLAGS)

@@ -77,6 +77,7 @@ __all__ = [
     "ARGUMENT",
     "ASCII_SPACE",
     "MAX_NPROCS",
+    "NOT_GPU_LISTS",
     "ArgumentKeywords",
     "OptionKeywords",
     "Options",
@@ -191,10 +192,14 @@ def _interleave(value: Union[str, Iterable[int], None]) -> Union[str, frozenset[
     return frozenset(ids)
 
 
+#: Sequences that are not lists of GPU indices (their items are characters or bytes).
+NOT_GPU_LISTS = (str, bytes, bytearray, memoryview)
+
+
 def _gpu_list(value: Optional[Sequence[int]], name: str, what: str) -> Optional[Tuple[int, ...]]:
     if value is None:
         return None
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+    if isinstance(value, NOT_GPU_LISTS) or not isinstance(value, Sequence):
         raise ConfigError(f"{name} must be a sequence giving {what}, not {value!r}")
     return tuple(check_int(item, "GPU index") for item in value)
 
@@ -359,6 +364,11 @@ class Options:
         """Deprecated name of :attr:`rank_gpus` (the per-rank map)."""
         warn_deprecated("Options.devices", "Options.rank_gpus")
         return self.rank_gpus
+
+    def from_launcher(self, what: str) -> bool:
+        """Whether ``rank`` or ``nprocs`` (``what``) came from a launcher's variable."""
+        source = self.rank_source if what == "rank" else self.nprocs_source
+        return _variable(source) is not None
 
     def from_environment(self, option: str) -> Optional[str]:
         """The variable ``option`` (``"nodes"``...) came from; ``None`` if not from one."""

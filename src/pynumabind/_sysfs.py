@@ -37,7 +37,6 @@ __all__ = [
     "PciFunction",
     "normalize_bus_id",
     "read_layout",
-    "read_topology",
     "with_allowed",
 ]
 
@@ -827,39 +826,3 @@ def with_allowed(
         notes=notes,
     )
     return layout.replace(allowed_cpus=cpus_allowed, allowed_mems=mems_allowed, notes=tuple(notes))
-
-
-def read_topology(
-    root: str = "/sys",
-    *,
-    allowed_cpus: Optional[Iterable[int]] = None,
-    allowed_mems: Optional[Iterable[int]] = None,
-    gpu_vendors: Optional[Union[Mapping[int, str], Iterable[int]]] = None,
-    pci_classes: Optional[Iterable[Union[str, int]]] = None,
-    environ: Optional[Mapping[str, str]] = None,
-    detail: Detail = Detail.FULL,
-) -> Topology:
-    """The topology under sysfs ``root``: :func:`read_layout`, then :func:`with_allowed`.
-
-    ``gpu_vendors`` (PCI vendor id -> name, or just ids) and ``pci_classes``
-    (``"0x03"`` base class, ``"0x0302"`` base+subclass, ``"0x030200"`` full)
-    choose which PCI functions count as accelerators; pass extra ones to
-    accept other devices; ``None`` means :data:`DEFAULT_GPU_VENDORS` /
-    :data:`DEFAULT_PCI_CLASSES`.  GPUs come in driver order: KFD order for AMD when
-    the KFD topology is present, PCI address order otherwise (NVML's default
-    order).  With ``environ``, ``CUDA_VISIBLE_DEVICES``/``ROCR_VISIBLE_DEVICES``
-    from it are applied; without, every GPU is listed.
-
-    Allowed sets: for the live ``/sys`` they are read fresh from
-    ``sched_getaffinity`` and ``get_mempolicy(MPOL_F_MEMS_ALLOWED)``; for any
-    other root they default to every online CPU and every node with memory.
-    ``allowed_cpus``/``allowed_mems`` override both.  ``detail`` (see
-    :class:`~pynumabind.model.Detail`) says how much of the CPU layout to read.
-    """
-    layout = read_layout(root, detail=detail, gpu_vendors=gpu_vendors, pci_classes=pci_classes)
-    topology = with_allowed(layout, root, allowed_cpus=allowed_cpus, allowed_mems=allowed_mems)
-    if environ is not None:
-        from . import _visible
-
-        topology = _visible.apply_visibility(topology, environ)
-    return topology

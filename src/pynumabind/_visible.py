@@ -32,6 +32,28 @@ AMD rules: ``ROCR_VISIBLE_DEVICES`` (indices into KFD order, or UUIDs)
 selects first; ``HIP_VISIBLE_DEVICES`` (or ``CUDA_VISIBLE_DEVICES``, which HIP
 honours when HIP's own variable is unset) then indexes into what ROCr left.
 The same truncation rule is applied (assumption, documented).
+
+Indices are matched by physical index, never by position in a list that may
+be filtered: an index entry N of ``CUDA_VISIBLE_DEVICES`` (driver order),
+``ROCR_VISIBLE_DEVICES``, or ``HIP_VISIBLE_DEVICES`` when ROCr's variable is
+unset, names the GPU whose ``physical_index`` is N; UUIDs name a GPU by its
+UUID.  So a snapshot that lists only some GPUs (an old schema-1 snapshot
+taken under ``CUDA_VISIBLE_DEVICES=2,3``, physical indices 2 and 3) still
+gives the right GPU for ``2,3`` and none for ``0``.  ``PCI_BUS_ID`` order
+counts positions among all GPUs, so on a list known to be filtered it is a
+:class:`TopologyError`.
+
+Applied once (issue 25): a topology whose GPUs visibility has filtered
+records the variables that did it (``Topology.visibility``).  Applying
+visibility to it again is accepted only under the very same settings (it is
+returned unchanged); any other setting is a :class:`TopologyError`, since the
+GPUs it would need are not in the list.  ``pynumabind snapshot`` records the
+whole machine, so its snapshots take any setting.
+
+When the machine has GPUs and the variables hide every one of them (``4`` on
+a four-GPU machine, ``-1``, ``3x``, an ambiguous UUID prefix, or empty), the
+topology says so (:meth:`Topology.hidden_gpus_warning`): discovery logs it as a
+warning, plans carry it, and ``require_node`` turns it into a PlanError.
 """
 
 from __future__ import annotations
@@ -40,8 +62,8 @@ import os
 from dataclasses import replace
 from typing import Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from .errors import ConfigError
-from .model import Gpu, Topology
+from .errors import ConfigError, TopologyError, format_ids
+from .model import VISIBILITY_VARIABLES, Gpu, Topology
 
 __all__ = [
     "CUDA_DEVICE_ORDERS",
@@ -106,14 +128,12 @@ def _resolve(
     variable: str,
     mig_parents: Optional[Mapping[str, str]],
     unknown_uuids_fatal: bool,
+    by_physical: bool = False,
 ) -> Tuple[Optional[int], str, bool]:
     """(position in ``devices`` or None, why not, is a MIG name) for one entry."""
     upper = token.upper()
     if token.isascii() and token.isdigit():  # str.isdigit() also takes "²", "١"
-        number = int(token)
-        if number < len(devices):
-            return number, "", False
-        return None, f"is out of range (there are {len(devices)} devices)", False
+        return _resolve_index(int(token), devices, by_physical)
     if (
         unknown_uuids_fatal
         and upper.startswith(("GPU-", "MIG-GPU-"))
@@ -132,6 +152,31 @@ def _resolve(
         why = "is an ambiguous UUID prefix" if where is None and prefix_of else "matches no device"
         return where, why, False
     return None, "matches no device", False
+
+
+def _resolve_index(
+    number: int, devices: Sequence[Gpu], by_physical: bool
+) -> Tuple[Optional[int], str, bool]:
+    """:func:`_resolve` for an index: by physical index when known, else by position."""
+    if by_physical and all(g.physical_index is not None for g in devices):
+        for position, gpu in enumerate(devices):
+            if gpu.physical_index == number:
+                return position, "", False
+        known = frozenset(g.physical_index for g in devices if g.physical_index is not None)
+        return (
+            None,
+            f"is out of range (the physical indices are {format_ids(known) or 'none'})",
+            False,
+        )
+    if number < len(devices):
+        return number, "", False
+    return None, f"is out of range (there are {len(devices)} devices)", False
+
+
+def _filtered(devices: Sequence[Gpu]) -> bool:
+    """Whether ``devices`` is known to lack some of the machine's GPUs (physical index gaps)."""
+    known = [g.physical_index for g in devices]
+    return all(i is not None for i in known) and set(known) != set(range(len(known)))
 
 
 def _resolve_mig(
@@ -167,13 +212,16 @@ def select_visible(
     variable: str,
     mig_parents: Optional[Mapping[str, str]] = None,
     unknown_uuids_fatal: bool = True,
+    by_physical: bool = False,
 ) -> Tuple[List[Gpu], List[str]]:
     """Apply one visible-devices variable to ``devices`` (already in order).
 
     Returns the selected devices in process order, and notes explaining any
     entry that was dropped.  A UUID entry when no device has a known UUID is
     a :class:`ConfigError` unless ``unknown_uuids_fatal`` is false (HIP
-    reading CUDA_VISIBLE_DEVICES that names NVIDIA GPUs).
+    reading CUDA_VISIBLE_DEVICES that names NVIDIA GPUs).  ``by_physical``:
+    an index entry names the device with that ``physical_index`` (see the
+    module docstring), not the one at that position.
     """
     if value is None:
         return list(devices), []
@@ -191,6 +239,7 @@ def select_visible(
             variable=variable,
             mig_parents=mig_parents,
             unknown_uuids_fatal=unknown_uuids_fatal,
+            by_physical=by_physical,
         )
         if where is not None and where in used and not mig:
             where, why = None, "names a device already listed"
@@ -210,6 +259,72 @@ def _renumber(gpus: Iterable[Gpu]) -> Tuple[Gpu, ...]:
     return tuple(replace(g, index=i) for i, g in enumerate(gpus))
 
 
+def _settings(env: Mapping[str, str]) -> Tuple[Tuple[str, str], ...]:
+    """The visible-device variables set in ``env``, as (name, value) pairs."""
+    return tuple((n, env[n]) for n in VISIBILITY_VARIABLES if env.get(n) is not None)
+
+
+def _shown(settings: Tuple[Tuple[str, str], ...]) -> str:
+    return ", ".join(f"{n}={v!r}" for n, v in settings) or "none of them set"
+
+
+def _already_applied(topology: Topology, settings: Tuple[Tuple[str, str], ...]) -> Topology:
+    """``topology`` (visibility applied once already) when ``settings`` are the same."""
+    assert topology.visibility is not None
+    if settings == topology.visibility:
+        return topology
+    raise TopologyError(
+        f"this topology lists only the GPUs visible under {_shown(topology.visibility)}, "
+        f"renumbered; this process has {_shown(settings)}, which cannot be applied to that "
+        "list without misplacing ranks: take the snapshot with 'pynumabind snapshot' "
+        "(it records every GPU), or use the same settings"
+    )
+
+
+def _cuda_visible(
+    cuda_side: Sequence[Gpu], env: Mapping[str, str], mig_parents: Optional[Mapping[str, str]]
+) -> Tuple[List[Gpu], List[str]]:
+    ordered, notes = cuda_device_order(cuda_side, env)
+    value = env.get("CUDA_VISIBLE_DEVICES")
+    pci_order = env.get("CUDA_DEVICE_ORDER", "").strip() == "PCI_BUS_ID"
+    if pci_order and value is not None and _filtered(cuda_side):
+        raise TopologyError(
+            f"CUDA_DEVICE_ORDER=PCI_BUS_ID counts positions among all GPUs, but this "
+            f"topology lists only some (physical indices "
+            f"{format_ids(frozenset(g.physical_index or 0 for g in cuda_side))}): take the "
+            "snapshot with 'pynumabind snapshot', which records every GPU"
+        )
+    chosen, select_notes = select_visible(
+        ordered,
+        value,
+        variable="CUDA_VISIBLE_DEVICES",
+        mig_parents=mig_parents,
+        by_physical=not pci_order,
+    )
+    return chosen, notes + select_notes
+
+
+def _amd_visible(
+    amd_side: Sequence[Gpu], env: Mapping[str, str], cuda_too: bool
+) -> Tuple[List[Gpu], List[str]]:
+    ordered = sorted(amd_side, key=lambda g: (g.physical_index is None, g.physical_index or 0))
+    rocr_value = env.get("ROCR_VISIBLE_DEVICES")
+    rocr, rocr_notes = select_visible(
+        ordered, rocr_value, variable="ROCR_VISIBLE_DEVICES", by_physical=True
+    )
+    hip_variable = "HIP_VISIBLE_DEVICES"
+    if env.get(hip_variable) is None and env.get("CUDA_VISIBLE_DEVICES") is not None:
+        hip_variable = "CUDA_VISIBLE_DEVICES"
+    hip, hip_notes = select_visible(
+        rocr,
+        env.get(hip_variable),
+        variable=hip_variable,
+        unknown_uuids_fatal=not (cuda_too and hip_variable == "CUDA_VISIBLE_DEVICES"),
+        by_physical=rocr_value is None,  # HIP indexes into what ROCr left
+    )
+    return hip, rocr_notes + hip_notes
+
+
 def apply_visibility(
     topology: Topology,
     environ: Optional[Mapping[str, str]] = None,
@@ -218,41 +333,35 @@ def apply_visibility(
 ) -> Topology:
     """``topology`` with ``gpus`` = the devices this process sees, in its order.
 
-    ``topology.gpus`` must list every GPU with its driver ``physical_index``
-    (what discovery produces).  ``environ`` defaults to ``os.environ``.
+    ``topology.gpus`` should list every GPU with its driver ``physical_index``
+    (what discovery produces, and what ``pynumabind snapshot`` records);
+    index entries are matched by physical index, and a topology already
+    filtered (``visibility`` set) is accepted only under the same settings
+    (see the module docstring).  ``environ`` defaults to ``os.environ``.
     """
     env = os.environ if environ is None else environ
+    settings = _settings(env)
+    if topology.visibility is not None:
+        return _already_applied(topology, settings)
     notes: List[str] = []
     cuda_side = [g for g in topology.gpus if g.vendor != "amd"]
     amd_side = [g for g in topology.gpus if g.vendor == "amd"]
     visible: List[Gpu] = []
     if cuda_side:
-        ordered, order_notes = cuda_device_order(cuda_side, env)
-        notes += order_notes
-        chosen, select_notes = select_visible(
-            ordered,
-            env.get("CUDA_VISIBLE_DEVICES"),
-            variable="CUDA_VISIBLE_DEVICES",
-            mig_parents=mig_parents,
-        )
-        notes += select_notes
+        chosen, cuda_notes = _cuda_visible(cuda_side, env, mig_parents)
+        notes += cuda_notes
         visible += chosen
     if amd_side:
-        ordered = sorted(amd_side, key=lambda g: (g.physical_index is None, g.physical_index or 0))
-        rocr, rocr_notes = select_visible(
-            ordered, env.get("ROCR_VISIBLE_DEVICES"), variable="ROCR_VISIBLE_DEVICES"
-        )
-        hip_variable = "HIP_VISIBLE_DEVICES"
-        if env.get(hip_variable) is None and env.get("CUDA_VISIBLE_DEVICES") is not None:
-            hip_variable = "CUDA_VISIBLE_DEVICES"
-        hip, hip_notes = select_visible(
-            rocr,
-            env.get(hip_variable),
-            variable=hip_variable,
-            unknown_uuids_fatal=not (cuda_side and hip_variable == "CUDA_VISIBLE_DEVICES"),
-        )
-        notes += rocr_notes + hip_notes
-        visible += hip
+        chosen, amd_notes = _amd_visible(amd_side, env, bool(cuda_side))
+        notes += amd_notes
+        visible += chosen
     if cuda_side and amd_side:
         notes.append("both NVIDIA and AMD GPUs are present: NVIDIA ones are listed first")
-    return topology.replace(gpus=_renumber(visible), notes=topology.notes + tuple(notes))
+    hidden = len(visible) < len(topology.gpus)
+    out = topology.replace(
+        gpus=_renumber(visible),
+        notes=topology.notes + tuple(notes),
+        visibility=settings if hidden else None,
+    )
+    warning = out.hidden_gpus_warning()
+    return out.replace(notes=(*out.notes, warning)) if warning else out

@@ -62,7 +62,11 @@ def _common_options() -> _Parser:
     source = common.add_argument_group("machine")
     where = source.add_mutually_exclusive_group()
     where.add_argument(
-        "--topology", metavar="FILE", help="plan for the machine in this snapshot (JSON)"
+        "--topology",
+        metavar="FILE",
+        help="the machine in this snapshot (JSON): show and plan take it as recorded "
+        "(another machine); exec and check bind here, so they take this process's "
+        "allowed CPUs, memory nodes and visible GPUs on it, as PYNUMABIND_TOPOLOGY does",
     )
     where.add_argument(
         "--sysfs-root", metavar="DIR", help="read the machine from this directory instead of /sys"
@@ -220,8 +224,14 @@ def _option_list(value: Optional[str], option: str, *, nodes: bool) -> Optional[
         raise UsageError(f"{option}: {exc}") from None
 
 
-def machine_topology(args: argparse.Namespace) -> Topology:
-    """The machine the command works on, with allowed-set overrides applied."""
+def machine_topology(
+    args: argparse.Namespace, *, bind_here: bool = False, visible_only: bool = True
+) -> Topology:
+    """The machine the command works on, with allowed-set overrides applied.
+
+    ``bind_here`` (exec, check): a ``--topology`` file is this process on that
+    machine, as ``PYNUMABIND_TOPOLOGY`` is (see ``resolve_topology``).
+    """
     allowed_cpus = _option_list(args.allowed_cpus, "--allowed-cpus", nodes=False)
     allowed_mems = _option_list(args.allowed_mems, "--allowed-mems", nodes=True)
     if args.sysfs_root is not None and not os.path.isdir(args.sysfs_root):
@@ -231,7 +241,11 @@ def machine_topology(args: argparse.Namespace) -> Topology:
     # for, so check spawns, and show and plan print, what its workers will
     # see), else this machine: decided in one place, for the library too.
     topology = discovery.resolve_topology(
-        snapshot=args.topology, sysfs_root=args.sysfs_root, use_nvml=not args.no_nvml
+        snapshot=args.topology,
+        sysfs_root=args.sysfs_root,
+        use_nvml=not args.no_nvml,
+        bind_here=bind_here,
+        visible_only=visible_only,
     )
     changes: Dict[str, Any] = {}
     if allowed_cpus is not None:
@@ -467,7 +481,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
     if not argv[0]:  # checked before binding: execvp would refuse it only afterwards
         raise UsageError("exec: the command is an empty string")
     options = _options(args)
-    topology = machine_topology(args) if _machine_given(args) else None
+    topology = machine_topology(args, bind_here=True) if _machine_given(args) else None
     binding = bind_current_process(options=options, topology=topology, on_error=args.on_error)
     if args.json and sys.stderr is not None:
         # stdout belongs to the command; the report goes to stderr.
@@ -493,7 +507,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from ._cli_check import run_check
 
     options = _options(args)
-    topology = machine_topology(args)
+    topology = machine_topology(args, bind_here=True)
     report = run_check(topology, options, timeout=args.timeout, pass_topology=_machine_given(args))
     if args.json:
         _emit_json(report.to_dict())
@@ -526,7 +540,11 @@ def cmd_check(args: argparse.Namespace) -> int:
                 rows,
             )
         ]
-        problems = [f"  rank {w.rank}: {p}" for w in report.workers for p in w.problems]
+        problems = [
+            f"  {p}" if p.startswith(f"rank {w.rank}:") else f"  rank {w.rank}: {p}"
+            for w in report.workers
+            for p in w.problems
+        ]
         if problems:
             lines += ["", "Problems", *problems]
         ok = sum(w.ok for w in report.workers)
@@ -536,7 +554,11 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
-    topology = machine_topology(args)
+    if args.output is not None and not args.output:
+        raise UsageError("snapshot -o: the file name is empty (omit -o to write to stdout)")
+    # Every GPU of the machine, not only those CUDA_VISIBLE_DEVICES shows: the
+    # snapshot's users apply their own visibility to it (issue 25).
+    topology = machine_topology(args, visible_only=False)
     text = topology.to_json() + "\n"
     if args.output:
         try:

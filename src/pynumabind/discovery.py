@@ -81,6 +81,7 @@ topology (``pynumabind.apply_visibility`` is this one).
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
@@ -91,6 +92,8 @@ from .model import CpuMode, Detail, Gpu, Topology
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._nvml import NvmlDevice, NvmlReport
+
+log = logging.getLogger("pynumabind.discovery")
 
 __all__ = [
     "Detail",
@@ -295,11 +298,13 @@ def detect_topology(
     pci_classes: Optional[Iterable[Union[str, int]]] = None,
     detail: Detail = Detail.FULL,
     reuse: bool = False,
+    visible_only: bool = True,
 ) -> Topology:
     """Discover the machine and this process's view of it.
 
     ``environ`` (default ``os.environ``) supplies ``CUDA_VISIBLE_DEVICES`` and
-    friends; ``use_nvml=False`` skips NVML.  NVML is only loaded when sysfs
+    friends; ``visible_only=False`` lists every GPU of the machine instead
+    (what a snapshot records); ``use_nvml=False`` skips NVML.  NVML is only loaded when sysfs
     shows an NVIDIA GPU, or shows no PCI bus at all (some containers).
     ``detail`` and ``reuse``: see the module docstring, "What a bind reads".
     """
@@ -318,6 +323,8 @@ def detect_topology(
         layout, sysfs_root, allowed_cpus=allowed_cpus, allowed_mems=allowed_mems
     )
     topology, mig_parents = _with_nvml(base, env, use_nvml=use_nvml, sysfs_root=sysfs_root)
+    if not visible_only:
+        return topology
     return _visible.apply_visibility(topology, env, mig_parents=mig_parents)
 
 
@@ -360,22 +367,38 @@ def topology_from_sysfs(
     gpu_vendors: Optional[Union[Mapping[int, str], Iterable[int]]] = None,
     pci_classes: Optional[Iterable[Union[str, int]]] = None,
     environ: Optional[Mapping[str, str]] = None,
+    detail: Detail = Detail.FULL,
 ) -> Topology:
     """The machine under sysfs ``root`` (``/sys``, or another machine's copy), without NVML.
 
-    See :func:`pynumabind._sysfs.read_topology` for what each keyword means;
-    ``None`` keeps its default.
+    :func:`pynumabind._sysfs.read_layout`, then :func:`~pynumabind._sysfs.with_allowed`.
+
+    ``gpu_vendors`` (PCI vendor id -> name, or just ids) and ``pci_classes``
+    (``"0x03"`` base class, ``"0x0302"`` base+subclass, ``"0x030200"`` full)
+    choose which PCI functions count as accelerators; pass extra ones to
+    accept other devices; ``None`` means :data:`DEFAULT_GPU_VENDORS` /
+    :data:`DEFAULT_PCI_CLASSES`.  GPUs come in driver order: KFD order for AMD when
+    the KFD topology is present, PCI address order otherwise (NVML's default
+    order).  With ``environ``, ``CUDA_VISIBLE_DEVICES``/``ROCR_VISIBLE_DEVICES``
+    from it are applied; without, every GPU is listed.
+
+    Allowed sets: for the live ``/sys`` they are read fresh from
+    ``sched_getaffinity`` and ``get_mempolicy(MPOL_F_MEMS_ALLOWED)``; for any
+    other root they default to every online CPU and every node with memory.
+    ``allowed_cpus``/``allowed_mems`` override both.  ``detail`` (see
+    :class:`~pynumabind.model.Detail`) says how much of the CPU layout to read.
     """
     from . import _sysfs
 
-    return _sysfs.read_topology(
-        root,
-        allowed_cpus=allowed_cpus,
-        allowed_mems=allowed_mems,
-        gpu_vendors=gpu_vendors,
-        pci_classes=pci_classes,
-        environ=environ,
+    layout = _sysfs.read_layout(
+        root, detail=detail, gpu_vendors=gpu_vendors, pci_classes=pci_classes
     )
+    topology = _sysfs.with_allowed(
+        layout, root, allowed_cpus=allowed_cpus, allowed_mems=allowed_mems
+    )
+    if environ is not None:
+        topology = apply_visibility(topology, environ)
+    return topology
 
 
 def load_topology(path: str) -> Topology:
@@ -394,38 +417,46 @@ def load_topology(path: str) -> Topology:
         raise TopologyError(f"topology file {path!r}: {exc}") from exc
 
 
-def process_topology(path: str, environ: Optional[Mapping[str, str]] = None) -> Topology:
+def process_topology(
+    path: str,
+    environ: Optional[Mapping[str, str]] = None,
+    *,
+    visible_only: bool = True,
+    given_by: Optional[str] = None,
+) -> Topology:
     """This process on the machine of snapshot ``path`` (``PYNUMABIND_TOPOLOGY``).
 
     The snapshot replaces sysfs and NVML; everything about the *process*
     still comes from the process: the GPUs it sees (``CUDA_VISIBLE_DEVICES``
-    and friends applied to the snapshot's GPUs by driver index), its allowed
-    CPUs (``sched_getaffinity``) and memory nodes (``get_mempolicy``).  A
-    missing or bad file, or one without every CPU this process may run on
-    (another machine's), is a :class:`TopologyError` naming the variable and
-    the file: never a fallback to sysfs.
+    and friends applied to the snapshot's GPUs by physical index, unless
+    ``visible_only`` is false), its allowed CPUs (``sched_getaffinity``) and
+    memory nodes (``get_mempolicy``).  A missing or bad file, or one without
+    every CPU this process may run on (another machine's), is a
+    :class:`TopologyError` naming ``given_by`` (default the variable) and the
+    file: never a fallback to sysfs.
     """
     from . import _proc, _visible
     from ._environ import TOPOLOGY_VARIABLE
 
     env = os.environ if environ is None else environ
+    source = given_by or TOPOLOGY_VARIABLE
     try:
         snapshot = load_topology(path)
     except TopologyError as exc:
-        raise TopologyError(f"{TOPOLOGY_VARIABLE}: {exc}") from exc
+        raise TopologyError(f"{source}: {exc}") from exc
     cpus = _proc.process_affinity()
     missing = cpus - snapshot.online_cpus
     if missing:
         raise TopologyError(
-            f"{TOPOLOGY_VARIABLE}: topology file {path!r} lacks CPUs this process may run on "
+            f"{source}: topology file {path!r} lacks CPUs this process may run on "
             f"({format_ids(missing)}): it describes another machine"
         )
     live = snapshot.replace(
         allowed_cpus=cpus,
         allowed_mems=_proc.mems_allowed() & frozenset(snapshot.nodes),
-        notes=(*snapshot.notes, f"machine from {TOPOLOGY_VARIABLE}={path}"),
+        notes=(*snapshot.notes, f"machine from {source}={path}"),
     )
-    return _visible.apply_visibility(live, env)
+    return _visible.apply_visibility(live, env) if visible_only else live
 
 
 def resolve_topology(
@@ -436,6 +467,8 @@ def resolve_topology(
     use_nvml: bool = True,
     detail: Detail = Detail.FULL,
     reuse: bool = False,
+    bind_here: bool = False,
+    visible_only: bool = True,
 ) -> Topology:
     """The machine to plan on: the one place that decides where it comes from.
 
@@ -444,6 +477,8 @@ def resolve_topology(
     1. ``snapshot`` (the CLI's ``--topology``; ``""`` too, so an unset shell
        variable never means "this machine"): that file as recorded --
        another machine, its own allowed sets and GPUs (:func:`load_topology`);
+       with ``bind_here``, this process on that machine instead, as for
+       ``PYNUMABIND_TOPOLOGY`` (step 3);
     2. ``sysfs_root`` (``--sysfs-root``): that tree as recorded, every GPU
        listed, without NVML (:func:`topology_from_sysfs`);
     3. ``PYNUMABIND_TOPOLOGY`` in ``environ``: this process on the snapshot's
@@ -451,23 +486,49 @@ def resolve_topology(
     4. this machine and this process (:func:`detect_topology` with
        ``use_nvml``, ``detail`` and ``reuse``).
 
+    The rule for snapshots: **planning for another machine** takes the file
+    as recorded; **binding here** (``bind_here``: the library's binds, and
+    the CLI's ``exec`` and ``check``, whose workers bind) takes this
+    process's allowed CPUs, memory nodes and visible GPUs on the file's
+    machine, whichever form names the file -- the kernel refuses any other
+    sets.  ``PYNUMABIND_TOPOLOGY`` is always "binding here": it tells the
+    library where it binds, so ``show`` and ``plan`` print what a worker
+    would get.  ``visible_only=False`` (``pynumabind snapshot``) keeps every
+    GPU of the machine instead of those this process sees.
+
     ``environ`` (default ``os.environ``) is the one mapping every variable
     comes from, ``CUDA_VISIBLE_DEVICES`` and friends included, whichever
     source is chosen.  ``PYNUMABIND_TOPOLOGY`` empty or of only ASCII
     whitespace is unset; any other character (U+00A0 included) is part of
     the file name, as for every ``PYNUMABIND_`` variable (:mod:`._environ`).
+    When the visible-device variables hide every GPU of a machine that has
+    some, a warning naming them is logged.
     """
-    if snapshot is not None:
-        return load_topology(snapshot)
-    if sysfs_root is not None:
-        return topology_from_sysfs(sysfs_root)
-    from ._environ import topology_file
-
     env = os.environ if environ is None else environ
-    path = topology_file(env)
-    if path is not None:
-        return process_topology(path, env)
-    return detect_topology(environ=env, use_nvml=use_nvml, detail=detail, reuse=reuse)
+    if snapshot is not None and not bind_here:
+        return load_topology(snapshot)
+    if snapshot is not None:
+        topology = process_topology(snapshot, env, visible_only=visible_only, given_by="--topology")
+    elif sysfs_root is not None:
+        return topology_from_sysfs(sysfs_root)
+    else:
+        from ._environ import topology_file
+
+        path = topology_file(env)
+        if path is not None:
+            topology = process_topology(path, env, visible_only=visible_only)
+        else:
+            topology = detect_topology(
+                environ=env,
+                use_nvml=use_nvml,
+                detail=detail,
+                reuse=reuse,
+                visible_only=visible_only,
+            )
+    warning = topology.hidden_gpus_warning()
+    if warning is not None:
+        log.warning("pynumabind: %s", warning)
+    return topology
 
 
 def _read_snapshot(path: str) -> str:

@@ -15,7 +15,10 @@ diffable, and :meth:`Topology.from_json` restores exactly what
 (:data:`MAX_SNAPSHOT_CHARS`), deep nesting is a :class:`TopologyError`, not
 a RecursionError, every id must be a non-negative int within the kernel's
 limits, every set is kept within the snapshot's own CPUs and nodes, and the
-ids all its lists hold together are bounded (see :class:`_Snapshot`).
+ids all its lists hold together are bounded (see :class:`_Snapshot`), and a
+GPU's ``numa_node``/``memory_node`` must be one of its nodes.  Schema 2 adds
+``visibility`` (:attr:`Topology.visibility`: which visible-device settings
+filtered the GPU list, null for the whole machine); schema 1 is still read.
 
 A :class:`Topology` says how much of the CPU layout it holds
 (:class:`Detail`): the binding path reads only what its CPU mode needs
@@ -46,7 +49,19 @@ __all__ = [
     "Topology",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Snapshot schemas this pynumabind reads.  1: no ``visibility`` field (read as
+#: ``None``; such a file may list only the GPUs visible when it was taken, which
+#: is why visible-device entries are matched by physical index: see ``_visible``).
+READ_SCHEMAS = (1, 2)
+
+#: The variables that decide which GPUs a process sees, and in what order.
+VISIBILITY_VARIABLES = (
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "ROCR_VISIBLE_DEVICES",
+    "HIP_VISIBLE_DEVICES",
+)
 
 
 class Detail(enum.IntEnum):
@@ -157,6 +172,14 @@ class Topology:
     (fallbacks, warnings) in human-readable form.  ``detail`` says how much
     of the CPU layout was read (:class:`Detail`); only a ``FULL`` one can be
     snapshotted.
+
+    ``visibility`` is ``None`` when ``gpus`` lists every GPU of the machine
+    (what ``pynumabind snapshot`` records).  Once visible-device variables
+    have hidden some GPUs, it holds the (variable, value) pairs of
+    :data:`VISIBILITY_VARIABLES` that were set then: ``gpus`` is a filtered,
+    renumbered list, and visibility is never applied to it a second time
+    (:func:`pynumabind.apply_visibility` accepts it only under the very
+    same settings).
     """
 
     nodes: Mapping[int, NumaNode]
@@ -166,6 +189,7 @@ class Topology:
     allowed_mems: frozenset[int]
     notes: Tuple[str, ...] = ()
     detail: Detail = Detail.FULL
+    visibility: Optional[Tuple[Tuple[str, str], ...]] = None
 
     # ------------------------------------------------------------ queries
 
@@ -207,6 +231,16 @@ class Topology:
         ]
         ranked.sort(key=lambda item: (item[1] is None, item[1] or 0, item[0] != node, item[0]))
         return ranked
+
+    def hidden_gpus_warning(self) -> Optional[str]:
+        """The warning when visible-device variables hide every GPU of the machine, else None."""
+        if self.gpus or not self.visibility:
+            return None
+        settings = ", ".join(f"{name}={value!r}" for name, value in self.visibility)
+        return (
+            f"{settings} selects none of this machine's GPUs: ranks are planned as on a "
+            "machine without GPUs"
+        )
 
     def package_cpus(self, package: int) -> frozenset[int]:
         return frozenset(c.id for c in self.cpus.values() if c.package == package)
@@ -268,6 +302,7 @@ class Topology:
             ],
             "allowed_cpus": format_cpulist(self.allowed_cpus),
             "allowed_mems": format_cpulist(self.allowed_mems),
+            "visibility": None if self.visibility is None else dict(self.visibility),
             "notes": list(self.notes),
         }
 
@@ -281,10 +316,11 @@ class Topology:
         """The topology a snapshot dict describes; every field is checked (see the module)."""
         if not isinstance(data, Mapping):
             raise TopologyError("topology snapshot must be a JSON object")
-        if data.get("schema") != SCHEMA_VERSION:
+        schema = data.get("schema")
+        if isinstance(schema, bool) or schema not in READ_SCHEMAS:
             raise TopologyError(
-                f"unsupported topology schema {data.get('schema')!r} "
-                f"(this pynumabind reads schema {SCHEMA_VERSION})"
+                f"unsupported topology schema {schema!r} "
+                f"(this pynumabind reads schemas {', '.join(map(str, READ_SCHEMAS))})"
             )
         try:
             return _Snapshot(data).topology()
@@ -446,6 +482,14 @@ class _Snapshot:
         cpus = {c.id: c for c in map(self.cpu, data["cpus"])}
         gpus = tuple(self.gpu(_typed(g, dict, "gpu")) for g in data.get("gpus", []))
         notes = _typed(data.get("notes", []), list, "notes")
+        node_ids = self.node_ids
+        for g in gpus:
+            for what, node in (("numa_node", g.numa_node), ("memory_node", g.memory_node)):
+                if node is not None and node not in node_ids:
+                    raise TopologyError(
+                        f"malformed topology snapshot: GPU {g.index} ({g.pci_bus_id}) has "
+                        f"{what} {node}, which is not one of its nodes ({format_cpulist(node_ids)})"
+                    )
         return Topology(
             nodes=nodes,
             cpus=cpus,
@@ -453,7 +497,23 @@ class _Snapshot:
             allowed_cpus=self.ids(data["allowed_cpus"], "allowed_cpus"),
             allowed_mems=self.ids(data["allowed_mems"], "allowed_mems", kind="node"),
             notes=tuple(_typed(n, str, "note") for n in notes),
+            visibility=self.visibility(data.get("visibility")),
         )
+
+    @staticmethod
+    def visibility(value: Any) -> Optional[Tuple[Tuple[str, str], ...]]:
+        """The ``visibility`` field: null, or an object of visible-device variables."""
+        if value is None:
+            return None
+        pairs = _typed(value, dict, "visibility").items()
+        for name, text in pairs:
+            if name not in VISIBILITY_VARIABLES:
+                raise TopologyError(
+                    f"malformed topology snapshot: visibility names {name!r}, not one of "
+                    f"{', '.join(VISIBILITY_VARIABLES)}"
+                )
+            _typed(text, str, f"visibility {name}")
+        return tuple(sorted(pairs, key=lambda p: VISIBILITY_VARIABLES.index(p[0])))
 
 
 # ------------------------------------------------------------------ plans

@@ -47,12 +47,14 @@ def test_gate_rejects_anything_else_naming_the_variable() -> None:
     ("value", "expected"),
     [
         (None, None),
-        ("0 0 1 1", "0;0;1;1"),  # vLLM's form
-        ("  0-7   8-15 ", "0-7;8-15"),
-        ("0,0,1,1", "0,0,1,1"),  # pynumabind's forms are left alone
+        ("", None),  # blank is unset, as in the core (issue 25 item 8: was a ConfigError)
+        (" \t", None),
+        ("0 0 1 1", "0 0 1 1"),  # vLLM's form: the planner's one reader splits it
+        ("  0-7   8-15 ", "0-7   8-15"),
+        ("0,0,1,1", "0,0,1,1"),
         ("0-1;2-3", "0-1;2-3"),
-        ("0-7, 8-15", "0-7, 8-15"),  # mixed: left for the core to judge
         ("1", "1"),
+        ("\xa0", "\xa0"),  # not ASCII whitespace: a value, refused by the parser
     ],
 )
 def test_per_gpu_override(value, expected) -> None:

@@ -28,7 +28,7 @@ def test_guest_suite_passes(vm_tools: VmTools, pytestconfig: pytest.Config) -> N
     result = run_pytest_in_guest(
         STANDARD_TOPOLOGY,
         ["-v", "-rfEs", "--durations=12", str(GUEST_TESTS)],
-        timeout=240,
+        timeout=600,  # TCG: ~100 s idle, 210+ s on a loaded 2-core machine
         disable_plugins=disabled,
     )
     boot = "?" if result.boot_seconds is None else f"{result.boot_seconds:.1f}"

@@ -22,9 +22,12 @@ Rules
   config's ``get_local_gpu_index``; SGLang: ``gpu_id``).  That index is the
   rank for pynumabind's per-rank overrides, and the number of visible GPUs
   is the number of ranks.  So ``PYNUMABIND_NODES`` and ``PYNUMABIND_CPUS``
-  are per *GPU index*, and here also accept vLLM's space-separated form
-  (``PYNUMABIND_NODES="0 0 1 1"``, ``PYNUMABIND_CPUS="0-7 8-15"``) besides
-  pynumabind's ``,``/``;`` forms.
+  are per *GPU index*.  They are read exactly as in the core (one reader,
+  :func:`pynumabind._environ.override_text`, and one parser,
+  :mod:`pynumabind.planner._overrides`): blank is unset, only ASCII
+  whitespace separates or is trimmed, and vLLM's space-separated form
+  (``PYNUMABIND_NODES="0 0 1 1"``, ``PYNUMABIND_CPUS="0-7 8-15"``) is
+  accepted besides pynumabind's ``,``/``;`` forms, as it is everywhere.
 * **Where the machine comes from.**  ``PYNUMABIND_TOPOLOGY=FILE`` plans from
   a snapshot, as everywhere: the machine comes from
   :func:`pynumabind.discovery.resolve_topology`, as for the core and the CLI.

@@ -93,20 +93,16 @@ def _ids(ids: frozenset[int]) -> str:
 
 
 def per_gpu_override(variable: str, environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
-    """``variable`` in pynumabind's per-rank form, read as vLLM's when space-separated.
+    """``variable`` as the core reads it (:func:`pynumabind._environ.override_text`).
 
-    ``"0 0 1 1"`` -> ``"0;0;1;1"`` (one item per GPU index).  A value with
-    ``,`` or ``;``, or a single item, is pynumabind's own form and is
-    returned unchanged; unset is None.
+    Unset, empty or ASCII-blank is None, as in the core; vLLM's
+    space-separated form (``"0 0 1 1"``) is parsed by the planner's one
+    override reader, like ``,`` and ``;``, with the same rule for spaces
+    (ASCII whitespace only).
     """
-    env = os.environ if environ is None else environ
-    value = env.get(variable)
-    if value is None:
-        return None
-    items = value.split()
-    if len(items) < 2 or "," in value or ";" in value:
-        return value
-    return ";".join(items)
+    from .._environ import override_text
+
+    return override_text(os.environ if environ is None else environ, variable)
 
 
 # ------------------------------------------------------------ binding
@@ -153,6 +149,20 @@ def bind_gpu(
     return bind_gpus([index], what=what, topology=topology, environ=environ)
 
 
+def _gpu_key(indices: Sequence[int], what: str) -> Tuple[int, ...]:
+    """``indices`` sorted, once each, checked as ``gpus=`` is (the one check of a GPU list)."""
+    from .._options import Options
+    from ..errors import ConfigError
+
+    if isinstance(indices, Sequence) and not isinstance(indices, (str, bytes)) and not indices:
+        raise ConfigError(f"{what}: no GPU to bind to")
+    try:
+        checked = Options(gpus=indices).gpus or ()  # type: ignore[arg-type]
+    except ConfigError as exc:
+        raise ConfigError(f"{what}: {exc}") from None
+    return tuple(sorted(set(checked)))
+
+
 def bind_gpus(
     indices: Sequence[int],
     *,
@@ -164,16 +174,16 @@ def bind_gpus(
 
     :func:`~pynumabind.bind_current_process` with ``gpus=``: one GPU's
     node, or the union of several GPUs' plans, the per-rank overrides read
-    per GPU index (here also in vLLM's space-separated form).
+    per GPU index (:func:`per_gpu_override`).  ``indices`` is checked as
+    ``gpus=`` is: a ConfigError for anything but a sequence of ints.
     ``PYNUMABIND_DISABLE=1`` still turns it into a logged no-op.
     """
     from ..binding import bind_current_process
     from ..errors import ConfigError, PlanError
 
     env = os.environ if environ is None else environ
-    key = tuple(sorted(set(indices)))
-    if not key:
-        raise ConfigError(f"{what}: no GPU to bind to")
+    # The one check of a GPU list (ConfigError for ['0'], b'\x00', 3 ...).
+    key = _gpu_key(indices, what)
     done = _BOUND.get(key)
     if done is not None:
         log.debug("pynumabind: %s already bound to GPU(s) %s", what, _ids(frozenset(key)))

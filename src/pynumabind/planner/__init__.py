@@ -115,7 +115,14 @@ from typing import (
     Union,
 )
 
-from .._options import MAX_NPROCS, OptionKeywords, Options, check_int, union_front
+from .._options import (
+    MAX_NPROCS,
+    NOT_GPU_LISTS,
+    OptionKeywords,
+    Options,
+    check_int,
+    union_front,
+)
 from ..errors import ConfigError, PlanError, PynumabindError, format_ids
 from ..model import CpuMode, MemoryPolicy, Plan, Topology
 from ._cpus import choose_cpus
@@ -321,14 +328,41 @@ def plan_gpus_for(topology: Topology, options: Options, gpus: Sequence[int]) -> 
     """
     indices = _union_indices(topology, options, gpus)
     count = len(topology.gpus)
-    each = replace(options, gpus=None, rank_gpus=None)
-    plans = [plan_for(topology, replace(each, rank=i, nprocs=count, gpu=i)) for i in indices]
-    return _union(plans, indices, count)
+    # The launcher's rank and size (LOCAL_RANK, LOCAL_WORLD_SIZE) are not used:
+    # each GPU is its own index's rank among the visible GPUs, and says so.
+    unused = [
+        f"{what} from {source}"
+        for what, source in (("rank", options.rank_source), ("nprocs", options.nprocs_source))
+        if options.from_launcher(what)
+    ]
+    each = replace(
+        options, gpus=None, rank_gpus=None, rank_source=None, nprocs_source=None, rank=None
+    )
+    plans = [_union_member(topology, each, i, count) for i in indices]
+    union = _union(plans, indices, count)
+    if unused:
+        note = (
+            f"{' and '.join(unused)} not used: a process given gpus= is no local rank "
+            f"(each GPU is planned as the rank of its index among {count} visible GPUs)"
+        )
+        union = replace(union, reasons=(*union.reasons, note))
+    return union
+
+
+def _union_member(topology: Topology, each: Options, index: int, count: int) -> Plan:
+    """GPU ``index``'s plan in a union; an error names the GPU, not a rank."""
+    try:
+        return plan_for(topology, replace(each, rank=index, nprocs=count, gpu=index))
+    except (ConfigError, PlanError) as exc:
+        text = str(exc)
+        prefix = f"rank {index}: "
+        text = text[len(prefix) :] if text.startswith(prefix) else text
+        raise type(exc)(f"GPU {index} (one of the GPUs this process drives): {text}") from exc
 
 
 def _union_indices(topology: Topology, options: Options, gpus: Sequence[int]) -> List[int]:
     """``gpus`` checked and sorted, once each; ConfigError for a mode that slices."""
-    if isinstance(gpus, (str, bytes)) or not isinstance(gpus, Sequence) or not gpus:
+    if isinstance(gpus, NOT_GPU_LISTS) or not isinstance(gpus, Sequence) or not gpus:
         raise ConfigError(f"gpus must be a non-empty sequence of GPU indices, not {gpus!r}")
     indices = sorted({gpu_index(topology, check_int(d, "GPU index")) for d in gpus})
     if options.cpu_mode not in UNION_MODES:

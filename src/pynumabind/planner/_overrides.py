@@ -12,19 +12,33 @@ a :class:`_Kind` records:
   a cpulist, ``+`` and ``!`` and ``all`` as in numactl); or a sequence whose
   items are cpulist strings or sets of ints.
 
-``|`` is rejected, so a string never has two readings.  Only the syntax is
-checked here; the planner checks the ids exist on the machine.
+A string with neither ``;`` nor ``,`` may also separate ranks by ASCII
+whitespace, vLLM's form (``"1 1 0 0"``, ``"0-7 8-15"``): one reading, since
+an item holds no space then.  ``|`` is rejected, so a string never has two
+readings.
+
+This is the one reader of both overrides, wherever they come from: keyword
+arguments, ``PYNUMABIND_NODES``/``PYNUMABIND_CPUS`` (through
+:mod:`pynumabind._environ`, in the core and in the framework hooks alike),
+and the CLI's ``--nodes``/``--cpus``.  One rule for spaces: only ASCII
+whitespace separates or is trimmed (:data:`ASCII_SPACE`); any other
+character, U+00A0 and ``\x1f`` included, is part of an item, so ``'0\xa0,1'``
+is a ConfigError for nodes as for CPUs.  Only the syntax is checked here;
+the planner checks the ids exist on the machine.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import AbstractSet, Callable, Iterable, List, Optional, Sequence, Tuple, Union
 
+from .._options import ASCII_SPACE
 from ..cpulist import parse_cpulist, parse_nodelist
 from ..errors import ConfigError, ListParseError
 
 __all__ = [
+    "ASCII_SPACE",
     "RANK_SEPARATOR",
     "CpusOverride",
     "NodesOverride",
@@ -64,33 +78,49 @@ def int_set(value: Iterable[object], what: str, index: int) -> frozenset[int]:
     return frozenset(out)
 
 
+_WORD = re.compile(f"[^{re.escape(ASCII_SPACE)}]+")
+
+
 def _split_ranks(text: str, what: str, separator: str) -> List[Tuple[str, int]]:
-    """Split an override string into (item, position) pairs."""
+    """Split an override string into (item, position) pairs at ``separator``.
+
+    ``separator`` ``" "``: at runs of ASCII whitespace (vLLM's form).
+    """
     if "|" in text:
         raise ConfigError(
             f"{what} override {text!r}: separate ranks with {RANK_SEPARATOR!r}, not '|'"
         )
+    if separator == " ":
+        return [(m.group(), m.start()) for m in _WORD.finditer(text)]
     items: List[Tuple[str, int]] = []
     position = 0
     for raw in text.split(separator):
-        stripped = raw.strip()
+        stripped = raw.strip(ASCII_SPACE)
         if not stripped:
             raise ConfigError(
                 f"{what} override {text!r}: empty entry for rank {len(items)} "
                 f"at position {position}"
             )
-        items.append((stripped, position + len(raw) - len(raw.lstrip())))
+        items.append((stripped, position + len(raw) - len(raw.lstrip(ASCII_SPACE))))
         position += len(raw) + 1
     return items
+
+
+def _separator(kind: _Kind, value: str) -> str:
+    """What separates ranks in ``value``: ``;``, else ``,`` for nodes, else ASCII whitespace."""
+    if RANK_SEPARATOR in value:
+        return RANK_SEPARATOR
+    if "," in value:
+        return "," if kind.comma_separates_ranks else RANK_SEPARATOR
+    return " "
 
 
 def _parse_text(
     kind: _Kind, value: str, parse: Callable[[str], frozenset[int]]
 ) -> List[frozenset[int]]:
-    comma = kind.comma_separates_ranks and RANK_SEPARATOR not in value
     entries = []
     for index, (text, position) in enumerate(
-        _split_ranks(value, kind.name, "," if comma else RANK_SEPARATOR)
+        _split_ranks(value, kind.name, _separator(kind, value))
     ):
         try:
             entries.append(parse(text))

@@ -209,7 +209,18 @@ def place_gpu(topology: Topology, state: RankState, gpu: Gpu) -> None:
 
 
 def require_known_node(topology: Topology, state: RankState) -> None:
-    """``require_node``: a GPU whose NUMA node is unknown fails its rank's plan."""
+    """``require_node``: a GPU whose NUMA node is unknown fails its rank's plan.
+
+    So does a rank left without a GPU because visible-device variables hide
+    every GPU of the machine (:meth:`Topology.hidden_gpus_warning`).
+    """
+    hidden = topology.hidden_gpus_warning()
+    if hidden is not None:
+        state.error = PlanError(
+            f"rank {state.rank}: {hidden}, and require_node is set "
+            "(require_node=True or PYNUMABIND_REQUIRE_NODE=1)"
+        )
+        return
     gpu = state.device
     if gpu is None or (gpu.numa_node is not None and gpu.numa_node in topology.nodes):
         return
@@ -297,6 +308,9 @@ def _place_without_gpu(topology: Topology, state: RankState, nprocs: int) -> Non
             f"no NUMA node has an allowed CPU (allowed CPUs {format_ids(topology.allowed_cpus)})"
         )
         return
+    hidden = topology.hidden_gpus_warning()
+    if hidden is not None:
+        state.warn(hidden)
     node = spread[state.rank * len(spread) // nprocs]
     state.nodes = frozenset({node})
     state.primary = node

@@ -1,0 +1,854 @@
+"""Place the buffers that carry GPU traffic: :func:`bind_memory` and :func:`memory_on`.
+
+A process's memory policy decides where its *ordinary* allocations land.
+The memory that carries host<->GPU copies is often something else: pinned
+staging buffers, CPU KV-cache and weight-offload pools, the blocks of a
+caching host allocator.  Whichever thread first touches those places them.
+Two tools put them on the node that suits the GPU:
+
+* :func:`bind_memory` (an existing buffer): applies ``mbind`` to the pages
+  the buffer covers and, with ``move=True``, moves the pages that already
+  exist; it returns a :class:`MemoryPlacement`, what the kernel reports
+  afterwards.
+* :func:`memory_on` (memory about to be allocated): a context manager that
+  sets the calling thread's policy for the block and puts the previous one
+  back afterwards, after an exception too.  This is how page-locked
+  (pinned) memory is placed: it cannot be moved once pinned, and CUDA's
+  pinned allocator touches its pages in the calling thread.
+
+Rules
+-----
+**Which node.**  Exactly one of ``node=`` and ``gpu=``.  ``node`` is a node
+id (or a node list, ``"0-1"`` or a set, for ``interleave``); it must exist,
+have memory, and be among the process's allowed memory nodes (its
+``cpuset.mems``), else :class:`~pynumabind.errors.PlanError` says which rule
+it broke.  ``gpu=i`` (the process's GPU ordinal: ``torch.cuda.current_device()``,
+``CUDA_VISIBLE_DEVICES`` applied) means *the memory a plan for a rank on GPU
+i binds to*, decided by the planner's one owner of GPU locality
+(:mod:`pynumabind.planner._place`) and its memory rules
+(:mod:`pynumabind.planner._memory`), not re-derived here: the GPU's CPU
+node, and that node's memory (a memory-less CPU node is replaced by the
+nearest allowed node with memory).  On Grace (GH200/GB200) NVML names the
+GPU's own HBM as a CPU-less NUMA node; host buffers still go to the Grace
+CPU node's LPDDR next to it, as a plan's memory does, not into the HBM node
+(pass ``node=`` to place a buffer there deliberately).  A GPU whose node is
+unknown is a PlanError: there is nothing to place by.  The reasons are in
+the result (``reasons``).
+
+**Which policy.**  ``"bind"`` (``MPOL_BIND``: only these nodes, the kernel
+reclaims or fails rather than spill), ``"preferred"`` (``MPOL_PREFERRED``,
+``MPOL_PREFERRED_MANY`` for several nodes where the kernel has it: these
+nodes first, spill over instead of failing) or ``"interleave"``
+(``MPOL_INTERLEAVE``, page by page over the nodes).  ``local`` and ``none``
+place nothing and are a ConfigError here.
+
+**Which pages.**  ``mbind`` works on whole pages, so the range is aligned
+*outward*: from the start of the page holding the buffer's first byte to the
+end of the page holding its last.  Every byte of the buffer then lies on the
+node (inward alignment would leave a buffer smaller than a page unplaced and
+the partial first and last pages of, say, a ``malloc``-ed numpy array on
+whatever node they were); the cost is that the at most two edge pages are
+shared with whatever lies next to the buffer, and those neighbours' bytes
+move and get the policy too.  ``mbind`` also splits the mapping at the range
+ends (each call may add up to two entries to ``/proc/self/maps``; the limit
+is ``vm.max_map_count``), and the policy stays on those addresses until they
+are unmapped (a ``malloc`` heap reuses them).  Huge pages: a transparent
+huge page is counted as its 4 KiB pages; ``hugetlbfs`` mappings need
+huge-page-aligned ranges and are not supported.
+
+**Moving.**  ``move=True`` passes ``MPOL_MF_MOVE``: pages mapped only by this
+process and not already on one of the policy's nodes move (so interleaving
+pages over nodes they already lie on does not re-spread them).
+``MPOL_MF_MOVE_ALL`` (pages shared with other processes too) needs
+``CAP_SYS_NICE`` and is not used; such pages stay and are reported with
+``EACCES``.  Pages not yet touched (``-ENOENT``) are no failure: they
+will be allocated under the policy when first touched, and are counted as
+``not_present``.  Afterwards each page is asked where it is
+(``move_pages`` with no target).  A page still off the nodes gets one more
+explicit ``move_pages`` to the node (one-node targets), which either moves
+it or says why not: a per-page errno (``EBUSY``: busy or locked in place;
+``EACCES``: shared; ``ENOMEM``: the node is full; ...), or
+:data:`NOT_MIGRATED` for pages the kernel tried and failed to migrate,
+which it reports only as a count (an extra reference holds them: memory
+pinned by ``cudaHostAlloc``/``cudaHostRegister``, RDMA or io_uring).
+**Page-locked (pinned) memory cannot be moved**; the result says so and
+points to :func:`memory_on`.  ``mlock`` alone does not prevent migration
+(Linux migrates locked pages); pinning for DMA does.  Both are tested on a
+real kernel in the QEMU guest (Linux 6.1): ``mlock``-ed pages move, pages
+pinned by io_uring's buffer registration (the same long-term pin
+``cudaHostRegister`` takes) stay and are reported as :data:`NOT_MIGRATED`.  ``move=False`` only
+sets the policy for pages not yet allocated; pages elsewhere are reported
+under :data:`NOT_ASKED`.
+
+**Buffers.**  Anything that exports a writable, C-contiguous buffer
+(``bytearray``, ``mmap``, ``memoryview``, a numpy array, ``array.array``);
+a CPU tensor, duck-typed by ``data_ptr()``, ``numel()`` and
+``element_size()`` (its span from ``size()``/``stride()`` when it has them;
+torch is never imported here); or an explicit ``(address, length)`` tuple,
+which the caller must keep mapped.  A buffer object is held exported for the
+whole call, so a ``bytearray`` cannot be resized under it.
+
+**Errors.**  Not a buffer, or a non-contiguous one, or a GPU tensor:
+:class:`NotABufferError`.  A read-only buffer (``bytes``, a read-only
+``mmap``): :class:`ReadOnlyBufferError` (its pages are often shared, a file's
+page cache, and are no staging buffer).  Both ``node`` and ``gpu``, neither,
+a bad policy name, a zero length: :class:`~pynumabind.errors.ConfigError`.
+A node that does not exist, has no memory or is outside the allowed memory
+nodes, or an unknown GPU: :class:`~pynumabind.errors.PlanError`.  The kernel
+refusing (``EPERM`` under a container's seccomp profile, ``EFAULT`` for an
+address range with an unmapped hole, ``EINVAL``): :class:`PlacementSyscallError`
+(a :class:`~pynumabind.errors.NumaSyscallError`) naming the call, the range,
+the errno and what to do.  When only the read-back (``move_pages``) is
+denied, the policy was applied and the result says the page counts are
+unknown instead of raising.
+
+Nothing here changes another thread, and :func:`bind_memory` changes no
+thread state at all; :func:`memory_on` changes only the calling thread's
+policy, for the block.  Threads started inside the block inherit the policy
+and keep it.
+"""
+
+from __future__ import annotations
+
+import collections
+import errno
+import mmap
+import operator
+import threading
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import (
+    TYPE_CHECKING,
+    AbstractSet,
+    Any,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Tuple,
+    Type,
+    Union,
+)
+
+from . import _libnuma
+from .errors import ConfigError, NumaSyscallError, PlanError, format_ids
+from .model import CpuMode, MemoryPolicy, Plan
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .model import Topology
+
+__all__ = [
+    "NOT_ASKED",
+    "NOT_MIGRATED",
+    "NOT_PRESENT",
+    "MemoryOn",
+    "MemoryPlacement",
+    "NotABufferError",
+    "PlacementSyscallError",
+    "ReadOnlyBufferError",
+    "bind_memory",
+    "memory_on",
+]
+
+#: Reason for pages the kernel tried and failed to migrate without a per-page errno.
+NOT_MIGRATED = "not migrated"
+#: Reason for pages left elsewhere because ``move=False``.
+NOT_ASKED = "move=False"
+#: What a page not yet allocated is (``-ENOENT``), or one backed by the shared zero page.
+NOT_PRESENT = "not present"
+
+#: What each reason a page was not moved means, for messages and docs.
+REASONS: Mapping[str, str] = {
+    NOT_MIGRATED: (
+        "the kernel tried to migrate it and could not; it reports these only as a count "
+        "(an extra reference holds the page: memory pinned by cudaHostAlloc, "
+        "cudaHostRegister, RDMA or io_uring, or in use at that moment)"
+    ),
+    NOT_ASKED: "left where it was (move=False); pages allocated from now on follow the policy",
+    "EBUSY": "busy or locked in place at that moment (pinned memory, or under I/O)",
+    "EACCES": (
+        "shared with another process; moving it needs MPOL_MF_MOVE_ALL and CAP_SYS_NICE, "
+        "which bind_memory does not use"
+    ),
+    "ENOMEM": "the target node has no free memory for it",
+    "EFAULT": "not an ordinary page (the shared zero page, or a special mapping)",
+    "EIO": "the page could not be written back (a dirty file page)",
+    "EINVAL": "a page the kernel cannot migrate (a special or device mapping)",
+}
+
+#: Reasons that mean page-locked (pinned) memory: the result then points to memory_on.
+_PINNED_REASONS = frozenset({NOT_MIGRATED, "EBUSY"})
+
+_PLACING_POLICIES = (MemoryPolicy.BIND, MemoryPolicy.PREFERRED, MemoryPolicy.INTERLEAVE)
+
+_PINNED_HINT = (
+    "page-locked (pinned) memory (cudaHostAlloc, cudaHostRegister, RDMA or io_uring "
+    "registration) cannot be moved once pinned: allocate it inside "
+    "'with pynumabind.memory_on(...)', or bind_memory the buffer before pinning it "
+    "(cudaHostRegister after)"
+)
+
+
+# ------------------------------------------------------------------ errors
+
+
+class NotABufferError(ConfigError, TypeError):
+    """``bind_memory`` was given something whose memory it cannot address."""
+
+
+class ReadOnlyBufferError(ConfigError):
+    """``bind_memory`` was given a read-only buffer (``bytes``, a read-only ``mmap``)."""
+
+
+class PlacementSyscallError(NumaSyscallError):
+    """The kernel refused ``mbind``/``set_mempolicy``/``get_mempolicy``.
+
+    ``errno`` is the kernel's (``EPERM``: a seccomp profile; ``EFAULT``: part
+    of the range is not mapped; ``EINVAL``: a node outside the allowed ones);
+    ``fix`` says what to do; the message names the call and the range.
+    """
+
+    def __init__(
+        self,
+        err: int,
+        operation: str,
+        nodes: Optional[AbstractSet[int]],
+        fix: str,
+    ) -> None:
+        super().__init__(err, operation, nodes)
+        self.fix = fix
+        self.strerror = f"{self.strerror}; {fix}"
+
+
+def _fix(err: int, what: str) -> str:
+    if err == errno.EPERM:
+        return (
+            f"EPERM from {what} usually means a container seccomp profile: Docker's default "
+            "profile allows mbind, set_mempolicy and get_mempolicy only with CAP_SYS_NICE; run "
+            "the container with '--cap-add SYS_NICE' (Kubernetes: securityContext.capabilities."
+            "add: [SYS_NICE]) or with a seccomp profile that allows them"
+        )
+    if err == errno.EFAULT:
+        return "part of the address range is not mapped in this process (freed, or a bad address)"
+    if err == errno.EINVAL:
+        return (
+            "the kernel rejected the request: a node outside this process's allowed memory "
+            "nodes, or a range it cannot take (hugetlbfs needs huge-page alignment)"
+        )
+    if err == errno.ENOMEM:
+        return "the kernel ran out of memory for the request (vm.max_map_count reached?)"
+    return "see the error"
+
+
+def _refused(exc: NumaSyscallError, operation: str, nodes: Optional[AbstractSet[int]]) -> Exception:
+    err = exc.errno if exc.errno is not None else 0
+    call = operation.partition("(")[0].strip()
+    return PlacementSyscallError(err, operation, nodes, _fix(err, call))
+
+
+# ----------------------------------------------------------------- targets
+
+
+@dataclass(frozen=True)
+class _Target:
+    """Where memory goes: the ``MPOL_*`` mode and nodes, and why."""
+
+    policy: MemoryPolicy
+    mode: int
+    nodes: frozenset[int]
+    reasons: Tuple[str, ...]
+
+
+def _parse_policy(policy: Union[str, MemoryPolicy]) -> MemoryPolicy:
+    choices = ", ".join(p.value for p in _PLACING_POLICIES)
+    try:
+        parsed = MemoryPolicy(policy)
+    except ValueError:
+        raise ConfigError(
+            f"invalid placement policy {policy!r}; choose one of: {choices}"
+        ) from None
+    if parsed not in _PLACING_POLICIES:
+        raise ConfigError(
+            f"placement policy {parsed.value!r} places nothing on a node; choose one of: {choices}"
+        )
+    return parsed
+
+
+def _node_id(value: object, what: str) -> int:
+    """An integer id (an int, or a numpy integer); bool and anything else are ConfigErrors."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise ConfigError(f"{what} must be an integer id, not {value!r:.40}")
+    return operator.index(value)
+
+
+def _parse_nodes(node: Union[int, str, Iterable[int]]) -> frozenset[int]:
+    if isinstance(node, str):
+        from .cpulist import parse_nodelist
+
+        nodes = parse_nodelist(node)
+    elif isinstance(node, bool) or hasattr(node, "__index__"):
+        nodes = frozenset({_node_id(node, "node")})
+    else:
+        try:
+            items = list(node)
+        except TypeError:
+            raise ConfigError(
+                f"node must be a node id or a node list, not {type(node).__name__}"
+            ) from None
+        nodes = frozenset(_node_id(n, "each node of a node list") for n in items)
+    if not nodes:
+        raise ConfigError("node list is empty")
+    negative = [n for n in nodes if n < 0]
+    if negative:
+        raise PlanError(f"node {min(negative)} does not exist (node ids are >= 0)")
+    return nodes
+
+
+def _check_nodes(topology: Topology, nodes: frozenset[int]) -> None:
+    """Each node exists, has memory and is allowed; else a PlanError naming the rule."""
+    known = frozenset(topology.nodes)
+    missing = nodes - known
+    if missing:
+        raise PlanError(
+            f"node {format_ids(missing)} does not exist on this machine "
+            f"(its nodes are {format_ids(known)})"
+        )
+    memless = frozenset(n for n in nodes if not topology.nodes[n].has_memory)
+    if memless:
+        raise PlanError(
+            f"node {format_ids(memless)} has no memory (a memory-less CPU node); "
+            "nodes with memory: "
+            f"{format_ids(frozenset(n for n, i in topology.nodes.items() if i.has_memory))}"
+        )
+    outside = nodes - topology.allowed_mems
+    if outside:
+        raise PlanError(
+            f"node {format_ids(outside)} is outside this process's allowed memory nodes "
+            f"{format_ids(topology.allowed_mems)} (its cpuset.mems)"
+        )
+
+
+def _gpu_nodes(
+    topology: Topology, gpu: int, policy: MemoryPolicy
+) -> Tuple[frozenset[int], Tuple[str, ...]]:
+    """GPU ``gpu``'s memory nodes by the planner's rules, and its reasons."""
+    from .planner._memory import choose_mems
+    from .planner._place import RankState, place_gpu
+
+    gpu = _node_id(gpu, "gpu (a GPU index)")
+    count = len(topology.gpus)
+    if not 0 <= gpu < count:
+        seen = f"GPUs 0-{count - 1}" if count > 1 else ("GPU 0" if count else "no GPU")
+        raise PlanError(f"no GPU {gpu}: this process sees {seen}")
+    chosen = topology.gpus[gpu]
+    state = RankState(0, chosen)  # positional: rank, then the rank's GPU
+    place_gpu(topology, state, chosen)
+    mems, planned = choose_mems(
+        topology, state, policy=policy, interleave_nodes=None, gpu_memory=False, nodes_given=False
+    )
+    if not mems or planned is MemoryPolicy.NONE:
+        raise PlanError(
+            f"GPU {gpu}'s memory node is unknown ({'; '.join(state.reasons)}); give node= instead"
+        )
+    return mems, tuple(state.reasons)
+
+
+def _machine(topology: Optional[Topology], gpus: bool) -> Topology:
+    """The machine ``node``/``gpu`` are checked against: given, or as plans get it."""
+    if topology is not None:
+        return topology
+    from .discovery import resolve_topology
+    from .model import Detail
+
+    # NVML only when a GPU is named: a node needs the nodes and allowed sets alone.
+    return resolve_topology(detail=Detail.NODES, reuse=True, use_nvml=gpus)
+
+
+def _target(
+    node: Union[int, str, Iterable[int], None],
+    gpu: Optional[int],
+    policy: Union[str, MemoryPolicy],
+    topology: Optional[Topology],
+) -> _Target:
+    """Check the arguments and resolve them to a mode and nodes (see the module docstring)."""
+    if node is not None and gpu is not None:
+        raise ConfigError(f"give node= or gpu=, not both (node={node!r}, gpu={gpu!r})")
+    if node is None and gpu is None:
+        raise ConfigError("give node= (a NUMA node) or gpu= (place by that GPU's node)")
+    parsed = _parse_policy(policy)
+    if node is not None:
+        nodes = _parse_nodes(node)
+        _check_nodes(_machine(topology, gpus=False), nodes)
+        reasons: Tuple[str, ...] = (f"node {format_ids(nodes)} (given)",)
+    else:
+        assert gpu is not None
+        nodes, reasons = _gpu_nodes(_machine(topology, gpus=True), gpu, parsed)
+    from ._apply import policy_request
+
+    # One owner of "policy name -> MPOL_* mode" (preferred on several nodes
+    # needs MPOL_PREFERRED_MANY): the binder's.  Positional: rank, GPU, CPUs.
+    request = policy_request(Plan(0, None, None, nodes, parsed, CpuMode.NONE))
+    assert request.mode is not None
+    if request.note:
+        reasons = (*reasons, request.note)
+    return _Target(parsed, request.mode, request.nodes, reasons)
+
+
+# ----------------------------------------------------------------- buffers
+
+
+@dataclass(frozen=True)
+class _Span:
+    address: int
+    length: int
+    kind: str
+
+
+def _is_tensor(obj: object) -> bool:
+    return all(callable(getattr(obj, name, None)) for name in ("data_ptr", "numel", "element_size"))
+
+
+def _tensor_span(tensor: Any) -> _Span:
+    kind = type(tensor).__name__
+    device = getattr(getattr(tensor, "device", None), "type", "cpu")
+    if device != "cpu" or getattr(tensor, "is_cuda", False) is True:
+        raise NotABufferError(
+            f"a {kind} on device {device!r}: its memory is the device's; bind_memory places "
+            "host memory (a CPU tensor, pinned or not)"
+        )
+    count = int(tensor.numel())
+    if count <= 0:
+        raise ConfigError(f"zero-length buffer (an empty {kind}): nothing to place")
+    elements = count
+    size, stride = getattr(tensor, "size", None), getattr(tensor, "stride", None)
+    if callable(size) and callable(stride):
+        dims = tuple(int(s) for s in size())
+        steps = tuple(int(s) for s in stride())
+        if len(dims) == len(steps) and all(s >= 0 for s in steps):
+            elements = 1 + sum((d - 1) * s for d, s in zip(dims, steps))
+    return _Span(int(tensor.data_ptr()), elements * int(tensor.element_size()), kind)
+
+
+def _explicit_span(pair: Tuple[Any, ...]) -> _Span:
+    if len(pair) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in pair):
+        raise NotABufferError(f"a tuple must be (address, length) of two ints, not {pair!r:.80}")
+    address, length = pair
+    if length == 0:
+        raise ConfigError("zero-length buffer ((address, 0)): nothing to place")
+    if length < 0 or address < 0 or address + length > 1 << 64:
+        raise ConfigError(f"(address, length) = ({address:#x}, {length}) is not a memory range")
+    return _Span(address, length, "(address, length)")
+
+
+class _Exported:
+    """A buffer object held exported (a memoryview open) while its pages are bound."""
+
+    def __init__(self, buffer: object) -> None:
+        self.view: Optional[memoryview] = None
+        self.pointer: Any = None
+        try:
+            self.span = self._open(buffer)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self, buffer: object) -> _Span:
+        kind = type(buffer).__name__
+        try:
+            view = memoryview(buffer)  # type: ignore[arg-type]
+        except TypeError:
+            raise NotABufferError(
+                f"{kind} is not a buffer: give an object with a writable buffer (bytearray, "
+                "mmap, numpy array, array.array, memoryview), a CPU tensor or (address, length)"
+            ) from None
+        except ValueError as exc:  # a closed mmap
+            raise NotABufferError(f"{kind} cannot be read as a buffer: {exc}") from None
+        self.view = view
+        if view.readonly:
+            raise ReadOnlyBufferError(
+                f"{kind} is read-only: bind_memory places writable buffers (staging buffers, "
+                "pools); a read-only buffer's pages are often shared (a file's page cache)"
+            )
+        if not view.c_contiguous:
+            raise NotABufferError(
+                f"{kind} is not contiguous: give the array it is a view of, or (address, length)"
+            )
+        if view.nbytes == 0:
+            raise ConfigError(f"zero-length buffer (an empty {kind}): nothing to place")
+        ffi = _libnuma._ffi()
+        self.pointer = ffi.from_buffer(view, require_writable=True)
+        return _Span(int(ffi.cast("uintptr_t", self.pointer)), view.nbytes, kind)
+
+    def close(self) -> None:
+        if self.pointer is not None:
+            _libnuma._ffi().release(self.pointer)
+            self.pointer = None
+        if self.view is not None:
+            self.view.release()
+            self.view = None
+
+
+def _open(buffer: object) -> Tuple[_Span, Optional[_Exported]]:
+    if isinstance(buffer, tuple):
+        return _explicit_span(buffer), None
+    if _is_tensor(buffer) and not isinstance(buffer, (memoryview, bytearray, mmap.mmap)):
+        return _tensor_span(buffer), None
+    exported = _Exported(buffer)
+    return exported.span, exported
+
+
+def _outward(span: _Span) -> Tuple[int, int]:
+    """The page-aligned range covering every byte of ``span`` (see "Which pages")."""
+    page = mmap.PAGESIZE
+    start = span.address - span.address % page
+    end = -(-(span.address + span.length) // page) * page
+    return start, end - start
+
+
+# ------------------------------------------------------------------ result
+
+
+@dataclass(frozen=True)
+class MemoryPlacement:
+    """Where a buffer's pages are after :func:`bind_memory`, as the kernel reports it.
+
+    ``address``/``size`` are the buffer as given; ``start``/``length`` the
+    page-aligned range that was bound (aligned outward), ``pages`` its page
+    count.  ``pages_per_node`` counts the pages present on each node
+    (``move_pages`` queried after the bind); ``not_present`` the pages not
+    yet allocated (or backed by the shared zero page), which will follow the
+    policy when first written.  ``not_moved`` maps a reason (an errno name,
+    :data:`NOT_MIGRATED` or :data:`NOT_ASKED`; :data:`REASONS` explains each)
+    to the number of present pages left off ``nodes`` for it.
+    ``pages_per_node`` is ``None`` when the kernel would not say (a seccomp
+    profile denying ``move_pages``); ``notes`` then say so.
+    """
+
+    address: int
+    size: int
+    start: int
+    length: int
+    pages: int
+    nodes: frozenset[int]
+    policy: str
+    mode: str
+    move: bool
+    pages_per_node: Optional[Mapping[int, int]] = field(hash=False)
+    not_present: int = 0
+    not_moved: Mapping[str, int] = field(default_factory=dict, hash=False)
+    reasons: Tuple[str, ...] = ()
+    notes: Tuple[str, ...] = ()
+
+    @property
+    def on_nodes(self) -> Optional[int]:
+        """Present pages on the target nodes (None when unknown)."""
+        if self.pages_per_node is None:
+            return None
+        return sum(c for n, c in self.pages_per_node.items() if n in self.nodes)
+
+    @property
+    def complete(self) -> bool:
+        """Every present page is on the target nodes, as the kernel reports it."""
+        return self.pages_per_node is not None and not self.not_moved
+
+    @property
+    def pinned(self) -> bool:
+        """Some pages stayed for a reason that means page-locked (pinned) memory."""
+        return any(reason in _PINNED_REASONS for reason in self.not_moved)
+
+    def summary(self) -> str:
+        where = f"{self.mode} on node {format_ids(self.nodes)}"
+        head = f"{self.size} bytes at {self.address:#x} ({self.pages} pages): {where}"
+        if self.pages_per_node is None:
+            return f"{head}; page locations unknown"
+        counts = ", ".join(f"{c} on node {n}" for n, c in sorted(self.pages_per_node.items()))
+        parts = [head, f"pages present: {counts or 'none'}"]
+        if self.not_present:
+            parts.append(f"{self.not_present} not present yet")
+        for reason, count in sorted(self.not_moved.items()):
+            parts.append(f"{count} not moved ({reason}: {REASONS.get(reason, reason)})")
+        return "; ".join(parts)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "address": self.address,
+            "size": self.size,
+            "start": self.start,
+            "length": self.length,
+            "pages": self.pages,
+            "nodes": sorted(self.nodes),
+            "policy": self.policy,
+            "mode": self.mode,
+            "move": self.move,
+            "pages_per_node": None
+            if self.pages_per_node is None
+            else {str(n): c for n, c in sorted(self.pages_per_node.items())},
+            "not_present": self.not_present,
+            "not_moved": dict(sorted(self.not_moved.items())),
+            "complete": self.complete,
+            "reasons": list(self.reasons),
+            "notes": list(self.notes),
+        }
+
+
+# --------------------------------------------------------------- counting
+
+
+def _chunks(start: int, length: int) -> Iterator[List[int]]:
+    page = mmap.PAGESIZE
+    step = _libnuma.MOVE_PAGES_CHUNK * page
+    for base in range(start, start + length, step):
+        yield list(range(base, min(base + step, start + length), page))
+
+
+def _errno_name(status: int) -> str:
+    return errno.errorcode.get(-status, str(-status))
+
+
+@dataclass
+class _Census:
+    """Page statuses as ``move_pages`` reports them, and the present pages off target."""
+
+    counts: collections.Counter[int] = field(default_factory=collections.Counter)
+    stray: Dict[int, int] = field(default_factory=dict)  # address -> node
+
+    def add(self, addresses: List[int], status: List[int], nodes: frozenset[int]) -> None:
+        tally = collections.Counter(status)
+        self.counts.update(tally)
+        if any(s >= 0 and s not in nodes for s in tally):
+            for address, s in zip(addresses, status):
+                if s >= 0 and s not in nodes:
+                    self.stray[address] = s
+
+
+def _census(start: int, length: int, nodes: frozenset[int]) -> _Census:
+    census = _Census()
+    for addresses in _chunks(start, length):
+        _, status = _libnuma.move_pages_status(addresses)
+        census.add(addresses, status, nodes)
+    return census
+
+
+def _retry_moves(census: _Census, target: _Target) -> Dict[str, int]:
+    """Move each stray page once more, explicitly; the reason per page still off target."""
+    reasons: collections.Counter[str] = collections.Counter()
+    strays = sorted(census.stray)
+    one = next(iter(target.nodes)) if len(target.nodes) == 1 else None
+    for index in range(0, len(strays), _libnuma.MOVE_PAGES_CHUNK):
+        batch = strays[index : index + _libnuma.MOVE_PAGES_CHUNK]
+        said: List[int] = [_libnuma.STATUS_UNWRITTEN] * len(batch)
+        if one is not None:
+            _, said = _libnuma.move_pages_status(batch, one, _libnuma.MPOL_MF_MOVE)
+        _, now = _libnuma.move_pages_status(batch)
+        for address, answer, where in zip(batch, said, now):
+            old = census.stray.pop(address)
+            census.counts[old] -= 1
+            census.counts[where] += 1
+            if where in target.nodes:
+                continue
+            if where < 0:  # vanished meanwhile (freed, or mid-migration)
+                continue
+            census.stray[address] = where
+            if answer < 0 and answer != _libnuma.STATUS_UNWRITTEN:
+                reasons[_errno_name(answer)] += 1
+            else:
+                reasons[NOT_MIGRATED] += 1
+    return dict(reasons)
+
+
+def _report(span: _Span, start: int, length: int, target: _Target, move: bool) -> MemoryPlacement:
+    per_node: Optional[Dict[int, int]] = None
+    absent = 0
+    not_moved: Dict[str, int] = {}
+    notes: List[str] = []
+    try:
+        census = _census(start, length, target.nodes)
+        if census.stray:
+            not_moved = _retry_moves(census, target) if move else {NOT_ASKED: len(census.stray)}
+    except NumaSyscallError as exc:
+        notes.append(
+            f"the policy was applied, but where the pages are is unknown: {exc} "
+            f"({_fix(exc.errno or 0, 'move_pages')})"
+        )
+    else:
+        per_node = {n: c for n, c in census.counts.items() if n >= 0 and c > 0}
+        absent = sum(c for s, c in census.counts.items() if s < 0)
+        if any(reason in _PINNED_REASONS for reason in not_moved):
+            notes.append(_PINNED_HINT)
+        if absent:
+            notes.append(
+                f"{absent} page(s) not present yet (never written): they will be allocated on "
+                f"node {format_ids(target.nodes)} when first written"
+            )
+    return MemoryPlacement(
+        address=span.address,
+        size=span.length,
+        start=start,
+        length=length,
+        pages=length // mmap.PAGESIZE,
+        nodes=target.nodes,
+        policy=target.policy.value,
+        mode=_libnuma.MODE_NAMES.get(target.mode, str(target.mode)),
+        move=move,
+        pages_per_node=per_node,
+        not_present=absent,
+        not_moved=not_moved,
+        reasons=target.reasons,
+        notes=tuple(notes),
+    )
+
+
+# --------------------------------------------------------------- bind_memory
+
+
+def bind_memory(
+    buffer: object,
+    *,
+    node: Union[int, str, Iterable[int], None] = None,
+    gpu: Optional[int] = None,
+    policy: Union[str, MemoryPolicy] = "bind",
+    move: bool = True,
+    topology: Optional[Topology] = None,
+) -> MemoryPlacement:
+    """Put ``buffer``'s pages on ``node`` (or GPU ``gpu``'s memory node); report where they are.
+
+    ``buffer``: an object with a writable buffer (bytearray, mmap, numpy
+    array, array.array, memoryview), a CPU tensor (duck-typed by
+    ``data_ptr()``/``numel()``/``element_size()``) or ``(address, length)``.
+    The pages it covers, aligned outward, get ``policy`` (``"bind"``,
+    ``"preferred"``, ``"interleave"``) with ``mbind``; with ``move=True``
+    the pages that exist already are moved (``MPOL_MF_MOVE``).  Returns a
+    :class:`MemoryPlacement`: pages per node as ``move_pages`` reports them
+    afterwards, and each page not moved with its reason.  Page-locked
+    (pinned) memory cannot be moved: allocate it inside :func:`memory_on`.
+    ``topology`` is what ``node``/``gpu`` are checked and resolved against;
+    by default the machine a plan would use
+    (:func:`~pynumabind.discovery.resolve_topology`: this process on
+    ``PYNUMABIND_TOPOLOGY``'s snapshot when set, else this machine).  See
+    the module docstring for every rule and error.
+    """
+    if not isinstance(move, bool):
+        raise ConfigError(f"move must be True or False, not {move!r}")
+    span, exported = _open(buffer)
+    try:
+        target = _target(node, gpu, policy, topology)
+        start, length = _outward(span)
+        flags = _libnuma.MPOL_MF_MOVE if move else 0
+        mode = _libnuma.MODE_NAMES.get(target.mode, str(target.mode))
+        operation = f"mbind({mode}) of {length} bytes at {start:#x}"
+        try:
+            _libnuma.mbind_range(start, length, target.mode, target.nodes, flags)
+        except NumaSyscallError as exc:
+            raise _refused(exc, operation, target.nodes) from None
+        return _report(span, start, length, target, move)
+    finally:
+        if exported is not None:
+            exported.close()
+
+
+# ---------------------------------------------------------------- memory_on
+
+
+class MemoryOn:
+    """The context manager :func:`memory_on` returns; use it once, in one thread.
+
+    ``nodes``, ``mode`` and ``reasons`` say where the block allocates and
+    why; ``previous`` is the calling thread's policy as ``get_mempolicy``
+    read it on entry (mode, nodes and mode flags), which is set again on exit.
+    """
+
+    def __init__(self, target: _Target) -> None:
+        self._target = target
+        self.nodes = target.nodes
+        self.mode = _libnuma.MODE_NAMES.get(target.mode, str(target.mode))
+        self.policy = target.policy.value
+        self.reasons = target.reasons
+        self.previous: Optional[_libnuma.MemPolicy] = None
+        self._thread: Optional[int] = None
+        self._used = False
+
+    def __repr__(self) -> str:
+        return f"memory_on({self.mode} on node {format_ids(self.nodes)})"
+
+    def __enter__(self) -> MemoryOn:
+        if self._used:
+            raise ConfigError("a memory_on(...) object is used once; call memory_on again")
+        self._used = True
+        try:
+            previous = _libnuma.get_mempolicy()
+        except NumaSyscallError as exc:
+            raise _refused(exc, "get_mempolicy (reading the policy to restore)", None) from None
+        operation = f"set_mempolicy({self.mode})"
+        try:
+            _libnuma.set_mempolicy(self._target.mode, self.nodes)
+        except NumaSyscallError as exc:
+            raise _refused(exc, operation, self.nodes) from None
+        self.previous = previous
+        self._thread = threading.get_native_id()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> None:
+        previous, thread = self.previous, self._thread
+        if previous is None or thread is None:
+            return
+        if threading.get_native_id() != thread:
+            raise ConfigError(
+                f"memory_on block entered on thread {thread} and left on thread "
+                f"{threading.get_native_id()}: a memory policy is per thread, so thread "
+                f"{thread} still allocates on node {format_ids(self.nodes)}"
+            )
+        self.previous = None
+        nodes = previous.nodes if previous.mode not in _NO_NODES else frozenset()
+        try:
+            _libnuma.set_mempolicy(previous.mode, nodes, previous.flags)
+        except NumaSyscallError as refused:
+            raise _refused(
+                refused, f"set_mempolicy({previous.mode_name}) restoring the policy", nodes
+            ) from None
+
+
+_NO_NODES = (_libnuma.MPOL_DEFAULT, _libnuma.MPOL_LOCAL)
+
+
+def memory_on(
+    *,
+    node: Union[int, str, Iterable[int], None] = None,
+    gpu: Optional[int] = None,
+    policy: Union[str, MemoryPolicy] = "bind",
+    topology: Optional[Topology] = None,
+) -> MemoryOn:
+    """Allocate on ``node`` (or GPU ``gpu``'s memory node) inside a ``with`` block.
+
+    The calling thread's memory policy is ``policy`` on those nodes inside
+    the block; the previous one (mode, nodes and flags, as
+    ``get_mempolicy`` reads them) is put back when the block ends, after an
+    exception too.  Only pages first touched inside the block by this thread
+    (or by threads it starts there, which keep the policy) follow it; memory
+    an allocator already holds does not move.  The arguments are checked
+    now; the policy changes on entry.
+
+    Pinned memory cannot be moved after the fact, so this is how it is
+    placed: CUDA's pinned allocator touches its pages in the calling thread::
+
+        with pynumabind.memory_on(gpu=torch.cuda.current_device()):
+            staging = torch.empty(1 << 30, dtype=torch.uint8, pin_memory=True)
+
+    A vLLM/LMCache-style offload pool: allocate it once, inside the block,
+    from the process that drives the GPU, and keep it (a caching host
+    allocator reuses freed blocks wherever they were allocated)::
+
+        with pynumabind.memory_on(gpu=local_gpu):
+            pool = torch.empty((num_blocks, block_bytes), dtype=torch.uint8,
+                               pin_memory=True)
+
+    For memory pinned by registration (``cudaHostRegister``) the order is
+    the same idea: :func:`bind_memory` the buffer first, register it after.
+    """
+    return MemoryOn(_target(node, gpu, policy, topology))

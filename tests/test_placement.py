@@ -1,0 +1,617 @@
+"""bind_memory and memory_on (issue 21 section 2) against the real kernel of this machine.
+
+This machine has one NUMA node, so every placement here is onto node 0; what is checked
+is what the kernel says afterwards: the range's policy (``get_mempolicy(MPOL_F_ADDR)``),
+the thread's policy (``get_mempolicy``), where each page is (``move_pages``).  Moving
+pages between nodes, and allocation on another node, are tested in the QEMU guest
+(``tests/vm/guest/test_guest_memory.py``).  EPERM comes from a real seccomp filter in a
+child process (``seccomp_filter.py``), EFAULT from a real hole in the address space.
+"""
+
+from __future__ import annotations
+
+import array
+import ctypes
+import errno
+import json
+import mmap
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+from typing import Any, Iterator, Tuple
+
+import numpy as np
+import pytest
+
+import pynumabind
+from pynumabind import _libnuma, placement
+from pynumabind.errors import ConfigError, NumaSyscallError, PlanError
+from pynumabind.placement import (
+    NotABufferError,
+    PlacementSyscallError,
+    ReadOnlyBufferError,
+    bind_memory,
+    memory_on,
+)
+from topology_builders import gb200_tray, gpu, make_topology, threadripper_memoryless
+
+PAGE = mmap.PAGESIZE
+TESTS = Path(__file__).resolve().parent
+
+pytestmark = pytest.mark.skipif(not _libnuma.available(), reason="no NUMA API (libnuma/kernel)")
+
+
+def address_of(buffer: Any) -> int:
+    ffi = _libnuma._ffi()
+    pointer = ffi.from_buffer(buffer)
+    try:
+        return int(ffi.cast("uintptr_t", pointer))
+    finally:
+        ffi.release(pointer)
+
+
+def touched(pages: int, every: int = 1) -> mmap.mmap:
+    """A fresh anonymous mapping with every ``every``-th page written (faulted in)."""
+    region = mmap.mmap(-1, pages * PAGE)
+    for index in range(0, pages, every):
+        region[index * PAGE] = 1
+    return region
+
+
+@pytest.fixture(autouse=True)
+def policy_unchanged() -> Iterator[None]:
+    """No test may leave the thread's memory policy changed."""
+    before = _libnuma.get_mempolicy()
+    yield
+    after = _libnuma.get_mempolicy()
+    if after != before:
+        _libnuma.set_mempolicy(before.mode, before.nodes, before.flags)
+    assert after == before, f"policy left as {after}, was {before}"
+
+
+class FakeTensor:
+    """What bind_memory reads of a torch tensor, over real memory (a numpy array's)."""
+
+    def __init__(
+        self, backing: np.ndarray, shape: Tuple[int, ...], strides: Tuple[int, ...], dev="cpu"
+    ) -> None:
+        self.backing = backing
+        self.shape = shape
+        self.strides = strides
+        self.device = type("Device", (), {"type": dev})()
+
+    def data_ptr(self) -> int:
+        return int(self.backing.ctypes.data)
+
+    def numel(self) -> int:
+        return int(np.prod(self.shape))
+
+    def element_size(self) -> int:
+        return int(self.backing.itemsize)
+
+    def size(self) -> Tuple[int, ...]:
+        return self.shape
+
+    def stride(self) -> Tuple[int, ...]:
+        return self.strides
+
+
+# ------------------------------------------------------------- bind_memory
+
+
+def test_pages_are_counted_on_node_0_and_the_range_gets_the_policy() -> None:
+    region = touched(64, every=2)
+    start = address_of(region)
+    assert _libnuma.address_policy(start).mode == _libnuma.MPOL_DEFAULT
+    result = bind_memory(region, node=0)
+    assert result.pages_per_node == {0: 32}
+    assert result.not_present == 32 and not result.not_moved and result.complete
+    assert (result.start, result.length, result.pages) == (start, 64 * PAGE, 64)
+    assert result.nodes == frozenset({0}) and result.mode == "MPOL_BIND"
+    for offset in (0, 63 * PAGE):
+        policy = _libnuma.address_policy(start + offset)
+        assert (policy.mode, policy.nodes) == (_libnuma.MPOL_BIND, frozenset({0}))
+    assert "32 on node 0" in result.summary() and "32 not present" in result.summary()
+    assert json.loads(json.dumps(result.to_dict()))["pages_per_node"] == {"0": 32}
+    region.close()
+
+
+def test_a_range_inside_pages_is_aligned_outward() -> None:
+    region = touched(4)
+    base = address_of(region)
+    view = memoryview(region)[100 : PAGE + 5]  # from inside page 0 into page 1
+    result = bind_memory(view, node=0, policy="preferred")
+    view.release()
+    assert (result.address, result.size) == (base + 100, PAGE - 95)
+    assert (result.start, result.length, result.pages) == (base, 2 * PAGE, 2)
+    assert _libnuma.address_policy(base).mode == _libnuma.MPOL_PREFERRED
+    assert _libnuma.address_policy(base + PAGE).mode == _libnuma.MPOL_PREFERRED
+    assert _libnuma.address_policy(base + 2 * PAGE).mode == _libnuma.MPOL_DEFAULT
+    region.close()
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: bytearray(3 * PAGE),
+        lambda: touched(3),
+        lambda: memoryview(bytearray(3 * PAGE)),
+        lambda: np.ones(3 * PAGE // 8),
+        lambda: array.array("d", [1.0]) * (3 * PAGE // 8),
+    ],
+    ids=["bytearray", "mmap", "memoryview", "numpy", "array"],
+)
+def test_every_buffer_kind_is_bound(make: Any) -> None:
+    buffer = make()
+    result = bind_memory(buffer, node=0)
+    assert result.size == 3 * PAGE and result.pages in (3, 4)  # 4 when not page-aligned
+    assert result.pages_per_node == {0: result.pages - result.not_present}
+    assert result.pages_per_node[0] >= 3
+    assert _libnuma.address_policy(address_of(buffer)).mode == _libnuma.MPOL_BIND
+
+
+def test_a_buffer_is_held_exported_only_during_the_call() -> None:
+    buffer = bytearray(PAGE)
+    bind_memory(buffer, node=0)
+    buffer.extend(b"x")  # a resize fails while any export is open
+
+
+def test_an_explicit_address_and_length() -> None:
+    region = touched(8)
+    start = address_of(region)
+    result = bind_memory((start + PAGE, 2 * PAGE), node=0, policy="interleave")
+    assert (result.start, result.pages, result.pages_per_node) == (start + PAGE, 2, {0: 2})
+    assert _libnuma.address_policy(start).mode == _libnuma.MPOL_DEFAULT
+    assert _libnuma.address_policy(start + PAGE).mode == _libnuma.MPOL_INTERLEAVE
+    assert _libnuma.address_policy(start + 3 * PAGE).mode == _libnuma.MPOL_DEFAULT
+    region.close()
+
+
+def test_a_cpu_tensor_is_duck_typed_and_its_strides_give_its_span() -> None:
+    backing = np.ones(4 * PAGE // 8)
+    tensor = FakeTensor(backing, (4,), (PAGE // 8,))  # every PAGE-th byte: spans 4 pages
+    result = bind_memory(tensor, node=0)
+    assert (result.address, result.size) == (backing.ctypes.data, (3 * PAGE // 8 + 1) * 8)
+    assert result.pages_per_node and sum(result.pages_per_node.values()) >= 3
+
+
+def test_placement_never_imports_torch() -> None:
+    code = (
+        "import sys; from pynumabind import bind_memory, memory_on\n"
+        "bind_memory(bytearray(8192), node=0)\n"
+        "with memory_on(node=0): pass\n"
+        "print('torch' in sys.modules)"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
+
+
+def test_a_real_torch_cpu_tensor_and_a_strided_view_of_it() -> None:
+    torch = pytest.importorskip("torch", reason="torch is not importable (.ci/run installs it)")
+    tensor = torch.ones((1024, 512), dtype=torch.float32)
+    result = bind_memory(tensor, node=0)
+    assert (result.address, result.size) == (tensor.data_ptr(), 1024 * 512 * 4)
+    assert result.pages_per_node == {0: result.pages} and result.complete
+    assert _libnuma.address_policy(tensor.data_ptr()).mode == _libnuma.MPOL_BIND
+    column = tensor[:, 1]  # stride 512 elements: spans the rows, not 1024 contiguous floats
+    view = bind_memory(column, node=0, policy="preferred")
+    assert (view.address, view.size) == (tensor.data_ptr() + 4, ((1024 - 1) * 512 + 1) * 4)
+    assert _libnuma.address_policy(column.data_ptr()).mode == _libnuma.MPOL_PREFERRED
+    with pytest.raises(ConfigError, match="zero-length"):
+        bind_memory(torch.empty(0), node=0)
+
+
+def test_move_false_sets_the_policy_and_moves_nothing() -> None:
+    region = touched(4)
+    result = bind_memory(region, node=0, move=False)
+    assert result.move is False and result.pages_per_node == {0: 4} and result.complete
+    assert _libnuma.address_policy(address_of(region)).mode == _libnuma.MPOL_BIND
+    region.close()
+
+
+def test_gpu_places_by_the_gpus_node_and_really_binds() -> None:
+    # This machine's CPUs 0-1 on node 0, a GPU on it: gpu=0 means node 0.
+    topology = make_topology({0: "0-1"}, gpus=[gpu(0, 0, local_cpus="0-1")])
+    region = touched(2)
+    result = bind_memory(region, gpu=0, topology=topology)
+    assert result.nodes == frozenset({0}) and result.pages_per_node == {0: 2}
+    assert any("GPU 0" in r for r in result.reasons)
+    assert _libnuma.address_policy(address_of(region)).nodes == frozenset({0})
+    region.close()
+
+
+def test_the_export_table_has_the_placement_api() -> None:
+    assert pynumabind.bind_memory is bind_memory
+    assert pynumabind.memory_on is memory_on
+    assert pynumabind.MemoryPlacement is placement.MemoryPlacement
+
+
+# ---------------------------------------------------- gpu= follows the planner
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_grace_gpu_memory_is_its_cpu_nodes_not_its_hbm_node(index: int) -> None:
+    tray = gb200_tray()
+    scope = memory_on(gpu=index, topology=tray)
+    cpu_node = 0 if index < 2 else 1
+    assert scope.nodes == frozenset({cpu_node})
+    assert tray.gpus[index].memory_node not in scope.nodes
+    assert scope.nodes == pynumabind.plan(tray, index, 4, memory="bind").mems
+    assert any("CPU-less memory node" in r for r in scope.reasons)
+
+
+def test_grace_gpu_without_affinity_goes_by_distance_as_plans_do() -> None:
+    tray = gb200_tray(with_affinity=False)
+    for index in range(4):
+        plan = pynumabind.plan(tray, index, 4, memory="bind")
+        assert memory_on(gpu=index, topology=tray).nodes == plan.mems
+
+
+def test_a_gpu_on_a_memoryless_node_gets_the_nearest_memory() -> None:
+    machine = threadripper_memoryless(gpus=[gpu(0, 0, local_cpus="0-5")])
+    scope = memory_on(gpu=0, topology=machine, policy="preferred")
+    assert scope.nodes == frozenset({1})  # node 0 has no memory; 1 is the lowest at 12
+    assert scope.nodes == pynumabind.plan(machine, 0, 1, memory="preferred").mems
+    assert scope.mode == "MPOL_PREFERRED"
+
+
+def test_a_gpu_with_no_known_node_is_a_plan_error() -> None:
+    machine = make_topology({0: "0-1", 1: "2-3"}, gpus=[gpu(0, None, local_cpus="")])
+    with pytest.raises(PlanError, match=r"GPU 0's memory node is unknown.*give node="):
+        memory_on(gpu=0, topology=machine)
+
+
+# ---------------------------------------------------------------- memory_on
+
+
+def test_memory_on_sets_the_policy_in_the_block_and_restores_the_default() -> None:
+    assert _libnuma.get_mempolicy().mode == _libnuma.MPOL_DEFAULT
+    with memory_on(node=0) as scope:
+        inside = _libnuma.get_mempolicy()
+        region = touched(8)
+        pages = _libnuma.page_nodes(region)
+    assert (inside.mode, inside.nodes) == (_libnuma.MPOL_BIND, frozenset({0}))
+    assert pages == [0] * 8
+    assert scope.previous is None  # consumed by the restore
+    assert _libnuma.get_mempolicy() == _libnuma.MemPolicy(_libnuma.MPOL_DEFAULT, frozenset(), 0)
+    region.close()
+
+
+@pytest.mark.parametrize(
+    ("mode", "flags"),
+    [
+        (_libnuma.MPOL_PREFERRED, 0),
+        (_libnuma.MPOL_BIND, _libnuma.MPOL_F_STATIC_NODES),
+        (_libnuma.MPOL_INTERLEAVE, _libnuma.MPOL_F_RELATIVE_NODES),
+        (_libnuma.MPOL_LOCAL, 0),
+    ],
+    ids=["preferred", "bind-static", "interleave-relative", "local"],
+)
+def test_memory_on_restores_mode_nodes_and_flags(mode: int, flags: int) -> None:
+    nodes = frozenset() if mode == _libnuma.MPOL_LOCAL else frozenset({0})
+    _libnuma.set_mempolicy(mode, nodes, flags)
+    try:
+        before = _libnuma.get_mempolicy()
+        assert (before.mode, before.flags) == (mode, flags)
+        with memory_on(node=0, policy="interleave"):
+            assert _libnuma.get_mempolicy().mode == _libnuma.MPOL_INTERLEAVE
+        assert _libnuma.get_mempolicy() == before
+    finally:
+        _libnuma.set_mempolicy(_libnuma.MPOL_DEFAULT)
+
+
+def test_memory_on_restores_after_an_exception() -> None:
+    _libnuma.set_mempolicy(_libnuma.MPOL_PREFERRED, {0})
+    try:
+        with pytest.raises(KeyError, match="boom"), memory_on(node=0):
+            assert _libnuma.get_mempolicy().mode == _libnuma.MPOL_BIND
+            raise KeyError("boom")
+        now = _libnuma.get_mempolicy()
+        assert (now.mode, now.nodes) == (_libnuma.MPOL_PREFERRED, frozenset({0}))
+    finally:
+        _libnuma.set_mempolicy(_libnuma.MPOL_DEFAULT)
+
+
+def test_memory_on_nests() -> None:
+    with memory_on(node=0, policy="preferred"):
+        with memory_on(node="0", policy="interleave"):
+            assert _libnuma.get_mempolicy().mode == _libnuma.MPOL_INTERLEAVE
+        assert _libnuma.get_mempolicy().mode == _libnuma.MPOL_PREFERRED
+    assert _libnuma.get_mempolicy().mode == _libnuma.MPOL_DEFAULT
+
+
+def test_memory_on_is_per_thread_and_threads_started_inside_inherit_it() -> None:
+    seen = {}
+
+    def look(name: str) -> None:
+        seen[name] = _libnuma.get_mempolicy().mode
+
+    outside = threading.Thread(target=look, args=("outside",))
+    with memory_on(node=0):
+        inner = threading.Thread(target=look, args=("inner",))
+        inner.start()
+        inner.join()
+        outside.start()  # created before the block, started inside: clone copies the policy
+        outside.join()
+    other = threading.Thread(target=look, args=("after",))
+    other.start()
+    other.join()
+    assert seen == {
+        "inner": _libnuma.MPOL_BIND,
+        "outside": _libnuma.MPOL_BIND,
+        "after": _libnuma.MPOL_DEFAULT,
+    }
+
+
+def test_memory_on_left_on_another_thread_is_an_error_naming_both() -> None:
+    scope = memory_on(node=0)
+    scope.__enter__()
+    failure = []
+
+    def leave() -> None:
+        try:
+            scope.__exit__(None, None, None)
+        except ConfigError as exc:
+            failure.append(str(exc))
+
+    thread = threading.Thread(target=leave)
+    thread.start()
+    thread.join()
+    try:
+        assert failure and "entered on thread" in failure[0] and "still allocates" in failure[0]
+        assert _libnuma.get_mempolicy().mode == _libnuma.MPOL_BIND  # not restored: wrong thread
+    finally:
+        scope.__exit__(None, None, None)  # the right thread restores
+    assert _libnuma.get_mempolicy().mode == _libnuma.MPOL_DEFAULT
+
+
+def test_memory_on_is_used_once() -> None:
+    scope = memory_on(node=0)
+    with scope:
+        pass
+    with pytest.raises(ConfigError, match="used once"), scope:
+        pass
+
+
+# ------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize(
+    ("buffer", "error", "match"),
+    [
+        (42, NotABufferError, "int is not a buffer"),
+        ("text", NotABufferError, "str is not a buffer"),
+        ((1, 2, 3), NotABufferError, r"\(address, length\)"),
+        (np.ones((8, 8))[:, 1], NotABufferError, "not contiguous"),
+        (b"bytes", ReadOnlyBufferError, "bytes is read-only"),
+        (memoryview(bytearray(8)).toreadonly(), ReadOnlyBufferError, "read-only"),
+        (bytearray(), ConfigError, "zero-length"),
+        (np.empty(0), ConfigError, "zero-length"),
+        ((4096, 0), ConfigError, "zero-length"),
+        ((4096, -1), ConfigError, "not a memory range"),
+    ],
+    ids=[
+        "int",
+        "str",
+        "tuple3",
+        "strided",
+        "bytes",
+        "readonly-view",
+        "empty",
+        "empty-numpy",
+        "zero-pair",
+        "negative",
+    ],
+)
+def test_bad_buffers_are_typed_errors(buffer: Any, error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        bind_memory(buffer, node=0)
+
+
+def test_read_only_and_closed_mmaps() -> None:
+    readonly = mmap.mmap(-1, PAGE, prot=mmap.PROT_READ)
+    with pytest.raises(ReadOnlyBufferError, match="mmap is read-only"):
+        bind_memory(readonly, node=0)
+    closed = mmap.mmap(-1, PAGE)
+    closed.close()
+    with pytest.raises(NotABufferError, match="mmap cannot be read as a buffer"):
+        bind_memory(closed, node=0)
+
+
+def test_gpu_and_empty_tensors() -> None:
+    backing = np.ones(16)
+    with pytest.raises(NotABufferError, match=r"device 'cuda'.*host memory"):
+        bind_memory(FakeTensor(backing, (16,), (1,), dev="cuda"), node=0)
+    with pytest.raises(ConfigError, match="zero-length"):
+        bind_memory(FakeTensor(backing, (0,), (1,)), node=0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"node": 0, "gpu": 0}, ConfigError, "not both"),
+        ({}, ConfigError, "give node="),
+        ({"node": 0, "policy": "membind"}, ConfigError, "invalid placement policy 'membind'"),
+        ({"node": 0, "policy": "local"}, ConfigError, "places nothing"),
+        ({"node": True}, ConfigError, "node must be an integer id, not True"),
+        ({"node": [0, "1"]}, ConfigError, "each node of a node list must be an integer id"),
+        ({"node": 1.0}, ConfigError, "node must be a node id or a node list, not float"),
+        ({"node": []}, ConfigError, "node list is empty"),
+        ({"gpu": "0"}, ConfigError, r"gpu \(a GPU index\) must be an integer id"),
+        ({"node": 7}, PlanError, "node 7 does not exist on this machine"),
+        ({"node": -1}, PlanError, "node -1 does not exist"),
+        ({"gpu": 3}, PlanError, "no GPU 3"),
+        ({"node": 0, "move": "yes"}, ConfigError, "move must be True or False"),
+    ],
+    ids=[
+        "both",
+        "neither",
+        "policy",
+        "local",
+        "bool",
+        "list-item",
+        "float",
+        "empty-list",
+        "gpu-str",
+        "unknown",
+        "negative",
+        "gpu",
+        "move",
+    ],
+)
+def test_bad_arguments_are_typed_errors(kwargs: Any, error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        bind_memory(bytearray(PAGE), **kwargs)
+    if "move" not in kwargs:
+        with pytest.raises(error, match=match):
+            memory_on(**kwargs)
+
+
+def test_numpy_integers_name_nodes_and_gpus() -> None:
+    result = bind_memory(bytearray(PAGE), node=np.int64(0))
+    assert result.nodes == frozenset({0})
+    assert memory_on(node=[np.int32(0)]).nodes == frozenset({0})
+    topology = make_topology({0: "0-1"}, gpus=[gpu(0, 0, local_cpus="0-1")])
+    assert memory_on(gpu=np.int64(0), topology=topology).nodes == frozenset({0})
+
+
+def test_node_without_memory_and_node_outside_the_allowed_ones() -> None:
+    machine = threadripper_memoryless()
+    with pytest.raises(PlanError, match=r"node 0 has no memory.*nodes with memory: 1-2"):
+        bind_memory(bytearray(PAGE), node=0, topology=machine)
+    confined = make_topology({0: "0-1", 1: "2-3"}, allowed_mems="0")
+    with pytest.raises(PlanError, match=r"node 1 is outside .* allowed memory nodes 0"):
+        memory_on(node=1, topology=confined)
+
+
+def test_the_kernel_refusing_a_node_is_einval_naming_the_range() -> None:
+    # A topology that claims node 1 is allowed: the check passes, the kernel does not.
+    claims = make_topology({0: "0-1", 1: ""})
+    region = touched(1)
+    with pytest.raises(PlacementSyscallError) as caught:
+        bind_memory(region, node=1, topology=claims)
+    assert caught.value.errno == errno.EINVAL
+    assert f"of {PAGE} bytes at {address_of(region):#x} with nodes 1" in str(caught.value)
+    assert isinstance(caught.value, NumaSyscallError) and "allowed memory nodes" in str(
+        caught.value
+    )
+    with pytest.raises(PlacementSyscallError, match="EINVAL"), memory_on(node=1, topology=claims):
+        pass  # pragma: no cover - entering fails
+    region.close()
+
+
+def test_an_unmapped_hole_is_efault() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int]
+    libc.mmap.argtypes += [ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    prot, flags = mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+    base = libc.mmap(None, 3 * PAGE, prot, flags, -1, 0)
+    assert base not in (None, ctypes.c_void_p(-1).value)
+    try:
+        assert libc.munmap(base + PAGE, PAGE) == 0  # a hole in the middle
+        with pytest.raises(PlacementSyscallError) as caught:
+            bind_memory((base, 3 * PAGE), node=0)
+        assert caught.value.errno == errno.EFAULT
+        assert "EFAULT" in str(caught.value) and "not mapped" in str(caught.value)
+    finally:
+        libc.munmap(base, 3 * PAGE)
+
+
+# -------------------------------------------------------- a real seccomp filter
+
+
+def run_filtered(denied: str, body: str) -> dict:
+    """Run ``body`` in a child under a seccomp filter denying ``denied`` with EPERM."""
+    import seccomp_filter
+
+    if not seccomp_filter.supported():
+        pytest.skip("the hand-built seccomp filter is x86-64 only")
+    code = textwrap.dedent(
+        f"""
+        import json, mmap, sys
+        sys.path.insert(0, {str(TESTS)!r})
+        import seccomp_filter
+        from pynumabind import _libnuma
+        from pynumabind.placement import bind_memory, memory_on
+        _libnuma.load()
+        seccomp_filter.install({denied})
+        out = {{}}
+        """
+    ) + textwrap.dedent(body)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    proc = subprocess.run(
+        [sys.executable, "-c", code + "\nprint(json.dumps(out))"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result: dict = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_eperm_under_seccomp_is_a_typed_error_with_the_fix() -> None:
+    out = run_filtered(
+        "seccomp_filter.MEMPOLICY_SETTERS",
+        """
+        region = mmap.mmap(-1, 4 * mmap.PAGESIZE)
+        region[0] = 1
+        for name, call in [
+            ("bind", lambda: bind_memory(region, node=0)),
+            ("memory_on", lambda: memory_on(node=0).__enter__()),
+        ]:
+            try:
+                call()
+                out[name] = "no error"
+            except Exception as exc:
+                out[name] = [type(exc).__name__, exc.errno, str(exc)]
+        out["policy"] = _libnuma.get_mempolicy().mode
+        """,
+    )
+    for name in ("bind", "memory_on"):
+        kind, err, text = out[name]
+        assert (kind, err) == ("PlacementSyscallError", errno.EPERM), out
+        assert "seccomp" in text and "SYS_NICE" in text
+    assert out["bind"][2].startswith("[Errno 1] mbind(MPOL_BIND) of ")
+    assert out["memory_on"][2].startswith("[Errno 1] set_mempolicy(MPOL_BIND)")
+    assert out["policy"] == _libnuma.MPOL_DEFAULT  # nothing changed
+
+
+def test_a_denied_get_mempolicy_stops_memory_on_before_any_change() -> None:
+    out = run_filtered(
+        "[seccomp_filter.NR_GET_MEMPOLICY]",
+        """
+        try:
+            memory_on(node=0).__enter__()
+        except Exception as exc:
+            out["error"] = [type(exc).__name__, exc.errno, str(exc)]
+        """,
+    )
+    assert out["error"][:2] == ["PlacementSyscallError", errno.EPERM]
+    assert "reading the policy to restore" in out["error"][2]
+
+
+def test_a_denied_move_pages_leaves_the_bind_done_and_the_counts_unknown() -> None:
+    out = run_filtered(
+        "[seccomp_filter.NR_MOVE_PAGES]",
+        """
+        region = mmap.mmap(-1, 4 * mmap.PAGESIZE)
+        result = bind_memory(region, node=0)
+        out["result"] = result.to_dict()
+        out["summary"] = result.summary()
+        """,
+    )
+    result = out["result"]
+    assert result["pages_per_node"] is None and result["complete"] is False
+    assert "unknown" in out["summary"] and "EPERM" in result["notes"][0]
+    assert result["mode"] == "MPOL_BIND"

@@ -1,0 +1,262 @@
+"""Snapshots and visibility: no silent misplacement (issue 25 items 2, 3 and 7).
+
+A snapshot taken under ``CUDA_VISIBLE_DEVICES`` used to keep only the
+visible GPUs, renumbered, and ``CUDA_VISIBLE_DEVICES`` was then applied a
+second time, by position in that short list.  A visibility value that hides
+every GPU gave a GPU-less plan without a word.  ``--topology FILE`` used the
+file's allowed sets where ``PYNUMABIND_TOPOLOGY=FILE`` used the process's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import pytest
+
+from pynumabind import Options, PlanError, TopologyError, plan_all
+from pynumabind._visible import apply_visibility
+from pynumabind.discovery import process_topology, resolve_topology
+from pynumabind.model import SCHEMA_VERSION, Gpu, NumaNode, Topology
+
+sys.path.insert(0, str(Path(__file__).parent / "integrations"))
+from helpers import two_node_snapshot
+
+sys.path.pop(0)
+
+
+def four_gpus() -> Topology:
+    """Four GPUs, physical i on node i // 2 (so physical 2 and 3 are on node 1)."""
+    gpus = tuple(
+        Gpu(
+            index=i,
+            pci_bus_id=f"0000:{0x10 * (i + 1):02x}:00.0",
+            vendor="nvidia",
+            numa_node=i // 2,
+            local_cpus=frozenset({i // 2}),
+            uuid=f"GPU-{'ab' if i < 2 else 'cd'}{i}00000-1111-2222-3333-444444444444",
+            model="H100",
+            physical_index=i,
+        )
+        for i in range(4)
+    )
+    nodes = {n: NumaNode(id=n, cpus=frozenset({n}), distances={0: 10, 1: 21}) for n in (0, 1)}
+    return Topology(
+        nodes=nodes,
+        cpus={},
+        gpus=gpus,
+        allowed_cpus=frozenset({0, 1}),
+        allowed_mems=frozenset({0, 1}),
+    )
+
+
+def round_trip(topology: Topology) -> Topology:
+    from pynumabind.model import Cpu
+
+    # to_dict needs CPUs; give each node's CPU an entry.
+    cpus = {c: Cpu(id=c, node=c, package=c, core=0) for c in (0, 1)}
+    return Topology.from_json(topology.replace(cpus=cpus).to_json())
+
+
+def physical(topology: Topology) -> List[Optional[int]]:
+    return [g.physical_index for g in topology.gpus]
+
+
+# ------------------------------------------------- item 2: filtered snapshots
+
+
+def test_a_filtered_snapshot_records_the_visibility_it_was_taken_with() -> None:
+    taken = round_trip(apply_visibility(four_gpus(), {"CUDA_VISIBLE_DEVICES": "2,3"}))
+    assert physical(taken) == [2, 3]
+    assert taken.visibility == (("CUDA_VISIBLE_DEVICES", "2,3"),)
+    assert json.loads(taken.replace(cpus={}).to_json())["schema"] == SCHEMA_VERSION == 2
+
+
+def test_the_same_setting_is_not_applied_twice() -> None:
+    # Before: "2,3" applied to the two-entry list hid both GPUs: "device none" on node 0.
+    taken = round_trip(apply_visibility(four_gpus(), {"CUDA_VISIBLE_DEVICES": "2,3"}))
+    used = apply_visibility(taken, {"CUDA_VISIBLE_DEVICES": "2,3"})
+    assert physical(used) == [2, 3]
+    plans = plan_all(used, options=Options(nprocs=2))
+    assert [(p.gpu.physical_index if p.gpu else None, p.node) for p in plans] == [(2, 1), (3, 1)]
+
+
+def test_another_setting_on_a_filtered_snapshot_is_an_error() -> None:
+    # Before: "0" took position 0 of the short list, physical GPU 2, silently.
+    taken = round_trip(apply_visibility(four_gpus(), {"CUDA_VISIBLE_DEVICES": "2,3"}))
+    for env in ({"CUDA_VISIBLE_DEVICES": "0"}, {}):
+        with pytest.raises(TopologyError, match=r"only the GPUs visible under CUDA_VISIBLE"):
+            apply_visibility(taken, env)
+
+
+def _schema1_filtered() -> Dict[str, Any]:
+    """What the old pynumabind wrote under CUDA_VISIBLE_DEVICES=2,3: schema 1, no record."""
+    from pynumabind.model import Cpu
+
+    topology = apply_visibility(four_gpus(), {"CUDA_VISIBLE_DEVICES": "2,3"})
+    cpus = {c: Cpu(id=c, node=c, package=c, core=0) for c in (0, 1)}
+    data = topology.replace(cpus=cpus, visibility=None).to_dict()
+    data["schema"] = 1
+    del data["visibility"]
+    return data
+
+
+def test_an_old_filtered_snapshot_is_matched_by_physical_index() -> None:
+    old = Topology.from_dict(_schema1_filtered())
+    assert old.visibility is None
+    assert physical(apply_visibility(old, {"CUDA_VISIBLE_DEVICES": "2,3"})) == [2, 3]
+    assert physical(apply_visibility(old, {"CUDA_VISIBLE_DEVICES": "3"})) == [3]
+    hidden = apply_visibility(old, {"CUDA_VISIBLE_DEVICES": "0"})
+    assert hidden.gpus == ()
+    assert "CUDA_VISIBLE_DEVICES='0' selects none" in (hidden.hidden_gpus_warning() or "")
+
+
+def test_pci_bus_order_on_an_old_filtered_snapshot_is_an_error() -> None:
+    old = Topology.from_dict(_schema1_filtered())
+    env = {"CUDA_VISIBLE_DEVICES": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    with pytest.raises(TopologyError, match="PCI_BUS_ID counts positions"):
+        apply_visibility(old, env)
+
+
+def test_visibility_field_is_checked() -> None:
+    data = round_trip(four_gpus()).replace(cpus={})
+    from pynumabind.model import Cpu
+
+    cpus = {c: Cpu(id=c, node=c, package=c, core=0) for c in (0, 1)}
+    good = data.replace(cpus=cpus).to_dict()
+    for bad in ({"LD_PRELOAD": "x"}, {"CUDA_VISIBLE_DEVICES": 3}, ["CUDA_VISIBLE_DEVICES"]):
+        with pytest.raises(TopologyError, match="malformed topology snapshot: visibility"):
+            Topology.from_dict({**good, "visibility": bad})
+    for schema in (3, True, "2"):
+        with pytest.raises(TopologyError, match="unsupported topology schema"):
+            Topology.from_dict({**good, "schema": schema})
+
+
+def _cli(env: Dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
+    for name in ("LOCAL_RANK", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"):
+        full.pop(name, None)
+    full.pop("CUDA_VISIBLE_DEVICES", None)
+    full.update(env)
+    return subprocess.run(
+        [sys.executable, "-m", "pynumabind", *args],
+        capture_output=True,
+        text=True,
+        env=full,
+        timeout=120,
+    )
+
+
+@pytest.fixture
+def two_node(tmp_path: Path) -> Path:
+    if not {0, 1} <= os.sched_getaffinity(0):
+        pytest.skip("needs CPUs 0 and 1 allowed")
+    return two_node_snapshot(tmp_path / "two-node.json")
+
+
+def test_snapshot_command_records_every_gpu_whatever_is_visible(
+    tmp_path: Path, two_node: Path
+) -> None:
+    out = tmp_path / "again.json"
+    env = {"PYNUMABIND_TOPOLOGY": str(two_node), "CUDA_VISIBLE_DEVICES": "1"}
+    done = _cli(env, "snapshot", "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    data = json.loads(out.read_text())
+    assert [g["physical_index"] for g in data["gpus"]] == [0, 1]
+    assert data["visibility"] is None
+    # ... so the visibility of whoever uses it applies once, by physical index.
+    used = process_topology(str(out), {"CUDA_VISIBLE_DEVICES": "1"})
+    assert [g.pci_bus_id for g in used.gpus] == ["0000:65:00.0"]
+
+
+# ------------------------------------------------- item 3: every GPU hidden
+
+
+@pytest.mark.parametrize("value", ["4", "-1", "3x", "GPU-", ""])
+def test_visibility_hiding_every_gpu_warns(value: str, caplog: pytest.LogCaptureFixture) -> None:
+    topology = apply_visibility(four_gpus(), {"CUDA_VISIBLE_DEVICES": value})
+    assert topology.gpus == ()
+    warning = topology.hidden_gpus_warning()
+    assert warning is not None and f"CUDA_VISIBLE_DEVICES={value!r}" in warning
+    assert warning in topology.notes
+    plans = plan_all(topology, options=Options(nprocs=2))
+    assert all(any(f"CUDA_VISIBLE_DEVICES={value!r}" in w for w in p.warnings) for p in plans)
+    with pytest.raises(PlanError, match=r"selects none of this machine's GPUs.*require_node"):
+        plan_all(topology, options=Options(nprocs=2, require_node=True))
+
+
+def test_visibility_keeping_some_gpu_does_not_warn() -> None:
+    topology = apply_visibility(four_gpus(), {"CUDA_VISIBLE_DEVICES": "1,9"})
+    assert physical(topology) == [1]
+    assert topology.hidden_gpus_warning() is None
+    # A machine without GPUs is not warned about either.
+    bare = apply_visibility(four_gpus().replace(gpus=()), {"CUDA_VISIBLE_DEVICES": "4"})
+    assert bare.hidden_gpus_warning() is None
+
+
+def test_resolve_topology_logs_the_hidden_gpus(
+    two_node: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    env = {"PYNUMABIND_TOPOLOGY": str(two_node), "CUDA_VISIBLE_DEVICES": "-1"}
+    with caplog.at_level(logging.WARNING, logger="pynumabind"):
+        topology = resolve_topology(environ=env)
+    assert topology.gpus == ()
+    assert any("CUDA_VISIBLE_DEVICES='-1' selects none" in r.message for r in caplog.records)
+
+
+def test_require_node_refuses_hidden_gpus_in_a_bind(two_node: Path) -> None:
+    env = {
+        "PYNUMABIND_TOPOLOGY": str(two_node),
+        "CUDA_VISIBLE_DEVICES": "4",
+        "PYNUMABIND_REQUIRE_NODE": "1",
+    }
+    done = _cli(env, "exec", "--rank", "0", "--nprocs", "2", "--", "true")
+    assert done.returncode == 1
+    assert "CUDA_VISIBLE_DEVICES='4' selects none" in done.stderr
+    assert "require_node" in done.stderr
+
+
+# ------------------------------------------ item 7: one rule for snapshot files
+
+
+def test_exec_and_check_with_the_flag_bind_here_like_the_variable(two_node: Path) -> None:
+    # Before: the flag's file sets (mems 0-1) reached set_mempolicy: EINVAL for rank 1,
+    # and check passed 1 of 2 workers.
+    done = _cli({}, "exec", "--rank", "1", "--topology", str(two_node), "--", "true")
+    assert done.returncode == 0, done.stderr
+    check = _cli({}, "check", "--json", "--topology", str(two_node))
+    assert check.returncode == 0, check.stdout + check.stderr
+    workers = json.loads(check.stdout)["workers"]
+    assert [(w["bound_cpus"], w["ok"]) for w in workers] == [("0", True), ("1", True)]
+
+
+def test_plan_with_the_flag_is_the_machine_as_recorded(two_node: Path) -> None:
+    done = _cli({}, "show", "--json", "--topology", str(two_node))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["topology"]["allowed_mems"] == "0-1"
+    assert "exec and check bind here" in " ".join(_cli({}, "plan", "--help").stdout.split())
+
+
+# ------------------------------------------------- item 10: snapshot details
+
+
+def test_snapshot_to_an_empty_file_name_is_a_usage_error(two_node: Path) -> None:
+    done = _cli({"PYNUMABIND_TOPOLOGY": str(two_node)}, "snapshot", "-o", "")
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert "file name is empty" in done.stderr
+
+
+@pytest.mark.parametrize("field", ["numa_node", "memory_node"])
+def test_a_snapshot_gpu_on_a_node_that_does_not_exist_is_refused(
+    two_node: Path, field: str
+) -> None:
+    data = json.loads(two_node.read_text())
+    data["gpus"][1][field] = 7
+    with pytest.raises(TopologyError, match=rf"GPU 1 .*{field} 7, which is not one of its nodes"):
+        Topology.from_dict(data)

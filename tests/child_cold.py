@@ -91,3 +91,15 @@ def cffi_after_declarations_then_build() -> list[object]:
     before = sorted(m for m in ("cffi", "pycparser") if m in sys.modules)
     _libnuma_build.build_ffi()
     return [before, "cffi" in sys.modules]
+
+
+def torch_after_placement() -> bool:
+    """Whether binding a buffer and ``memory_on`` loaded torch."""
+    import sys
+
+    from pynumabind import bind_memory, memory_on
+
+    bind_memory(bytearray(8192), node=0)
+    with memory_on(node=0):
+        pass
+    return "torch" in sys.modules

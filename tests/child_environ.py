@@ -56,3 +56,27 @@ def bind_and_say_where() -> str:
 def print_argv_back(*args: str) -> List[str]:
     """The arguments as the child received them (test_child_sources checks the runner)."""
     return list(args)
+
+
+def hook_binds_gpu0() -> Dict[str, Any]:
+    """What a framework hook does: ``bind_gpus([0], what="hook")``; its CPUs or its error."""
+    from pynumabind.integrations import bind_gpus
+
+    try:
+        binding = bind_gpus([0], what="hook")
+    except pynumabind.PynumabindError as exc:
+        return {"error": type(exc).__name__, "message": str(exc)}
+    assert binding.plan is not None and binding.plan.cpus is not None
+    return {"cpus": sorted(binding.plan.cpus)}
+
+
+def bind_on_cpu1_and_say_why_not() -> str:
+    """Narrow this process to CPU 1, bind without a rank: ``<error type> <message>``."""
+    import os
+
+    os.sched_setaffinity(0, {1})
+    try:
+        pynumabind.bind_current_process()
+    except pynumabind.PynumabindError as exc:
+        return f"{type(exc).__name__} {exc}"
+    return "bound"

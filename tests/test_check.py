@@ -12,13 +12,14 @@ import errno
 import json
 import os
 import subprocess
-import sys
 import time
 import uuid
 from typing import Iterator, List
 
 import pytest
 
+import child_cli
+from childproc import child_command
 from test_cli import SCRIPT, assert_one_line_error, run
 
 PIDS_ROOT = "/sys/fs/cgroup/pids"
@@ -104,9 +105,11 @@ def test_a_failed_fork_is_one_line_and_leaves_no_worker_behind(pids_cgroup: str)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
     # The child joins the cgroup before it execs the script, so every process
     # the script starts is in it too.
-    wait_then_exec = "import os, sys; sys.stdin.readline(); os.execv(sys.argv[1], sys.argv[1:])"
+    wait_then_exec = child_command(
+        child_cli.exec_when_told, SCRIPT, "check", "--no-nvml", "--nprocs", "12", alarm=0
+    )
     proc = subprocess.Popen(
-        [sys.executable, "-c", wait_then_exec, SCRIPT, "check", "--no-nvml", "--nprocs", "12"],
+        wait_then_exec,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -13,6 +13,8 @@ from typing import Dict, List, Optional
 
 import pytest
 
+import child_cli
+from childproc import child_command
 from pynumabind.discovery import load_topology
 from pynumabind.model import Cpu, Gpu, NumaNode, Topology
 
@@ -245,14 +247,6 @@ def test_no_command_is_usage_error_listing_the_commands() -> None:
         assert f"\n    {command} " in result.stderr, result.stderr
 
 
-def _child_affinity_code() -> str:
-    return (
-        "import os, json; from pynumabind import _libnuma as L; p = L.get_mempolicy(); "
-        "print(json.dumps({'cpus': sorted(os.sched_getaffinity(0)), 'mode': p.mode, "
-        "'nodes': sorted(p.nodes)}))"
-    )
-
-
 def test_exec_binds_the_child() -> None:
     cpu = max(os.sched_getaffinity(0))
     result = run(
@@ -265,9 +259,7 @@ def test_exec_binds_the_child() -> None:
         "--memory",
         "bind",
         "--",
-        sys.executable,
-        "-c",
-        _child_affinity_code(),
+        *child_command(child_cli.affinity_and_policy),
     )
     assert result.returncode == 0, result.stderr
     seen = json.loads(result.stdout)
@@ -293,9 +285,9 @@ def _run_with_closed(fd: int, *args: str) -> subprocess.CompletedProcess[str]:
 def test_exec_runs_the_command_with_a_closed_standard_stream(closed: int) -> None:
     # numactl runs a command whose stdout or stderr is closed; so must exec.
     still_open = 3 - closed
-    code = f"import os, sys; os.write({still_open}, b'ran ' + sys.argv[1].encode())"
+    command = child_command(child_cli.write_ran, still_open, "x")
     args = ["exec", "--rank", "0", "--memory", "none", "--mode", "none"]
-    result = _run_with_closed(closed, *args, "--json", "--", sys.executable, "-c", code, "x")
+    result = _run_with_closed(closed, *args, "--json", "--", *command)
     assert result.returncode == 0, (result.stdout, result.stderr)
     assert "Traceback" not in result.stderr
     assert ("ran x" in result.stdout) == (still_open == 1)
@@ -314,10 +306,7 @@ def test_exec_takes_rank_from_environment_and_passes_arguments_literally(tmp_pat
         "exec",
         "--no-nvml",
         "--",
-        sys.executable,
-        "-c",
-        "import sys; print(repr(sys.argv[1]))",
-        hostile,
+        *child_command(child_cli.print_repr, hostile),
         env={"LOCAL_RANK": "0"},
     )
     assert result.returncode == 0, result.stderr
@@ -387,15 +376,10 @@ def _under_seccomp(*args: str) -> subprocess.CompletedProcess[str]:
 
     if not seccomp_filter.supported():
         pytest.skip("the hand-built seccomp filter is x86-64 only")
-    tests_dir = str(Path(__file__).parent)
-    code = (
-        "import os, sys; sys.path.insert(0, sys.argv[1]); import seccomp_filter; "
-        "seccomp_filter.install(seccomp_filter.MEMPOLICY_SETTERS); "
-        "os.execv(sys.argv[2], sys.argv[2:])"
-    )
+    denied = ",".join(str(nr) for nr in seccomp_filter.MEMPOLICY_SETTERS)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
     return subprocess.run(
-        [sys.executable, "-c", code, tests_dir, SCRIPT, *args],
+        child_command(child_cli.exec_with_syscalls_denied, denied, SCRIPT, *args, alarm=0),
         capture_output=True,
         text=True,
         env=env,
@@ -426,9 +410,7 @@ def test_exec_refuses_to_run_half_bound_by_default() -> None:
         "--on-error",
         "warn",
         "--",
-        sys.executable,
-        "-c",
-        "print('ran')",
+        *child_command(child_cli.print_ran),
     )
     assert warned.returncode == 0, warned.stderr
     assert warned.stdout.strip() == "ran"
@@ -492,13 +474,9 @@ def _with_syscall_denied(number: int, *args: str) -> subprocess.CompletedProcess
 
     if not seccomp_filter.supported():
         pytest.skip("the hand-built seccomp filter is x86-64 only")
-    code = (
-        "import os, sys; sys.path.insert(0, sys.argv[1]); import seccomp_filter; "
-        f"seccomp_filter.install(({number},)); os.execv(sys.argv[2], sys.argv[2:])"
-    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
     return subprocess.run(
-        [sys.executable, "-c", code, str(Path(__file__).parent), SCRIPT, *args],
+        child_command(child_cli.exec_with_syscalls_denied, number, SCRIPT, *args, alarm=0),
         capture_output=True,
         text=True,
         env=env,

@@ -10,13 +10,13 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
-import sys
 import time
 import uuid
 
 import pytest
 
-from bindchild import PRELUDE, TESTS_DIR, run_child
+import child_cpuset
+from childproc import child_command, run_in_child
 
 CPUSET_ROOT = "/sys/fs/cgroup/cpuset"
 
@@ -58,13 +58,12 @@ def cpuset0():
             pytest.fail(f"could not remove test cpuset {path}")
 
 
-def _run_in_cpuset(cpuset: str, code: str) -> dict:
-    """Start a child, move it into ``cpuset``, then let it run ``code``."""
+def _run_in_cpuset(cpuset: str, wanted: str) -> dict:
+    """Start a child, move it into ``cpuset``, then let it bind to ``wanted``."""
     import json
 
-    source = PRELUDE.format(tests=TESTS_DIR) + "sys.stdin.readline()\n" + code
     proc = subprocess.Popen(
-        [sys.executable, "-c", source],
+        child_command(child_cpuset.apply_cpus_once_moved, wanted),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -82,26 +81,8 @@ def _run_in_cpuset(cpuset: str, code: str) -> dict:
     return json.loads(lines[-1])
 
 
-APPLY_CPU1 = """
-from pynumabind.binding import apply_plan
-from pynumabind.errors import BindError
-from pynumabind.model import MemoryPolicy, Plan
-plan = Plan(rank=0, gpu=None, cpus=frozenset({wanted}), mems=frozenset({{0}}),
-            policy=MemoryPolicy.BIND)
-out = {{"cpuset": open("/proc/self/cpuset").read().strip(), "before": cpus_allowed()}}
-try:
-    apply_plan(plan, on_error="warn")
-    out["error"] = None
-except BindError as exc:
-    out["error"] = str(exc)
-from pynumabind import _libnuma
-out.update(after=cpus_allowed(), policy=_libnuma.get_mempolicy().mode_name)
-emit(out)
-"""
-
-
 def test_cpuset_forbids_the_cpu(cpuset0: str) -> None:
-    result = _run_in_cpuset(cpuset0, APPLY_CPU1.format(wanted="{1}"))
+    result = _run_in_cpuset(cpuset0, "1")
     name = cpuset0[len(CPUSET_ROOT) :]
     assert result["cpuset"] == name
     assert result["before"] == "0"
@@ -115,7 +96,7 @@ def test_cpuset_forbids_the_cpu(cpuset0: str) -> None:
 
 
 def test_cpuset_that_would_narrow_the_request_is_refused(cpuset0: str) -> None:
-    result = _run_in_cpuset(cpuset0, APPLY_CPU1.format(wanted="{0, 1}"))
+    result = _run_in_cpuset(cpuset0, "0,1")
     assert "cannot bind to CPUs 0-1" in result["error"]
     assert result["after"] == "0" and result["policy"] == "MPOL_DEFAULT"
 
@@ -129,28 +110,7 @@ def test_kernel_einval_on_one_thread_rolls_back_the_others(cpuset0: str) -> None
     to CPU 1 succeeds for the caller, then the kernel refuses it for the
     confined thread: the caller must be put back.
     """
-    code = f"""
-from pynumabind import _threads
-stop = threading.Event()
-moved = threading.Event()
-def confined():
-    with open({cpuset0 + "/tasks"!r}, "w") as handle:
-        handle.write(str(threading.get_native_id()))
-    moved.set()
-    stop.wait()
-os.sched_setaffinity(0, {{0}})
-t = threading.Thread(target=confined); t.start(); moved.wait()
-out = {{"main": threading.get_native_id(), "confined": t.native_id, "before": task_cpus()}}
-try:
-    _threads.bind_threads(frozenset({{1}}))
-except _threads.ThreadAffinityError as exc:
-    out.update(errno=exc.errno, tid=exc.tid, rolled_back=list(exc.rolled_back),
-               failures=list(exc.restore_failures), message=str(exc))
-out["after"] = task_cpus()
-stop.set()
-emit(out)
-"""
-    result, _ = run_child(code)
+    result, _ = run_in_child(child_cpuset.one_thread_in_a_cpuset, cpuset0 + "/tasks")
     main, confined = str(result["main"]), str(result["confined"])
     assert result["before"] == {main: "0", confined: "0"}
     assert result["errno"] == errno.EINVAL and result["tid"] == result["confined"]
@@ -164,7 +124,7 @@ def test_affinity_mask_from_the_parent_is_respected() -> None:
     def confine() -> None:
         os.sched_setaffinity(0, {0})
 
-    result, _ = run_child(APPLY_CPU1.format(wanted="{1}"), preexec_fn=confine)
+    result, _ = run_in_child(child_cpuset.apply_cpus, "1", preexec_fn=confine)
     assert result["before"] == "0"
     error = result["error"]
     assert error is not None

@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 from typing import Dict
 
 import pytest
 
+import child_environ
 import pynumabind
+from childproc import run_in_child
 from integrations.helpers import two_node_snapshot
 from pynumabind import ConfigError, Options, model, planner
 from topology_builders import dgx_h100
@@ -150,27 +150,14 @@ def test_an_options_object_instead_of_the_keywords(dgx) -> None:
 # ------------------------------------------------------------ binding
 
 
-def bind(env: Dict[str, str], call: str = "pynumabind.bind_current_process()") -> Dict[str, object]:
-    code = f"""
-import json, pynumabind
-try:
-    binding = {call}
-except pynumabind.PynumabindError as exc:
-    print(json.dumps({{"error": f"{{type(exc).__name__}}: {{exc}}"}}))
-else:
-    status = open("/proc/self/status").read()
-    print(json.dumps({{"cpus": status.split("Cpus_allowed_list:")[1].split()[0],
-                      "reasons": list(binding.plan.reasons)}}))
-"""
+def bind(env: Dict[str, str], rank: str = "", gpus: str = "") -> Dict[str, object]:
+    """``bind_current_process([rank], [gpus=])`` in a child with ``env``: CPUs or error."""
     full = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
     for name in ("LOCAL_RANK", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"):
         full.pop(name, None)
     full.update(env)
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=full, timeout=120
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    result, _ = run_in_child(child_environ.bind_and_report, rank, gpus, env=full, timeout=120)
+    return result
 
 
 @pytest.fixture
@@ -209,8 +196,8 @@ def test_a_launcher_rank_still_wins(machine) -> None:
 
 def test_explicit_devices_win_over_a_launcher_rank(machine) -> None:
     env = {**machine, "CUDA_VISIBLE_DEVICES": "0,1", "LOCAL_RANK": "0"}
-    assert bind(env, "pynumabind.bind_current_process(gpus=[1])")["cpus"] == "1"
-    refused = bind(env, "pynumabind.bind_current_process(0, gpus=[1])")
+    assert bind(env, gpus="1")["cpus"] == "1"
+    refused = bind(env, rank="0", gpus="1")
     assert refused["error"] == "ConfigError: give gpus= alone, without rank="
 
 
@@ -218,19 +205,11 @@ def test_explicit_devices_win_over_a_launcher_rank(machine) -> None:
 
 
 def logged(env: Dict[str, str]) -> str:
-    code = (
-        "import logging, pynumabind\n"
-        "logging.basicConfig(level=logging.INFO, format='%(levelname)s %(message)s')\n"
-        "pynumabind.bind_current_process()\n"
-    )
     full = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
     full.pop("LOCAL_RANK", None)
     full.update(env)
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=full, timeout=120
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stderr
+    _, stderr = run_in_child(child_environ.bind_with_info_logging, env=full, timeout=120)
+    return stderr
 
 
 def test_info_line_names_gpu_node_cpus_and_policy(machine) -> None:

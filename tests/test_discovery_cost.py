@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 import pytest
 
+import child_cold
 import sysfs_tree as st
+from childproc import run_in_child
 from pynumabind import _sysfs, discovery, planner
 from pynumabind import binding as binding_module
 from pynumabind.cpulist import parse_cpulist
@@ -320,30 +320,10 @@ def test_the_second_bind_reads_no_sysfs_file_but_the_fresh_affinity(reads: List[
         os.sched_setaffinity(0, before)
 
 
-def _run_lines(program: str, *flags: str, env: Optional[Dict[str, str]] = None) -> List[str]:
-    """The stdout lines of ``program`` in a fresh interpreter (``flags`` before ``-c``)."""
-    return subprocess.run(
-        [sys.executable, *flags, "-c", program],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-        env=env,
-    ).stdout.splitlines()
-
-
 def test_import_loads_no_pynvml_numpy_json_and_a_bind_no_kfd_nvml_json() -> None:
-    program = (
-        "import sys\n"
-        "import pynumabind\n"
-        "after_import = set(sys.modules)\n"
-        "pynumabind.bind_current_process(0, nprocs=1, environ={}).restore()\n"
-        "after_bind = set(sys.modules)\n"
-        "print(' '.join(sorted(after_import)))\n"
-        "print(' '.join(sorted(after_bind)))\n"
-    )
-    out = _run_lines(program)
-    after_import, after_bind = set(out[0].split()), set(out[1].split())
+    # A fresh interpreter that imports only the function (see _child.py).
+    out, _ = run_in_child(child_cold.modules_after_import_and_bind)
+    after_import, after_bind = set(out[0]), set(out[1])
     assert not {"pynvml", "numpy", "json"} & after_import
     assert "pynumabind.binding" in after_bind  # the bind ran
     assert not {"pynvml", "json", "pynumabind._kfd", "pynumabind._nvml"} & after_bind
@@ -352,24 +332,13 @@ def test_import_loads_no_pynvml_numpy_json_and_a_bind_no_kfd_nvml_json() -> None
 def test_a_bare_import_loads_neither_typing_nor_logging() -> None:
     # python -S: no site, no .pth file preloading typing.  The fork handler
     # that needs logging is registered on first use (see _forksafe).
-    program = (
-        "import sys\n"
-        "import pynumabind\n"
-        "print(' '.join(sorted(m for m in ('typing', 'logging', 're') if m in sys.modules)))\n"
-    )
     env = {**os.environ, "PYTHONPATH": str(Path(_sysfs.__file__).parent.parent)}
-    assert _run_lines(program, "-S", env=env) == [""]
+    loaded, _ = run_in_child(child_cold.typing_logging_re_after_import, flags=["-S"], env=env)
+    assert loaded == []
 
 
 def test_the_declarations_load_without_cffi_s_parser() -> None:
     # The loader's symbol check reads _libnuma_build's data; cffi and its C
     # parser (about 10 ms) load only when build_ffi() is called.
-    program = (
-        "import sys\n"
-        "from pynumabind import _libnuma_build\n"
-        "assert _libnuma_build.DECLARATIONS\n"
-        "print(' '.join(sorted(m for m in ('cffi', 'pycparser') if m in sys.modules)))\n"
-        "_libnuma_build.build_ffi()\n"
-        "print('cffi' in sys.modules)\n"
-    )
-    assert _run_lines(program) == ["", "True"]
+    out, _ = run_in_child(child_cold.cffi_after_declarations_then_build)
+    assert out == [[], True]

@@ -27,15 +27,14 @@ ones included, across all modules, subpackages too.
 from __future__ import annotations
 
 import ast
-import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Dict, FrozenSet, List, Mapping, Optional, Set
 
 import pytest
 
+import child_cold
 import pynumabind
+from childproc import run_in_child
 
 PACKAGE = Path(pynumabind.__file__).parent
 
@@ -295,12 +294,8 @@ BOTTOM = [*sorted(LAYERS["model"] - PENDING), "planner"]
 
 @pytest.mark.parametrize("module", BOTTOM)
 def test_pure_floors_load_only_what_they_may(module: str) -> None:
-    code = (
-        f"import sys, json, pynumabind.{module}\n"
-        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('pynumabind.'))))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    loaded = {name[len("pynumabind.") :] for name in json.loads(out.stdout)}
+    names, _ = run_in_child(child_cold.pynumabind_modules_after_importing, module)
+    loaded = {name[len("pynumabind.") :] for name in names}
     graph = _graph()
     closure = {module}
     todo = [module]

@@ -6,7 +6,6 @@ import errno
 import glob
 import mmap
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -14,7 +13,9 @@ from typing import Any, Callable, List, Optional
 
 import pytest
 
+import child_cold
 import libnuma_oracle as oracle
+from childproc import run_in_child
 from pynumabind import _libnuma
 from pynumabind.cpulist import parse_cpulist
 from pynumabind.errors import LibnumaUnavailableError, NumaSyscallError
@@ -179,15 +180,9 @@ def test_missing_library_names_the_package_to_install() -> None:
 
 
 def test_import_does_not_load_libnuma_or_pynvml() -> None:
-    code = (
-        "import sys, pynumabind; "
-        "print(sorted(m for m in sys.modules if m.startswith(('pynvml', 'numpy', '_cffi'))))"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    )
-    assert result.stdout.strip() == "[]"
-    assert result.stderr == ""
+    loaded, stderr = run_in_child(child_cold.loaded_after_import, "pynvml", "numpy", "_cffi")
+    assert loaded == []
+    assert stderr == ""
 
 
 # ------------------------------------------------- loading once, under a lock

@@ -14,7 +14,6 @@ its own under ``tmp_path``.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Tuple
@@ -22,8 +21,10 @@ from typing import Any, Callable, Dict, Iterator, List, Tuple
 import pynvml as real_pynvml
 import pytest
 
+import child_cold
 import fake_nvml
 import sysfs_tree as st
+from childproc import run_in_child
 from pynumabind import _nvml
 from pynumabind.cpulist import parse_cpulist
 from pynumabind.discovery import detect_topology
@@ -315,13 +316,8 @@ def test_query_reports_raw_nvml_view(trees: Trees, monkeypatch: pytest.MonkeyPat
 
 
 def test_import_pynumabind_does_not_import_pynvml() -> None:
-    code = (
-        "import sys, pynumabind\n"
-        "pynumabind.Topology\n"
-        "from pynumabind import discovery, _nvml, _sysfs, _visible, _kfd\n"
-        "assert 'pynvml' not in sys.modules, 'pynvml imported eagerly'\n"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    loaded, _ = run_in_child(child_cold.pynvml_after_importing_discovery, timeout=60)
+    assert loaded == [], "pynvml imported eagerly"
 
 
 def test_container_without_pci_sysfs_uses_nvml_alone(

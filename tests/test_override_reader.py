@@ -19,6 +19,8 @@ from typing import Dict, List, Optional
 
 import pytest
 
+import child_environ
+from childproc import run_in_child
 from pynumabind import ConfigError, Options, PlanError, plan, plan_all
 from pynumabind._environ import resolve
 from pynumabind.integrations import bind_gpus, per_gpu_override
@@ -144,28 +146,12 @@ def test_cli_options_take_the_space_separated_form(snapshot: Path) -> None:
     assert [p["node"] for p in json.loads(done.stdout)["ranks"]] == [0, 1, 1]
 
 
-_HOOK = """
-import json, sys
-import pynumabind
-from pynumabind.integrations import bind_gpus
-try:
-    binding = bind_gpus([0], what="hook")
-except pynumabind.PynumabindError as exc:
-    print(json.dumps({"error": type(exc).__name__, "message": str(exc)}))
-else:
-    print(json.dumps({"cpus": sorted(binding.plan.cpus)}))
-"""
-
-
 def _hook(env: Dict[str, str]) -> Dict[str, object]:
     full = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
     full.pop("CUDA_VISIBLE_DEVICES", None)
     full.update(env)
-    done = subprocess.run(
-        [sys.executable, "-c", _HOOK], capture_output=True, text=True, env=full, timeout=120
-    )
-    assert done.returncode == 0, done.stderr
-    result: Dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    result: Dict[str, object]
+    result, _ = run_in_child(child_environ.hook_binds_gpu0, env=full, timeout=120)
     return result
 
 
@@ -235,20 +221,10 @@ def test_check_prints_the_rank_once(tmp_path: Path, snapshot: Path) -> None:
 
 def test_a_no_rank_bind_failure_names_the_gpu(snapshot: Path) -> None:
     # Before: "rank 0: its node(s) 0 have CPUs 0, ..." for a process given no rank.
-    code = (
-        "import os, pynumabind\n"
-        "os.sched_setaffinity(0, {1})\n"
-        "try:\n"
-        "    pynumabind.bind_current_process()\n"
-        "except pynumabind.PynumabindError as exc:\n"
-        "    print(type(exc).__name__, exc)\n"
-    )
     full = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
     for name in ("LOCAL_RANK", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"):
         full.pop(name, None)
     full.update({"PYNUMABIND_TOPOLOGY": str(snapshot), "CUDA_VISIBLE_DEVICES": "0"})
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=full, timeout=120
-    )
-    assert done.stdout.startswith("PlanError GPU 0 (one of the GPUs this process drives): ")
-    assert "rank 0" not in done.stdout
+    said, _ = run_in_child(child_environ.bind_on_cpu1_and_say_why_not, env=full, timeout=120)
+    assert said.startswith("PlanError GPU 0 (one of the GPUs this process drives): ")
+    assert "rank 0" not in said

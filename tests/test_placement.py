@@ -16,17 +16,19 @@ import errno
 import json
 import mmap
 import os
-import subprocess
 import sys
-import textwrap
 import threading
 from pathlib import Path
-from typing import Any, Iterator, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, Tuple
 
 import numpy as np
 import pytest
 
+import child_cold
+import child_placement
 import pynumabind
+import seccomp_filter
+from childproc import run_in_child
 from pynumabind import _libnuma, placement
 from pynumabind.errors import ConfigError, NumaSyscallError, PlanError
 from pynumabind.placement import (
@@ -179,17 +181,9 @@ def test_a_cpu_tensor_is_duck_typed_and_its_strides_give_its_span() -> None:
 
 
 def test_placement_never_imports_torch() -> None:
-    code = (
-        "import sys; from pynumabind import bind_memory, memory_on\n"
-        "bind_memory(bytearray(8192), node=0)\n"
-        "with memory_on(node=0): pass\n"
-        "print('torch' in sys.modules)"
-    )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
-    )
-    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
+    loaded, _ = run_in_child(child_cold.torch_after_placement, env=env, timeout=120)
+    assert loaded is False
 
 
 def test_a_real_torch_cpu_tensor_and_a_strided_view_of_it() -> None:
@@ -528,56 +522,19 @@ def test_an_unmapped_hole_is_efault() -> None:
 # -------------------------------------------------------- a real seccomp filter
 
 
-def run_filtered(denied: str, body: str) -> dict:
-    """Run ``body`` in a child under a seccomp filter denying ``denied`` with EPERM."""
-    import seccomp_filter
-
+def run_filtered(trial: Callable[[str], Dict[str, Any]], denied: Iterable[int]) -> dict:
+    """Run ``trial`` in a child under a seccomp filter denying ``denied`` with EPERM."""
     if not seccomp_filter.supported():
         pytest.skip("the hand-built seccomp filter is x86-64 only")
-    code = textwrap.dedent(
-        f"""
-        import json, mmap, sys
-        sys.path.insert(0, {str(TESTS)!r})
-        import seccomp_filter
-        from pynumabind import _libnuma
-        from pynumabind.placement import bind_memory, memory_on
-        _libnuma.load()
-        seccomp_filter.install({denied})
-        out = {{}}
-        """
-    ) + textwrap.dedent(body)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    proc = subprocess.run(
-        [sys.executable, "-c", code + "\nprint(json.dumps(out))"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
-    result: dict = json.loads(proc.stdout.strip().splitlines()[-1])
+    result: dict
+    result, _ = run_in_child(trial, ",".join(map(str, denied)), env=env, timeout=120)
     return result
 
 
 def test_eperm_under_seccomp_is_a_typed_error_with_the_fix() -> None:
-    out = run_filtered(
-        "seccomp_filter.MEMPOLICY_SETTERS",
-        """
-        region = mmap.mmap(-1, 4 * mmap.PAGESIZE)
-        region[0] = 1
-        for name, call in [
-            ("bind", lambda: bind_memory(region, node=0)),
-            ("memory_on", lambda: memory_on(node=0).__enter__()),
-        ]:
-            try:
-                call()
-                out[name] = "no error"
-            except Exception as exc:
-                out[name] = [type(exc).__name__, exc.errno, str(exc)]
-        out["policy"] = _libnuma.get_mempolicy().mode
-        """,
-    )
+    out = run_filtered(child_placement.bind_and_memory_on, seccomp_filter.MEMPOLICY_SETTERS)
     for name in ("bind", "memory_on"):
         kind, err, text = out[name]
         assert (kind, err) == ("PlacementSyscallError", errno.EPERM), out
@@ -589,28 +546,14 @@ def test_eperm_under_seccomp_is_a_typed_error_with_the_fix() -> None:
 
 def test_a_denied_get_mempolicy_stops_memory_on_before_any_change() -> None:
     out = run_filtered(
-        "[seccomp_filter.NR_GET_MEMPOLICY]",
-        """
-        try:
-            memory_on(node=0).__enter__()
-        except Exception as exc:
-            out["error"] = [type(exc).__name__, exc.errno, str(exc)]
-        """,
+        child_placement.memory_on_without_get_mempolicy, (seccomp_filter.NR_GET_MEMPOLICY,)
     )
     assert out["error"][:2] == ["PlacementSyscallError", errno.EPERM]
     assert "reading the policy to restore" in out["error"][2]
 
 
 def test_a_denied_move_pages_leaves_the_bind_done_and_the_counts_unknown() -> None:
-    out = run_filtered(
-        "[seccomp_filter.NR_MOVE_PAGES]",
-        """
-        region = mmap.mmap(-1, 4 * mmap.PAGESIZE)
-        result = bind_memory(region, node=0)
-        out["result"] = result.to_dict()
-        out["summary"] = result.summary()
-        """,
-    )
+    out = run_filtered(child_placement.bind_without_move_pages, (seccomp_filter.NR_MOVE_PAGES,))
     result = out["result"]
     assert result["pages_per_node"] is None and result["complete"] is False
     assert "unknown" in out["summary"] and "EPERM" in result["notes"][0]

@@ -1,8 +1,8 @@
 """The ``multiprocessing`` recipe of docs/integrations.md, run for real.
 
 The recipe's code (its ``bind_worker`` initializer and the two pool makers)
-is written unchanged into a module; a driver script starts a pool of 2 with it
-under each start method and gives each worker one task that announces its pid
+is written unchanged into a module; a driver (``recipe_drivers``) starts a
+pool of 2 with it under each start method and gives each worker one task that announces its pid
 and waits.  While the workers wait, the test reads each one's CPUs (every
 thread) and memory policy from ``/proc/PID/`` -- from outside, not from what
 the worker says -- and compares them with the planner's plans for ranks 0
@@ -15,48 +15,20 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
-import textwrap
 import time
 from pathlib import Path
 from typing import Dict, List
 
 import pytest
 
+import recipe_drivers
+from childproc import child_command
 from recipes import Observed, observe, recipe
 
 pytestmark = [
     pytest.mark.recipes,
     pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs CPUs 0 and 1"),
 ]
-
-DRIVER = textwrap.dedent(
-    """
-    import os, sys, time
-    from bindrecipe import bound_executor, bound_pool
-
-    def hold(ready_dir, release):
-        # One task per worker: announce this worker, wait until the test has looked.
-        open(os.path.join(ready_dir, str(os.getpid())), "w").close()
-        deadline = time.monotonic() + 60
-        while not os.path.exists(release):
-            if time.monotonic() > deadline:
-                raise TimeoutError("the test never released the workers")
-            time.sleep(0.01)
-        return os.getpid()
-
-    if __name__ == "__main__":
-        kind, method, ready_dir, release = sys.argv[1:]
-        args = [(ready_dir, release)] * 2
-        if kind == "pool":
-            with bound_pool(2, method) as pool:
-                pids = pool.starmap(hold, args, chunksize=1)
-        else:
-            with bound_executor(2, method) as pool:
-                pids = list(pool.map(hold, *zip(*args)))
-        print(sorted(pids))
-    """
-)
 
 LAUNCHER_VARIABLES = ("LOCAL_RANK", "LOCAL_WORLD_SIZE", "OMPI_", "SLURM_", "PYNUMABIND_")
 
@@ -70,12 +42,11 @@ def _clean_env(extra: Dict[str, str]) -> Dict[str, str]:
 def _run_pool(tmp_path: Path, kind: str, method: str, extra_env: Dict[str, str]) -> List[Observed]:
     """Start the recipe's pool in a driver process; observe its 2 workers."""
     (tmp_path / "bindrecipe.py").write_text(recipe("multiprocessing"))
-    (tmp_path / "driver.py").write_text(DRIVER)
     ready = tmp_path / "ready"
     ready.mkdir()
     release = tmp_path / "release"
     driver = subprocess.Popen(
-        [sys.executable, str(tmp_path / "driver.py"), kind, method, str(ready), str(release)],
+        child_command(recipe_drivers.run_pool, tmp_path, kind, method, ready, release, alarm=150),
         cwd=tmp_path,
         env=_clean_env(extra_env),
         stdout=subprocess.PIPE,
@@ -147,23 +118,8 @@ def test_recipe_extra_worker_rank_is_rejected() -> None:
 def test_recipe_executor_reports_a_failed_bind(tmp_path: Path) -> None:
     """The recipe's note: a bind that fails breaks the executor, with the reason on stderr."""
     (tmp_path / "bindrecipe.py").write_text(recipe("multiprocessing"))
-    script = textwrap.dedent(
-        """
-        import os
-        from concurrent.futures.process import BrokenProcessPool
-        from bindrecipe import bound_executor
-
-        if __name__ == "__main__":
-            try:
-                with bound_executor(2) as pool:
-                    pool.submit(os.getpid).result()
-            except BrokenProcessPool as exc:
-                print("BrokenProcessPool:", exc)
-        """
-    )
-    (tmp_path / "driver.py").write_text(script)
     proc = subprocess.run(
-        [sys.executable, str(tmp_path / "driver.py")],
+        child_command(recipe_drivers.run_failing_executor, tmp_path),
         cwd=tmp_path,
         env=_clean_env({"PYNUMABIND_CPUS": "4095;4095"}),
         capture_output=True,

@@ -14,8 +14,9 @@ import os
 
 import pytest
 
+import child_seccomp
 import seccomp_filter
-from bindchild import run_child
+from childproc import run_in_child
 
 pytestmark = [
     pytest.mark.skipif(not seccomp_filter.supported(), reason="filter is written for x86-64"),
@@ -24,51 +25,14 @@ pytestmark = [
 
 MIGRATION_ONLY = (seccomp_filter.NR_MIGRATE_PAGES, seccomp_filter.NR_MOVE_PAGES)
 
-CHILD = """
-import seccomp_filter
-seccomp_filter.install({denied!r})
-records = []
-class Keep(logging.Handler):
-    def emit(self, record):
-        records.append((record.levelname, record.name, record.getMessage()))
-logging.getLogger("pynumabind").addHandler(Keep())
-logging.getLogger("pynumabind").setLevel(logging.INFO)
-from pynumabind.binding import apply_plan
-from pynumabind.errors import BindError
-from pynumabind.model import MemoryPolicy, Plan
-plan = Plan(rank=0, gpu=None, cpus=frozenset({{1}}), mems=frozenset({{0}}),
-            policy=MemoryPolicy.{policy})
-out = {{"before": cpus_allowed()}}
-try:
-    binding = apply_plan(plan, on_error={on_error!r}, migrate={migrate!r})
-except BindError as exc:
-    cause = exc.__cause__
-    out.update(error=str(exc), cause=type(cause).__name__,
-               cause_errno=getattr(cause, "errno", None))
-else:
-    out.update(binding=binding.to_dict(), verify=binding.verify().to_dict())
-out.update(after=cpus_allowed(), tasks=task_cpus(), records=records)
-emit(out)
-"""
-
 
 def _run(denied, *, on_error="warn", policy="PREFERRED", migrate=False):
-    code = CHILD.format(denied=tuple(denied), on_error=on_error, policy=policy, migrate=migrate)
-    return run_child(code)
+    denied_list = ",".join(str(nr) for nr in denied)
+    return run_in_child(child_seccomp.bind_under_filter, denied_list, on_error, policy, migrate)
 
 
 def test_filter_really_denies_with_eperm() -> None:
-    result, _ = run_child(
-        """
-import seccomp_filter
-seccomp_filter.install(seccomp_filter.MEMPOLICY_SETTERS)
-emit({"set_mempolicy": seccomp_filter.raw_syscall_errno(238, 0, 0, 0),
-      "mbind": seccomp_filter.raw_syscall_errno(237, 0, 4096, 0, 0, 0, 0),
-      "get_mempolicy": seccomp_filter.raw_syscall_errno(239, 0, 0, 0, 0, 0),
-      "getpid_works": os.getpid() > 0,
-      "seccomp": [l.split()[1] for l in open("/proc/self/status") if l.startswith("Seccomp:")]})
-"""
-    )
+    result, _ = run_in_child(child_seccomp.filter_denies)
     assert result["set_mempolicy"] == errno.EPERM
     assert result["mbind"] == errno.EPERM
     assert result["get_mempolicy"] == 0  # not in this filter: still allowed
@@ -134,24 +98,7 @@ def test_with_sys_nice_policy_applies_but_migration_and_page_check_are_denied() 
 
 
 def test_with_sys_nice_raise_on_migration_rolls_back_policy_too() -> None:
-    result, _ = run_child(
-        """
-import seccomp_filter
-seccomp_filter.install((256, 279))
-from pynumabind import _libnuma
-from pynumabind.binding import apply_plan
-from pynumabind.errors import BindError
-from pynumabind.model import MemoryPolicy, Plan
-plan = Plan(rank=0, gpu=None, cpus=frozenset({1}), mems=frozenset({0}),
-            policy=MemoryPolicy.BIND)
-try:
-    apply_plan(plan, migrate=True, on_error="raise")
-except BindError as exc:
-    err = str(exc)
-policy = _libnuma.get_mempolicy()
-emit({"error": err, "policy": policy.mode_name, "after": cpus_allowed()})
-"""
-    )
+    result, _ = run_in_child(child_seccomp.raise_on_denied_migration)
     assert "page migration failed" in result["error"]
     assert result["policy"] == "MPOL_DEFAULT"
     assert result["after"] == "0-1"

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -14,8 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hyp_st
 
+import child_discovery
 import libnuma_oracle as oracle
 import sysfs_tree as st
+from childproc import run_in_child
 from pynumabind import _libnuma
 from pynumabind._sysfs import normalize_bus_id
 from pynumabind.cpulist import format_cpulist, parse_cpulist
@@ -376,29 +375,12 @@ def test_live_machine_agrees_with_libnuma_and_proc() -> None:
         assert oracle.node_of_cpu(cpu.id) == cpu.node
 
 
-_CHILD = """
-import json, os
-from pynumabind.discovery import detect_topology
-os.sched_setaffinity(0, {1})
-topo = detect_topology(use_nvml=False, environ={})
-status = [l for l in open('/proc/self/status') if l.startswith('Cpus_allowed_list')][0]
-print(json.dumps({"allowed": sorted(topo.allowed_cpus), "status": status.split(':')[1].strip()}))
-"""
-
-
 @pytest.mark.skipif(
     len(os.sched_getaffinity(0)) < 2 or 1 not in os.sched_getaffinity(0), reason="needs CPU 1"
 )
 def test_live_allowed_cpus_are_read_fresh_after_setaffinity() -> None:
     """libnuma snapshots the mask at load; detect() must see the change."""
-    out = subprocess.run(
-        [sys.executable, "-c", "import pynumabind._libnuma as l; l.load()\n" + _CHILD],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    report = json.loads(out.stdout)
+    report, _ = run_in_child(child_discovery.allowed_cpus_after_setaffinity, timeout=60)
     assert report == {"allowed": [1], "status": "1"}
 
 
@@ -535,15 +517,6 @@ def test_generated_machines_read_back_exactly(desc: dict) -> None:
 
 CPUSET = Path("/sys/fs/cgroup/cpuset")
 
-_CPUSET_CHILD = """
-import json, os, sys
-with open(os.path.join(sys.argv[1], "tasks"), "w") as handle:
-    handle.write(str(os.getpid()))
-from pynumabind.discovery import detect_topology
-topo = detect_topology(use_nvml=False, environ={})
-print(json.dumps({"cpus": sorted(topo.allowed_cpus), "mems": sorted(topo.allowed_mems)}))
-"""
-
 
 @pytest.mark.skipif(
     not (CPUSET / "cpuset.cpus").exists() or os.geteuid() != 0 or 1 not in os.sched_getaffinity(0),
@@ -557,16 +530,9 @@ def test_live_cpuset_restriction_is_seen(tmp_path: Path) -> None:
         (group / "cpuset.cpus").write_text("1")
         first_mem = min(parse_cpulist((CPUSET / "cpuset.mems").read_text().strip()))
         (group / "cpuset.mems").write_text(str(first_mem))
-        out = subprocess.run(
-            [sys.executable, "-c", _CPUSET_CHILD, str(group)],
-            check=True,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        report, _ = run_in_child(child_discovery.allowed_sets_in_cpuset, group, timeout=60)
     finally:
         group.rmdir()
-    report = json.loads(out.stdout)
     assert report["cpus"] == [1]
     assert report["mems"] == [first_mem]
 

@@ -1,6 +1,6 @@
 """Thread-wide CPU affinity (``pynumabind._threads``) on the real kernel.
 
-Every test binds inside a child interpreter (see ``bindchild``), so the
+Every test binds inside a child interpreter (see ``childproc``), so the
 pytest process keeps its affinity.  This machine has CPUs 0-1.
 """
 
@@ -12,51 +12,17 @@ import time
 
 import pytest
 
-from bindchild import run_child
+import child_threads
+from childproc import run_in_child
 from pynumabind import _proc, _threads
 
 pytestmark = pytest.mark.skipif(
     len(os.sched_getaffinity(0)) < 2, reason="needs at least two allowed CPUs (0 and 1)"
 )
 
-NAMED_THREADS = """
-import ctypes
-from pynumabind import _threads
-libc = ctypes.CDLL(None, use_errno=True)
-
-def name_self(name):
-    libc.prctl(15, name.encode(), 0, 0, 0)  # PR_SET_NAME: what /proc/.../comm shows
-
-stop = threading.Event()
-tids = {}
-
-def worker(name, pin=None):
-    name_self(name)
-    if pin is not None:
-        os.sched_setaffinity(0, pin)
-    tids[name] = threading.get_native_id()
-    stop.wait()
-
-threads = [threading.Thread(target=worker, args=(f"pool-{i}",)) for i in range(3)]
-threads.append(threading.Thread(target=worker, args=("pinned-0", {0})))
-for t in threads:
-    t.start()
-while len(tids) < 4:
-    time.sleep(0.01)
-"""
-
 
 def test_threads_started_before_the_call_are_rebound_and_pinned_ones_left() -> None:
-    result, _ = run_child(
-        NAMED_THREADS
-        + """
-scan = _threads.bind_threads(frozenset({1}))
-status = task_cpus()
-stop.set()
-emit({"tids": tids, "main": threading.get_native_id(), "status": status,
-      "results": [r.to_dict() for r in scan.results], "converged": scan.converged})
-"""
-    )
+    result, _ = run_in_child(child_threads.bind_named_threads)
     tids, status = result["tids"], result["status"]
     by_tid = {r["tid"]: r for r in result["results"]}
     assert result["converged"] is True
@@ -80,18 +46,7 @@ emit({"tids": tids, "main": threading.get_native_id(), "status": status,
 
 
 def test_restore_threads_puts_back_previous_masks() -> None:
-    result, _ = run_child(
-        NAMED_THREADS
-        + """
-scan = _threads.bind_threads(frozenset({1}))
-bound = task_cpus()
-restored, failed = _threads.restore_threads(scan.changed())
-after = task_cpus()
-stop.set()
-emit({"bound": bound, "after": after, "restored": restored, "failed": failed,
-      "pinned": tids["pinned-0"]})
-"""
-    )
+    result, _ = run_in_child(child_threads.restore_named_threads)
     assert result["failed"] == []
     assert len(result["restored"]) == 4  # caller + 3 pool threads, not the pinned one
     pinned = str(result["pinned"])
@@ -102,28 +57,7 @@ emit({"bound": bound, "after": after, "restored": restored, "failed": failed,
 
 def test_threads_exiting_and_spawning_during_the_scan_are_fine() -> None:
     """A thread factory churns short-lived threads while we bind."""
-    result, _ = run_child(
-        """
-from pynumabind import _threads
-stop = threading.Event()
-def short():
-    time.sleep(0.001)
-def churn():
-    while not stop.is_set():
-        ts = [threading.Thread(target=short) for _ in range(8)]
-        for t in ts: t.start()
-        for t in ts: t.join()
-churners = [threading.Thread(target=churn) for _ in range(2)]
-for c in churners: c.start()
-time.sleep(0.05)
-scans = [_threads.bind_threads(frozenset({1})) for _ in range(20)]
-stop.set()
-for c in churners: c.join()
-status = task_cpus()
-emit({"actions": sorted({r.action.value for s in scans for r in s.results}),
-      "status": status, "passes": max(s.passes for s in scans)})
-"""
-    )
+    result, _ = run_in_child(child_threads.bind_while_threads_churn)
     assert set(result["actions"]) <= {"bound", "exited"}
     assert "bound" in result["actions"]
     # Everything still alive (main thread) ended up on CPU 1.
@@ -131,16 +65,7 @@ emit({"actions": sorted({r.action.value for s in scans for r in s.results}),
 
 
 def test_new_thread_after_scan_inherits_from_bound_creator() -> None:
-    result, _ = run_child(
-        """
-from pynumabind import _threads
-_threads.bind_threads(frozenset({1}))
-seen = {}
-t = threading.Thread(target=lambda: seen.update(cpus=sorted(os.sched_getaffinity(0))))
-t.start(); t.join()
-emit(seen)
-"""
-    )
+    result, _ = run_in_child(child_threads.new_thread_after_the_scan)
     assert result["cpus"] == [1]
 
 

@@ -16,6 +16,8 @@ from typing import Any, Dict, List, Mapping, Optional
 
 import pytest
 
+import child_environ
+from childproc import run_in_child
 from pynumabind import Options, TopologyError, bind_current_process, discovery
 from pynumabind._environ import resolve
 from pynumabind.discovery import process_topology, resolve_topology
@@ -131,23 +133,10 @@ def test_bind_current_process_detects_with_the_given_environ(
 
 
 def _bind_in_child(env: dict) -> str:
-    code = (
-        "import pynumabind\n"
-        "try:\n"
-        "    pynumabind.bind_current_process()\n"
-        "except pynumabind.PynumabindError as exc:\n"
-        "    print('ERROR', type(exc).__name__, exc)\n"
-        "else:\n"
-        "    status = open('/proc/self/status').read()\n"
-        "    print('CPUS', status.split('Cpus_allowed_list:')[1].split()[0])\n"
-    )
     full = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
     full.update(env)
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=full, timeout=120
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip().splitlines()[-1]
+    line, _ = run_in_child(child_environ.bind_and_say_where, env=full, timeout=120)
+    return line
 
 
 def test_bind_current_process_plans_from_the_snapshot(snapshot: Path) -> None:

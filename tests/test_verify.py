@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bindchild import run_child
+import child_verify
+from childproc import run_in_child
 from pynumabind import _libnuma, _verify
 
 BIND, PREFERRED = _libnuma.MPOL_BIND, _libnuma.MPOL_PREFERRED
@@ -99,25 +100,6 @@ def test_thread_rule() -> None:
 
 # ------------------------------------------- verify() and check: one verifier
 
-TWINS = """
-from pynumabind import _cli_check, _libnuma, binding as binding_module
-from pynumabind.discovery import detect_topology
-snapshot = detect_topology(use_nvml=False).to_json(indent=None)
-real_page_nodes = _libnuma.page_nodes
-# The kernel put every fresh page on node 1, off the preferred node 0, and
-# node 0 has {free} bytes free.
-_libnuma.page_nodes = lambda buffer: [1 for _ in real_page_nodes(buffer)]
-_libnuma.node_memory = lambda node: (64 << 30, {free})
-verified = {{}}
-real_verify = binding_module.Binding.verify
-def keep(self, pages=16):
-    verified["result"] = real_verify(self, pages)
-    return verified["result"]
-binding_module.Binding.verify = keep
-report = _cli_check.check_this_process(0, 1, {{"memory": "preferred"}}, snapshot)
-emit({{"report": report.to_dict(), "verify": verified["result"].to_dict()}})
-"""
-
 
 @pytest.mark.skipif(
     len(os.sched_getaffinity(0)) < 2 or 0 not in _libnuma.get_mems_allowed(),
@@ -125,7 +107,7 @@ emit({{"report": report.to_dict(), "verify": verified["result"].to_dict()}})
 )
 @pytest.mark.parametrize("free", [SPILL // 16, SPILL * 32], ids=["nearly-full", "free"])
 def test_check_and_verify_agree_on_preferred_spill(free: int) -> None:
-    result, _ = run_child(TWINS.format(free=free))
+    result, _ = run_in_child(child_verify.check_and_verify_twins, free)
     report, verify = result["report"], result["verify"]
     assert report["ok"] is verify["ok"], result
     assert report["problems"] == verify["problems"], result

@@ -1,0 +1,55 @@
+"""Child bodies around the CLI: commands ``pynumabind exec`` runs, and wrappers
+that restrict a process before it execs the console script.
+
+Run with ``childproc.child_command``; each prints (or returns) exactly what
+its test reads from the child's output.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Dict
+
+
+def affinity_and_policy() -> Dict[str, Any]:
+    """This process's CPUs and memory policy (after ``pynumabind exec`` bound it)."""
+    from pynumabind import _libnuma
+
+    policy = _libnuma.get_mempolicy()
+    return {
+        "cpus": sorted(os.sched_getaffinity(0)),
+        "mode": policy.mode,
+        "nodes": sorted(policy.nodes),
+    }
+
+
+def write_ran(fd: str, word: str) -> None:
+    """Write ``ran WORD`` to file descriptor ``fd`` (the standard stream left open)."""
+    os.write(int(fd), b"ran " + word.encode())
+
+
+def print_repr(argument: str) -> None:
+    """Print the argument as received: how ``exec`` passed it on."""
+    print(repr(argument))
+
+
+def print_ran() -> None:
+    print("ran")
+
+
+def exec_with_syscalls_denied(denied: str, program: str, *args: str) -> None:
+    """Deny the syscalls ``denied`` (comma-separated numbers) with EPERM, then exec ``program``.
+
+    Start it with ``alarm=0``: the filter and the exec'd program are the point.
+    """
+    import seccomp_filter
+
+    seccomp_filter.install(tuple(int(nr) for nr in denied.split(",")))
+    os.execv(program, [program, *args])
+
+
+def exec_when_told(program: str, *args: str) -> None:
+    """Wait for a line on stdin (the parent moves us into a cgroup first), then exec."""
+    sys.stdin.readline()
+    os.execv(program, [program, *args])

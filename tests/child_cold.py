@@ -1,0 +1,105 @@
+"""Child bodies that look at what a fresh interpreter loads.
+
+Nothing is imported at module level: ``_child.py`` imports this module before
+calling a function, and whatever it imported would count as loaded by the
+code under test.  (``from __future__`` imports nothing; annotations stay
+strings, so builtin generics are fine on Python 3.9.)
+"""
+
+from __future__ import annotations
+
+
+def import_pulls_no_pynvml_numpy_torch() -> dict[str, list[str]]:
+    import sys
+
+    import pynumabind
+
+    touched = [pynumabind.bind_current_process, pynumabind.apply_plan, pynumabind.Binding]
+    assert all(callable(t) for t in touched)
+    return {"loaded": sorted(m for m in ("pynvml", "numpy", "torch") if m in sys.modules)}
+
+
+def star_import_names() -> list[str]:
+    """The names ``from pynumabind import *`` binds."""
+    namespace: dict[str, object] = {}
+    exec("from pynumabind import *", namespace)  # the statement under test; only legal at top
+    return sorted(k for k in namespace if k != "__builtins__")
+
+
+def pynumabind_modules_after_importing(module: str) -> list[str]:
+    """Every ``pynumabind.*`` module loaded by importing ``pynumabind.<module>``."""
+    import importlib
+    import sys
+
+    importlib.import_module(f"pynumabind.{module}")
+    return sorted(m for m in sys.modules if m.startswith("pynumabind."))
+
+
+def loaded_after_import(*prefixes: str) -> list[str]:
+    """The modules starting with one of ``prefixes`` after ``import pynumabind``."""
+    import sys
+
+    import pynumabind
+
+    assert pynumabind.__name__ == "pynumabind"
+    return sorted(m for m in sys.modules if m.startswith(prefixes))
+
+
+def pynvml_after_importing_discovery() -> list[str]:
+    """Whether pynvml is loaded after touching the public API and every discovery module."""
+    import sys
+
+    import pynumabind
+
+    assert isinstance(pynumabind.Topology, type)
+    from pynumabind import _kfd, _nvml, _sysfs, _visible, discovery
+
+    assert all(
+        m.__name__.startswith("pynumabind.") for m in (discovery, _nvml, _sysfs, _visible, _kfd)
+    )
+    return sorted(m for m in sys.modules if m == "pynvml" or m.startswith("pynvml."))
+
+
+def modules_after_import_and_bind() -> list[list[str]]:
+    """sys.modules after ``import pynumabind``, then after a bind and restore."""
+    import sys
+
+    import pynumabind
+
+    after_import = sorted(sys.modules)
+    pynumabind.bind_current_process(0, nprocs=1, environ={}).restore()
+    return [after_import, sorted(sys.modules)]
+
+
+def typing_logging_re_after_import() -> list[str]:
+    """Which of typing, logging and re a bare ``import pynumabind`` loads."""
+    import sys
+
+    import pynumabind
+
+    assert pynumabind.__name__ == "pynumabind"
+    return sorted(m for m in ("typing", "logging", "re") if m in sys.modules)
+
+
+def cffi_after_declarations_then_build() -> list[object]:
+    """[cffi modules loaded by reading DECLARATIONS, whether cffi is in after build_ffi()]."""
+    import sys
+
+    from pynumabind import _libnuma_build
+
+    assert _libnuma_build.DECLARATIONS
+    before = sorted(m for m in ("cffi", "pycparser") if m in sys.modules)
+    _libnuma_build.build_ffi()
+    return [before, "cffi" in sys.modules]
+
+
+def torch_after_placement() -> bool:
+    """Whether binding a buffer and ``memory_on`` loaded torch."""
+    import sys
+
+    from pynumabind import bind_memory, memory_on
+
+    bind_memory(bytearray(8192), node=0)
+    with memory_on(node=0):
+        pass
+    return "torch" in sys.modules

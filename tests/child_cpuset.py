@@ -1,0 +1,75 @@
+"""Child bodies of test_cpuset.py: binding under a real cpuset or affinity mask."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from typing import Any, Dict
+
+from childstate import cpus_allowed, task_cpus
+from pynumabind import _libnuma, _threads
+from pynumabind.binding import apply_plan
+from pynumabind.errors import BindError
+from pynumabind.model import MemoryPolicy, Plan
+
+
+def apply_cpus(wanted: str) -> Dict[str, Any]:
+    """Bind to the CPUs ``wanted`` (comma-separated) and memory node 0; report."""
+    plan = Plan(
+        rank=0,
+        gpu=None,
+        cpus=frozenset(int(cpu) for cpu in wanted.split(",")),
+        mems=frozenset({0}),
+        policy=MemoryPolicy.BIND,
+    )
+    with open("/proc/self/cpuset") as handle:
+        out: Dict[str, Any] = {"cpuset": handle.read().strip(), "before": cpus_allowed()}
+    try:
+        apply_plan(plan, on_error="warn")
+        out["error"] = None
+    except BindError as exc:
+        out["error"] = str(exc)
+    out.update(after=cpus_allowed(), policy=_libnuma.get_mempolicy().mode_name)
+    return out
+
+
+def apply_cpus_once_moved(wanted: str) -> Dict[str, Any]:
+    """:func:`apply_cpus` after the parent has moved us and says "go" on stdin."""
+    sys.stdin.readline()
+    return apply_cpus(wanted)
+
+
+def one_thread_in_a_cpuset(tasks_file: str) -> Dict[str, Any]:
+    """A thread moves itself into a cpuset's ``tasks_file``; bind everyone to CPU 1."""
+    stop = threading.Event()
+    moved = threading.Event()
+
+    def confined() -> None:
+        with open(tasks_file, "w") as handle:
+            handle.write(str(threading.get_native_id()))
+        moved.set()
+        stop.wait()
+
+    os.sched_setaffinity(0, {0})
+    t = threading.Thread(target=confined)
+    t.start()
+    moved.wait()
+    out: Dict[str, Any] = {
+        "main": threading.get_native_id(),
+        "confined": t.native_id,
+        "before": task_cpus(),
+    }
+    try:
+        _threads.bind_threads(frozenset({1}))
+    except _threads.ThreadAffinityError as exc:
+        out.update(
+            errno=exc.errno,
+            tid=exc.tid,
+            rolled_back=list(exc.rolled_back),
+            failures=list(exc.restore_failures),
+            message=str(exc),
+        )
+    out["after"] = task_cpus()
+    stop.set()
+    return out

@@ -1,0 +1,154 @@
+"""Child bodies of test_interrupts.py: a KeyboardInterrupt at the k-th point.
+
+See test_interrupts.py for what the points are and why.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from types import FrameType
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+
+from pynumabind import _libnuma, bind_current_process
+from pynumabind.binding import Binding, apply_plan
+from pynumabind.discovery import detect_topology
+from pynumabind.model import MemoryPolicy, Plan
+
+PLAN = Plan(rank=0, gpu=None, cpus=frozenset({1}), mems=frozenset({0}), policy=MemoryPolicy.BIND)
+
+State = Tuple[Dict[int, List[int]], int, List[int]]
+
+
+def start_pool() -> threading.Event:
+    """Six pool threads and one pinned to CPU 0, all running; set the event to stop them."""
+    stop = threading.Event()
+
+    def pool(pin: Optional[Iterable[int]] = None) -> None:
+        if pin:
+            os.sched_setaffinity(0, pin)
+        stop.wait()
+
+    workers = [threading.Thread(target=pool, daemon=True) for _ in range(6)]
+    workers.append(threading.Thread(target=pool, args=({0},), daemon=True))
+    for t in workers:
+        t.start()
+    pinned = workers[-1].native_id
+    while len(os.listdir("/proc/self/task")) < 8 or (
+        pinned is None or os.sched_getaffinity(pinned) != {0}
+    ):
+        time.sleep(0.01)
+        pinned = workers[-1].native_id
+    return stop
+
+
+def state() -> State:
+    masks = {}
+    for t in os.listdir("/proc/self/task"):
+        masks[int(t)] = sorted(os.sched_getaffinity(int(t)))
+    policy = _libnuma.get_mempolicy()
+    return masks, policy.mode, sorted(policy.nodes)
+
+
+class Interrupter:
+    """Raises KeyboardInterrupt at the ``at``-th signal-check point inside pynumabind."""
+
+    def __init__(self, at: int) -> None:
+        self.at, self.count, self.fired = at, 0, False
+        self.last: Dict[FrameType, int] = {}
+
+    def _tick(self) -> None:
+        if not self.fired:
+            self.count += 1
+            if self.count == self.at:
+                self.fired = True
+                raise KeyboardInterrupt
+
+    @staticmethod
+    def _ours(frame: FrameType) -> bool:
+        return str(frame.f_globals.get("__name__", "")).startswith("pynumabind")
+
+    def _trace(self, frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "call":
+            return self._trace if self._ours(frame) else None
+        if event == "line":
+            if frame.f_lasti < self.last.get(frame, -1):  # a loop jumping back
+                self._tick()
+            self.last[frame] = frame.f_lasti
+        return self._trace
+
+    def _profile(self, frame: FrameType, event: str, arg: Any) -> None:
+        if event in ("call", "c_return") and self._ours(frame):
+            self._tick()
+
+    def run(self, action: Callable[[], Any]) -> Any:
+        sys.setprofile(self._profile)
+        sys.settrace(self._trace)
+        try:
+            return action()
+        finally:
+            sys.settrace(None)
+            sys.setprofile(None)
+
+
+def bind_calls() -> Dict[str, Callable[[], Binding]]:
+    """The two ways to bind, by name (the test's parameter)."""
+    topology = detect_topology(use_nvml=False)
+    return {
+        "apply_plan": lambda: apply_plan(PLAN, migrate=True),
+        "bind_current_process": lambda: bind_current_process(
+            0, topology=topology, nprocs=1, memory="bind", cpus="1", environ={}
+        ),
+    }
+
+
+def interrupt_every_point_of_a_bind(call_name: str) -> Dict[str, Any]:
+    stop = start_pool()
+    call = bind_calls()[call_name]
+    baseline = state()
+    bad: List[int] = []
+    interrupted, k = 0, 0
+    while True:
+        k += 1
+        interrupter = Interrupter(k)
+        try:
+            binding = interrupter.run(call)
+        except KeyboardInterrupt:
+            interrupted += 1
+            if state() != baseline:
+                bad.append(k)
+                break
+            continue
+        bound = state()
+        binding.restore()
+        if state() != baseline or bound[0][threading.get_native_id()] != [1]:
+            bad.append(k)
+        if not interrupter.fired:
+            break
+    stop.set()
+    return {"points": k - 1, "interrupted": interrupted, "bad": bad}
+
+
+def interrupt_every_point_of_a_restore() -> Dict[str, Any]:
+    stop = start_pool()
+    baseline = state()
+    bad: List[int] = []
+    interrupted, k = 0, 0
+    while True:
+        k += 1
+        binding = apply_plan(PLAN)
+        interrupter = Interrupter(k)
+        try:
+            interrupter.run(binding.restore)
+        except KeyboardInterrupt:
+            interrupted += 1
+            binding.restore()  # finishes what was left
+        if state() != baseline or not binding.restored:
+            bad.append(k)
+            break
+        if not interrupter.fired:
+            break
+    stop.set()
+    return {"points": k - 1, "interrupted": interrupted, "bad": bad}

@@ -1,0 +1,108 @@
+"""Child bodies of test_threads.py: thread-wide affinity in a fresh interpreter."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import time
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+from childstate import task_cpus
+from pynumabind import _threads
+
+
+def name_self(name: str) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(15, name.encode(), 0, 0, 0)  # PR_SET_NAME: what /proc/.../comm shows
+
+
+def named_threads() -> Tuple[threading.Event, Dict[str, int]]:
+    """Three pool threads and one pinned to CPU 0, each named; (stop, tids)."""
+    stop = threading.Event()
+    tids: Dict[str, int] = {}
+
+    def worker(name: str, pin: Optional[Iterable[int]] = None) -> None:
+        name_self(name)
+        if pin is not None:
+            os.sched_setaffinity(0, pin)
+        tids[name] = threading.get_native_id()
+        stop.wait()
+
+    threads = [threading.Thread(target=worker, args=(f"pool-{i}",)) for i in range(3)]
+    threads.append(threading.Thread(target=worker, args=("pinned-0", {0})))
+    for t in threads:
+        t.start()
+    while len(tids) < 4:
+        time.sleep(0.01)
+    return stop, tids
+
+
+def bind_named_threads() -> Dict[str, Any]:
+    stop, tids = named_threads()
+    scan = _threads.bind_threads(frozenset({1}))
+    status = task_cpus()
+    stop.set()
+    return {
+        "tids": tids,
+        "main": threading.get_native_id(),
+        "status": status,
+        "results": [r.to_dict() for r in scan.results],
+        "converged": scan.converged,
+    }
+
+
+def restore_named_threads() -> Dict[str, Any]:
+    stop, tids = named_threads()
+    scan = _threads.bind_threads(frozenset({1}))
+    bound = task_cpus()
+    restored, failed = _threads.restore_threads(scan.changed())
+    after = task_cpus()
+    stop.set()
+    return {
+        "bound": bound,
+        "after": after,
+        "restored": restored,
+        "failed": failed,
+        "pinned": tids["pinned-0"],
+    }
+
+
+def bind_while_threads_churn() -> Dict[str, Any]:
+    """A thread factory churns short-lived threads while we bind."""
+    stop = threading.Event()
+
+    def short() -> None:
+        time.sleep(0.001)
+
+    def churn() -> None:
+        while not stop.is_set():
+            ts = [threading.Thread(target=short) for _ in range(8)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+
+    churners = [threading.Thread(target=churn) for _ in range(2)]
+    for c in churners:
+        c.start()
+    time.sleep(0.05)
+    scans = [_threads.bind_threads(frozenset({1})) for _ in range(20)]
+    stop.set()
+    for c in churners:
+        c.join()
+    status = task_cpus()
+    return {
+        "actions": sorted({r.action.value for s in scans for r in s.results}),
+        "status": status,
+        "passes": max(s.passes for s in scans),
+    }
+
+
+def new_thread_after_the_scan() -> Dict[str, List[int]]:
+    _threads.bind_threads(frozenset({1}))
+    seen: Dict[str, List[int]] = {}
+    t = threading.Thread(target=lambda: seen.update(cpus=sorted(os.sched_getaffinity(0))))
+    t.start()
+    t.join()
+    return seen

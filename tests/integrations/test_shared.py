@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Dict
+from typing import Dict, List
 
 import pytest
 
@@ -44,6 +45,43 @@ def test_gate(value, on) -> None:
 def test_gate_rejects_anything_else_naming_the_variable() -> None:
     with pytest.raises(ConfigError, match=r"invalid PYNUMABIND_SGLANG='2'"):
         gate("PYNUMABIND_SGLANG", {"PYNUMABIND_SGLANG": "2"})
+
+
+def documented_flag_values() -> Dict[str, List[str]]:
+    """The on and off values docs/integrations.md gives for the on/off switches."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "integrations.md").read_text()
+    found = re.search(r"on is (.*?); off is (.*?);", " ".join(text.split()))
+    assert found, "docs/integrations.md no longer lists the on/off values"
+    on, off = (re.findall(r"`([^`]*)`", part) for part in found.groups())
+    return {"on": on, "off": off}
+
+
+def test_documented_flag_values_are_the_parsers() -> None:
+    from pynumabind._environ import FLAG_FALSE, FLAG_TRUE
+
+    documented = documented_flag_values()
+    assert set(documented["on"]) == FLAG_TRUE
+    assert set(documented["off"]) | {""} == FLAG_FALSE  # "empty" is written as a word
+
+
+@pytest.mark.parametrize("variable", ["PYNUMABIND_VLLM", "PYNUMABIND_SGLANG", "PYNUMABIND_DISABLE"])
+def test_every_switch_takes_the_one_documented_set(variable: str, machine) -> None:
+    documented = documented_flag_values()
+    values = [(v, True) for v in documented["on"]] + [(v, False) for v in documented["off"]]
+    values += [(v.upper(), on) for v, on in values] + [("", False)]
+    for value, on in values:
+        if variable == "PYNUMABIND_DISABLE":  # read by the core, when binding
+            result = bind_in_child("bind_gpu(0, what='t')", {**machine, variable: value})
+            assert result["disabled"] is on, (variable, value, result)
+        else:  # read by the plugin entry points
+            assert gate(variable, {variable: value}) is on, (variable, value)
+    with pytest.raises(ConfigError, match=f"invalid {variable}='enable'"):
+        if variable == "PYNUMABIND_DISABLE":
+            from pynumabind._environ import resolve
+
+            resolve({variable: "enable"}, need_rank=False)
+        else:
+            gate(variable, {variable: "enable"})
 
 
 @pytest.mark.parametrize(

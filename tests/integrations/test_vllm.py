@@ -18,14 +18,22 @@ import json
 import logging
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
-from typing import Dict, Iterator, Sequence
+from typing import Dict, Iterator, Optional, Sequence, Set
 
 import pytest
 
 from recipes import observe
 
-from .helpers import HERE, ParkedLaunch, require, require_two_cpus, run_python
+from .helpers import (
+    HERE,
+    ParkedLaunch,
+    require,
+    require_two_cpus,
+    run_python,
+    two_node_snapshot,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -423,7 +431,11 @@ def launch(tmp_path: Path, tiny_llama: Path) -> Iterator:
     started = []
 
     def start(
-        worker_cls: str, env: Dict[str, str], flags: Sequence[str] = (), script: Sequence[str] = ()
+        worker_cls: str,
+        env: Dict[str, str],
+        flags: Sequence[str] = (),
+        script: Sequence[str] = (),
+        affinity: Optional[Set[int]] = None,
     ) -> ParkedLaunch:
         full = {
             "VLLM_TARGET_DEVICE": "cpu",
@@ -436,7 +448,7 @@ def launch(tmp_path: Path, tiny_llama: Path) -> Iterator:
         }
         if not script:
             script = [str(HERE / "vllm_launch.py"), str(tiny_llama), worker_cls, *flags]
-        run = ParkedLaunch(tmp_path, script, full, pythonpath=[HERE])
+        run = ParkedLaunch(tmp_path, script, full, pythonpath=[HERE], affinity=affinity)
         started.append(run)
         return run
 
@@ -580,3 +592,70 @@ def test_real_launch_worker_class_under_vllms_automatic_binding_binds_and_says_s
     assert seen[1].cpus == "1" and seen[1].thread_cpus == ("1",)
     assert output.count("pynumabind's binding now replaces numactl's") == 2
     assert "set PYNUMABIND_VLLM=1 for the launch (or pass --no-numa-bind)" in output
+
+
+# ------------------------------------- a constrained process (a cpuset)
+
+AFFINITY_CHECK = """
+    import logging, os
+    logging.basicConfig(level=logging.DEBUG)
+    from vllm.platforms import current_platform
+    from vllm.utils import numa_utils
+
+    # This machine is neither CUDA nor multi-node: answer those two checks as a
+    # GPU host would, so that vLLM's own affinity check is the one that decides.
+    type(current_platform).is_cuda_alike = classmethod(lambda cls: True)
+    real_isdir = os.path.isdir
+    os.path.isdir = lambda p: p.endswith("/node1") or real_isdir(p)
+    print("AVAILABLE", numa_utils._is_auto_numa_available(True, require_unbound_process=True))
+"""
+
+
+def test_vllm_skips_automatic_binding_in_a_constrained_process() -> None:
+    require_automatic_binding()
+    require_two_cpus()
+    constrained = run_python(
+        "import os; os.sched_setaffinity(0, {1})\n" + textwrap.dedent(AFFINITY_CHECK),
+        {"VLLM_TARGET_DEVICE": "cpu"},
+    )
+    free = run_python(AFFINITY_CHECK, {"VLLM_TARGET_DEVICE": "cpu"})
+    assert "AVAILABLE False" in constrained.stdout, constrained.stderr[-3000:]
+    assert "CPU affinity is already constrained" in constrained.stderr
+    assert "CPU affinity is already constrained" not in free.stderr, free.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_real_launch_in_a_cpuset_vllm_starts_unbound_and_pynumabind_binds_inside_it(
+    launch, tmp_path: Path
+) -> None:
+    """The launch confined to CPU 1 (a Slurm or Kubernetes cpuset), the worker class.
+
+    Both GPUs are on node 1 (CPU 1) here: the cpuset holds their node's CPUs,
+    as a job's allocation does.  vLLM decides by itself (its real check, no
+    plugin) and starts unbound; pynumabind binds each worker inside the cpuset.
+    """
+    snapshot = two_node_snapshot(tmp_path / "gpus-on-node-1.json", gpu_nodes=(1, 1))
+    run = launch(
+        "vllm_probe.ProbePynumabindWorker",
+        {"PYNUMABIND_TOPOLOGY": str(snapshot), "VLLM_WORKER_MULTIPROC_METHOD": "spawn"},
+        affinity={1},
+    )
+    workers = {r["rank"]: r for r in run.parked("worker-*.json", 2)}
+    seen = {rank: observe(rec["pid"]) for rank, rec in workers.items()}
+    engine = observe(workers[0]["ppid"])
+    output = run.release()
+    print(output[-30000:])  # shown by pytest when an assertion below fails
+
+    assert "Unsupported device type: cpu" in output
+    # vLLM's own binding did not run: no numactl, EngineCore left as launched.
+    assert workers[0]["numactl"] is None and workers[1]["numactl"] is None
+    assert "with numactl" not in output
+    assert engine.cpus == "1" and engine.policy == "default"
+    if binds_by_default():
+        assert "Automatic NUMA binding unavailable on this host; starting unbound" in output
+    # pynumabind bound each worker inside the cpuset: its CPUs, every thread,
+    # and the memory policy vLLM's unbound start leaves at "default".
+    for rank in (0, 1):
+        assert seen[rank].cpus == "1" and seen[rank].thread_cpus == ("1",)
+        assert seen[rank].policy == "prefer:0"
+        assert f"local_rank {rank}, GPU {rank} (physical {rank}," in output

@@ -410,6 +410,21 @@ def describe_gpus(topology: Topology, indices: Sequence[int]) -> str:
 # ------------------------------------------------------------ Ray
 
 
+def _ray_gpu_ids() -> Optional[List[str]]:
+    """``ray.get_gpu_ids()`` in a Ray task or actor whose Ray is imported and initialised."""
+    import sys
+
+    ray = sys.modules.get("ray")
+    if ray is None:
+        return None
+    try:
+        if not ray.is_initialized() or ray.get_runtime_context().get_task_id() is None:
+            return None
+        return [str(i) for i in ray.get_gpu_ids()]
+    except AttributeError:  # a partial or unknown ray module: not Ray's answer
+        return None
+
+
 def ray_gpus(
     topology: Topology, environ: Optional[Mapping[str, str]] = None
 ) -> Optional[List[int]]:
@@ -422,18 +437,10 @@ def ray_gpus(
     ``CUDA_VISIBLE_DEVICES`` under Ray 2.60, so it would "see" every GPU):
     that is the ConfigError of a process with no GPU to bind to.
     """
-    import sys
-
     from ..errors import ConfigError
 
-    ray = sys.modules.get("ray")
-    if ray is None:
-        return None
-    try:
-        if not ray.is_initialized() or ray.get_runtime_context().get_task_id() is None:
-            return None
-        ids = [str(i) for i in ray.get_gpu_ids()]
-    except AttributeError:  # a partial or unknown ray module: not Ray's answer
+    ids = _ray_gpu_ids()
+    if ids is None:
         return None
     if not ids:
         raise ConfigError(

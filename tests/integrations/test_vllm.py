@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import subprocess
 import sys
 import textwrap
@@ -659,3 +660,51 @@ def test_real_launch_in_a_cpuset_vllm_starts_unbound_and_pynumabind_binds_inside
         assert seen[rank].cpus == "1" and seen[rank].thread_cpus == ("1",)
         assert seen[rank].policy == "prefer:0"
         assert f"local_rank {rank}, GPU {rank} (physical {rank}," in output
+
+
+# ----------------------------------------------- data parallel, vllm serve
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_real_vllm_serve_data_parallel_2_binds_each_rank_to_its_shard(
+    launch, snapshot: Path, tiny_llama: Path
+) -> None:
+    """``vllm serve --data-parallel-size 2 -tp 1`` with PYNUMABIND_VLLM=1, to the GPU step.
+
+    On this platform (vLLM's CPU platform) vLLM gives each DP rank only its own
+    shard's devices (``assigned_physical_gpu_ids``): EngineCore_DP1 sees ``[1]``
+    while its logical GPU index is 1.  Each rank's EngineCore runs its one
+    worker in-process (TP=1); both are read from outside through /proc.
+    """
+    script = [
+        str(HERE / "vllm_serve.py"),
+        "serve",
+        str(tiny_llama),
+        "--data-parallel-size", "2",
+        "--tensor-parallel-size", "1",
+        "--worker-cls", "vllm_probe.ProbeStockWorker",
+        "--skip-tokenizer-init",
+        "--enforce-eager",
+        "--max-model-len", "128",
+        "--host", "127.0.0.1",
+        "--port", str(free_port()),
+    ]  # fmt: skip
+    run = launch("", {"PYNUMABIND_VLLM": "1", "PYNUMABIND_TOPOLOGY": str(snapshot)}, script=script)
+    ranks = {r["dp"]: r for r in run.parked("worker-*.json", 2)}
+    seen = {dp: observe(rec["pid"]) for dp, rec in ranks.items()}
+    output = run.release()
+    print(output[-30000:])  # shown by pytest when an assertion below fails
+
+    assert "Unsupported device type: cpu" in output  # where a GPU is needed
+    assert "IndexError" not in output
+    assert sorted(ranks) == [0, 1] and ranks[0]["pid"] != ranks[1]["pid"]
+    # DP rank d drives GPU d (node d: CPU d), EngineCore and worker alike.
+    for dp in (0, 1):
+        assert seen[dp].cpus == str(dp) and seen[dp].thread_cpus == (str(dp),), seen
+        assert f"vLLM EngineCore (DP rank {dp}), GPUs {dp} (physical {dp}," in output

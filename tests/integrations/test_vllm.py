@@ -293,8 +293,9 @@ REFUSAL_PROBE = """
     ("options", "flag"),
     [
         ({"numa_bind": True}, "--numa-bind"),
-        ({"numa_bind_nodes": [0]}, "--numa-bind-nodes"),
-        ({"numa_bind_cpus": ["0"]}, "--numa-bind-cpus"),
+        # vLLM 0.33 wants --numa-bind with the lists; 0.34 implies it.
+        ({"numa_bind": True, "numa_bind_nodes": [0]}, "--numa-bind-nodes"),
+        ({"numa_bind": True, "numa_bind_cpus": ["0"]}, "--numa-bind-cpus"),
     ],
 )
 def test_vllms_explicit_binding_is_refused_naming_the_flag(options, flag, tiny_llama) -> None:
@@ -302,7 +303,7 @@ def test_vllms_explicit_binding_is_refused_naming_the_flag(options, flag, tiny_l
     # GPU here), with the plugin's switch on.
     from vllm.engine.arg_utils import EngineArgs
 
-    if not hasattr(EngineArgs, next(iter(options))):
+    if not all(hasattr(EngineArgs, option) for option in options):
         pytest.skip(f"this vLLM has no {flag}")
     code = REFUSAL_PROBE.format(
         model=str(tiny_llama), options=options, worker="types.SimpleNamespace()"
@@ -319,7 +320,8 @@ def test_vllms_explicit_binding_is_refused_naming_the_flag(options, flag, tiny_l
     for line in raised:
         assert f"vLLM's own NUMA binding ({flag}) is on" in line
         assert "(PYNUMABIND_VLLM=1)" in line
-        assert f"drop {flag}, or unset PYNUMABIND_VLLM" in line
+        also = "" if flag == "--numa-bind" else " (and --numa-bind)"
+        assert f"drop {flag}{also}, or unset PYNUMABIND_VLLM" in line
         assert "--worker-cls" not in line
     assert "UNCHANGED True" in result.stdout  # nothing was bound
 
@@ -500,9 +502,17 @@ def test_real_launch_plugin_binds_engine_core_and_each_worker(launch, snapshot: 
     assert engine.cpus == "0-1" and engine.policy == "prefer:0"
     assert front.cpus == "0-1" and front.policy == "default"
     # One line per bound process, in vLLM's own log.
-    assert "local_rank 0: pynumabind: rank 0 device GPU 0 (0000:17:00.0) CPUs 0 " in output
-    assert "local_rank 1: pynumabind: rank 1 device GPU 1 (0000:65:00.0) CPUs 1 " in output
-    assert "vLLM EngineCore (DP rank 0), GPUs 0,1: pynumabind:" in output
+    # Each names the GPU's visible index, physical index, UUID and bus id.
+    assert (
+        "local_rank 0, GPU 0 (physical 0, GPU-00000000-test-snapshot, 0000:17:00.0): "
+        "pynumabind: rank 0 device GPU 0 (0000:17:00.0) CPUs 0 " in output
+    )
+    assert (
+        "local_rank 1, GPU 1 (physical 1, GPU-00000001-test-snapshot, 0000:65:00.0): "
+        "pynumabind: rank 1 device GPU 1 (0000:65:00.0) CPUs 1 " in output
+    )
+    assert "vLLM EngineCore (DP rank 0), GPUs 0 (physical 0, " in output
+    assert "), 1 (physical 1, GPU-00000001-test-snapshot, 0000:65:00.0): pynumabind:" in output
 
 
 @pytest.mark.slow

@@ -187,9 +187,10 @@ def _refuse_double_bind(parallel_config: Any, what: str, worker: Any = None) -> 
     if not flag:
         return
     switches = _switches(worker)
+    also = "" if flag == "--numa-bind" else " (and --numa-bind)"
     raise ConfigError(
         f"{what}: vLLM's own NUMA binding ({flag}) is on, and pynumabind was asked to bind "
-        f"too ({' and '.join(s for s, _ in switches)}); turn one off: drop {flag}, or "
+        f"too ({' and '.join(s for s, _ in switches)}); turn one off: drop {flag}{also}, or "
         f"{' and '.join(off for _, off in switches)}"
     )
 

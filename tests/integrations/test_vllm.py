@@ -260,6 +260,14 @@ def test_assigned_gpu_ids_of_another_length_are_a_config_error(assigned, monkeyp
         worker_gpu(config, 0)
 
 
+# vLLM 0.34's x86 CPU platform needs this to build a config (see vllm_launch).
+STAND_IN = f"""
+    import sys
+    sys.path.insert(0, {str(HERE)!r})
+    from vllm_launch import allow_x86_cpu_platform
+    allow_x86_cpu_platform()
+"""
+
 REFUSAL_PROBE = """
     import os, types
     from vllm.engine.arg_utils import EngineArgs
@@ -305,7 +313,7 @@ def test_vllms_explicit_binding_is_refused_naming_the_flag(options, flag, tiny_l
 
     if not all(hasattr(EngineArgs, option) for option in options):
         pytest.skip(f"this vLLM has no {flag}")
-    code = REFUSAL_PROBE.format(
+    code = STAND_IN + REFUSAL_PROBE.format(
         model=str(tiny_llama), options=options, worker="types.SimpleNamespace()"
     )
     result = run_python(
@@ -327,7 +335,7 @@ def test_vllms_explicit_binding_is_refused_naming_the_flag(options, flag, tiny_l
 
 
 def test_refusal_in_the_worker_class_names_the_worker_class(tiny_llama: Path) -> None:
-    code = REFUSAL_PROBE.format(
+    code = STAND_IN + REFUSAL_PROBE.format(
         model=str(tiny_llama), options={"numa_bind": True}, worker="object.__new__(Worker)"
     )
     result = run_python(code, {"VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"})
@@ -343,7 +351,8 @@ def test_launch_turns_vllms_automatic_binding_off(tiny_llama: Path) -> None:
     # numa_bind left unset: on vLLM >= 0.34 that is "automatic" (None), and
     # the plugin's hook ahead of configure_subprocess makes it False, once.
     result = run_python(
-        f"""
+        textwrap.dedent(STAND_IN)
+        + textwrap.dedent(f"""
         import logging
         from vllm.engine.arg_utils import EngineArgs
         from pynumabind.integrations.vllm import resolve_auto_binding
@@ -355,13 +364,14 @@ def test_launch_turns_vllms_automatic_binding_off(tiny_llama: Path) -> None:
         resolve_auto_binding(config)
         resolve_auto_binding(config)
         print("AFTER", config.parallel_config.numa_bind)
-        """,
+        """),
         {"VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1", "PYNUMABIND_VLLM": "1"},
     )
     auto = binds_by_default()
     assert f"BEFORE {None if auto else False}" in result.stdout, result.stderr[-3000:]
     assert "AFTER False" in result.stdout
-    said = result.stderr.count("vLLM's automatic NUMA binding (numa_bind unset) is off")
+    output = result.stdout + result.stderr  # vLLM's log handler writes to stdout
+    said = output.count("vLLM's automatic NUMA binding (numa_bind unset) is off")
     assert said == (1 if auto else 0)
 
 
@@ -702,6 +712,7 @@ def test_real_vllm_serve_data_parallel_2_binds_each_rank_to_its_shard(
         "--skip-tokenizer-init",
         "--enforce-eager",
         "--max-model-len", "128",
+        "--api-server-count", "1",  # one front end: the processes under test are the engines
         "--host", "127.0.0.1",
         "--port", str(free_port()),
     ]  # fmt: skip

@@ -114,7 +114,7 @@ def bind_code() -> str:
 
     if "bind_current_process" in getattr(pynumabind, "_EXPORTS", {}):
         return "import pynumabind; pynumabind.bind_current_process(0)"
-    return "from pynumabind import binder; binder.bind_current_process(0)"
+    return "from pynumabind import binding; binding.bind_current_process(0)"
 
 
 def startup_commands(numactl: Optional[str], node: int, cpus: str) -> List[Tuple[str, List[str]]]:

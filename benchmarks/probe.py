@@ -61,9 +61,9 @@ begin = time.perf_counter()
 bind = getattr(pynumabind, "bind_current_process", None)
 entry = "pynumabind.bind_current_process"
 if bind is None:
-    from pynumabind import binder
-    bind = binder.bind_current_process
-    entry = "pynumabind.binder.bind_current_process (not exported)"
+    from pynumabind import binding
+    bind = binding.bind_current_process
+    entry = "pynumabind.binding.bind_current_process (not exported)"
 binding = bind(RANK)
 bound = time.perf_counter()
 # Again, now that the modules are loaded: detect, plan and apply all run anew
@@ -125,9 +125,9 @@ def bind_entry(pynumabind: Any) -> Tuple[Callable[..., Any], str]:
     public = getattr(pynumabind, "bind_current_process", None)
     if public is not None:
         return public, "pynumabind.bind_current_process"
-    from pynumabind import binder
+    from pynumabind import binding
 
-    return binder.bind_current_process, "pynumabind.binder.bind_current_process (not exported)"
+    return binding.bind_current_process, "pynumabind.binding.bind_current_process (not exported)"
 
 
 def probe_import() -> Dict[str, Any]:
@@ -322,13 +322,13 @@ def probe_scaling(root: str, reps: int, nprocs: int, modes: List[str]) -> Dict[s
 
 
 def _plan_and_applier(pynumabind: Any, rank: int) -> Tuple[Any, Callable[[Any], Any], str]:
-    """A plan to re-apply, ``binder.apply_plan``, and where the plan came from.
+    """A plan to re-apply, ``binding.apply_plan``, and where the plan came from.
 
     The plan is the one ``bind_current_process(rank)`` applies; if that call
     cannot run here (no discovery yet), a node-0 plan built by hand, the
     same one the raw syscalls get.
     """
-    from pynumabind import binder
+    from pynumabind import binding as binding_module
     from pynumabind.model import MemoryPolicy, Plan
 
     try:
@@ -336,12 +336,12 @@ def _plan_and_applier(pynumabind: Any, rank: int) -> Tuple[Any, Callable[[Any], 
     except Exception as exc:
         cpus = _node0_cpus() & frozenset(os.sched_getaffinity(0))
         plan = Plan(rank, None, cpus, frozenset({0}), MemoryPolicy.BIND, node=0)
-        return plan, binder.apply_plan, f"node 0 by hand ({type(exc).__name__}: {exc})"
+        return plan, binding_module.apply_plan, f"node 0 by hand ({type(exc).__name__}: {exc})"
     applied: Any = getattr(binding, "plan", None)
     binding.restore()
     if applied is None:
         raise AttributeError("the Binding has no .plan to re-apply")
-    return applied, binder.apply_plan, f"bind_current_process({rank})"
+    return applied, binding_module.apply_plan, f"bind_current_process({rank})"
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -273,7 +273,7 @@ def _threads_md(data: Dict[str, Any]) -> List[str]:
     out = [
         title,
         "",
-        "`binder.apply_plan(plan)` again and again in one process with N threads alive, against "
+        "`binding.apply_plan(plan)` again and again in one process with N threads alive, against "
         "the raw floor (ctypes: `sched_setaffinity` on every thread + one `set_mempolicy`, masks "
         "built beforehand).",
         "",

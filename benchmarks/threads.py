@@ -3,7 +3,7 @@
 A worker binds every thread it has (a torch worker has dozens; a data
 loader can have hundreds), so applying a plan costs per thread.  For 1, 10,
 100 and 1,000 threads alive (idle, small stacks), a fresh process times
-``binder.apply_plan(plan)`` (the plan ``bind_current_process(0)`` made) and
+``binding.apply_plan(plan)`` (the plan ``bind_current_process(0)`` made) and
 the raw syscalls of :mod:`benchmarks.rawbind` (``sched_setaffinity`` on every
 thread + one ``set_mempolicy``) with the same CPUs and nodes, and the ratio.
 """

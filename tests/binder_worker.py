@@ -9,14 +9,14 @@ from typing import Any, Dict
 def bind_and_report(cpu: int, queue: Any) -> None:
     """Bind this worker to ``cpu`` and node 0, then report what the kernel says."""
     from pynumabind import _libnuma
-    from pynumabind.binder import apply_plan
+    from pynumabind.binding import apply_plan
     from pynumabind.model import MemoryPolicy, Plan
 
     report: Dict[str, Any] = {"pid": os.getpid()}
     try:
         plan = Plan(
             rank=cpu,
-            device=None,
+            gpu=None,
             cpus=frozenset({cpu}),
             mems=frozenset({0}),
             policy=MemoryPolicy.PREFERRED,

@@ -13,7 +13,8 @@ import os
 import pytest
 
 from bindchild import run_child
-from pynumabind import _apply, _libnuma, binder
+from pynumabind import _apply, _libnuma
+from pynumabind import binding as binding_module
 from pynumabind.discovery import detect_topology
 from pynumabind.errors import BindError, ConfigError, PlanError
 from pynumabind.model import MemoryPolicy, Plan
@@ -25,11 +26,11 @@ pytestmark = pytest.mark.skipif(
 
 PLAN = """
 from pynumabind import _libnuma
-from pynumabind.binder import apply_plan
+from pynumabind.binding import apply_plan
 from pynumabind.errors import BindError
 from pynumabind.model import MemoryPolicy, Plan
 def plan(policy="PREFERRED", cpus=(1,), mems=(0,)):
-    return Plan(rank=0, device=None, cpus=None if cpus is None else frozenset(cpus),
+    return Plan(rank=0, gpu=None, cpus=None if cpus is None else frozenset(cpus),
                 mems=frozenset(mems), policy=MemoryPolicy[policy])
 def policy_now():
     p = _libnuma.get_mempolicy()
@@ -57,7 +58,7 @@ emit({"status": cpus_allowed(), "tasks": task_cpus(), "policy": policy_now(),
     verify = result["verify"]
     assert verify["ok"] is True, verify
     assert verify["memory_checked"] is True
-    assert verify["page_nodes"] == [0] * binder.VERIFY_PAGES
+    assert verify["page_nodes"] == [0] * binding_module.VERIFY_PAGES
 
 
 def test_every_policy_reads_back() -> None:
@@ -78,7 +79,7 @@ emit(out)
     )
     for policy, mode in (("BIND", "MPOL_BIND"), ("INTERLEAVE", "MPOL_INTERLEAVE")):
         assert result[policy][:3] == [mode, [mode, [0]], True], result[policy]
-        assert result[policy][3] == [0] * binder.VERIFY_PAGES
+        assert result[policy][3] == [0] * binding_module.VERIFY_PAGES
         assert result[policy][5] == ["MPOL_DEFAULT", []]
     assert result["LOCAL"][:3] == ["MPOL_LOCAL", ["MPOL_LOCAL", []], True]
     assert result["PREFERRED"][:3] == ["MPOL_PREFERRED", ["MPOL_PREFERRED", [0]], True]
@@ -209,9 +210,9 @@ def test_restore_puts_back_a_thread_started_while_the_bind_scanned() -> None:
     result, _ = run_child(
         PLAN
         + """
-from pynumabind import _threads
+from pynumabind import _proc, _threads
 stop = threading.Event()
-real_list = _threads.list_thread_ids
+real_list = _proc.list_thread_ids
 started = []
 def list_and_spawn():
     if not started and os.sched_getaffinity(0) == {1}:  # caller bound: CPU 1 is inherited
@@ -219,9 +220,9 @@ def list_and_spawn():
         t.start()
         started.append(t.native_id)
     return real_list()
-_threads.list_thread_ids = list_and_spawn
+_proc.list_thread_ids = list_and_spawn
 b = apply_plan(plan("NONE", mems=()))
-_threads.list_thread_ids = real_list
+_proc.list_thread_ids = real_list
 seen = started[0] in [r.tid for r in b.threads]
 inside = cpus_allowed(f"/proc/self/task/{started[0]}/status")
 b.restore()
@@ -350,7 +351,7 @@ def test_multiprocessing_workers_are_each_bound(method: str) -> None:
 def _plan(**changes) -> Plan:
     fields = {
         "rank": 0,
-        "device": None,
+        "gpu": None,
         "cpus": frozenset({1}),
         "mems": frozenset({0}),
         "policy": MemoryPolicy.PREFERRED,
@@ -361,22 +362,22 @@ def _plan(**changes) -> Plan:
 
 def test_invalid_on_error_is_a_config_error_before_anything_happens() -> None:
     with pytest.raises(ConfigError, match="on_error 'ignore'"):
-        binder.apply_plan(_plan(), on_error="ignore")
+        binding_module.apply_plan(_plan(), on_error="ignore")
     with pytest.raises(ConfigError, match="on_error"):
-        binder.bind_current_process(0, on_error="explode", environ={})
+        binding_module.bind_current_process(0, on_error="explode", environ={})
     assert os.sched_getaffinity(0) == {0, 1}
 
 
 @pytest.mark.parametrize("policy", [MemoryPolicy.BIND, MemoryPolicy.PREFERRED])
 def test_policy_without_nodes_is_a_plan_error(policy: MemoryPolicy) -> None:
     with pytest.raises(PlanError, match="names no memory nodes"):
-        binder.apply_plan(_plan(policy=policy, mems=frozenset()))
+        binding_module.apply_plan(_plan(policy=policy, mems=frozenset()))
     assert os.sched_getaffinity(0) == {0, 1}
 
 
 def test_empty_cpu_set_is_a_plan_error() -> None:
     with pytest.raises(PlanError, match="empty CPU set"):
-        binder.apply_plan(_plan(cpus=frozenset()))
+        binding_module.apply_plan(_plan(cpus=frozenset()))
 
 
 @pytest.mark.parametrize(
@@ -402,7 +403,7 @@ def test_preferred_on_several_nodes(monkeypatch, preferred_many, mode, nodes, no
 def test_disabled_by_environment_is_a_logged_no_op(caplog) -> None:
     caplog.set_level(logging.INFO, logger="pynumabind")
     before = os.sched_getaffinity(0), _libnuma.get_mempolicy()
-    binding = binder.bind_current_process(environ={"PYNUMABIND_DISABLE": "yes"})
+    binding = binding_module.bind_current_process(environ={"PYNUMABIND_DISABLE": "yes"})
     assert binding.disabled and not binding.applied and binding.plan is None
     assert binding.notes == ("disabled by PYNUMABIND_DISABLE=yes",)
     assert binding.verify().ok
@@ -430,7 +431,7 @@ emit({"records": [r for r in records if r[0] != "DEBUG"]})
     assert result["records"] == [
         [
             "INFO",
-            "pynumabind: rank 0 device none CPUs 1 memory nodes 0 policy MPOL_PREFERRED "
+            "pynumabind: rank 0 GPU none CPUs 1 memory nodes 0 policy MPOL_PREFERRED "
             "threads 1 bound",
         ]
     ]
@@ -445,7 +446,7 @@ def test_kernel_refusal_becomes_a_bind_error_naming_cpus(monkeypatch) -> None:
 
     monkeypatch.setattr(_threads, "bind_threads", refuse)
     with pytest.raises(BindError) as info:
-        binder.apply_plan(_plan())
+        binding_module.apply_plan(_plan())
     message = str(info.value)
     assert "cannot bind to CPUs 1" in message and "EINVAL" in message
     assert "may use CPUs 0-1" in message and "nothing was changed" in message
@@ -458,8 +459,8 @@ def test_unreadable_thread_list_is_a_bind_error_and_changes_nothing() -> None:
     result, _ = run_child(
         PLAN
         + """
-from pynumabind import _threads
-_threads.TASK_DIR = "/nonexistent/task"
+from pynumabind import _proc, _threads
+_proc.TASK_DIR = "/nonexistent/task"
 try:
     apply_plan(plan())
     out = {"raised": None}
@@ -533,14 +534,16 @@ def test_bad_environment_overrides_name_their_variable(variables, error, needles
         return
     before = os.sched_getaffinity(0), _libnuma.get_mempolicy()
     with pytest.raises(error) as info:
-        binder.bind_current_process(environ={"LOCAL_RANK": "0", **variables})
+        binding_module.bind_current_process(environ={"LOCAL_RANK": "0", **variables})
     for needle in needles:
         assert needle in str(info.value)
     assert (os.sched_getaffinity(0), _libnuma.get_mempolicy()) == before  # nothing applied
 
 
 def test_nothing_to_apply_is_not_applied() -> None:
-    binding = binder.apply_plan(_plan(cpus=None, mems=frozenset(), policy=MemoryPolicy.NONE))
+    binding = binding_module.apply_plan(
+        _plan(cpus=None, mems=frozenset(), policy=MemoryPolicy.NONE)
+    )
     assert binding.applied is False and binding.threads == () and binding.policy_mode is None
     assert binding.verify().ok and binding.verify().notes == (
         "nothing was applied; nothing to verify",
@@ -590,13 +593,13 @@ def test_verify_flags_a_live_thread_the_bind_never_saw() -> None:
     result, _ = run_child(
         PLAN
         + """
-from pynumabind import _threads
+from pynumabind import _proc, _threads
 stop = threading.Event()
 hidden = threading.Thread(target=stop.wait); hidden.start()
-real_list = _threads.list_thread_ids
-_threads.list_thread_ids = lambda: [t for t in real_list() if t != hidden.native_id]
+real_list = _proc.list_thread_ids
+_proc.list_thread_ids = lambda: [t for t in real_list() if t != hidden.native_id]
 b = apply_plan(plan("NONE", mems=()))
-_threads.list_thread_ids = real_list
+_proc.list_thread_ids = real_list
 v = b.verify()
 status = task_cpus()
 stop.set()
@@ -636,13 +639,13 @@ def test_json_writes_an_empty_id_set_as_the_plan_does() -> None:
     result, _ = run_child(
         PLAN
         + """
-from pynumabind import _check
+from pynumabind import _cli_check
 from pynumabind.discovery import detect_topology
 b = apply_plan(plan("LOCAL", mems=()))
 out = {"binding": b.to_dict()}
 b.restore()
 snapshot = detect_topology(use_nvml=False).to_json(indent=None)
-out["check"] = _check.check_this_process(0, 1, {"memory": "none"}, snapshot).to_dict()
+out["check"] = _cli_check.check_this_process(0, 1, {"memory": "none"}, snapshot).to_dict()
 emit(out)
 """
     )
@@ -729,8 +732,8 @@ def test_binds_in_one_process_are_serialised() -> None:
     result, _ = run_child(
         PLAN
         + """
-from pynumabind import _threads
-real_list = _threads.list_thread_ids
+from pynumabind import _proc, _threads
+real_list = _proc.list_thread_ids
 inside, release, b_done = threading.Event(), threading.Event(), threading.Event()
 first = threading.get_native_id()
 def list_and_pause():
@@ -738,7 +741,7 @@ def list_and_pause():
         inside.set()
         release.wait(10)
     return real_list()
-_threads.list_thread_ids = list_and_pause
+_proc.list_thread_ids = list_and_pause
 bindings = {}
 def a():
     bindings["a"] = apply_plan(plan("NONE", mems=()))
@@ -769,20 +772,20 @@ def test_a_bind_that_leaves_the_calling_thread_unbound_is_an_error() -> None:
     result, _ = run_child(
         PLAN
         + """
-from pynumabind import _threads
+from pynumabind import _proc, _threads
 stop = threading.Event()
 pool = threading.Thread(target=stop.wait); pool.start()
-real_list = _threads.list_thread_ids
+real_list = _proc.list_thread_ids
 def list_after_someone_narrows_the_caller():
     os.sched_setaffinity(0, {0})
     return real_list()
-_threads.list_thread_ids = list_after_someone_narrows_the_caller
+_proc.list_thread_ids = list_after_someone_narrows_the_caller
 try:
     apply_plan(plan("BIND"))
     out = {"error": None}
 except BindError as exc:
     out = {"error": str(exc)}
-_threads.list_thread_ids = real_list
+_proc.list_thread_ids = real_list
 out.update(pool=cpus_allowed(f"/proc/self/task/{pool.native_id}/status"), policy=policy_now())
 stop.set()
 emit(out)
@@ -794,11 +797,11 @@ emit(out)
 
 
 CHURN = """
-from pynumabind import _threads
-real_list = _threads.list_thread_ids
+from pynumabind import _proc, _threads
+real_list = _proc.list_thread_ids
 fresh = iter(range(2**22 + 1, 2**23))  # above any pid_max: never a real thread
 # Every scan finds a thread it has not seen, gone by the time it looks (churn).
-_threads.list_thread_ids = lambda: real_list() + [next(fresh)]
+_proc.list_thread_ids = lambda: real_list() + [next(fresh)]
 """
 
 
@@ -839,11 +842,11 @@ def test_a_rescan_stops_at_its_time_limit() -> None:
     result, _ = run_child(
         CHURN
         + """
-real_handle_name = _threads.thread_name
+real_handle_name = _proc.thread_name
 def slow_name(tid):
     time.sleep(0.2)
     return real_handle_name(tid)
-_threads.thread_name = slow_name
+_proc.thread_name = slow_name
 start = time.monotonic()
 scan = _threads.bind_threads(frozenset({1}), max_passes=1000, time_limit=0.5)
 emit({"elapsed": time.monotonic() - start, "converged": scan.converged, "passes": scan.passes})
@@ -859,10 +862,10 @@ def test_bindings_nobody_holds_leave_no_trace_in_the_restore_stack() -> None:
     from pynumabind import _apply
 
     nothing = _plan(cpus=None, mems=frozenset(), policy=MemoryPolicy.NONE)
-    held = binder.apply_plan(nothing)
+    held = binding_module.apply_plan(nothing)
     for _ in range(1000):
-        binder.apply_plan(nothing)
+        binding_module.apply_plan(nothing)
     gc.collect()
-    binder.apply_plan(nothing)
+    binding_module.apply_plan(nothing)
     assert len(_apply._IN_FORCE) <= 3  # held, and at most the last two
     assert any(ref() is held._undo for ref in _apply._IN_FORCE)

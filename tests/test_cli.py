@@ -113,7 +113,7 @@ def test_show_json_is_the_topology_schema(snapshot: Path) -> None:
     result = run("show", "--json", "--topology", str(snapshot))
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
-    assert document["schema"] == 1
+    assert document["schema"] == 2
     assert Topology.from_dict(document["topology"]) == two_socket_machine()
     assert isinstance(document["warnings"], list)
 
@@ -150,12 +150,12 @@ def test_plan_table_and_json_for_a_foreign_machine(snapshot: Path) -> None:
     table = run("plan", "--topology", str(snapshot))
     assert table.returncode == 0, table.stderr
     header = table.stdout.splitlines()[0].split()
-    assert header == ["rank", "device", "node", "cpus", "mems", "policy"]
+    assert header == ["rank", "gpu", "node", "cpus", "mems", "policy"]
     result = run("plan", "--json", "--topology", str(snapshot))
     assert result.returncode == 0, result.stderr
     ranks = json.loads(result.stdout)["ranks"]
     assert [r["rank"] for r in ranks] == [0, 1, 2, 3]
-    assert [r["device"]["pci_bus_id"] for r in ranks] == [
+    assert [r["gpu"]["pci_bus_id"] for r in ranks] == [
         "0000:1b:00.0",
         "0000:43:00.0",
         "0000:9a:00.0",

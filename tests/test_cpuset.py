@@ -83,10 +83,10 @@ def _run_in_cpuset(cpuset: str, code: str) -> dict:
 
 
 APPLY_CPU1 = """
-from pynumabind.binder import apply_plan
+from pynumabind.binding import apply_plan
 from pynumabind.errors import BindError
 from pynumabind.model import MemoryPolicy, Plan
-plan = Plan(rank=0, device=None, cpus=frozenset({wanted}), mems=frozenset({{0}}),
+plan = Plan(rank=0, gpu=None, cpus=frozenset({wanted}), mems=frozenset({{0}}),
             policy=MemoryPolicy.BIND)
 out = {{"cpuset": open("/proc/self/cpuset").read().strip(), "before": cpus_allowed()}}
 try:

@@ -1,4 +1,7 @@
-"""One process, several GPUs, or none named: ``devices=`` and the visible-GPU rule (issue 12, 1-2).
+"""One process, several GPUs, or none named: ``gpus=`` and the visible-GPU rule (issue 12, 1-2).
+
+Issue 24 item 1: ``gpus=`` was ``devices=`` (a deprecated alias now), and a
+union plan has no rank.
 
 Planner properties on a recorded DGX H100 (GPUs 0-3 on node 0, 4-7 on node
 1); binding for real in child processes, on a two-node snapshot whose CPUs
@@ -11,13 +14,15 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Dict
 
 import pytest
 
+import pynumabind
 from integrations.helpers import two_node_snapshot
-from pynumabind import ConfigError, planner
+from pynumabind import ConfigError, Options, model, planner
 from topology_builders import dgx_h100
 
 
@@ -27,33 +32,34 @@ def dgx():
 
 
 def test_union_of_gpus_on_two_nodes(dgx) -> None:
-    plan = planner.plan(dgx, devices=[0, 7])
+    plan = planner.plan(dgx, gpus=[0, 7])
     assert plan.cpus == (dgx.nodes[0].cpus | dgx.nodes[1].cpus) & dgx.allowed_cpus
     assert plan.mems == frozenset({0, 1})
-    assert plan.device is None and plan.node is None
-    assert plan.reasons[0].startswith("devices 0,7: the union of their plans")
+    assert plan.gpu is None and plan.node is None
+    assert plan.rank is None and plan.to_dict()["rank"] is None  # a union is no rank
+    assert plan.reasons[0].startswith("GPUs 0,7: the union of their plans")
     assert any(r.startswith("GPU 7: ") for r in plan.reasons)
-    assert plan.devices == (0, 7) and plan.to_dict()["devices"] == [0, 7]
-    assert planner.plan(dgx, 0, 8).devices == ()  # a one-rank plan names no union
+    assert plan.gpus == (0, 7) and plan.to_dict()["gpus"] == [0, 7]
+    assert planner.plan(dgx, 0, 8).gpus == ()  # a one-rank plan names no union
 
 
 def test_union_on_one_node_is_that_node(dgx) -> None:
-    plan = planner.plan(dgx, devices=[1, 0, 1])  # order and repeats do not matter
+    plan = planner.plan(dgx, gpus=[1, 0, 1])  # order and repeats do not matter
     assert plan.node == 0
     assert plan.cpus == planner.plan(dgx, 0, 8).cpus
     assert plan.mems == frozenset({0})
 
 
 def test_one_device_is_that_gpus_plan(dgx) -> None:
-    alone = planner.plan(dgx, devices=[5])
+    alone = planner.plan(dgx, gpus=[5])
     as_rank = planner.plan(dgx, 5, 8)
     assert (alone.cpus, alone.mems, alone.node) == (as_rank.cpus, as_rank.mems, as_rank.node)
-    assert alone.device == as_rank.device
+    assert alone.gpu == as_rank.gpu and alone.rank is None and as_rank.rank == 5
 
 
 @pytest.mark.parametrize("mode", ["socket", "none"])
 def test_union_modes(dgx, mode: str) -> None:
-    plan = planner.plan(dgx, devices=[0, 7], mode=mode)
+    plan = planner.plan(dgx, gpus=[0, 7], mode=mode)
     expected = {
         "socket": (planner.plan(dgx, 0, 8, mode="socket").cpus or frozenset())
         | (planner.plan(dgx, 7, 8, mode="socket").cpus or frozenset()),
@@ -67,27 +73,78 @@ def test_slicing_modes_are_refused(dgx, mode: str) -> None:
     with pytest.raises(
         ConfigError, match=rf"mode '{mode}' slices a node .* use node, socket, none"
     ):
-        planner.plan(dgx, devices=[0, 7], mode=mode)
+        planner.plan(dgx, gpus=[0, 7], mode=mode)
 
 
 def test_per_gpu_overrides_apply(dgx) -> None:
-    plan = planner.plan(dgx, devices=[0, 1], nodes="1,1,1,1,0,0,0,0")
+    plan = planner.plan(dgx, gpus=[0, 1], nodes="1,1,1,1,0,0,0,0")
     assert plan.node == 1 and plan.mems == frozenset({1})
 
 
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        ({"devices": []}, "non-empty sequence"),
-        ({"devices": "01"}, "non-empty sequence"),
-        ({"devices": [8]}, "device 8 out of range"),
-        ({"devices": [0], "rank": 0}, "give devices= alone"),
-        ({}, r"needs rank= \(a local rank\) or devices="),
+        ({"gpus": []}, "gpus must name at least one GPU"),
+        ({"gpus": "01"}, "gpus must be a sequence"),
+        ({"gpus": [8]}, "GPU 8 out of range"),
+        ({"gpus": [0], "rank": 0}, "give gpus= alone, without rank="),
+        ({"gpus": [0], "gpu": 1}, "give gpus= alone, without gpu="),
+        ({}, r"needs rank= \(a local rank\) or gpus="),
     ],
 )
 def test_bad_devices(dgx, arguments: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         planner.plan(dgx, **arguments)
+
+
+# ------------------------------------------------------------ names (issue 24 item 1)
+
+
+@pytest.fixture
+def fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each deprecated name warns once per process: start from none warned."""
+    monkeypatch.setattr(model, "_WARNED", set())
+
+
+def test_devices_is_a_deprecated_alias_that_warns_once(dgx, fresh_warnings) -> None:
+    with pytest.warns(DeprecationWarning, match=r"devices= is deprecated.*use gpus="):
+        old = planner.plan(dgx, devices=[0, 7])  # type: ignore[call-arg]
+    assert old == planner.plan(dgx, gpus=[0, 7])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a second use is silent
+        planner.plan(dgx, devices=[0, 7])  # type: ignore[call-arg]
+
+
+def test_per_rank_devices_alias_means_rank_gpus(dgx, fresh_warnings) -> None:
+    with pytest.warns(DeprecationWarning, match=r"devices= is deprecated.*use rank_gpus="):
+        old = planner.plan_all(dgx, nprocs=2, devices=[7, 0])  # type: ignore[call-arg]
+    assert old == planner.plan_all(dgx, nprocs=2, rank_gpus=[7, 0])
+    assert [p.gpu.index for p in old if p.gpu] == [7, 0]
+
+
+def test_device_alias_and_plan_attributes_warn(dgx, fresh_warnings) -> None:
+    with pytest.warns(DeprecationWarning, match=r"device= is deprecated.*use gpu="):
+        plan = planner.plan(dgx, 0, device=6)  # type: ignore[call-arg]
+    assert plan.gpu is not None and plan.gpu.index == 6
+    with pytest.warns(DeprecationWarning, match=r"Plan\.device is deprecated.*Plan.gpu"):
+        assert plan.device == plan.gpu
+    with pytest.warns(DeprecationWarning, match=r"Plan.devices is deprecated.*Plan.gpus"):
+        assert plan.devices == plan.gpus == ()
+    with pytest.raises(ConfigError, match="give gpu= only; device= is its deprecated name"):
+        planner.plan(dgx, 0, gpu=1, device=6)  # type: ignore[call-arg]
+
+
+def test_an_options_object_instead_of_the_keywords(dgx) -> None:
+    options = Options(gpus=[0, 7], mode="socket")  # type: ignore[arg-type]
+    assert options.gpus == (0, 7) and options.mode is model.CpuMode.SOCKET  # checked once
+    assert planner.plan(dgx, options=options) == planner.plan(dgx, gpus=[0, 7], mode="socket")
+    each = Options(nprocs=2, rank_gpus=(7, 0))
+    assert planner.plan_all(dgx, options=each) == planner.plan_all(dgx, 2, rank_gpus=[7, 0])
+    with pytest.raises(ConfigError, match=r"options= or keyword options, not both.*mode"):
+        planner.plan(dgx, options=options, mode="node")
+    with pytest.raises(ConfigError, match="invalid mode 'numa'"):
+        Options(mode="numa")  # type: ignore[arg-type]
+    assert pynumabind.Options is Options
 
 
 # ------------------------------------------------------------ binding
@@ -152,9 +209,9 @@ def test_a_launcher_rank_still_wins(machine) -> None:
 
 def test_explicit_devices_win_over_a_launcher_rank(machine) -> None:
     env = {**machine, "CUDA_VISIBLE_DEVICES": "0,1", "LOCAL_RANK": "0"}
-    assert bind(env, "pynumabind.bind_current_process(devices=[1])")["cpus"] == "1"
-    refused = bind(env, "pynumabind.bind_current_process(0, devices=[1])")
-    assert refused["error"] == "ConfigError: give devices= alone, without rank= or device="
+    assert bind(env, "pynumabind.bind_current_process(gpus=[1])")["cpus"] == "1"
+    refused = bind(env, "pynumabind.bind_current_process(0, gpus=[1])")
+    assert refused["error"] == "ConfigError: give gpus= alone, without rank="
 
 
 # ------------------------------------------------------------ the log line (item 7)
@@ -178,9 +235,14 @@ def logged(env: Dict[str, str]) -> str:
 
 def test_info_line_names_gpu_node_cpus_and_policy(machine) -> None:
     lines = logged({**machine, "CUDA_VISIBLE_DEVICES": "1"}).splitlines()
-    info = [line for line in lines if line.startswith("INFO pynumabind: rank")]
-    assert info == [
-        "INFO pynumabind: rank 0 device GPU 0 (0000:65:00.0) CPUs 1 (node 1) memory nodes 0 "
+    info = [line for line in lines if line.startswith("INFO pynumabind:")]
+    assert info == [  # bound to the GPU it sees: no rank, so none is printed
+        "INFO pynumabind: GPU 0 (0000:65:00.0) CPUs 1 (node 1) memory nodes 0 "
+        "policy MPOL_PREFERRED threads 1 bound"
+    ]
+    ranked = logged({**machine, "CUDA_VISIBLE_DEVICES": "0,1", "LOCAL_RANK": "1"}).splitlines()
+    assert [line for line in ranked if line.startswith("INFO pynumabind:")] == [
+        "INFO pynumabind: rank 1 GPU 1 (0000:65:00.0) CPUs 1 (node 1) memory nodes 0 "
         "policy MPOL_PREFERRED threads 1 bound"
     ]
 
@@ -201,7 +263,8 @@ def test_warning_when_left_unbound_by_an_unknown_gpu_node(tmp_path: Path, machin
     unknown.write_text(json.dumps(data))
     text = logged({"PYNUMABIND_TOPOLOGY": str(unknown), "CUDA_VISIBLE_DEVICES": "1"})
     assert (
-        "WARNING pynumabind: rank 0 left unbound: the NUMA node of GPU 0 (0000:65:00.0) is "
+        "WARNING pynumabind: GPU 0 (0000:65:00.0) left unbound: the NUMA node of GPU 0 "
+        "(0000:65:00.0) is "
         "unknown; name it with PYNUMABIND_NODES, or set PYNUMABIND_REQUIRE_NODE=1 to fail instead"
     ) in text
-    assert "INFO pynumabind: rank 0 device GPU 0 (0000:65:00.0) CPUs unchanged" in text
+    assert "INFO pynumabind: GPU 0 (0000:65:00.0) CPUs unchanged" in text

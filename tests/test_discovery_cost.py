@@ -17,7 +17,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import pytest
 
 import sysfs_tree as st
-from pynumabind import _sysfs, binder, discovery, planner
+from pynumabind import _sysfs, discovery, planner
+from pynumabind import binding as binding_module
 from pynumabind.cpulist import parse_cpulist
 from pynumabind.errors import PynumabindError, TopologyError
 from pynumabind.model import CpuMode, Detail, Topology
@@ -36,7 +37,7 @@ def machine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         allowed["allowed_cpus"] = parse_cpulist(desc["allowed_cpus"])
     if "allowed_mems" in desc:
         allowed["allowed_mems"] = parse_cpulist(desc["allowed_mems"])
-    return root, allowed, _sysfs.read_topology(root, **allowed)
+    return root, allowed, discovery.topology_from_sysfs(root, **allowed)
 
 
 @pytest.fixture
@@ -79,7 +80,7 @@ def _rank_counts(topology: Topology) -> List[Any]:
 def test_the_mode_s_detail_plans_exactly_as_the_full_read(machine, mode: CpuMode) -> None:
     root, allowed, full = machine
     detail = discovery.detail_for(mode)
-    cheap = _sysfs.read_topology(root, detail=detail, **allowed)
+    cheap = discovery.topology_from_sysfs(root, detail=detail, **allowed)
     assert cheap.detail is detail
     for nprocs in _rank_counts(full):
         want = _outcomes(full, mode, nprocs)
@@ -89,7 +90,7 @@ def test_the_mode_s_detail_plans_exactly_as_the_full_read(machine, mode: CpuMode
 def test_each_detail_holds_the_full_read_s_facts_it_names(machine) -> None:
     root, allowed, full = machine
     for detail in Detail:
-        cheap = _sysfs.read_topology(root, detail=detail, **allowed)
+        cheap = discovery.topology_from_sysfs(root, detail=detail, **allowed)
         assert cheap.gpus == full.gpus
         assert (cheap.allowed_cpus, cheap.allowed_mems) == (full.allowed_cpus, full.allowed_mems)
         assert set(cheap.nodes) == set(full.nodes)
@@ -116,7 +117,7 @@ def test_each_detail_holds_the_full_read_s_facts_it_names(machine) -> None:
 
 def test_a_topology_read_with_less_detail_refuses_to_be_a_snapshot(machine) -> None:
     root, allowed, full = machine
-    cheap = _sysfs.read_topology(root, detail=Detail.CORES, **allowed)
+    cheap = discovery.topology_from_sysfs(root, detail=Detail.CORES, **allowed)
     with pytest.raises(TopologyError, match="detail CORES"):
         cheap.to_json()
     assert Topology.from_json(full.to_json()) == full  # the full one still does
@@ -308,11 +309,11 @@ def test_a_fork_child_reads_the_layout_again(dgx) -> None:
 def test_the_second_bind_reads_no_sysfs_file_but_the_fresh_affinity(reads: List[str]) -> None:
     before = os.sched_getaffinity(0)
     try:
-        with binder.bind_current_process(0, nprocs=1, environ={}) as first:
+        with binding_module.bind_current_process(0, nprocs=1, environ={}) as first:
             assert reads and first.plan is not None
         reads.clear()
         os.sched_setaffinity(0, {0})
-        with binder.bind_current_process(0, nprocs=1, environ={}) as second:
+        with binding_module.bind_current_process(0, nprocs=1, environ={}) as second:
             assert reads == []
             assert second.plan is not None and second.plan.cpus == {0}  # allowed re-read
     finally:
@@ -344,7 +345,7 @@ def test_import_loads_no_pynvml_numpy_json_and_a_bind_no_kfd_nvml_json() -> None
     out = _run_lines(program)
     after_import, after_bind = set(out[0].split()), set(out[1].split())
     assert not {"pynvml", "numpy", "json"} & after_import
-    assert "pynumabind.binder" in after_bind  # the bind ran
+    assert "pynumabind.binding" in after_bind  # the bind ran
     assert not {"pynvml", "json", "pynumabind._kfd", "pynumabind._nvml"} & after_bind
 
 

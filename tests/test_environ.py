@@ -168,14 +168,17 @@ def test_explicit_arguments_win() -> None:
         "PYNUMABIND_NODES": "1",
         "PYNUMABIND_CPUS": "4",
     }
-    config = resolve(env, rank=1, nprocs=2, mode="node", memory="bind", nodes="0", cpus=[0, 1])
+    given = Options.from_arguments(
+        rank=1, nprocs=2, mode="node", memory="bind", nodes="0", cpus=[0, 1]
+    )
+    config = resolve(env, given)
     assert (config.rank, config.rank_source) == (1, "argument")
     assert (config.nprocs, config.nprocs_source) == (2, "argument")
     assert config.mode is CpuMode.NODE and config.memory is MemoryPolicy.BIND
     assert config.nodes == "0" and config.cpus == [0, 1]
     assert all(config.from_environment(o) is None for o in ("mode", "memory", "nodes", "cpus"))
     # With an explicit rank, the first launcher that sets a size is used.
-    assert resolve({"OMPI_COMM_WORLD_LOCAL_SIZE": "3"}, rank=0).nprocs == 3
+    assert resolve({"OMPI_COMM_WORLD_LOCAL_SIZE": "3"}, Options(rank=0)).nprocs == 3
 
 
 @pytest.mark.parametrize(
@@ -191,7 +194,7 @@ def test_explicit_arguments_win() -> None:
 )
 def test_bad_arguments(kwargs: dict) -> None:
     with pytest.raises(ConfigError):
-        resolve({"LOCAL_RANK": "0"}, **kwargs)
+        resolve({"LOCAL_RANK": "0"}, Options.from_arguments(**kwargs))
 
 
 @pytest.mark.parametrize("value", ["1", "true", "YES", "on", " On "])
@@ -237,18 +240,16 @@ def test_launcher_sizes_share_the_one_nprocs_check() -> None:
     with pytest.raises(ConfigError, match=r"LOCAL_WORLD_SIZE 100000 exceeds the limit of 65536"):
         resolve({"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "100000"})
     with pytest.raises(ConfigError, match=r"nprocs 100000 exceeds the limit"):
-        resolve({"LOCAL_RANK": "0"}, nprocs=100000)
+        resolve({"LOCAL_RANK": "0"}, Options.from_arguments(nprocs=100000))
 
 
 def test_options_are_built_once_and_carry_every_plan_input() -> None:
     config = resolve(
         {"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "PYNUMABIND_MEMORY": "interleave"},
-        device=0,
-        gpu_memory=True,
-        interleave_nodes=[0],
+        Options(gpu=0, gpu_memory=True, interleave_nodes=[0]),  # type: ignore[arg-type]
     )
     assert isinstance(config, Options)
-    assert (config.device, config.gpu_memory, config.interleave_nodes) == (0, True, frozenset({0}))
+    assert (config.gpu, config.gpu_memory, config.interleave_nodes) == (0, True, frozenset({0}))
     assert config.environment_settings() == (
         "rank from LOCAL_RANK",
         "nprocs from LOCAL_WORLD_SIZE",
@@ -267,7 +268,7 @@ def test_require_node_from_the_environment() -> None:
     assert config.require_node and config.from_environment("require_node") == (
         "PYNUMABIND_REQUIRE_NODE"
     )
-    assert resolve({"LOCAL_RANK": "0"}, require_node=True).require_node
+    assert resolve({"LOCAL_RANK": "0"}, Options(require_node=True)).require_node
     with pytest.raises(ConfigError, match="PYNUMABIND_REQUIRE_NODE"):
         resolve({"LOCAL_RANK": "0", "PYNUMABIND_REQUIRE_NODE": "maybe"})
 

@@ -54,7 +54,7 @@ def _run(code: str) -> str:
 
 
 def test_a_fork_during_a_lazy_export_import_does_not_deadlock_the_child() -> None:
-    # The importing thread stops inside the import of pynumabind.binder (its
+    # The importing thread stops inside the import of pynumabind.binding (its
     # module lock held) for up to 2 s, or until the fork is done.  Before the
     # fix the child inherited that lock held and hung on its first
     # pynumabind.bind_current_process; now the fork waits for the import.
@@ -66,7 +66,7 @@ def test_a_fork_during_a_lazy_export_import_does_not_deadlock_the_child() -> Non
 
         class Pause:
             def find_spec(self, name, path=None, target=None):
-                if name == "pynumabind.binder" and os.getpid() == parent and not paused.is_set():
+                if name == "pynumabind.binding" and os.getpid() == parent and not paused.is_set():
                     paused.set()
                     forked.wait(2.0)
                 return None
@@ -80,7 +80,7 @@ def test_a_fork_during_a_lazy_export_import_does_not_deadlock_the_child() -> Non
             code = 3
             try:
                 pynumabind.bind_current_process
-                module = sys.modules["pynumabind.binder"]
+                module = sys.modules["pynumabind.binding"]
                 code = 0 if hasattr(module, "apply_plan") else 4  # imported whole, or not begun
             finally:
                 os._exit(code)

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(
 
 INTERRUPTER = """
 from pynumabind import _libnuma
-from pynumabind.binder import apply_plan
+from pynumabind.binding import apply_plan
 from pynumabind.model import MemoryPolicy, Plan
 
 stop = threading.Event()
@@ -40,7 +40,7 @@ for t in workers:
     t.start()
 while len(os.listdir("/proc/self/task")) < 8 or os.sched_getaffinity(workers[-1].native_id) != {0}:
     time.sleep(0.01)
-plan = Plan(rank=0, device=None, cpus=frozenset({1}), mems=frozenset({0}),
+plan = Plan(rank=0, gpu=None, cpus=frozenset({1}), mems=frozenset({0}),
             policy=MemoryPolicy.BIND)
 
 def state():

@@ -8,6 +8,9 @@ import mmap
 import os
 import subprocess
 import sys
+import threading
+import time
+from typing import Any, Callable, List, Optional
 
 import pytest
 
@@ -185,3 +188,80 @@ def test_import_does_not_load_libnuma_or_pynvml() -> None:
     )
     assert result.stdout.strip() == "[]"
     assert result.stderr == ""
+
+
+# ------------------------------------------------- loading once, under a lock
+
+
+def _race(call: Callable[[], Any], threads: int = 8) -> List[Any]:
+    """``call`` from ``threads`` threads released at once; what each got."""
+    barrier = threading.Barrier(threads)
+    got: List[Any] = [None] * threads
+
+    def run(index: int) -> None:
+        barrier.wait()
+        got[index] = call()
+
+    workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return got
+
+
+class _SlowFfi:
+    """The real FFI, with a ``dlopen`` that counts its calls and takes its time."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.opened: List[str] = []
+
+    def dlopen(self, name: str) -> Any:
+        self.opened.append(name)
+        time.sleep(0.05)  # a slow disk: every racing thread reaches load() meanwhile
+        return self.real.dlopen(name)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+def test_racing_loads_dlopen_the_library_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    ffi = _SlowFfi(_libnuma._ffi())
+    monkeypatch.setattr(_libnuma, "_state", {"ffi": ffi})  # nothing loaded yet
+    libs = _race(_libnuma.load)
+    assert ffi.opened == [_libnuma.LIBRARY_NAME]
+    assert all(lib is libs[0] for lib in libs)
+    assert int(libs[0].numa_available()) >= 0
+
+
+def test_racing_first_uses_build_the_ffi_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pynumabind import _libnuma_build
+
+    built: List[Any] = []
+    real_build = _libnuma_build.build_ffi
+
+    def slow_build() -> Any:
+        time.sleep(0.05)
+        built.append(real_build())
+        return built[-1]
+
+    monkeypatch.setitem(sys.modules, "pynumabind._libnuma_ffi", None)  # not generated
+    monkeypatch.setattr(_libnuma_build, "build_ffi", slow_build)
+    monkeypatch.setattr(_libnuma, "_state", {})
+    ffis = _race(_libnuma._ffi)
+    assert len(built) == 1 and all(f is built[0] for f in ffis)
+
+
+def test_racing_questions_about_a_mode_probe_it_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(_libnuma._state, "modes", {})
+    probed: List[int] = []
+
+    def slow_probe(mode: int) -> Optional[bool]:
+        probed.append(mode)
+        time.sleep(0.05)
+        return True
+
+    monkeypatch.setattr(_libnuma, "_probe_mode", slow_probe)
+    answers = _race(lambda: _libnuma.supports_mode(_libnuma.MPOL_PREFERRED_MANY))
+    assert probed == [_libnuma.MPOL_PREFERRED_MANY] and answers == [True] * 8

@@ -56,7 +56,7 @@ def check_plan(topo: Topology, p: Plan, mode: str, detected: bool = True) -> Non
         assert p.mems
     if mode == "none":
         assert p.cpus is None
-    gpu = p.device
+    gpu = p.gpu
     if detected and gpu is not None and gpu.numa_node in topo.nodes:
         node_cpus = topo.nodes[gpu.numa_node].cpus  # type: ignore[index]
         local = node_cpus & topo.allowed_cpus

@@ -32,20 +32,20 @@ def test_slurm_one_gpu_per_task() -> None:
 
     DGX H100, task 5 of 8 under ``--gpus-per-task=1``: the task sees GPU 5
     alone, as its device 0.  Node mode binds it to GPU 5's node (1) either way,
-    with a wrap-around warning unless ``device=0``; exclusive mode slices node 1
+    with a wrap-around warning unless ``gpu=0``; exclusive mode slices node 1
     among all 8 tasks (14 CPUs) where default visibility gives 28.
     """
     full = dgx_h100()
     alone = dataclasses.replace(full, gpus=(full.gpus[5],))
     by_rank = planner.plan(alone, 5, 8)
-    by_device = planner.plan(alone, 5, 8, device=0)
+    by_device = planner.plan(alone, 5, 8, gpu=0)
     for plan in (by_rank, by_device):
-        assert plan.device is not None and plan.device.pci_bus_id == full.gpus[5].pci_bus_id
+        assert plan.gpu is not None and plan.gpu.pci_bus_id == full.gpus[5].pci_bus_id
         assert plan.node == 1
         assert plan.cpus == full.nodes[1].cpus
     assert any("wrap around" in w for w in by_rank.warnings)
     assert by_device.warnings == ()
-    exclusive = planner.plan(alone, 5, 8, device=0, mode="exclusive").cpus
+    exclusive = planner.plan(alone, 5, 8, gpu=0, mode="exclusive").cpus
     default_visibility = planner.plan(full, 5, 8, mode="exclusive").cpus
     assert exclusive is not None and default_visibility is not None
     assert (len(exclusive), len(default_visibility)) == (14, 28)

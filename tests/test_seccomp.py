@@ -33,10 +33,10 @@ class Keep(logging.Handler):
         records.append((record.levelname, record.name, record.getMessage()))
 logging.getLogger("pynumabind").addHandler(Keep())
 logging.getLogger("pynumabind").setLevel(logging.INFO)
-from pynumabind.binder import apply_plan
+from pynumabind.binding import apply_plan
 from pynumabind.errors import BindError
 from pynumabind.model import MemoryPolicy, Plan
-plan = Plan(rank=0, device=None, cpus=frozenset({{1}}), mems=frozenset({{0}}),
+plan = Plan(rank=0, gpu=None, cpus=frozenset({{1}}), mems=frozenset({{0}}),
             policy=MemoryPolicy.{policy})
 out = {{"before": cpus_allowed()}}
 try:
@@ -139,10 +139,10 @@ def test_with_sys_nice_raise_on_migration_rolls_back_policy_too() -> None:
 import seccomp_filter
 seccomp_filter.install((256, 279))
 from pynumabind import _libnuma
-from pynumabind.binder import apply_plan
+from pynumabind.binding import apply_plan
 from pynumabind.errors import BindError
 from pynumabind.model import MemoryPolicy, Plan
-plan = Plan(rank=0, device=None, cpus=frozenset({1}), mems=frozenset({0}),
+plan = Plan(rank=0, gpu=None, cpus=frozenset({1}), mems=frozenset({0}),
             policy=MemoryPolicy.BIND)
 try:
     apply_plan(plan, migrate=True, on_error="raise")

@@ -17,9 +17,10 @@ from hypothesis import strategies as hyp_st
 import libnuma_oracle as oracle
 import sysfs_tree as st
 from pynumabind import _libnuma
-from pynumabind._sysfs import normalize_bus_id, read_topology
+from pynumabind._sysfs import normalize_bus_id
 from pynumabind.cpulist import format_cpulist, parse_cpulist
 from pynumabind.discovery import detect_topology, topology_from_sysfs
+from pynumabind.discovery import topology_from_sysfs as read_topology
 from pynumabind.errors import ConfigError, TopologyError
 from pynumabind.model import Topology
 from pynumabind.planner import plan

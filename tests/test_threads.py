@@ -13,7 +13,7 @@ import time
 import pytest
 
 from bindchild import run_child
-from pynumabind import _threads
+from pynumabind import _proc, _threads
 
 pytestmark = pytest.mark.skipif(
     len(os.sched_getaffinity(0)) < 2, reason="needs at least two allowed CPUs (0 and 1)"
@@ -150,7 +150,7 @@ def test_restore_of_an_exited_thread_counts_as_restored() -> None:
     t.start()
     t.join()  # returns slightly before the kernel thread is gone: poll
     deadline = time.monotonic() + 5
-    while _threads.thread_affinity(holder["tid"]) is not None:
+    while _proc.thread_affinity(holder["tid"]) is not None:
         assert time.monotonic() < deadline, "thread never exited"
         time.sleep(0.005)
     restored, failed = _threads.restore_threads({holder["tid"]: frozenset({0})})
@@ -165,21 +165,19 @@ def test_argument_validation() -> None:
 
 
 def test_thread_listing_and_names_match_proc() -> None:
-    tids = _threads.list_thread_ids()
+    tids = _proc.list_thread_ids()
     assert threading.get_native_id() in tids
     assert tids == sorted(int(t) for t in os.listdir("/proc/self/task"))
     with open(f"/proc/self/task/{tids[0]}/comm") as handle:
-        assert _threads.thread_name(tids[0]) == handle.read().rstrip("\n")
-    assert _threads.thread_name(2**22 + 12345) == ""
+        assert _proc.thread_name(tids[0]) == handle.read().rstrip("\n")
+    assert _proc.thread_name(2**22 + 12345) == ""
 
 
 def test_check_reads_thread_masks_while_a_thread_exits(monkeypatch: pytest.MonkeyPatch) -> None:
     # Reading /proc/self/task/T/status after T exited fails with ESRCH, not
     # ENOENT (measured: ~1 in 600 scans while threads churn).  Open the file,
-    # let the thread exit, then let _thread_cpus read it.
+    # let the thread exit, then let _proc.thread_status_cpus read it.
     import builtins
-
-    from pynumabind import _check
 
     stop = threading.Event()
     thread = threading.Thread(target=stop.wait)
@@ -195,7 +193,7 @@ def test_check_reads_thread_masks_while_a_thread_exits(monkeypatch: pytest.Monke
             time.sleep(0.05)  # join() returns just before the kernel reaps the thread
         return handle
 
-    monkeypatch.setattr(_check, "open", open_then_exit, raising=False)
-    masks = _check._thread_cpus()
+    monkeypatch.setattr(_proc, "open", open_then_exit, raising=False)
+    masks = _proc.thread_status_cpus()
     assert thread.native_id not in masks
     assert masks[threading.get_native_id()] == frozenset(os.sched_getaffinity(0))

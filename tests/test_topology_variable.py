@@ -12,12 +12,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional
 
 import pytest
 
-from pynumabind import TopologyError
+from pynumabind import Options, TopologyError, bind_current_process, discovery
 from pynumabind._environ import resolve
-from pynumabind.discovery import process_topology
+from pynumabind.discovery import process_topology, resolve_topology
+from pynumabind.model import Topology
 
 sys.path.insert(0, str(Path(__file__).parent / "integrations"))
 from helpers import two_node_snapshot
@@ -33,10 +35,10 @@ def snapshot(tmp_path: Path) -> Path:
 
 
 def test_resolve_reads_the_variable_and_empty_is_unset() -> None:
-    options = resolve({"PYNUMABIND_TOPOLOGY": "/x.json"}, rank=0)
+    options = resolve({"PYNUMABIND_TOPOLOGY": "/x.json"}, Options(rank=0))
     assert options.topology_file == "/x.json"
     assert options.sources["topology_file"] == "PYNUMABIND_TOPOLOGY"
-    assert resolve({"PYNUMABIND_TOPOLOGY": " "}, rank=0).topology_file is None
+    assert resolve({"PYNUMABIND_TOPOLOGY": " "}, Options(rank=0)).topology_file is None
 
 
 def test_process_view_over_the_snapshot(snapshot: Path) -> None:
@@ -69,6 +71,63 @@ def test_another_machines_snapshot_is_an_error(tmp_path: Path, snapshot: Path) -
     small.write_text(json.dumps(data))
     with pytest.raises(TopologyError, match=r"lacks CPUs this process may run on \(1\)"):
         process_topology(str(small))
+
+
+# ------------------------------------------------------------ resolve_topology
+# (issue 24 item 2: the one place that decides where the machine comes from)
+
+
+def test_resolve_topology_takes_the_variable_and_visibility_from_the_mapping(
+    snapshot: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYNUMABIND_TOPOLOGY", "/nonexistent/os-environ.json")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    env = {"PYNUMABIND_TOPOLOGY": str(snapshot), "CUDA_VISIBLE_DEVICES": "1"}
+    topology = resolve_topology(environ=env)
+    assert [g.pci_bus_id for g in topology.gpus] == ["0000:65:00.0"]
+    assert topology.notes[-1] == f"machine from PYNUMABIND_TOPOLOGY={snapshot}"
+
+
+def test_resolve_topology_explicit_sources_win_over_the_variable(
+    snapshot: Path, tmp_path: Path
+) -> None:
+    env = {"PYNUMABIND_TOPOLOGY": "/nonexistent.json"}
+    as_recorded = resolve_topology(environ=env, snapshot=str(snapshot))
+    assert as_recorded.allowed_mems == frozenset({0, 1})  # the file's, not this process's
+    assert len(as_recorded.gpus) == 2  # no visibility applied to another machine
+    with pytest.raises(TopologyError, match="cannot read topology file ''"):
+        resolve_topology(environ={}, snapshot="")  # "" never means "this machine"
+
+
+def test_resolve_topology_trims_ascii_whitespace_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYNUMABIND_TOPOLOGY", raising=False)
+    here = resolve_topology(environ={"PYNUMABIND_TOPOLOGY": " \t\n"}, use_nvml=False)
+    assert not any("PYNUMABIND_TOPOLOGY" in note for note in here.notes)  # unset: this machine
+    with pytest.raises(TopologyError, match=r"^PYNUMABIND_TOPOLOGY: .*'\\xa0'"):
+        resolve_topology(environ={"PYNUMABIND_TOPOLOGY": "\u00a0"})  # a file name, not blank
+
+
+def test_bind_current_process_detects_with_the_given_environ(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The bug of issue 24 item 2: environ= reached the snapshot path but not
+    # detection, so CUDA_VISIBLE_DEVICES came from os.environ.  This machine
+    # has no GPU, so the mapping detection receives is what can be observed.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "from-os-environ")
+    monkeypatch.setenv("PYNUMABIND_TOPOLOGY", "/nonexistent/os-environ.json")
+    seen: List[Optional[Mapping[str, str]]] = []
+    real = discovery.detect_topology
+
+    def spy(**kwargs: Any) -> Topology:
+        seen.append(kwargs.get("environ"))
+        return real(**kwargs)
+
+    monkeypatch.setattr(discovery, "detect_topology", spy)
+    env: Dict[str, str] = {"LOCAL_RANK": "0", "CUDA_VISIBLE_DEVICES": "from-the-mapping"}
+    binding = bind_current_process(environ=env, nprocs=1, mode="none", memory="none")
+    assert binding.applied is False  # mode and memory "none": nothing changed here
+    assert len(seen) == 1 and seen[0] is not None
+    assert seen[0]["CUDA_VISIBLE_DEVICES"] == "from-the-mapping"
 
 
 def _bind_in_child(env: dict) -> str:
@@ -126,7 +185,7 @@ def test_cli_plan_and_check_use_the_snapshot_like_their_workers(snapshot: Path) 
     # while that worker bound from the snapshot's GPU 0.
     env = {"PYNUMABIND_TOPOLOGY": str(snapshot), "CUDA_VISIBLE_DEVICES": "0,1"}
     plans = json.loads(_cli(env, "plan", "--json").stdout)["ranks"]
-    assert [(p["device"]["pci_bus_id"], p["cpus"]) for p in plans] == [
+    assert [(p["gpu"]["pci_bus_id"], p["cpus"]) for p in plans] == [
         ("0000:17:00.0", "0"),
         ("0000:65:00.0", "1"),
     ]

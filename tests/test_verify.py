@@ -100,7 +100,7 @@ def test_thread_rule() -> None:
 # ------------------------------------------- verify() and check: one verifier
 
 TWINS = """
-from pynumabind import _check, _libnuma, binder
+from pynumabind import _cli_check, _libnuma, binding as binding_module
 from pynumabind.discovery import detect_topology
 snapshot = detect_topology(use_nvml=False).to_json(indent=None)
 real_page_nodes = _libnuma.page_nodes
@@ -109,12 +109,12 @@ real_page_nodes = _libnuma.page_nodes
 _libnuma.page_nodes = lambda buffer: [1 for _ in real_page_nodes(buffer)]
 _libnuma.node_memory = lambda node: (64 << 30, {free})
 verified = {{}}
-real_verify = binder.Binding.verify
+real_verify = binding_module.Binding.verify
 def keep(self, pages=16):
     verified["result"] = real_verify(self, pages)
     return verified["result"]
-binder.Binding.verify = keep
-report = _check.check_this_process(0, 1, {{"memory": "preferred"}}, snapshot)
+binding_module.Binding.verify = keep
+report = _cli_check.check_this_process(0, 1, {{"memory": "preferred"}}, snapshot)
 emit({{"report": report.to_dict(), "verify": verified["result"].to_dict()}})
 """
 

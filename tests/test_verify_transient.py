@@ -13,17 +13,18 @@ from typing import Any, Iterator, List
 
 import pytest
 
-from pynumabind import _libnuma, _verify, binder
+from pynumabind import _libnuma, _verify
+from pynumabind import binding as binding_module
 from pynumabind.model import MemoryPolicy, Plan
 
 pytestmark = pytest.mark.skipif(not _libnuma.available(), reason="libnuma unavailable")
 
 
 @pytest.fixture
-def bound_to_node0() -> Iterator[binder.Binding]:
+def bound_to_node0() -> Iterator[binding_module.Binding]:
     node = min(_libnuma.get_mems_allowed())
-    plan = Plan(rank=0, device=None, cpus=None, mems=frozenset({node}), policy=MemoryPolicy.BIND)
-    binding = binder.apply_plan(plan, on_error="raise")
+    plan = Plan(rank=0, gpu=None, cpus=None, mems=frozenset({node}), policy=MemoryPolicy.BIND)
+    binding = binding_module.apply_plan(plan, on_error="raise")
     try:
         yield binding
     finally:
@@ -48,7 +49,7 @@ def _answers(monkeypatch: pytest.MonkeyPatch, bad_calls: int) -> List[int]:
 
 
 def test_page_under_migration_is_asked_again(
-    bound_to_node0: binder.Binding, monkeypatch: pytest.MonkeyPatch
+    bound_to_node0: binding_module.Binding, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = _answers(monkeypatch, bad_calls=2)
     check = bound_to_node0.verify()
@@ -58,7 +59,7 @@ def test_page_under_migration_is_asked_again(
 
 
 def test_page_that_stays_missing_is_reported(
-    bound_to_node0: binder.Binding, monkeypatch: pytest.MonkeyPatch
+    bound_to_node0: binding_module.Binding, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = _answers(monkeypatch, bad_calls=100)
     check = bound_to_node0.verify()

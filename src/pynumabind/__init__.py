@@ -13,7 +13,13 @@ The public surface is :data:`_EXPORTS`, one table: ``__all__`` is made from
 it, and a test keeps the ``TYPE_CHECKING`` imports below (what type checkers
 and IDEs see) equal to it.  Helpers a user does not need to bind or plan
 (cpumask parsing, for instance) stay importable from their modules but are
-not exported here.
+not exported here.  Every name here comes from a public module: a class a
+private module defines (``_threads.ThreadResult``, ``_apply.Skipped``,
+``_visible.apply_visibility``) is re-exported by the public module whose
+results hold it (:mod:`.binding`, :mod:`.discovery`), which says so.  The
+one exception is :class:`Options`: :mod:`._options` sits at the bottom
+floor with the model (the planner, discovery and the binding all take it),
+and ``pynumabind.Options`` is its public name.
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "Plan": ("model", "Plan"),
     "CpuMode": ("model", "CpuMode"),
     "MemoryPolicy": ("model", "MemoryPolicy"),
+    "Options": ("_options", "Options"),
     "plan": ("planner", "plan"),
     "plan_all": ("planner", "plan_all"),
     "plan_each": ("planner", "plan_each"),
@@ -60,15 +67,16 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "detect_topology": ("discovery", "detect_topology"),
     "topology_from_sysfs": ("discovery", "topology_from_sysfs"),
     "load_topology": ("discovery", "load_topology"),
-    "apply_visibility": ("_visible", "apply_visibility"),
+    "resolve_topology": ("discovery", "resolve_topology"),
+    "apply_visibility": ("discovery", "apply_visibility"),
     # binding (Binding.threads holds ThreadResults, whose action is a ThreadAction)
-    "Binding": ("binder", "Binding"),
-    "Skipped": ("binder", "Skipped"),
-    "ThreadAction": ("_threads", "ThreadAction"),
-    "ThreadResult": ("_threads", "ThreadResult"),
-    "VerifyResult": ("binder", "VerifyResult"),
-    "apply_plan": ("binder", "apply_plan"),
-    "bind_current_process": ("binder", "bind_current_process"),
+    "Binding": ("binding", "Binding"),
+    "Skipped": ("binding", "Skipped"),
+    "ThreadAction": ("binding", "ThreadAction"),
+    "ThreadResult": ("binding", "ThreadResult"),
+    "VerifyResult": ("binding", "VerifyResult"),
+    "apply_plan": ("binding", "apply_plan"),
+    "bind_current_process": ("binding", "bind_current_process"),
 }
 
 # Made from the table; type checkers read the "X as X" re-exports below instead.
@@ -77,20 +85,23 @@ __all__ = ["__version__", *_EXPORTS]  # noqa: PLE0604
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Dict, List, Tuple
 
+    from ._options import Options as Options
+
     # "X as X": an explicit re-export, for type checkers and linters.
-    from ._threads import ThreadAction as ThreadAction
-    from ._threads import ThreadResult as ThreadResult
-    from ._visible import apply_visibility as apply_visibility
-    from .binder import Binding as Binding
-    from .binder import Skipped as Skipped
-    from .binder import VerifyResult as VerifyResult
-    from .binder import apply_plan as apply_plan
-    from .binder import bind_current_process as bind_current_process
+    from .binding import Binding as Binding
+    from .binding import Skipped as Skipped
+    from .binding import ThreadAction as ThreadAction
+    from .binding import ThreadResult as ThreadResult
+    from .binding import VerifyResult as VerifyResult
+    from .binding import apply_plan as apply_plan
+    from .binding import bind_current_process as bind_current_process
     from .cpulist import format_cpulist as format_cpulist
     from .cpulist import parse_cpulist as parse_cpulist
     from .cpulist import parse_nodelist as parse_nodelist
+    from .discovery import apply_visibility as apply_visibility
     from .discovery import detect_topology as detect_topology
     from .discovery import load_topology as load_topology
+    from .discovery import resolve_topology as resolve_topology
     from .discovery import topology_from_sysfs as topology_from_sysfs
     from .errors import BindError as BindError
     from .errors import ConfigError as ConfigError

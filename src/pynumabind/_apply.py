@@ -1,6 +1,6 @@
 """The steps that apply a plan, and the journal that undoes them.
 
-:func:`~pynumabind.binder.apply_plan` runs three steps in order -- CPUs
+:func:`~pynumabind.binding.apply_plan` runs three steps in order -- CPUs
 (every thread), memory policy (the calling thread), page migration -- in
 threadpoolctl's snapshot -> apply -> restore style:
 
@@ -18,7 +18,7 @@ threadpoolctl's snapshot -> apply -> restore style:
   always an error: the CPU step raises, and the journal is rolled back.
 * Migration has no undo: pages moved onto the plan's nodes stay there.
 
-:meth:`Binding.restore() <pynumabind.binder.Binding.restore>` replays the
+:meth:`Binding.restore() <pynumabind.binding.Binding.restore>` replays the
 journal.  The journal knows the process (pid) and thread that made it: the
 memory policy is that thread's own, and thread ids mean nothing in another
 process.
@@ -33,12 +33,12 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple, Union
 
-from . import _libnuma, _threads
+from . import _libnuma, _proc, _threads
 from .errors import (
     BindError,
     LibnumaUnavailableError,
-    NumaSyscallError,
     PlanError,
+    PynumabindError,
     format_ids,
 )
 from .model import MemoryPolicy, Plan
@@ -51,7 +51,9 @@ __all__ = [
     "PolicyUndo",
     "Skipped",
     "ThreadChurn",
+    "allowed_mems_for",
     "bind_cpus",
+    "cpu_error",
     "fix_for",
     "migrate_pages",
     "policy_request",
@@ -59,8 +61,6 @@ __all__ = [
     "set_policy",
     "threads_keeping_policy",
 ]
-
-_NUMA_ERRORS = (NumaSyscallError, LibnumaUnavailableError)
 
 _SECCOMP_FIX = (
     "EPERM from a memory-policy syscall usually means a container seccomp profile: Docker's "
@@ -130,12 +130,12 @@ class CpuUndo:
         masks = dict(self.masks)
         failures: List[str] = []
         try:
-            for tid in _threads.list_thread_ids():
+            for tid in _proc.list_thread_ids():
                 if tid in masks or tid in self.existing:
                     continue  # changed by the bind, or on these CPUs before it
-                if _threads.thread_affinity(tid) == self.bound:
+                if _proc.thread_affinity(tid) == self.bound:
                     masks[tid] = self.reference
-        except OSError as exc:
+        except PynumabindError as exc:
             failures.append(f"thread scan: {exc}")
         _, failed = _threads.restore_threads(masks)
         failures.extend(f"thread {tid} affinity" for tid in failed)
@@ -154,7 +154,7 @@ class PolicyUndo:
                 _libnuma.set_mempolicy(_libnuma.MPOL_DEFAULT)
             else:
                 _libnuma.set_mempolicy(self.before.mode, self.before.nodes, self.before.flags)
-        except _NUMA_ERRORS as exc:
+        except _libnuma.ERRORS as exc:
             return [f"memory policy: {exc}"]
         return []
 
@@ -331,38 +331,44 @@ def bind_cpus(
     allowed, the kernel refuses, or it narrows a thread's mask.
     """
     if not wanted <= before:
-        raise cpu_error(wanted, before, f"CPUs {format_ids(wanted - before)} are not allowed here")
+        raise _cpu_failure(
+            wanted, before, f"CPUs {format_ids(wanted - before)} are not allowed here"
+        )
     try:
         # Threads on exactly ``wanted`` already are left so by restore();
         # ones started from here on that inherit it are not.
-        record = CpuUndo(before, wanted, frozenset(_threads.list_thread_ids()))
+        record = CpuUndo(before, wanted, frozenset(_proc.list_thread_ids()))
         journal.add(record)
         scan = _threads.bind_threads(wanted, reference=before, record=record.masks)
     except _threads.ThreadAffinityError as exc:
         raise _refused(exc, wanted, before) from exc
-    except OSError as exc:  # /proc/self/task unreadable; bind_threads rolled back
-        raise cpu_error(wanted, before, f"cannot read this process's threads ({exc})") from exc
-    caller = [r for r in scan.results if r.tid == journal.thread_id]
-    if not caller or caller[0].action is not _threads.ThreadAction.BOUND:
+    except PynumabindError as exc:  # /proc/self/task unreadable; bind_threads rolled back
+        detail = f"cannot read this process's threads ({exc})"
+        raise _cpu_failure(wanted, before, detail) from exc
+    problem = _scan_problem(scan, wanted, journal.thread_id)
+    if problem is not None:
         journal.rollback()
+        raise _cpu_failure(wanted, before, problem)
+    return scan
+
+
+def _scan_problem(
+    scan: _threads.ThreadScan, wanted: frozenset[int], caller_tid: int
+) -> Optional[str]:
+    """Why a finished scan is no binding: the caller unbound, or a thread narrowed."""
+    caller = [r for r in scan.results if r.tid == caller_tid]
+    if not caller or caller[0].action is not _threads.ThreadAction.BOUND:
         mask = caller[0].before if caller else None
-        raise cpu_error(
-            wanted,
-            before,
+        return (
             f"the calling thread's own mask changed to {format_ids(mask)} while binding "
             "(another thread binding at the same time?); a worker whose own thread is "
-            "unbound is not bound",
+            "unbound is not bound"
         )
-    narrowed = [
-        r for r in scan.results if r.action is _threads.ThreadAction.BOUND and r.after != wanted
-    ]
-    if narrowed:
-        journal.rollback()
-        got = narrowed[0].after or frozenset()
-        raise cpu_error(
-            wanted, before, f"the kernel narrowed thread {narrowed[0].tid} to {format_ids(got)}"
-        )
-    return scan
+    for result in scan.results:
+        if result.action is _threads.ThreadAction.BOUND and result.after != wanted:
+            got = result.after or frozenset()
+            return f"the kernel narrowed thread {result.tid} to {format_ids(got)}"
+    return None
 
 
 def _refused(
@@ -377,14 +383,14 @@ def _refused(
         # EPERM is about permission, not about which CPUs: widening the
         # cpuset would not help (that is EINVAL).
         error = BindError(
-            f"cannot bind to CPUs {format_ids(wanted)}: {exc.strerror}: the kernel refused "
-            "with EPERM, which means the thread belongs to another user, or changing it needs "
-            "CAP_SYS_NICE, or a seccomp/LSM policy denies sched_setaffinity (not that the "
-            "CPUs are outside the cpuset); nothing was changed. Run the worker as the user "
+            f"cannot bind to CPUs {format_ids(wanted)}: {os.strerror(errno.EPERM)}: the kernel "
+            "refused with EPERM, which means the thread belongs to another user, or changing "
+            "it needs CAP_SYS_NICE, or a seccomp/LSM policy denies sched_setaffinity (not that "
+            "the CPUs are outside the cpuset); nothing was changed. Run the worker as the user "
             "that owns all its threads, or allow sched_setaffinity in the container"
         )
     else:
-        error = cpu_error(wanted, before, reason)
+        error = _cpu_failure(wanted, before, reason)
     if exc.restore_failures:
         error = BindError(
             f"{error}; WARNING: threads {list(exc.restore_failures)} could not be restored"
@@ -397,13 +403,13 @@ def set_policy(request: PolicyRequest, journal: Journal) -> Optional[Exception]:
     assert request.mode is not None
     try:
         before: Optional[_libnuma.MemPolicy] = _libnuma.get_mempolicy()
-    except _NUMA_ERRORS:
+    except _libnuma.ERRORS:
         before = None
     record = PolicyUndo(before)
     journal.add(record)
     try:
         _libnuma.set_mempolicy(request.mode, request.nodes)
-    except _NUMA_ERRORS as exc:
+    except _libnuma.ERRORS as exc:
         journal.discard(record)
         return exc
     return None
@@ -424,10 +430,10 @@ def migrate_pages(plan: Plan) -> MigrationOutcome:
     if not plan.mems:
         return MigrationOutcome(note=f"migrate ignored: policy {plan.policy.value} names no nodes")
     try:
-        allowed = _libnuma.get_mems_allowed()
+        allowed = _proc.mems_allowed()
         source = (allowed - plan.mems) or allowed
         return MigrationOutcome(True, _libnuma.migrate_pages(0, source, plan.mems))
-    except _NUMA_ERRORS as exc:
+    except _libnuma.ERRORS as exc:
         return MigrationOutcome(failure=exc)
 
 
@@ -443,8 +449,8 @@ def threads_keeping_policy(scan: Optional[_threads.ThreadScan], caller: int) -> 
             if r.tid != caller and r.action is not _threads.ThreadAction.EXITED
         )
     try:
-        return tuple(t for t in _threads.list_thread_ids() if t != caller)
-    except OSError:
+        return tuple(t for t in _proc.list_thread_ids() if t != caller)
+    except PynumabindError:
         return ()
 
 
@@ -454,7 +460,7 @@ def read_back_policy(
     """The calling thread's policy now, and a note when it is not what was set."""
     try:
         now = _libnuma.get_mempolicy()
-    except _NUMA_ERRORS as exc:
+    except _libnuma.ERRORS as exc:
         return None, f"memory policy could not be read back: {exc}"
     if applied and (now.mode != request.mode or (request.nodes and now.nodes != request.nodes)):
         return now, (
@@ -466,10 +472,27 @@ def read_back_policy(
 
 
 # ------------------------------------------------------------------- errors
+#
+# Facts first, then words: the readers below run syscalls and return values;
+# fix_for and cpu_error only format the values they are given.
 
 
-def fix_for(exc: BaseException, what: str) -> str:
-    """What a user can do about a failed step (memory policy, migration, thread churn)."""
+def allowed_mems_for(exc: BaseException) -> Optional[frozenset[int]]:
+    """The allowed memory nodes, read now, when ``exc`` is about them (EINVAL); else None."""
+    if getattr(exc, "errno", None) != errno.EINVAL or isinstance(exc, ThreadChurn):
+        return None
+    try:
+        return _proc.mems_allowed()
+    except _libnuma.ERRORS:
+        return None
+
+
+def fix_for(exc: BaseException, what: str, allowed_mems: Optional[frozenset[int]] = None) -> str:
+    """What a user can do about a failed step (memory policy, migration, thread churn).
+
+    ``allowed_mems`` (from :func:`allowed_mems_for`; ``None``: unknown) is
+    named when the step asked for nodes outside them.
+    """
     err = getattr(exc, "errno", None)
     if isinstance(exc, ThreadChurn):
         return _CHURN_FIX
@@ -480,10 +503,7 @@ def fix_for(exc: BaseException, what: str) -> str:
     if err == errno.ENOSYS:
         return "the kernel lacks NUMA support (CONFIG_NUMA) or a filter returns ENOSYS"
     if err == errno.EINVAL:
-        try:
-            allowed = format_ids(_libnuma.get_mems_allowed())
-        except _NUMA_ERRORS:
-            allowed = "unknown"
+        allowed = "unknown" if allowed_mems is None else format_ids(allowed_mems)
         return (
             f"the {what} names nodes outside this process's allowed memory nodes "
             f"({allowed}, its cpuset.mems); plan within them"
@@ -491,43 +511,33 @@ def fix_for(exc: BaseException, what: str) -> str:
     return "see the error"
 
 
-def cpu_error(wanted: frozenset[int], before: frozenset[int], detail: str) -> BindError:
-    """The error for CPUs that cannot be bound; nothing was changed."""
+def _cpu_failure(wanted: frozenset[int], before: frozenset[int], detail: str) -> BindError:
+    """:func:`cpu_error` with this process's cpuset, read now (best effort)."""
+    try:
+        found = _proc.cpuset()
+    except PynumabindError:
+        found = None
+    return cpu_error(wanted, before, detail, found)
+
+
+def cpu_error(
+    wanted: frozenset[int],
+    before: frozenset[int],
+    detail: str,
+    cpuset: Optional[Tuple[str, frozenset[int]]] = None,
+) -> BindError:
+    """The error for CPUs that cannot be bound; nothing was changed.
+
+    ``before`` is the affinity mask, ``cpuset`` the cpuset path and its
+    effective CPUs when known (see :func:`._proc.cpuset`).
+    """
+    restriction = f"affinity mask {format_ids(before)}"
+    if cpuset is not None:
+        path, cpus = cpuset
+        restriction = f"cpuset {path} allows {format_ids(cpus)}; {restriction}"
     return BindError(
         f"cannot bind to CPUs {format_ids(wanted)}: {detail}; this process may use "
-        f"CPUs {format_ids(before)} ({_allowed_description(before)}); nothing was changed. "
+        f"CPUs {format_ids(before)} ({restriction}); nothing was changed. "
         "Plan within the allowed CPUs (pynumabind plans within them when it detects the "
         "topology itself) or widen the cpuset/affinity the launcher gives this worker"
     )
-
-
-def _allowed_description(current: frozenset[int]) -> str:
-    """Where the CPU restriction comes from, for error messages."""
-    cpuset = _cpuset_cpus()
-    parts = [f"affinity mask {format_ids(current)}"]
-    if cpuset is not None:
-        path, cpus = cpuset
-        parts.insert(0, f"cpuset {path} allows {format_ids(cpus)}")
-    return "; ".join(parts)
-
-
-def _cpuset_cpus() -> Optional[Tuple[str, frozenset[int]]]:
-    """This process's cpuset and its effective CPUs, best effort (v1 or v2)."""
-    from .cpulist import parse_cpulist
-
-    try:
-        with open("/proc/self/cpuset", encoding="utf-8") as handle:
-            path = handle.read().strip()
-    except OSError:
-        return None
-    candidates = (
-        f"/sys/fs/cgroup/cpuset{path}/cpuset.effective_cpus",  # v1
-        f"/sys/fs/cgroup{path}/cpuset.cpus.effective",  # v2
-    )
-    for candidate in candidates:
-        try:
-            with open(candidate, encoding="utf-8") as handle:
-                return path, parse_cpulist(handle.read().strip())
-        except (OSError, ValueError):
-            continue
-    return None

@@ -2,7 +2,7 @@
 
 :func:`resolve` merges them into the one :class:`~pynumabind._options.Options`
 (explicit arguments win).  Pure apart from reading the mapping it is given
-(``os.environ`` by default in the binder), so every rule here is tested with
+(``os.environ`` by default in the binding), so every rule here is tested with
 plain dicts.
 Values are only ever parsed into ints, enums and id sets: nothing from the
 environment reaches a shell, ``eval`` or a command line.
@@ -23,7 +23,7 @@ Rules
   With an explicit rank, the first launcher that sets a size is used.
 * ``PYNUMABIND_MODE``/``PYNUMABIND_MEMORY`` take the CLI's values;
   ``PYNUMABIND_NODES``/``PYNUMABIND_CPUS`` the planner's per-rank overrides
-  (``0,0,1,1``, ``0-3;4-7``), validated by the binder against the topology.  An empty value
+  (``0,0,1,1``, ``0-3;4-7``), validated by the planner against the topology.  An empty value
   counts as unset (``PYNUMABIND_MODE= cmd`` clears it), and so does one of only ASCII
   whitespace.  Only ASCII whitespace is trimmed: any other character, a no-break space
   (U+00A0) included, is part of the value, so a value of only such characters is a
@@ -33,8 +33,9 @@ Rules
   ``PYNUMABIND_REQUIRE_NODE`` takes the same values: a GPU whose NUMA node
   is unknown then fails the plan instead of leaving the rank unbound.
 * ``PYNUMABIND_TOPOLOGY=FILE``: plan from that snapshot (``pynumabind
-  snapshot``) instead of this machine; only the file name is read here (the
-  binder loads it, and a missing or bad file is an error naming it).
+  snapshot``) instead of this machine; only the file name is read here
+  (:func:`~pynumabind.discovery.resolve_topology` loads it, and a missing or
+  bad file is an error naming it).
 * Explicit arguments always win over the environment.
 * A rank or size variable that is set must be a non-negative integer (a
   size a positive one), even when empty: a launcher that exports
@@ -47,9 +48,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from typing import Any, Dict, Mapping, Optional, Tuple, Type, TypeVar
+from typing import Any, Dict, Mapping, Optional, Tuple
 
-from ._options import Options, check_nprocs
+from ._options import ASCII_SPACE, Options, check_nprocs, parse_choice, shown
 from .errors import ConfigError
 from .model import CpuMode, MemoryPolicy
 
@@ -63,7 +64,6 @@ __all__ = [
     "NODES_VARIABLE",
     "RANK_VARIABLES",
     "TOPOLOGY_VARIABLE",
-    "EnvConfig",
     "parse_flag",
     "resolve",
     "topology_file",
@@ -92,9 +92,7 @@ NO_RANK = (
     + " (torchrun, srun and mpirun set them)"
 )
 
-# Only ASCII whitespace is trimmed: str.strip() would also eat U+00A0 and its
-# kind, so a value made of them would silently count as unset.
-_ASCII_SPACE = " \t\n\r\f\v"
+_ASCII_SPACE = ASCII_SPACE  # only ASCII whitespace is trimmed (see _options.ASCII_SPACE)
 #: The one set of boolean values, for every on/off variable (``PYNUMABIND_DISABLE``,
 #: ``PYNUMABIND_REQUIRE_NODE``, ``PYNUMABIND_VLLM``, ``PYNUMABIND_SGLANG``), in any
 #: letter case, ASCII whitespace around them ignored (docs/integrations.md lists it).
@@ -102,14 +100,6 @@ FLAG_TRUE = frozenset({"1", "true", "yes", "on"})
 FLAG_FALSE = frozenset({"", "0", "false", "no", "off"})
 _INT = re.compile(r"[0-9]{1,9}\Z")  # no sign, no spaces inside; < 10**9
 _SLURM_TASKS = re.compile(r"([0-9]{1,9})(?:\(x[0-9]{1,9}\))?\Z")
-
-
-EnvConfig = Options  # the name callers used before the options object had its own module
-
-
-def shown(value: str) -> str:
-    """``repr`` of a variable's value, cut short: values can be hostile."""
-    return repr(value) if len(value) <= 60 else repr(value[:57]) + "..."
 
 
 def parse_flag(name: str, value: str) -> bool:
@@ -167,18 +157,6 @@ def _local_size(
     return None
 
 
-_E = TypeVar("_E", CpuMode, MemoryPolicy)
-
-
-def _env_enum(kind: Type[_E], name: str, value: str) -> _E:
-    folded = value.strip(_ASCII_SPACE).lower()
-    for member in kind:
-        if member.value == folded:
-            return member
-    choices = ", ".join(m.value for m in kind)
-    raise ConfigError(f"invalid {name}={shown(value)}; choose one of: {choices}")
-
-
 def _option(environ: Mapping[str, str], name: str) -> Optional[str]:
     value = environ.get(name)
     if value is None or not value.strip(_ASCII_SPACE):
@@ -187,7 +165,7 @@ def _option(environ: Mapping[str, str], name: str) -> Optional[str]:
 
 
 def topology_file(environ: Mapping[str, str]) -> Optional[str]:
-    """``PYNUMABIND_TOPOLOGY``, or None when unset or blank (the CLI and the binder share it)."""
+    """``PYNUMABIND_TOPOLOGY``, or None when unset or blank (resolve_topology's and resolve's)."""
     return _option(environ, TOPOLOGY_VARIABLE)
 
 
@@ -232,9 +210,9 @@ def _choices(environ: Mapping[str, str], given: Options, sources: Dict[str, str]
         if value is not None or text is None:
             out[option] = value
         elif option == "mode":
-            out[option] = _env_enum(CpuMode, variable, text)
+            out[option] = parse_choice(CpuMode, text, option, variable=variable)
         elif option == "memory":
-            out[option] = _env_enum(MemoryPolicy, variable, text)
+            out[option] = parse_choice(MemoryPolicy, text, option, variable=variable)
         else:
             # "0,0,1,1", "0-3;4-7" go to the planner as text: it parses them
             # against the topology and names the variable in errors.
@@ -249,17 +227,16 @@ def resolve(
     given: Optional[Options] = None,
     *,
     need_rank: bool = True,
-    **arguments: Any,
 ) -> Options:
-    """Merge explicit arguments (which win) with ``environ``: the one :class:`Options`.
+    """Merge the options given (which win) with ``environ``: the one :class:`Options`.
 
-    ``given`` is options already built (the CLI's); else ``arguments`` are
-    :meth:`Options.from_arguments`'s keywords.  ``need_rank=False`` leaves
-    ``rank`` None when neither an argument nor a launcher gives one (the
-    binder then binds to the GPUs the process sees).
+    ``given`` is options already built and checked (by a public function's
+    keyword front, the CLI, or the caller); ``None`` is none given.
+    ``need_rank=False`` leaves ``rank`` None when neither an argument nor a
+    launcher gives one (the binding then binds to the GPUs the process sees).
     """
     if given is None:
-        given = Options.from_arguments(**arguments)
+        given = Options()
     disable_value = environ.get(DISABLE_VARIABLE)
     disabled = disable_value is not None and parse_flag(DISABLE_VARIABLE, disable_value)
     rank, rank_source = _rank(environ, given)

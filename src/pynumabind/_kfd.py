@@ -108,6 +108,22 @@ def read_kfd(root: str = "/sys") -> Optional[List[KfdGpu]]:
     return gpus
 
 
+def _in_kfd_order(amd: List[Gpu], kfd: List[KfdGpu], notes: List[str]) -> List[Gpu]:
+    """The AMD GPUs in KFD order with their UUIDs and names; ones KFD lacks come last."""
+    by_bus = {g.pci_bus_id: g for g in amd}
+    ordered: List[Gpu] = []
+    for agent in kfd:
+        gpu = by_bus.pop(agent.pci_bus_id, None)
+        if gpu is None:
+            notes.append(f"KFD GPU at {agent.pci_bus_id} is not an accepted PCI function")
+            continue
+        ordered.append(replace(gpu, uuid=agent.uuid, model=agent.name or gpu.model))
+    for leftover in sorted(by_bus):
+        notes.append(f"AMD GPU {leftover} is missing from the KFD topology; listed last")
+        ordered.append(by_bus[leftover])
+    return ordered
+
+
 def apply_kfd(root: str, gpus: List[Gpu], notes: List[str]) -> List[Gpu]:
     """Put AMD GPUs in ROCm (KFD) order and add their UUIDs.
 
@@ -120,19 +136,7 @@ def apply_kfd(root: str, gpus: List[Gpu], notes: List[str]) -> List[Gpu]:
     kfd = read_kfd(root) if amd else None
     if amd and kfd is None:
         notes.append("AMD GPUs found but no KFD topology (amdgpu not loaded?): PCI order used")
-    ordered_amd = amd
-    if kfd is not None and amd:
-        by_bus = {g.pci_bus_id: g for g in amd}
-        ordered_amd = []
-        for agent in kfd:
-            gpu = by_bus.pop(agent.pci_bus_id, None)
-            if gpu is None:
-                notes.append(f"KFD GPU at {agent.pci_bus_id} is not an accepted PCI function")
-                continue
-            ordered_amd.append(replace(gpu, uuid=agent.uuid, model=agent.name or gpu.model))
-        for leftover in sorted(by_bus):
-            notes.append(f"AMD GPU {leftover} is missing from the KFD topology; listed last")
-            ordered_amd.append(by_bus[leftover])
+    ordered_amd = _in_kfd_order(amd, kfd, notes) if kfd is not None and amd else amd
     out: List[Gpu] = []
     for physical, gpu in enumerate(others):
         out.append(replace(gpu, index=len(out), physical_index=physical))

@@ -2,7 +2,8 @@
 
 Responsibilities, and nothing more:
 
-* load ``libnuma.so.1`` once, lazily, on first use, with an error that names
+* load ``libnuma.so.1`` once, lazily, on first use -- one ``dlopen``, under
+  a lock, however many threads ask at once -- with an error that names
   the package to install when it is missing, and the symbol when a library
   loads but lacks one that ``_libnuma_build.DECLARATIONS`` requires;
 * convert between kernel node masks and ``frozenset[int]``;
@@ -23,8 +24,10 @@ memory nodes from ``get_mempolicy(MPOL_F_MEMS_ALLOWED)``, read fresh.
 
 from __future__ import annotations
 
+import errno
 import logging
 import mmap
+import os
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
@@ -37,6 +40,9 @@ else:
     from typing import AbstractSet
 
 log = logging.getLogger(__name__)
+
+#: What a call into libnuma raises: catch these, never a bare ``OSError``.
+ERRORS = (NumaSyscallError, LibnumaUnavailableError)
 
 LIBRARY_NAME = "libnuma.so.1"
 
@@ -82,8 +88,20 @@ _INSTALL_HINT = (
 
 _BITS_PER_LONG = 8 * 8  # x86-64/aarch64 (LP64); checked against ffi at load
 
-_lock = threading.Lock()
+#: Guards every fill of ``_state`` (the FFI, the library, the mode probes):
+#: each is made once, by one thread, while the others wait.  Reentrant,
+#: because loading the library needs the FFI and a probe loads the library.
+_lock = threading.RLock()
 _state: Dict[str, Any] = {}
+
+
+def _reset_after_fork() -> None:
+    """A child forked while another thread loaded starts with a free lock."""
+    global _lock  # noqa: PLW0603 - reset in a fork child, nowhere else
+    _lock = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
 
 
 def _ffi() -> Any:
@@ -91,21 +109,23 @@ def _ffi() -> Any:
 
     An editable (development) install does not run cffi's generation step;
     then the same declarations are parsed at run time (in-line ABI mode),
-    which costs a few milliseconds once but behaves identically.
+    which costs a few milliseconds once but behaves identically.  Made once,
+    under the lock.
     """
     cached = _state.get("ffi")
     if cached is not None:
         return cached
-    try:
-        from ._libnuma_ffi import ffi
-    except ImportError:
-        from ._libnuma_build import build_ffi
+    with _lock:
+        if "ffi" not in _state:
+            try:
+                from ._libnuma_ffi import ffi
+            except ImportError:
+                from ._libnuma_build import build_ffi
 
-        ffi = build_ffi()
-
-        log.debug("pynumabind._libnuma_ffi not generated; parsing declarations at run time")
-    _state["ffi"] = ffi
-    return ffi
+                ffi = build_ffi()
+                log.debug("pynumabind._libnuma_ffi not generated; parsing declarations at run time")
+            _state["ffi"] = ffi
+        return _state["ffi"]
 
 
 def _missing_symbol(lib: Any) -> Optional[str]:
@@ -127,15 +147,26 @@ def _missing_symbol(lib: Any) -> Optional[str]:
 def load(name: Optional[str] = None) -> Any:
     """Return the loaded libnuma, loading it on first call.
 
-    ``name`` overrides the shared object name (tests use it to exercise the
-    missing-library errors); loads with a different name are not cached.
+    The library is opened once: the first caller opens it under the lock,
+    callers racing it wait and get the same handle.  ``name`` overrides the
+    shared object name (tests use it to exercise the missing-library
+    errors); loads with a different name are not cached.
     """
-    if name is None:
-        cached = _state.get("lib")
-        if cached is not None:
-            return cached
+    if name is not None:
+        with _lock:
+            return _open(name)
+    cached = _state.get("lib")
+    if cached is not None:
+        return cached
+    with _lock:
+        if "lib" not in _state:
+            _state["lib"] = _open(LIBRARY_NAME)
+        return _state["lib"]
+
+
+def _open(target: str) -> Any:
+    """``dlopen`` ``target`` and check it is a usable libnuma (call under the lock)."""
     ffi = _ffi()
-    target = name or LIBRARY_NAME
     try:
         lib = ffi.dlopen(target)
     except OSError as exc:
@@ -152,10 +183,6 @@ def load(name: Optional[str] = None) -> Any:
     # caller did earlier can make a libnuma warning call exit().
     lib.numa_exit_on_error = 0
     lib.numa_exit_on_warn = 0
-    if name is None:
-        with _lock:
-            _state.setdefault("lib", lib)
-        return _state["lib"]
     return lib
 
 
@@ -207,7 +234,7 @@ def node_memory(node: int) -> Tuple[int, int]:
     free = ffi.new("long long *")
     total = int(load().numa_node_size64(node, free))
     if total < 0:
-        raise NumaSyscallError(ffi.errno or 22, "numa_node_size64", {node})
+        raise NumaSyscallError(ffi.errno or errno.EINVAL, "numa_node_size64", {node})
     return total, int(free[0])
 
 
@@ -232,7 +259,7 @@ def _node_array(nodes: AbstractSet[int]) -> Tuple[Any, int]:
     try:
         words = set_to_words(nodes, nbits)
     except ValueError as exc:
-        raise NumaSyscallError(22, f"node mask ({exc})", nodes) from None
+        raise NumaSyscallError(errno.EINVAL, f"node mask ({exc})", nodes) from None
     return _ffi().new("unsigned long[]", words), nbits
 
 
@@ -364,7 +391,7 @@ def _probe_mode(mode: int) -> Optional[bool]:
         mbind(scratch, mode, nodes)
         return True
     except NumaSyscallError as exc:
-        if exc.errno == 22:  # EINVAL: unknown mode
+        if exc.errno == errno.EINVAL:  # unknown mode
             return False
         return None
     finally:
@@ -377,9 +404,14 @@ def supports_mode(mode: int) -> Optional[bool]:
     ``MPOL_PREFERRED_MANY`` arrived in Linux 5.15, ``MPOL_WEIGHTED_INTERLEAVE``
     in 6.9.  ``None`` means the probe could not tell (a seccomp filter
     denying ``mbind``, no memory node allowed).  Each mode is probed at most
-    once per process, and only a mode someone asks about.
+    once per process, and only a mode someone asks about: under the lock, so
+    threads asking at once share one probe.
     """
-    probed: Dict[int, Optional[bool]] = _state.setdefault("modes", {})
-    if mode not in probed:
-        probed[mode] = _probe_mode(mode)
-    return probed[mode]
+    probed: Optional[Dict[int, Optional[bool]]] = _state.get("modes")
+    if probed is not None and mode in probed:
+        return probed[mode]
+    with _lock:
+        probed = _state.setdefault("modes", {})
+        if mode not in probed:
+            probed[mode] = _probe_mode(mode)
+        return probed[mode]

@@ -166,13 +166,7 @@ def query(
     words = (max(1, cpu_words), max(1, node_words))
     migs = tuple(dict.fromkeys(mig_uuids))
     with _STATE.lock:
-        known = _STATE.answers
-        if known is not None and known.module is not pynvml:
-            known = None
-        if known is not None and known.failure is not None:
-            raise NvmlUnavailable(known.failure)
-        if known is not None and known.words != words:
-            known = None
+        known = _remembered(pynvml, words)
         todo = [m for m in migs if known is None or m not in known.mig_parents]
         todo = [m for m in todo if known is None or m not in known.mig_notes]
         if known is None or todo:
@@ -181,6 +175,20 @@ def query(
         if known.failure is not None:
             raise NvmlUnavailable(known.failure)
         return known.report(migs)
+
+
+def _remembered(pynvml: Any, words: Tuple[int, int]) -> Optional[_Answers]:
+    """What an earlier :func:`query` learnt that still holds (call under the lock).
+
+    Nothing when it asked another ``pynvml`` module or with other mask
+    sizes; a remembered failure is raised again.
+    """
+    known = _STATE.answers
+    if known is None or known.module is not pynvml:
+        return None
+    if known.failure is not None:
+        raise NvmlUnavailable(known.failure)
+    return known if known.words == words else None
 
 
 def _import() -> Any:

@@ -1,23 +1,39 @@
-"""The one normalised options object: every input to planning and binding.
+"""The one options object: every input to planning and binding (public as ``pynumabind.Options``).
 
 An :class:`Options` is built once, where the inputs arrive -- from keyword
-arguments (:meth:`Options.from_arguments`: the API, and the CLI's flags),
-merged with the environment by :func:`pynumabind._environ.resolve` -- and
-passed down unchanged: CLI -> binder -> planner.  Everything that can be
-checked without the machine is checked here, once:
+arguments (the public functions' thin keyword fronts call
+:meth:`Options.from_arguments`; the CLI's flags too), or by the caller
+(``plan(topology, options=Options(rank=1, mode="socket"))``) -- merged with
+the environment by :func:`pynumabind._environ.resolve`, and passed down
+unchanged: CLI -> binding -> planner.  The planner takes an Options already
+merged; it never reads the environment.  Everything that can be checked
+without the machine is checked here, once, when the object is made
+(``__post_init__``, so ``Options(...)`` and ``dataclasses.replace`` check too):
 
 * ``rank`` a non-negative int; ``nprocs`` an int from 1 to
   :data:`MAX_NPROCS` (:func:`check_nprocs` is the only check of a rank
   count, also used for counts read from launcher variables and for the count
   the planner derives);
 * ``mode`` and ``memory`` parsed into their enums, names case-insensitive
-  everywhere (API, CLI and environment; ``None``: not given, the planner's
-  default ``node``/``preferred``);
-* ``gpu_memory`` a bool; ``device`` an int; ``devices`` a sequence of ints;
+  everywhere (API, CLI and environment; :func:`parse_choice` is the one
+  parser; ``None``: not given, the planner's default ``node``/``preferred``);
+* ``gpu_memory`` and ``require_node`` bools;
+* ``gpu`` an int: this rank's GPU (an index into ``topology.gpus``);
+  ``rank_gpus`` a sequence of ints: every rank's GPU; ``gpus`` a non-empty
+  sequence of ints: the GPUs of one process with no rank (the union plan);
+  ``gpus`` goes with none of ``rank``, ``nprocs``, ``gpu`` or ``rank_gpus``;
 * ``interleave_nodes`` a node-list string or a set of non-negative ids (that
   it needs ``memory="interleave"`` is checked once the environment is merged).
 
-What needs the machine (override ids, device indices, interleave nodes that
+The keywords the public functions take besides ``rank``, ``nprocs``,
+``mode`` and ``memory`` are written once, as :class:`OptionKeywords`.  The
+old names ``device=`` (now ``gpu=``) and ``devices=`` (now ``gpus=`` for
+:func:`~pynumabind.plan` and :func:`~pynumabind.bind_current_process`, the
+union; ``rank_gpus=`` for :func:`~pynumabind.plan_each` and
+:func:`~pynumabind.plan_all`, the per-rank map) are deprecated aliases for
+one release: each warns once per process (``DeprecationWarning``).
+
+What needs the machine (override ids, GPU indices, interleave nodes that
 exist and have memory) is checked by the planner against the topology.  The
 per-rank overrides ``nodes`` and ``cpus`` stay as given: ``all``, ``!`` and
 ``+`` only mean something against a topology.
@@ -27,31 +43,104 @@ or the environment variable), so an error can name the variable the user
 may not know was set.  ``require_node`` (``PYNUMABIND_REQUIRE_NODE``) turns a
 GPU whose NUMA node is unknown into a PlanError.  ``topology_file``
 (``PYNUMABIND_TOPOLOGY``) names a snapshot to plan from instead of this
-machine's sysfs and NVML (:func:`pynumabind.discovery.process_topology`);
-it has no keyword argument because the API takes a ``topology=`` object.
+machine's sysfs and NVML (:func:`pynumabind.discovery.resolve_topology`
+reads it); it has no keyword argument because the API takes a ``topology=``
+object.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Type, TypeVar, Union
+from dataclasses import dataclass, field, fields
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Dict,
+    Iterable,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Type,
+    TypeVar,
+    Union,
+)
 
 from .errors import ConfigError, PynumabindError
-from .model import CpuMode, MemoryPolicy
+from .model import CpuMode, MemoryPolicy, warn_deprecated
 
-__all__ = ["ARGUMENT", "MAX_NPROCS", "Options", "check_nprocs"]
+if TYPE_CHECKING:  # pragma: no cover
+    from typing_extensions import TypedDict, Unpack
+else:
+    from typing import TypedDict
+
+__all__ = [
+    "ARGUMENT",
+    "ASCII_SPACE",
+    "MAX_NPROCS",
+    "ArgumentKeywords",
+    "OptionKeywords",
+    "Options",
+    "check_int",
+    "check_nprocs",
+    "parse_choice",
+    "shown",
+    "union_front",
+]
 
 MAX_NPROCS = 65536  # local ranks; bounds the work when nprocs comes from the environment
 ARGUMENT = "argument"
 COMMAND_LINE = "command line"
 
+# Only ASCII whitespace is trimmed: str.strip() would also eat U+00A0 and its
+# kind, so a value made of them would silently count as unset.
+ASCII_SPACE = " \t\n\r\f\v"
+
 _E = TypeVar("_E", CpuMode, MemoryPolicy)
+
+
+class OptionKeywords(TypedDict, total=False):
+    """The keywords every public front takes besides rank, nprocs, mode and memory: written once.
+
+    ``device`` and ``devices`` are the deprecated names (see the module docstring).
+    """
+
+    nodes: Any  # NodesOverride, as given
+    cpus: Any  # CpusOverride, as given
+    gpu: Optional[int]
+    gpus: Optional[Sequence[int]]
+    rank_gpus: Optional[Sequence[int]]
+    gpu_memory: bool
+    interleave_nodes: Union[str, Iterable[int], None]
+    require_node: bool
+    device: Optional[int]
+    devices: Optional[Sequence[int]]
+
+
+class ArgumentKeywords(OptionKeywords, total=False):
+    """:class:`OptionKeywords` and the four the fronts take positionally: rank ... memory."""
+
+    rank: Optional[int]
+    nprocs: Optional[int]
+    mode: Union[str, CpuMode, None]
+    memory: Union[str, MemoryPolicy, None]
+
+
+def shown(value: str) -> str:
+    """``repr`` of a variable's value, cut short: values can be hostile."""
+    return repr(value) if len(value) <= 60 else repr(value[:57]) + "..."
+
+
+def check_int(value: object, what: str) -> int:
+    """An int (not a bool), else a ConfigError naming ``what``: the one such check."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ConfigError(f"{what} must be an integer, not {value!r}")
+    return value
 
 
 def check_nprocs(value: object, what: str = "nprocs") -> int:
     """A number of local ranks: an int from 1 to MAX_NPROCS, else a ConfigError naming ``what``."""
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ConfigError(f"{what} must be an integer, not {value!r}")
+    check_int(value, what)
+    assert isinstance(value, int)
     if value < 1:
         raise ConfigError(f"{what} must be at least 1, not {value}")
     if value > MAX_NPROCS:
@@ -65,26 +154,30 @@ def _check_rank(value: object, what: str) -> int:
     return value
 
 
-def _check_int(value: object, what: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ConfigError(f"{what} must be an integer, not {value!r}")
-    return value
+def parse_choice(
+    kind: Type[_E], value: Union[str, _E, None], what: str, *, variable: Optional[str] = None
+) -> Optional[_E]:
+    """A mode or memory policy, names case-insensitive: the one parser of both.
 
-
-def _enum(kind: Type[_E], value: Union[str, _E, None], what: str) -> Optional[_E]:
-    """A mode or memory policy; names are case-insensitive, as in the environment."""
-    if value is None:
-        return None
-    if isinstance(value, str) and not isinstance(value, kind):
+    ``variable``: the value came from that environment variable (ASCII
+    whitespace around it is trimmed, and the error names the variable).
+    """
+    if value is None or isinstance(value, kind):
+        return value
+    if isinstance(value, str):
+        folded = value.strip(ASCII_SPACE) if variable is not None else value
         for member in kind:
-            if member.value == value.lower():
+            if member.value == folded.lower():
                 return member
-    return kind.parse(value, what)  # the member itself, or the error naming the choices
+    if variable is not None and isinstance(value, str):
+        choices = ", ".join(m.value for m in kind)
+        raise ConfigError(f"invalid {variable}={shown(value)}; choose one of: {choices}")
+    return kind.parse(value, what)  # the error naming the choices
 
 
 def _interleave(value: Union[str, Iterable[int], None]) -> Union[str, frozenset[int], None]:
     """A node-list string (parsed against the machine by the planner) or a set of ids."""
-    if value is None or isinstance(value, str):
+    if value is None or isinstance(value, (str, frozenset)):
         return value
     if not isinstance(value, Iterable):
         raise ConfigError(
@@ -98,14 +191,12 @@ def _interleave(value: Union[str, Iterable[int], None]) -> Union[str, frozenset[
     return frozenset(ids)
 
 
-def _devices(value: Optional[Sequence[int]]) -> Optional[Tuple[int, ...]]:
+def _gpu_list(value: Optional[Sequence[int]], name: str, what: str) -> Optional[Tuple[int, ...]]:
     if value is None:
         return None
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-        raise ConfigError(
-            f"devices must be a sequence giving one device index per rank, not {value!r}"
-        )
-    return tuple(_check_int(item, "device") for item in value)
+        raise ConfigError(f"{name} must be a sequence giving {what}, not {value!r}")
+    return tuple(check_int(item, "GPU index") for item in value)
 
 
 def _variable(source: Optional[str]) -> Optional[str]:
@@ -113,9 +204,44 @@ def _variable(source: Optional[str]) -> Optional[str]:
     return None if source in (None, ARGUMENT, COMMAND_LINE) else source
 
 
+def _renamed(keywords: Dict[str, Any], devices_mean: str) -> Dict[str, Any]:
+    """``keywords`` with the deprecated ``device``/``devices`` moved to their new names."""
+    out = dict(keywords)
+    for old, new in (("device", "gpu"), ("devices", devices_mean)):
+        if old not in out:
+            continue
+        value = out.pop(old)
+        warn_deprecated(f"{old}=", f"{new}=", stacklevel=5)
+        if out.get(new) is not None and value is not None:
+            raise ConfigError(f"give {new}= only; {old}= is its deprecated name")
+        if value is not None:
+            out[new] = value
+    return out
+
+
+def union_front(options: Optional[Options], keywords: Mapping[str, Any]) -> Options:
+    """The front of :func:`~pynumabind.plan` and :func:`~pynumabind.bind_current_process`.
+
+    There the deprecated ``devices=`` is the union, ``gpus=``.
+    """
+    return Options.from_arguments(options=options, devices_mean="gpus", **keywords)
+
+
+def _alone(options: Options, keywords: Dict[str, Any]) -> Options:
+    """``options``, checked to be an Options given without keyword options."""
+    if not isinstance(options, Options):
+        raise ConfigError(f"options must be a pynumabind.Options, not {options!r}")
+    given = [k for k, v in keywords.items() if v is not None and v is not False]
+    if given:
+        raise ConfigError(
+            f"give options= or keyword options, not both (also given: {', '.join(given)})"
+        )
+    return options
+
+
 @dataclass(frozen=True)
 class Options:
-    """Every input to planning and binding, validated (see the module docstring).
+    """Every input to planning and binding, validated once (see the module docstring).
 
     ``None`` means "not given": the planner decides (``nprocs``: one rank per
     override entry, GPU or CPU node; ``mode``: node; ``memory``: preferred).
@@ -127,8 +253,9 @@ class Options:
     memory: Optional[MemoryPolicy] = None
     nodes: Any = None  # NodesOverride, as given
     cpus: Any = None  # CpusOverride, as given
-    device: Optional[int] = None  # this rank's GPU (an index into topology.gpus)
-    devices: Optional[Tuple[int, ...]] = None  # every rank's GPU
+    gpu: Optional[int] = None  # this rank's GPU (an index into topology.gpus)
+    rank_gpus: Optional[Tuple[int, ...]] = None  # every rank's GPU
+    gpus: Optional[Tuple[int, ...]] = None  # one process's GPUs: the union plan
     gpu_memory: bool = False
     interleave_nodes: Union[str, frozenset[int], None] = None
     require_node: bool = False  # a GPU whose NUMA node is unknown is a PlanError
@@ -138,47 +265,80 @@ class Options:
     disabled: bool = False
     disabled_by: Optional[str] = None
     sources: Mapping[str, str] = field(default_factory=dict)
+    flags: bool = field(default=False, repr=False, compare=False)  # from the CLI: "--nprocs"
+
+    def __post_init__(self) -> None:
+        prefix, source = ("--", COMMAND_LINE) if self.flags else ("", ARGUMENT)
+        for name in ("gpu_memory", "require_node", "disabled"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be True or False, not {getattr(self, name)!r}")
+        memory_what = "--memory" if self.flags else "memory policy"
+        checked: Dict[str, Any] = {
+            "rank": None if self.rank is None else _check_rank(self.rank, f"{prefix}rank argument"),
+            "nprocs": None if self.nprocs is None else check_nprocs(self.nprocs, f"{prefix}nprocs"),
+            "mode": parse_choice(CpuMode, self.mode, f"{prefix}mode"),
+            "memory": parse_choice(MemoryPolicy, self.memory, memory_what),
+            "gpu": None if self.gpu is None else check_int(self.gpu, "gpu"),
+            "rank_gpus": _gpu_list(self.rank_gpus, "rank_gpus", "one GPU index per rank"),
+            "gpus": _gpu_list(self.gpus, "gpus", "the GPU indices of one process"),
+            "interleave_nodes": _interleave(self.interleave_nodes),
+        }
+        checked.update(self._sources(source))
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
+        self._check_union()
+
+    def _sources(self, source: str) -> Dict[str, Any]:
+        """Where the given options came from, when the caller did not say: ``source``."""
+        out: Dict[str, Any] = {}
+        if self.rank is not None and self.rank_source is None:
+            out["rank_source"] = source
+        if self.nprocs is not None and self.nprocs_source is None:
+            out["nprocs_source"] = source
+        if not self.sources:
+            given = ("mode", "memory", "nodes", "cpus")
+            out["sources"] = {n: source for n in given if getattr(self, n) is not None}
+        return out
+
+    def _check_union(self) -> None:
+        if self.gpus is None:
+            return
+        if not self.gpus:
+            raise ConfigError("gpus must name at least one GPU index")
+        # A launcher's rank and size may be in the environment; they are not used.
+        launcher = {"rank": self.rank_source, "nprocs": self.nprocs_source}
+        clash = [
+            n
+            for n in ("rank", "nprocs", "gpu", "rank_gpus")
+            if getattr(self, n) is not None and _variable(launcher.get(n)) is None
+        ]
+        if clash:
+            raise ConfigError(f"give gpus= alone, without {'= or '.join(clash)}=")
 
     @classmethod
     def from_arguments(
         cls,
         *,
-        rank: Optional[int] = None,
-        nprocs: Optional[int] = None,
-        mode: Union[str, CpuMode, None] = None,
-        memory: Union[str, MemoryPolicy, None] = None,
-        nodes: Any = None,
-        cpus: Any = None,
-        device: Optional[int] = None,
-        devices: Optional[Sequence[int]] = None,
-        gpu_memory: bool = False,
-        interleave_nodes: Union[str, Iterable[int], None] = None,
-        require_node: bool = False,
+        options: Optional[Options] = None,
         flags: bool = False,
+        devices_mean: str = "rank_gpus",
+        **keywords: Unpack[ArgumentKeywords],
     ) -> Options:
-        """Options from keyword arguments; ``flags``: from the CLI (errors say ``--nprocs``)."""
-        prefix, source = ("--", COMMAND_LINE) if flags else ("", ARGUMENT)
-        for name, flag in (("gpu_memory", gpu_memory), ("require_node", require_node)):
-            if not isinstance(flag, bool):
-                raise ConfigError(f"{name} must be True or False, not {flag!r}")
-        choices = {"mode": mode, "memory": memory, "nodes": nodes, "cpus": cpus}
-        given = [name for name, value in choices.items() if value is not None]
-        return cls(
-            rank=None if rank is None else _check_rank(rank, f"{prefix}rank argument"),
-            nprocs=None if nprocs is None else check_nprocs(nprocs, f"{prefix}nprocs"),
-            mode=_enum(CpuMode, mode, f"{prefix}mode"),
-            memory=_enum(MemoryPolicy, memory, "--memory" if flags else "memory policy"),
-            nodes=nodes,
-            cpus=cpus,
-            device=None if device is None else _check_int(device, "device"),
-            devices=_devices(devices),
-            gpu_memory=gpu_memory,
-            interleave_nodes=_interleave(interleave_nodes),
-            require_node=require_node,
-            rank_source=None if rank is None else source,
-            nprocs_source=None if nprocs is None else source,
-            sources={name: source for name in given},
-        )
+        """The one step of every keyword front: ``options`` as given, or built from the keywords.
+
+        ``flags``: from the CLI (errors say ``--nprocs``).  ``devices_mean``:
+        what the deprecated ``devices=`` stands for in the caller (``"gpus"``
+        or ``"rank_gpus"``).  Options and keywords together are a
+        ConfigError: which would win is not obvious.
+        """
+        if options is not None:
+            return _alone(options, dict(keywords))
+        renamed = _renamed(dict(keywords), devices_mean)
+        unknown = set(renamed) - {f.name for f in fields(cls)}
+        if unknown:
+            raise TypeError(f"unexpected keyword argument(s): {', '.join(sorted(unknown))}")
+        given = {k: v for k, v in renamed.items() if v is not None}
+        return cls(flags=flags, **given)
 
     @property
     def cpu_mode(self) -> CpuMode:
@@ -187,6 +347,18 @@ class Options:
     @property
     def policy(self) -> MemoryPolicy:
         return MemoryPolicy.PREFERRED if self.memory is None else self.memory
+
+    @property
+    def device(self) -> Optional[int]:
+        """Deprecated name of :attr:`gpu`."""
+        warn_deprecated("Options.device", "Options.gpu")
+        return self.gpu
+
+    @property
+    def devices(self) -> Optional[Tuple[int, ...]]:
+        """Deprecated name of :attr:`rank_gpus` (the per-rank map)."""
+        warn_deprecated("Options.devices", "Options.rank_gpus")
+        return self.rank_gpus
 
     def from_environment(self, option: str) -> Optional[str]:
         """The variable ``option`` (``"nodes"``...) came from; ``None`` if not from one."""
@@ -218,7 +390,7 @@ class Options:
         """The options that were given, as :func:`~pynumabind.bind_current_process` keywords."""
         out: Dict[str, Any] = {
             name: getattr(self, name)
-            for name in ("rank", "nprocs", "mode", "memory", "nodes", "cpus", "device")
+            for name in ("rank", "nprocs", "mode", "memory", "nodes", "cpus", "gpu", "gpus")
             if getattr(self, name) is not None
         }
         if self.gpu_memory:

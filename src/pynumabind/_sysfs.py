@@ -3,7 +3,11 @@
 ``root`` stands for ``/sys``: the live machine, a copied tree, or a test
 fixture.  Only files are read (no libnuma, no NVML), which is what makes
 this the common ground for every other source: NVML and KFD refine the GPU
-list built here, they never replace the CPU/node facts.
+list built here, they never replace the CPU/node facts.  What belongs to the
+*process* rather than the machine -- its allowed CPUs and memory nodes --
+comes from :mod:`._proc`, the one owner of those reads (which may ask
+libnuma for ``get_mempolicy``); this module imports neither the apply layer
+nor libnuma.
 
 Policy on bad input: a file that exists but cannot be read or parsed is an
 error (:class:`TopologyError` naming the file), because guessing would give
@@ -21,6 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
+from . import _proc
 from ._textfile import read_ascii
 from .cpulist import parse_cpulist
 from .errors import ConfigError, ListParseError, PynumabindError, TopologyError, format_ids
@@ -32,7 +37,6 @@ __all__ = [
     "PciFunction",
     "normalize_bus_id",
     "read_layout",
-    "read_topology",
     "with_allowed",
 ]
 
@@ -370,22 +374,7 @@ def _read_nodes(
     base = ("devices", "system", "node")
     names = sysfs.listdir(*base)
     if names is None:
-        notes.append(
-            f"{sysfs.path(*base)} missing (kernel without NUMA): one node 0 with all online CPUs"
-        )
-        total = free = None
-        if _is_live_root(sysfs.root):
-            total, free = _proc_meminfo()
-        return {
-            0: NumaNode(
-                id=0,
-                cpus=online_cpus,
-                memory_total=total,
-                memory_free=free,
-                has_memory=True,
-                distances={0: 10},
-            )
-        }
+        return {0: _single_node(sysfs, online_cpus, notes)}
     online = sysfs.cpulist(*base, "online", required=False)
     if online is None:
         online = frozenset(_numbered(names, "node"))
@@ -402,21 +391,7 @@ def _read_nodes(
             total, free = _meminfo(sysfs, node)
             if total is None:
                 notes.append(f"node{node}/meminfo missing: its memory size is unknown")
-        row_text = sysfs.text(*here, "distance", required=False)
-        distances: Dict[int, int] = {}
-        if row_text is not None:
-            # One value per *online* node, in ascending id order: with
-            # sparse ids (0, 8) the second column is node 8, not node 1.
-            fields = row_text.split()
-            if len(fields) != len(order) or not all(f.isdigit() for f in fields):
-                raise TopologyError(
-                    f"malformed distance row {row_text.strip()!r} in "
-                    f"{sysfs.path(*here, 'distance')} (expected {len(order)} numbers, "
-                    f"one per online node {format_ids(online)})"
-                )
-            distances = {other: int(value) for other, value in zip(order, fields)}
-        else:
-            notes.append(f"node{node}/distance missing: distances unknown")
+        distances = _distances(sysfs, here, order, notes)
         if has_memory is not None:
             memory = node in has_memory
         else:
@@ -430,6 +405,46 @@ def _read_nodes(
             distances=distances,
         )
     return nodes
+
+
+def _single_node(sysfs: _Reader, online_cpus: frozenset[int], notes: List[str]) -> NumaNode:
+    """The one node 0 of a kernel without NUMA: every online CPU, the machine's memory."""
+    notes.append(
+        f"{sysfs.path('devices', 'system', 'node')} missing (kernel without NUMA): "
+        "one node 0 with all online CPUs"
+    )
+    total = free = None
+    if _is_live_root(sysfs.root):
+        total, free = _proc_meminfo()
+    return NumaNode(
+        id=0,
+        cpus=online_cpus,
+        memory_total=total,
+        memory_free=free,
+        has_memory=True,
+        distances={0: 10},
+    )
+
+
+def _distances(
+    sysfs: _Reader, here: Tuple[str, ...], order: List[int], notes: List[str]
+) -> Dict[int, int]:
+    """A node's ``distance`` row: one value per *online* node, in ascending id order.
+
+    With sparse ids (0, 8) the second column is node 8, not node 1.
+    """
+    row_text = sysfs.text(*here, "distance", required=False)
+    if row_text is None:
+        notes.append(f"{here[-1]}/distance missing: distances unknown")
+        return {}
+    fields = row_text.split()
+    if len(fields) != len(order) or not all(f.isdigit() for f in fields):
+        raise TopologyError(
+            f"malformed distance row {row_text.strip()!r} in "
+            f"{sysfs.path(*here, 'distance')} (expected {len(order)} numbers, "
+            f"one per online node {format_ids(frozenset(order))})"
+        )
+    return {other: int(value) for other, value in zip(order, fields)}
 
 
 # -------------------------------------------------------------------- PCI
@@ -583,33 +598,48 @@ def scan_pci(
     for name in names or ():
         if slots is not None and _slot(name) not in slots:
             continue  # /proc/bus/pci/devices says its vendor is not a GPU vendor
-        here = ("bus", "pci", "devices", name)
-        vendor = sysfs.integer(*here, "vendor", base=16)
-        if vendor not in vendors:
-            continue
-        class_code = sysfs.integer(*here, "class", base=16)
-        assert vendor is not None and class_code is not None
-        if not any((class_code >> shift) == value for value, shift in matchers):
-            continue
-        device = sysfs.integer(*here, "device", base=16)
-        numa = sysfs.integer(*here, "numa_node", required=False)
-        local = sysfs.cpulist(*here, "local_cpulist", required=False)
-        if numa is not None and (numa < 0 or numa not in nodes):
-            # -1: firmware gave no proximity; an id that is not an online
-            # node is no better.
-            numa = None
-        found.append(
-            PciFunction(
-                bus_id=normalize_bus_id(name),
-                vendor=vendor,
-                device=device or 0,
-                class_code=class_code,
-                numa_node=numa,
-                local_cpus=(local if local is not None else frozenset()) & online_cpus,
-            )
+        function = _pci_function(
+            sysfs, name, online_cpus=online_cpus, nodes=nodes, vendors=vendors, matchers=matchers
         )
+        if function is not None:
+            found.append(function)
     found.sort(key=lambda f: f.bus_id)
     return found
+
+
+def _pci_function(
+    sysfs: _Reader,
+    name: str,
+    *,
+    online_cpus: frozenset[int],
+    nodes: Mapping[int, NumaNode],
+    vendors: Mapping[int, str],
+    matchers: List[Tuple[int, int]],
+) -> Optional[PciFunction]:
+    """The function ``bus/pci/devices/<name>`` when it is an accelerator; None if not."""
+    here = ("bus", "pci", "devices", name)
+    vendor = sysfs.integer(*here, "vendor", base=16)
+    if vendor not in vendors:
+        return None
+    class_code = sysfs.integer(*here, "class", base=16)
+    assert vendor is not None and class_code is not None
+    if not any((class_code >> shift) == value for value, shift in matchers):
+        return None
+    device = sysfs.integer(*here, "device", base=16)
+    numa = sysfs.integer(*here, "numa_node", required=False)
+    local = sysfs.cpulist(*here, "local_cpulist", required=False)
+    if numa is not None and (numa < 0 or numa not in nodes):
+        # -1: firmware gave no proximity; an id that is not an online
+        # node is no better.
+        numa = None
+    return PciFunction(
+        bus_id=normalize_bus_id(name),
+        vendor=vendor,
+        device=device or 0,
+        class_code=class_code,
+        numa_node=numa,
+        local_cpus=(local if local is not None else frozenset()) & online_cpus,
+    )
 
 
 def _gpus_from_pci(
@@ -664,27 +694,22 @@ def _gpus_from_pci(
 def _is_live_root(root: str) -> bool:
     if root == "/sys":  # the default: no realpath (two lstat walks) on every bind
         return True
-    try:
-        return os.path.realpath(root) == os.path.realpath("/sys")
-    except OSError:  # pragma: no cover - realpath does not raise on Linux
-        return False
+    return os.path.realpath(root) == os.path.realpath("/sys")  # realpath does not raise
 
 
 def _live_mems_allowed(notes: List[str]) -> Optional[frozenset[int]]:
-    """The cpuset's memory nodes, read fresh via get_mempolicy (libnuma)."""
-    try:
-        from . import _libnuma
+    """The cpuset's memory nodes, read fresh: get_mempolicy, else ``Mems_allowed_list``.
 
-        return _libnuma.get_mems_allowed()
-    except (PynumabindError, OSError) as exc:
+    Both reads are :mod:`._proc`'s; each failure is a typed error, kept as a note.
+    """
+    try:
+        return _proc.mems_allowed()
+    except PynumabindError as exc:
         notes.append(f"get_mempolicy(MPOL_F_MEMS_ALLOWED) failed ({exc}); using Mems_allowed_list")
     try:
-        with open("/proc/self/status", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith("Mems_allowed_list:"):
-                    return parse_cpulist(line.split(":", 1)[1].strip())
-    except (OSError, ListParseError) as exc:
-        notes.append(f"cannot read Mems_allowed_list from /proc/self/status: {exc}")
+        return _proc.status_mems_allowed()
+    except PynumabindError as exc:
+        notes.append(f"cannot read Mems_allowed_list: {exc}")
     return None
 
 
@@ -702,9 +727,7 @@ def _allowed(
     if allowed_cpus is not None:
         cpus = _id_argument(allowed_cpus, "allowed_cpus")
     elif live:
-        from ._threads import process_affinity
-
-        cpus = process_affinity()
+        cpus = _proc.process_affinity()
     else:
         cpus = online
     if allowed_mems is not None:
@@ -803,39 +826,3 @@ def with_allowed(
         notes=notes,
     )
     return layout.replace(allowed_cpus=cpus_allowed, allowed_mems=mems_allowed, notes=tuple(notes))
-
-
-def read_topology(
-    root: str = "/sys",
-    *,
-    allowed_cpus: Optional[Iterable[int]] = None,
-    allowed_mems: Optional[Iterable[int]] = None,
-    gpu_vendors: Optional[Union[Mapping[int, str], Iterable[int]]] = None,
-    pci_classes: Optional[Iterable[Union[str, int]]] = None,
-    environ: Optional[Mapping[str, str]] = None,
-    detail: Detail = Detail.FULL,
-) -> Topology:
-    """The topology under sysfs ``root``: :func:`read_layout`, then :func:`with_allowed`.
-
-    ``gpu_vendors`` (PCI vendor id -> name, or just ids) and ``pci_classes``
-    (``"0x03"`` base class, ``"0x0302"`` base+subclass, ``"0x030200"`` full)
-    choose which PCI functions count as accelerators; pass extra ones to
-    accept other devices; ``None`` means :data:`DEFAULT_GPU_VENDORS` /
-    :data:`DEFAULT_PCI_CLASSES`.  GPUs come in driver order: KFD order for AMD when
-    the KFD topology is present, PCI address order otherwise (NVML's default
-    order).  With ``environ``, ``CUDA_VISIBLE_DEVICES``/``ROCR_VISIBLE_DEVICES``
-    from it are applied; without, every GPU is listed.
-
-    Allowed sets: for the live ``/sys`` they are read fresh from
-    ``sched_getaffinity`` and ``get_mempolicy(MPOL_F_MEMS_ALLOWED)``; for any
-    other root they default to every online CPU and every node with memory.
-    ``allowed_cpus``/``allowed_mems`` override both.  ``detail`` (see
-    :class:`~pynumabind.model.Detail`) says how much of the CPU layout to read.
-    """
-    layout = read_layout(root, detail=detail, gpu_vendors=gpu_vendors, pci_classes=pci_classes)
-    topology = with_allowed(layout, root, allowed_cpus=allowed_cpus, allowed_mems=allowed_mems)
-    if environ is not None:
-        from . import _visible
-
-        topology = _visible.apply_visibility(topology, environ)
-    return topology

@@ -7,7 +7,9 @@ of at most a page, so only regular files are read, at most
 :data:`MAX_FILE_BYTES` of each, as ASCII.  Anything else is a
 :class:`~pynumabind.errors.TopologyError` naming the file; errors from
 ``open`` itself (missing file, permissions, EINVAL from the kernel) reach
-the caller as ``OSError``, whose policy on optional files decides.
+the caller as ``OSError``, whose policy on optional files decides.  These
+are files of the machine's layout; this process's own state (``/proc/self``,
+its cgroup) is :mod:`._proc`'s to read.
 """
 
 from __future__ import annotations

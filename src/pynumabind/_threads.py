@@ -4,7 +4,10 @@
 does) changes only the calling thread.  Thread pools that started before the
 bind -- OpenMP, torch intra-op workers, gRPC pollers -- keep running anywhere.
 Linux accepts a thread id in place of a pid, so this module walks
-``/proc/self/task`` and sets each thread's mask.
+``/proc/self/task`` and sets each thread's mask.  Every read and the
+``sched_setaffinity`` call itself go through :mod:`._proc`, which says
+"exited" with a value and any other failure with a typed error; this module
+catches no ``OSError``.
 
 A thread counts as *not deliberately pinned* when its mask equals the
 caller's mask before binding; any other thread was pinned by someone on
@@ -23,33 +26,26 @@ from __future__ import annotations
 
 import enum
 import errno
-import os
 import threading
 import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
+from . import _proc
 from .cpulist import format_cpulist
 from .errors import NumaSyscallError, format_ids
 
 __all__ = [
-    "TASK_DIR",
     "ThreadAction",
     "ThreadAffinityError",
     "ThreadResult",
     "ThreadScan",
     "bind_threads",
-    "list_thread_ids",
     "restore_threads",
-    "thread_affinity",
-    "thread_name",
 ]
 
-TASK_DIR = "/proc/self/task"
 DEFAULT_MAX_PASSES = 8
 DEFAULT_TIME_LIMIT = 1.0  # seconds; no new pass starts after this
-
-_GONE = (errno.ESRCH, errno.ENOENT)
 
 
 class ThreadAction(str, enum.Enum):
@@ -84,12 +80,15 @@ class ThreadResult:
         }
 
 
-class ThreadAffinityError(OSError):
+class ThreadAffinityError(NumaSyscallError):
     """Setting a thread's affinity failed for a reason other than its exit.
 
     Raised after every thread this call changed was put back.  ``tid`` is the
     thread that failed, ``wanted`` the CPUs asked for, ``rolled_back`` the
-    threads restored, ``restore_failures`` those that could not be.
+    threads restored, ``restore_failures`` those that could not be.  A
+    :class:`~pynumabind.errors.NumaSyscallError` (so a
+    :class:`~pynumabind.errors.PynumabindError` and an ``OSError`` carrying
+    ``errno``).
     """
 
     def __init__(
@@ -100,56 +99,11 @@ class ThreadAffinityError(OSError):
         rolled_back: Tuple[int, ...],
         restore_failures: Tuple[int, ...],
     ) -> None:
-        name = errno.errorcode.get(err, str(err))
-        super().__init__(
-            err,
-            f"sched_setaffinity(thread {tid}, CPUs {format_ids(wanted)}) failed: "
-            f"{name} ({os.strerror(err)})",
-        )
+        super().__init__(err, f"sched_setaffinity(thread {tid}, CPUs {format_ids(wanted)})")
         self.tid = tid
         self.wanted = wanted
         self.rolled_back = rolled_back
         self.restore_failures = restore_failures
-
-
-def list_thread_ids() -> List[int]:
-    """Thread ids of this process, ascending."""
-    return sorted(int(entry) for entry in os.listdir(TASK_DIR) if entry.isdigit())
-
-
-def thread_name(tid: int) -> str:
-    """The thread's ``comm`` (15 chars at most); empty when it is gone."""
-    try:
-        with open(f"{TASK_DIR}/{tid}/comm", encoding="utf-8", errors="replace") as handle:
-            return handle.read().rstrip("\n")
-    except OSError:
-        return ""
-
-
-def process_affinity() -> frozenset[int]:
-    """The calling thread's CPU mask: the CPUs this process may use.
-
-    A refusal (a seccomp filter or LSM policy denying ``sched_getaffinity``)
-    is a :class:`~pynumabind.errors.NumaSyscallError` naming the call, not a
-    bare ``PermissionError``.
-    """
-    try:
-        return frozenset(os.sched_getaffinity(0))
-    except OSError as exc:
-        raise NumaSyscallError(
-            exc.errno or errno.EIO,
-            "sched_getaffinity(0), which reads the CPUs this process may use,",
-        ) from exc
-
-
-def thread_affinity(tid: int) -> Optional[frozenset[int]]:
-    """The thread's CPU mask, ``None`` when it has exited."""
-    try:
-        return frozenset(os.sched_getaffinity(tid))
-    except OSError as exc:
-        if exc.errno in _GONE:
-            return None
-        raise
 
 
 def restore_threads(masks: Dict[int, frozenset[int]]) -> Tuple[List[int], List[int]]:
@@ -161,11 +115,10 @@ def restore_threads(masks: Dict[int, frozenset[int]]) -> Tuple[List[int], List[i
     failed: List[int] = []
     for tid, mask in masks.items():
         try:
-            os.sched_setaffinity(tid, mask)
-        except OSError as exc:
-            if exc.errno not in _GONE:
-                failed.append(tid)
-                continue
+            _proc.set_thread_affinity(tid, mask)
+        except NumaSyscallError:
+            failed.append(tid)
+            continue
         restored.append(tid)
     return restored, failed
 
@@ -233,36 +186,41 @@ def bind_threads(
         raise ValueError("max_passes must be at least 1")
     caller = threading.get_native_id()
     if reference is None:
-        reference = process_affinity()
+        reference = _proc.process_affinity()
     results: Dict[int, ThreadResult] = {}
     changed = {} if record is None else record  # tid -> mask before we changed it
 
     def handle(tid: int) -> None:
-        before = frozenset(os.sched_getaffinity(0)) if tid == caller else thread_affinity(tid)
-        name = thread_name(tid)
+        before = _proc.process_affinity() if tid == caller else _proc.thread_affinity(tid)
+        name = _proc.thread_name(tid)
         if before is None:
             results[tid] = ThreadResult(tid, name, None, None, ThreadAction.EXITED)
             return
         if before not in (reference, cpus):
             results[tid] = ThreadResult(tid, name, before, before, ThreadAction.LEFT_PINNED)
             return
-        if before != cpus:
-            changed[tid] = before  # recorded first: an interrupt cannot lose the change
-            try:
-                os.sched_setaffinity(tid, cpus)
-            except OSError as exc:
-                del changed[tid]
-                if exc.errno in _GONE:
-                    results[tid] = ThreadResult(tid, name, before, None, ThreadAction.EXITED)
-                    return
-                restored, failed = _roll_back(changed)
-                raise ThreadAffinityError(
-                    exc.errno or errno.EINVAL, tid, cpus, tuple(restored), tuple(failed)
-                ) from exc
+        if before != cpus and not _set(tid, before):
+            results[tid] = ThreadResult(tid, name, before, None, ThreadAction.EXITED)
+            return
         # Read back: the kernel silently drops CPUs outside the cpuset.
-        after = thread_affinity(tid)
+        after = _proc.thread_affinity(tid)
         action = ThreadAction.BOUND if after is not None else ThreadAction.EXITED
         results[tid] = ThreadResult(tid, name, before, after, action)
+
+    def _set(tid: int, before: frozenset[int]) -> bool:
+        """Change one mask, journalled first; False when the thread exited."""
+        changed[tid] = before  # recorded first: an interrupt cannot lose the change
+        try:
+            alive = _proc.set_thread_affinity(tid, cpus)
+        except NumaSyscallError as exc:
+            del changed[tid]
+            restored, failed = _roll_back(changed)
+            raise ThreadAffinityError(
+                exc.errno or errno.EINVAL, tid, cpus, tuple(restored), tuple(failed)
+            ) from exc
+        if not alive:
+            del changed[tid]
+        return alive
 
     passes = 0
     converged = False
@@ -270,7 +228,7 @@ def bind_threads(
     try:
         handle(caller)
         while passes < max_passes and (passes == 0 or time.monotonic() < give_up):
-            fresh = [tid for tid in list_thread_ids() if tid not in results]
+            fresh = [tid for tid in _proc.list_thread_ids() if tid not in results]
             if not fresh:
                 converged = True
                 break

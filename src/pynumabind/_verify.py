@@ -1,10 +1,12 @@
 """Is a binding in force?  The one set of rules, for ``verify()`` and ``check``.
 
-:meth:`Binding.verify() <pynumabind.binder.Binding.verify>` and
-``pynumabind check`` (:mod:`._check`) both judge with the functions here, so
+:meth:`Binding.verify() <pynumabind.binding.Binding.verify>` and
+``pynumabind check`` (:mod:`._cli_check`) both judge with the functions here, so
 they cannot disagree: ``check`` adds an independent *read* of the thread masks
 (``/proc/self/task/*/status`` instead of ``sched_getaffinity``), judged by the
-same :func:`thread_problems`, never a second rule set.
+same :func:`thread_problems`, never a second rule set.  Both reads, and the
+allowed memory nodes, are :mod:`._proc`'s; a failed read arrives here as a
+typed error and becomes a problem or a note.
 
 The rules:
 
@@ -36,12 +38,12 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-from . import _libnuma, _threads
-from .errors import LibnumaUnavailableError, NumaSyscallError, format_ids
+from . import _libnuma, _proc, _threads
+from .errors import PynumabindError, format_ids
 from .model import MemoryPolicy
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .binder import Binding
+    from .binding import Binding
 
 __all__ = [
     "PREFERRED_SPILL_BYTES",
@@ -60,8 +62,6 @@ PREFERRED_SPILL_BYTES = 256 << 20
 # How often, and how far apart, a page reported missing is asked about again.
 _SETTLE_TRIES = 5
 _SETTLE_PAUSE = 0.05  # seconds
-
-_NUMA_ERRORS = (NumaSyscallError, LibnumaUnavailableError)
 
 
 @dataclass(frozen=True)
@@ -153,13 +153,13 @@ def _live_masks(
     masks: Dict[int, Optional[frozenset[int]]] = {}
     problems: List[str] = []
     try:
-        tids = _threads.list_thread_ids()
-    except OSError as exc:
+        tids = _proc.list_thread_ids()
+    except PynumabindError as exc:
         return masks, [f"cannot list this process's threads: {exc}"]
     for tid in tids:
         try:
             masks[tid] = read(tid)
-        except OSError as exc:
+        except PynumabindError as exc:
             problems.append(f"cannot read thread {tid}'s affinity: {exc}")
     return masks, problems
 
@@ -198,10 +198,16 @@ def placement_problems(
     elif mode == _libnuma.MPOL_INTERLEAVE:
         problems.extend(_interleave_problems(nodes, placed, outside))
     elif mode == _libnuma.MPOL_LOCAL:
-        stray = sorted(set(placed) - (frozenset(placed) if allowed is None else allowed))
-        if stray:
-            problems.append(f"pages landed on nodes {stray} outside the allowed memory nodes")
+        problems.extend(_local_problems(placed, allowed))
     return problems, notes
+
+
+def _local_problems(placed: List[int], allowed: Optional[frozenset[int]]) -> List[str]:
+    """Local: pages anywhere inside the allowed nodes (unknown: anywhere)."""
+    stray = sorted(set(placed) - (frozenset(placed) if allowed is None else allowed))
+    if stray:
+        return [f"pages landed on nodes {stray} outside the allowed memory nodes"]
+    return []
 
 
 def _judge_spill(
@@ -256,15 +262,15 @@ def _free_bytes(nodes: frozenset[int]) -> Optional[int]:
     for node in nodes:
         try:
             total += _libnuma.node_memory(node)[1]
-        except _NUMA_ERRORS:
+        except _libnuma.ERRORS:
             return None
     return total
 
 
 def _mems_allowed() -> Optional[frozenset[int]]:
     try:
-        return _libnuma.get_mems_allowed()
-    except _NUMA_ERRORS:
+        return _proc.mems_allowed()
+    except _libnuma.ERRORS:
         return None
 
 
@@ -274,7 +280,7 @@ def _verify_memory(
     """Check the calling thread's policy and where new pages land."""
     try:
         now = _libnuma.get_mempolicy()
-    except _NUMA_ERRORS as exc:
+    except _libnuma.ERRORS as exc:
         notes.append(f"memory policy not readable: {exc}")
         return (), False
     if now.mode != mode or (nodes and now.nodes != nodes):
@@ -284,7 +290,7 @@ def _verify_memory(
         )
     try:
         found = _touched_page_nodes(pages)
-    except _NUMA_ERRORS as exc:
+    except _libnuma.ERRORS as exc:
         notes.append(f"page placement not checked: {exc}")
         return (), False
     preferred = mode in (_libnuma.MPOL_PREFERRED, _libnuma.MPOL_PREFERRED_MANY)
@@ -311,7 +317,7 @@ def verify_binding(binding: Binding, pages: int = VERIFY_PAGES) -> VerifyResult:
         notes.append("binding was restored; checked against the plan anyway")
     threads_checked = 0
     if plan.cpus is not None:
-        masks, problems = _live_masks(_threads.thread_affinity)
+        masks, problems = _live_masks(_proc.thread_affinity)
         bound, left, reference = expected_threads(binding)
         found, threads_checked = thread_problems(plan.cpus, bound, left, reference, masks)
         problems.extend(found)

@@ -124,26 +124,40 @@ def _resolve(
             "known here (NVML or the KFD topology is not available), so which GPU "
             "it is cannot be told; use GPU indices"
         )
-    if upper.startswith("MIG-GPU-"):
-        parent = "GPU-" + token[len("MIG-GPU-") :].split("/", 1)[0]
-        return _match_uuid(parent, devices), "matches no device", True
     if upper.startswith("MIG-"):
-        if mig_parents is None:
-            raise ConfigError(
-                f"{variable} entry {token!r} is a MIG device UUID: only NVML can tell "
-                "which GPU it belongs to, and NVML is not available; use the GPU "
-                "index, the GPU UUID or the legacy MIG-GPU-<uuid>/<gi>/<ci> form"
-            )
-        parent_uuid = mig_parents.get(token)
-        if parent_uuid is None:
-            return None, "is not a MIG device NVML knows", True
-        return _match_uuid(parent_uuid, devices), "matches no device", True
+        return _resolve_mig(token, devices, variable=variable, mig_parents=mig_parents)
     if upper.startswith("GPU-"):
         where = _match_uuid(token, devices)
         prefix_of = [g for g in devices if g.uuid and g.uuid.lower().startswith(token.lower())]
         why = "is an ambiguous UUID prefix" if where is None and prefix_of else "matches no device"
         return where, why, False
     return None, "matches no device", False
+
+
+def _resolve_mig(
+    token: str,
+    devices: Sequence[Gpu],
+    *,
+    variable: str,
+    mig_parents: Optional[Mapping[str, str]],
+) -> Tuple[Optional[int], str, bool]:
+    """:func:`_resolve` for a MIG entry: ``MIG-GPU-<uuid>/<gi>/<ci>``, or a MIG UUID.
+
+    The legacy form names its GPU; a MIG UUID's GPU only NVML knows.
+    """
+    if token.upper().startswith("MIG-GPU-"):
+        parent = "GPU-" + token[len("MIG-GPU-") :].split("/", 1)[0]
+        return _match_uuid(parent, devices), "matches no device", True
+    if mig_parents is None:
+        raise ConfigError(
+            f"{variable} entry {token!r} is a MIG device UUID: only NVML can tell "
+            "which GPU it belongs to, and NVML is not available; use the GPU "
+            "index, the GPU UUID or the legacy MIG-GPU-<uuid>/<gi>/<ci> form"
+        )
+    parent_uuid = mig_parents.get(token)
+    if parent_uuid is None:
+        return None, "is not a MIG device NVML knows", True
+    return _match_uuid(parent_uuid, devices), "matches no device", True
 
 
 def select_visible(

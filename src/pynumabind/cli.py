@@ -26,8 +26,8 @@ import sys
 from typing import Any, Dict, List, NoReturn, Optional, Sequence, Union
 
 from . import __version__, discovery
+from ._cli_tables import human_bytes, table
 from ._options import Options
-from ._report import human_bytes, table
 from .cpulist import format_cpulist, parse_cpulist, parse_nodelist
 from .errors import ConfigError, ListParseError, PynumabindError, format_ids
 from .model import CpuMode, MemoryPolicy, Plan, Topology
@@ -40,7 +40,7 @@ EXIT_USAGE = 2
 EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
 
-JSON_SCHEMA_VERSION = 1
+JSON_SCHEMA_VERSION = 2  # 2: a plan's "device"/"devices" are "gpu"/"gpus" (issue 24)
 
 
 class UsageError(Exception):
@@ -224,22 +224,15 @@ def machine_topology(args: argparse.Namespace) -> Topology:
     """The machine the command works on, with allowed-set overrides applied."""
     allowed_cpus = _option_list(args.allowed_cpus, "--allowed-cpus", nodes=False)
     allowed_mems = _option_list(args.allowed_mems, "--allowed-mems", nodes=True)
-    if args.topology is not None:  # "" too: an unset variable must not mean "this machine"
-        topology = discovery.load_topology(args.topology)
-    elif args.sysfs_root is not None:
-        if not os.path.isdir(args.sysfs_root):
-            raise UsageError(f"--sysfs-root: {args.sysfs_root!r} is not a directory")
-        topology = discovery.topology_from_sysfs(args.sysfs_root)
-    else:
-        from ._environ import topology_file
-
-        # PYNUMABIND_TOPOLOGY: the machine the library binds for, so check
-        # spawns, and show and plan print, what its workers will see.
-        snapshot = topology_file(os.environ)
-        if snapshot is not None:
-            topology = discovery.process_topology(snapshot)
-        else:
-            topology = discovery.detect_topology(use_nvml=not args.no_nvml)
+    if args.sysfs_root is not None and not os.path.isdir(args.sysfs_root):
+        raise UsageError(f"--sysfs-root: {args.sysfs_root!r} is not a directory")
+    # --topology ("" too: an unset variable must not mean "this machine"),
+    # --sysfs-root, else PYNUMABIND_TOPOLOGY (the machine the library binds
+    # for, so check spawns, and show and plan print, what its workers will
+    # see), else this machine: decided in one place, for the library too.
+    topology = discovery.resolve_topology(
+        snapshot=args.topology, sysfs_root=args.sysfs_root, use_nvml=not args.no_nvml
+    )
     changes: Dict[str, Any] = {}
     if allowed_cpus is not None:
         unknown = allowed_cpus - topology.online_cpus
@@ -398,11 +391,11 @@ def _plan_rows(results: Sequence[Union[Plan, PynumabindError]]) -> List[List[str
         if not isinstance(plan, Plan):
             rows.append([str(rank), "-", "-", "error", "-", "-"])
             continue
-        device = "-" if plan.device is None else f"{plan.device.index} {plan.device.pci_bus_id}"
+        gpu = "-" if plan.gpu is None else f"{plan.gpu.index} {plan.gpu.pci_bus_id}"
         rows.append(
             [
                 str(plan.rank),
-                device,
+                gpu,
                 "-" if plan.node is None else str(plan.node),
                 "unbound" if plan.cpus is None else format_cpulist(plan.cpus),
                 format_cpulist(plan.mems) or "-",
@@ -445,7 +438,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def _plan_text(results: Sequence[Union[Plan, PynumabindError]]) -> List[str]:
     plans = [r for r in results if isinstance(r, Plan)]
-    text = table(["rank", "device", "node", "cpus", "mems", "policy"], _plan_rows(results))
+    text = table(["rank", "gpu", "node", "cpus", "mems", "policy"], _plan_rows(results))
     notes = [f"  rank {p.rank}: {r}" for p in plans for r in p.reasons]
     warnings = [f"  rank {p.rank}: {w}" for p in plans for w in p.warnings]
     errors = [
@@ -464,7 +457,7 @@ def _plan_text(results: Sequence[Union[Plan, PynumabindError]]) -> List[str]:
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
-    from .binder import bind_current_process
+    from .binding import bind_current_process
 
     argv = list(args.argv)
     if argv and argv[0] == "--":
@@ -475,7 +468,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
         raise UsageError("exec: the command is an empty string")
     options = _options(args)
     topology = machine_topology(args) if _machine_given(args) else None
-    binding = bind_current_process(topology=topology, on_error=args.on_error, **options.keywords())
+    binding = bind_current_process(options=options, topology=topology, on_error=args.on_error)
     if args.json and sys.stderr is not None:
         # stdout belongs to the command; the report goes to stderr.
         sys.stderr.write(json.dumps({"schema": JSON_SCHEMA_VERSION, **binding.to_dict()}) + "\n")
@@ -497,7 +490,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from ._check import run_check
+    from ._cli_check import run_check
 
     options = _options(args)
     topology = machine_topology(args)
@@ -510,7 +503,7 @@ def cmd_check(args: argparse.Namespace) -> int:
                 str(w.rank),
                 w.device or "-",
                 w.planned_cpus,
-                w.actual_cpus,
+                w.bound_cpus,
                 w.planned_mems or "-",
                 w.policy,
                 w.page_nodes or "-",

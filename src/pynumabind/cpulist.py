@@ -189,38 +189,12 @@ def _item_error(
     at = start + len(raw) - len(raw.lstrip(_WHITESPACE))
     match = _ITEM.fullmatch(core)
     if match is None:
-        if not core:
-            what = "empty item"
-        elif core[0] == "-":
-            what = "negative id"
-        elif core[0] == "+":
-            what = "signed id"
-        elif _SINGLE_WITH_GROUP.match(core):
-            what = "group form needs a range (N-M:used/group), as in the kernel"
-        else:
-            what = "malformed item (want N, N-M or N-M:used/group)"
-        return _fail(what, text, core, at)
-    first = _number(core, match.start(1), match.end(1), limit)
-    if first > limit:
-        return _fail(limit_message, text, match.group(1), at)
-    if match.group(2) is not None:
-        last = _number(core, match.start(2), match.end(2), limit)
-        if last > limit:
-            return _fail(limit_message, text, match.group(2), at + match.start(2))
-        if last < first:
-            return _fail("descending range", text, core, at)
-    if match.group(3) is not None:
-        used = _number(core, match.start(3), match.end(3), _GROUP_LIMIT)
-        group = _number(core, match.start(4), match.end(4), _GROUP_LIMIT)
-        if used > _GROUP_LIMIT or group > _GROUP_LIMIT:
-            return _fail("group size overflows 32 bits", text, core, at)
-        if group == 0 or used > group:
-            return _fail(
-                "bad group form (want used/group with group > 0 and used <= group)",
-                text,
-                core,
-                at,
-            )
+        return _fail(_malformed(core), text, core, at)
+    failure = _range_error(text, core, at, match, limit=limit, limit_message=limit_message)
+    if failure is None:
+        failure = _group_error(text, core, at, match)
+    if failure is not None:
+        return failure
     if over_budget:
         return _fail(
             f"group forms expand to more than {_group_budget(limit)} ranges in all",
@@ -229,6 +203,54 @@ def _item_error(
             at,
         )
     raise AssertionError(f"item {_token(core)!r} was rejected for no reason")  # pragma: no cover
+
+
+def _malformed(core: str) -> str:
+    """Why an item that does not even match the item grammar was rejected."""
+    if not core:
+        return "empty item"
+    if core[0] == "-":
+        return "negative id"
+    if core[0] == "+":
+        return "signed id"
+    if _SINGLE_WITH_GROUP.match(core):
+        return "group form needs a range (N-M:used/group), as in the kernel"
+    return "malformed item (want N, N-M or N-M:used/group)"
+
+
+def _range_error(
+    text: str, core: str, at: int, match: re.Match[str], *, limit: int, limit_message: str
+) -> Optional[ListParseError]:
+    """An id over ``limit`` or a descending range in a well-formed item, else None."""
+    first = _number(core, match.start(1), match.end(1), limit)
+    if first > limit:
+        return _fail(limit_message, text, match.group(1), at)
+    if match.group(2) is None:
+        return None
+    last = _number(core, match.start(2), match.end(2), limit)
+    if last > limit:
+        return _fail(limit_message, text, match.group(2), at + match.start(2))
+    if last < first:
+        return _fail("descending range", text, core, at)
+    return None
+
+
+def _group_error(text: str, core: str, at: int, match: re.Match[str]) -> Optional[ListParseError]:
+    """A group form (``:used/group``) that overflows or is inconsistent, else None."""
+    if match.group(3) is None:
+        return None
+    used = _number(core, match.start(3), match.end(3), _GROUP_LIMIT)
+    group = _number(core, match.start(4), match.end(4), _GROUP_LIMIT)
+    if used > _GROUP_LIMIT or group > _GROUP_LIMIT:
+        return _fail("group size overflows 32 bits", text, core, at)
+    if group == 0 or used > group:
+        return _fail(
+            "bad group form (want used/group with group > 0 and used <= group)",
+            text,
+            core,
+            at,
+        )
+    return None
 
 
 def _group_budget(limit: int) -> int:
@@ -265,31 +287,18 @@ def _parse_items(
         if match is None:
             comma = text.find(",", pos, end)
             raise _item_error(text, pos, end if comma < 0 else comma, limit, limit_message)
-        first_text, last_text, used_text, group_text = match.group(1, 2, 3, 4)
-        # int() only on short digit strings (a megabyte of digits would be slow).
-        first = int(first_text) if len(first_text) <= digits else _value(first_text, limit)
-        if last_text is None:
-            last = first
-        else:
-            last = int(last_text) if len(last_text) <= digits else _value(last_text, limit)
+        first, last = _bounds(match, digits, limit)
         if last > limit or first > last:
             raise _item_error(text, pos, match.start(5), limit, limit_message)
-        if used_text is None:
+        if match.group(3) is None:
             runs.append((first, last))
         else:
-            used = int(used_text) if len(used_text) <= 10 else _value(used_text, _GROUP_LIMIT)
-            group = int(group_text) if len(group_text) <= 10 else _value(group_text, _GROUP_LIMIT)
-            if group > _GROUP_LIMIT or group == 0 or used > group:
-                raise _item_error(text, pos, match.start(5), limit, limit_message)
-            if used == group:
-                runs.append((first, last))
-            elif used:
-                budget -= (last - first) // group + 1
-                if budget < 0:
-                    raise _item_error(
-                        text, pos, match.start(5), limit, limit_message, over_budget=True
-                    )
-                runs.extend((lo, min(lo + used - 1, last)) for lo in range(first, last + 1, group))
+            budget = _add_group_runs(runs, match, first, last, budget)
+            if budget < 0:
+                over = budget == _BAD_GROUP
+                raise _item_error(
+                    text, pos, match.start(5), limit, limit_message, over_budget=not over
+                )
         if len(runs) > merge_at:
             runs = _merge(runs)
             merge_at = 2 * len(runs) + _MERGE_SLACK
@@ -297,6 +306,48 @@ def _parse_items(
             break
         pos = match.end()
     return list(itertools.chain.from_iterable(range(lo, hi + 1) for lo, hi in _merge(runs)))
+
+
+def _bounds(match: re.Match[str], digits: int, limit: int) -> Interval:
+    """An item's first and last id (``last == first`` for a single id).
+
+    int() runs only on short digit strings (a megabyte of digits would be
+    slow); longer ones go through :func:`_value`, which caps them.
+    """
+    first_text, last_text = match.group(1, 2)
+    first = int(first_text) if len(first_text) <= digits else _value(first_text, limit)
+    if last_text is None:
+        return first, first
+    last = int(last_text) if len(last_text) <= digits else _value(last_text, limit)
+    return first, last
+
+
+#: What :func:`_add_group_runs` returns for an inconsistent group form.
+_BAD_GROUP = -(2**62)
+
+
+def _add_group_runs(
+    runs: List[Interval], match: re.Match[str], first: int, last: int, budget: int
+) -> int:
+    """Append the runs of a ``first-last:used/group`` item; return the budget left.
+
+    A negative result means the item was not added: :data:`_BAD_GROUP` for an
+    inconsistent group form, any other negative number for one that would
+    exceed the list's group budget.
+    """
+    used_text, group_text = match.group(3, 4)
+    used = int(used_text) if len(used_text) <= 10 else _value(used_text, _GROUP_LIMIT)
+    group = int(group_text) if len(group_text) <= 10 else _value(group_text, _GROUP_LIMIT)
+    if group > _GROUP_LIMIT or group == 0 or used > group:
+        return _BAD_GROUP
+    if used == group:
+        runs.append((first, last))
+    elif used:
+        budget -= (last - first) // group + 1
+        if budget < 0:
+            return budget
+        runs.extend((lo, min(lo + used - 1, last)) for lo in range(first, last + 1, group))
+    return budget
 
 
 def _parse_list(
@@ -324,24 +375,12 @@ def _parse_list(
             raise _fail(f"'+' needs the allowed {kind}s (allowed=)", text, "+", start)
         start += 1
     if text[start:end].strip(_WHITESPACE) == "all":
-        if relative:
-            assert allowed is not None
-            ids: frozenset[int] = frozenset(allowed)
-        elif universe is None:
-            at = start + text[start:end].index("all")
-            raise _fail(f"'all' needs the machine's {kind}s (universe=)", text, "all", at)
-        else:
-            ids = frozenset(universe)
+        ids = _all_ids(
+            text, start, end, kind=kind, universe=universe, allowed=allowed if relative else None
+        )
     elif relative:
         assert allowed is not None
-        ordered = sorted(allowed)
-        limit = min(max_id, len(ordered) - 1)
-        if len(ordered) - 1 <= max_id:
-            message = f"relative index beyond the {len(ordered)} allowed {kind}s"
-        else:
-            message = f"relative index exceeds the maximum {max_id}"
-        indices = _parse_items(text, start, end, limit=limit, limit_message=message)
-        ids = frozenset(ordered[i] for i in indices)
+        ids = _relative_ids(text, start, end, kind=kind, allowed=allowed, max_id=max_id)
     else:
         message = f"id exceeds the maximum {max_id}"
         ids = frozenset(_parse_items(text, start, end, limit=max_id, limit_message=message))
@@ -349,6 +388,38 @@ def _parse_list(
         assert universe is not None
         ids = frozenset(universe) - ids
     return ids
+
+
+def _all_ids(
+    text: str,
+    start: int,
+    end: int,
+    *,
+    kind: str,
+    universe: Optional[AbstractSet[int]],
+    allowed: Optional[AbstractSet[int]],
+) -> frozenset[int]:
+    """``all`` (every id of the machine) or ``+all`` (every allowed id; ``allowed`` given)."""
+    if allowed is not None:
+        return frozenset(allowed)
+    if universe is None:
+        at = start + text[start:end].index("all")
+        raise _fail(f"'all' needs the machine's {kind}s (universe=)", text, "all", at)
+    return frozenset(universe)
+
+
+def _relative_ids(
+    text: str, start: int, end: int, *, kind: str, allowed: AbstractSet[int], max_id: int
+) -> frozenset[int]:
+    """``+LIST``: indices into the sorted allowed ids."""
+    ordered = sorted(allowed)
+    limit = min(max_id, len(ordered) - 1)
+    if len(ordered) - 1 <= max_id:
+        message = f"relative index beyond the {len(ordered)} allowed {kind}s"
+    else:
+        message = f"relative index exceeds the maximum {max_id}"
+    indices = _parse_items(text, start, end, limit=limit, limit_message=message)
+    return frozenset(ordered[i] for i in indices)
 
 
 def parse_cpulist(

@@ -4,11 +4,13 @@ machine's sysfs tree, or a snapshot file, each as a :class:`~pynumabind.model.To
 Three public functions, each with its real keywords: :func:`detect_topology`
 (this machine and this process), :func:`topology_from_sysfs` (any sysfs tree:
 ``/sys`` or a copy of another machine's), :func:`load_topology` (a JSON
-snapshot written by ``pynumabind snapshot``).  The model module is a leaf:
+snapshot written by ``pynumabind snapshot``).  Which of them a caller gets
+is decided in one place, :func:`resolve_topology`: the binder, the CLI and
+the framework integrations all ask it.  The model module is a leaf:
 it imports none of this, so there is no import cycle, lazy or not.
 
 Discovery records facts about each GPU; it does not decide where a rank
-goes.  The planner (``planner._place_gpu``) is the one owner of "which CPUs
+goes.  The planner (``planner._place.place_gpu``) is the one owner of "which CPUs
 and memory suit this GPU", including for a GPU on a CPU-less node, which
 discovery leaves as it found it.  What each :class:`~pynumabind.model.Gpu`
 field means when it leaves here:
@@ -71,6 +73,10 @@ sysfs root and serves any ``detail`` up to the one it was read with; it is
 never used for ``FULL`` (whose node memory sizes are live figures) nor with
 ``gpu_vendors``/``pci_classes`` given, holds one root at a time, and is
 dropped in a fork child and by :func:`forget_layout`.
+
+:func:`apply_visibility` (defined in the private :mod:`._visible`) is
+re-exported here, its public home: the GPUs a process sees, applied to any
+topology (``pynumabind.apply_visibility`` is this one).
 """
 
 from __future__ import annotations
@@ -79,6 +85,7 @@ import os
 import stat
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
+from ._visible import apply_visibility
 from .errors import TopologyError, format_ids
 from .model import CpuMode, Detail, Gpu, Topology
 
@@ -87,12 +94,14 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "Detail",
+    "apply_visibility",
     "detail_for",
     "detect_topology",
     "forget_layout",
     "load_topology",
     "merge_nvml",
     "process_topology",
+    "resolve_topology",
     "topology_from_sysfs",
 ]
 
@@ -351,22 +360,38 @@ def topology_from_sysfs(
     gpu_vendors: Optional[Union[Mapping[int, str], Iterable[int]]] = None,
     pci_classes: Optional[Iterable[Union[str, int]]] = None,
     environ: Optional[Mapping[str, str]] = None,
+    detail: Detail = Detail.FULL,
 ) -> Topology:
     """The machine under sysfs ``root`` (``/sys``, or another machine's copy), without NVML.
 
-    See :func:`pynumabind._sysfs.read_topology` for what each keyword means;
-    ``None`` keeps its default.
+    :func:`pynumabind._sysfs.read_layout`, then :func:`~pynumabind._sysfs.with_allowed`.
+
+    ``gpu_vendors`` (PCI vendor id -> name, or just ids) and ``pci_classes``
+    (``"0x03"`` base class, ``"0x0302"`` base+subclass, ``"0x030200"`` full)
+    choose which PCI functions count as accelerators; pass extra ones to
+    accept other devices; ``None`` means :data:`DEFAULT_GPU_VENDORS` /
+    :data:`DEFAULT_PCI_CLASSES`.  GPUs come in driver order: KFD order for AMD when
+    the KFD topology is present, PCI address order otherwise (NVML's default
+    order).  With ``environ``, ``CUDA_VISIBLE_DEVICES``/``ROCR_VISIBLE_DEVICES``
+    from it are applied; without, every GPU is listed.
+
+    Allowed sets: for the live ``/sys`` they are read fresh from
+    ``sched_getaffinity`` and ``get_mempolicy(MPOL_F_MEMS_ALLOWED)``; for any
+    other root they default to every online CPU and every node with memory.
+    ``allowed_cpus``/``allowed_mems`` override both.  ``detail`` (see
+    :class:`~pynumabind.model.Detail`) says how much of the CPU layout to read.
     """
     from . import _sysfs
 
-    return _sysfs.read_topology(
-        root,
-        allowed_cpus=allowed_cpus,
-        allowed_mems=allowed_mems,
-        gpu_vendors=gpu_vendors,
-        pci_classes=pci_classes,
-        environ=environ,
+    layout = _sysfs.read_layout(
+        root, detail=detail, gpu_vendors=gpu_vendors, pci_classes=pci_classes
     )
+    topology = _sysfs.with_allowed(
+        layout, root, allowed_cpus=allowed_cpus, allowed_mems=allowed_mems
+    )
+    if environ is not None:
+        topology = apply_visibility(topology, environ)
+    return topology
 
 
 def load_topology(path: str) -> Topology:
@@ -396,7 +421,7 @@ def process_topology(path: str, environ: Optional[Mapping[str, str]] = None) -> 
     (another machine's), is a :class:`TopologyError` naming the variable and
     the file: never a fallback to sysfs.
     """
-    from . import _libnuma, _threads, _visible
+    from . import _proc, _visible
     from ._environ import TOPOLOGY_VARIABLE
 
     env = os.environ if environ is None else environ
@@ -404,7 +429,7 @@ def process_topology(path: str, environ: Optional[Mapping[str, str]] = None) -> 
         snapshot = load_topology(path)
     except TopologyError as exc:
         raise TopologyError(f"{TOPOLOGY_VARIABLE}: {exc}") from exc
-    cpus = _threads.process_affinity()
+    cpus = _proc.process_affinity()
     missing = cpus - snapshot.online_cpus
     if missing:
         raise TopologyError(
@@ -413,10 +438,52 @@ def process_topology(path: str, environ: Optional[Mapping[str, str]] = None) -> 
         )
     live = snapshot.replace(
         allowed_cpus=cpus,
-        allowed_mems=_libnuma.get_mems_allowed() & frozenset(snapshot.nodes),
+        allowed_mems=_proc.mems_allowed() & frozenset(snapshot.nodes),
         notes=(*snapshot.notes, f"machine from {TOPOLOGY_VARIABLE}={path}"),
     )
     return _visible.apply_visibility(live, env)
+
+
+def resolve_topology(
+    *,
+    environ: Optional[Mapping[str, str]] = None,
+    snapshot: Optional[str] = None,
+    sysfs_root: Optional[str] = None,
+    use_nvml: bool = True,
+    detail: Detail = Detail.FULL,
+    reuse: bool = False,
+) -> Topology:
+    """The machine to plan on: the one place that decides where it comes from.
+
+    In order:
+
+    1. ``snapshot`` (the CLI's ``--topology``; ``""`` too, so an unset shell
+       variable never means "this machine"): that file as recorded --
+       another machine, its own allowed sets and GPUs (:func:`load_topology`);
+    2. ``sysfs_root`` (``--sysfs-root``): that tree as recorded, every GPU
+       listed, without NVML (:func:`topology_from_sysfs`);
+    3. ``PYNUMABIND_TOPOLOGY`` in ``environ``: this process on the snapshot's
+       machine -- its visible GPUs and allowed sets (:func:`process_topology`);
+    4. this machine and this process (:func:`detect_topology` with
+       ``use_nvml``, ``detail`` and ``reuse``).
+
+    ``environ`` (default ``os.environ``) is the one mapping every variable
+    comes from, ``CUDA_VISIBLE_DEVICES`` and friends included, whichever
+    source is chosen.  ``PYNUMABIND_TOPOLOGY`` empty or of only ASCII
+    whitespace is unset; any other character (U+00A0 included) is part of
+    the file name, as for every ``PYNUMABIND_`` variable (:mod:`._environ`).
+    """
+    if snapshot is not None:
+        return load_topology(snapshot)
+    if sysfs_root is not None:
+        return topology_from_sysfs(sysfs_root)
+    from ._environ import topology_file
+
+    env = os.environ if environ is None else environ
+    path = topology_file(env)
+    if path is not None:
+        return process_topology(path, env)
+    return detect_topology(environ=env, use_nvml=use_nvml, detail=detail, reuse=reuse)
 
 
 def _read_snapshot(path: str) -> str:

@@ -25,6 +25,7 @@ __all__ = [
     "ListParseError",
     "NumaSyscallError",
     "PlanError",
+    "ProcessStateError",
     "PynumabindError",
     "TopologyError",
     "format_ids",
@@ -111,6 +112,23 @@ class NumaSyscallError(PynumabindError, OSError):
         super().__init__(err, f"{operation}{where} failed: {name} ({os.strerror(err)})")
         self.operation = operation
         self.nodes = frozenset(nodes) if nodes is not None else None
+
+
+class ProcessStateError(PynumabindError, OSError):
+    """This process's own state could not be read from the kernel.
+
+    Raised by :mod:`pynumabind._proc`, the one module that reads it: ``path``
+    is the file (``/proc/self/task/42/stat``) or call it read, ``errno`` the
+    kernel's error number when there was one (``None`` for a file that reads
+    but does not parse).
+    """
+
+    def __init__(self, message: str, *, path: str, err: Optional[int] = None) -> None:
+        if err is None:
+            super().__init__(message)
+        else:
+            super().__init__(err, message)
+        self.path = path
 
 
 class BindError(PynumabindError):

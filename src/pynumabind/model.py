@@ -499,6 +499,23 @@ class MemoryPolicy(str, enum.Enum):
         return _parse_choice(cls, value, source)
 
 
+_WARNED: set[str] = set()  # deprecated names already warned about in this process
+
+
+def warn_deprecated(old: str, new: str, stacklevel: int = 3) -> None:
+    """One DeprecationWarning per old name per process (the one such warning; issue 24)."""
+    if old in _WARNED:
+        return
+    _WARNED.add(old)
+    import warnings
+
+    warnings.warn(
+        f"pynumabind: {old} is deprecated and will be removed in the next release; use {new}",
+        DeprecationWarning,
+        stacklevel=stacklevel,
+    )
+
+
 @dataclass(frozen=True)
 class Plan:
     """The binding one rank should get, and why.
@@ -508,13 +525,16 @@ class Plan:
     subset of the allowed CPUs.  ``mems`` are the memory-policy nodes (empty
     for ``local`` and ``none``).  ``node`` is the CPU node the rank was placed
     on, ``None`` when unplaced.  ``reasons`` cite each decision's source;
-    ``warnings`` are the subset a launcher should surface.  ``devices`` are
-    the visible GPU indices of a union plan (one process driving several GPUs,
-    or bound to the GPUs it sees); empty for a one-rank plan.
+    ``warnings`` are the subset a launcher should surface.  ``rank`` is the
+    local rank, ``None`` for a union plan (one process driving several GPUs,
+    or bound to the GPUs it sees), whose visible GPU indices are ``gpus``
+    (empty for a one-rank plan).  ``gpu`` is the rank's GPU (for a union,
+    the GPU when there is only one).  ``device`` and ``devices`` are the
+    deprecated names of ``gpu`` and ``gpus`` (one release; they warn once).
     """
 
-    rank: int
-    device: Optional[Gpu]
+    rank: Optional[int]
+    gpu: Optional[Gpu]
     cpus: Optional[frozenset[int]]
     mems: frozenset[int]
     policy: MemoryPolicy
@@ -522,13 +542,25 @@ class Plan:
     node: Optional[int] = None
     reasons: Tuple[str, ...] = ()
     warnings: Tuple[str, ...] = field(default=())
-    devices: Tuple[int, ...] = ()
+    gpus: Tuple[int, ...] = ()
+
+    @property
+    def device(self) -> Optional[Gpu]:
+        """Deprecated name of :attr:`gpu`."""
+        warn_deprecated("Plan.device", "Plan.gpu")
+        return self.gpu
+
+    @property
+    def devices(self) -> Tuple[int, ...]:
+        """Deprecated name of :attr:`gpus`."""
+        warn_deprecated("Plan.devices", "Plan.gpus")
+        return self.gpus
 
     def to_dict(self) -> Dict[str, Any]:
         """The documented JSON form (``pynumabind plan --json``)."""
         device = None
-        if self.device is not None:
-            gpu = self.device
+        if self.gpu is not None:
+            gpu = self.gpu
             device = {
                 "index": gpu.index,
                 "pci_bus_id": gpu.pci_bus_id,
@@ -540,7 +572,7 @@ class Plan:
             }
         return {
             "rank": self.rank,
-            "device": device,
+            "gpu": device,
             "mode": self.mode.value,
             "node": self.node,
             "cpus": None if self.cpus is None else format_cpulist(self.cpus),
@@ -548,5 +580,5 @@ class Plan:
             "policy": self.policy.value,
             "reasons": list(self.reasons),
             "warnings": list(self.warnings),
-            "devices": list(self.devices),
+            "gpus": list(self.gpus),
         }

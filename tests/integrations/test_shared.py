@@ -20,11 +20,11 @@ from typing import Dict, List
 import pytest
 
 from pynumabind import ConfigError
+from pynumabind.discovery import resolve_topology
 from pynumabind.integrations import (
     check_release,
     describe_gpus,
     gate,
-    load_topology,
     missing_attributes,
     per_gpu_override,
     release,
@@ -157,11 +157,15 @@ def test_missing_attributes_resolves_through_imports() -> None:
 # (PYNUMABIND_TOPOLOGY itself is the core's: tests/test_topology_variable.py)
 
 
-def test_load_topology_uses_the_variable(snapshot: Path) -> None:
+def test_integrations_have_no_topology_source_of_their_own(snapshot: Path) -> None:
     require_two_cpus()
-    topology = load_topology({"PYNUMABIND_TOPOLOGY": str(snapshot), "CUDA_VISIBLE_DEVICES": "1"})
+    from pynumabind import integrations
+
+    assert not hasattr(integrations, "load_topology")  # one source: discovery's
+    env = {"PYNUMABIND_TOPOLOGY": str(snapshot), "CUDA_VISIBLE_DEVICES": "1"}
+    topology = resolve_topology(environ=env)
     assert [g.pci_bus_id for g in topology.gpus] == ["0000:65:00.0"]
-    empty = load_topology({"PYNUMABIND_TOPOLOGY": " ", "CUDA_VISIBLE_DEVICES": ""})
+    empty = resolve_topology(environ={"PYNUMABIND_TOPOLOGY": " ", "CUDA_VISIBLE_DEVICES": ""})
     assert not any("PYNUMABIND_TOPOLOGY" in note for note in empty.notes)  # this machine
 
 
@@ -211,7 +215,7 @@ def test_bind_gpu_binds_to_its_node(machine) -> None:
 def test_union_of_two_gpus_says_so(machine) -> None:
     result = bind_in_child("bind_gpus([0, 1], what='engine')", machine)
     assert result["cpus"] == "0-1"
-    assert result["reasons"][0].startswith("devices 0-1: the union of their plans")
+    assert result["reasons"][0].startswith("GPUs 0-1: the union of their plans")
     assert result["reasons"][0].endswith("CPU nodes 0-1")
     assert any(r.startswith("GPU 1: ") for r in result["reasons"])
 
@@ -256,7 +260,9 @@ def test_launcher_size_is_not_blamed_in_a_framework_worker(machine) -> None:
 
 def test_describe_gpus_names_physical_index_and_uuid(snapshot: Path) -> None:
     require_two_cpus()
-    topology = load_topology({"PYNUMABIND_TOPOLOGY": str(snapshot), "CUDA_VISIBLE_DEVICES": "1"})
+    topology = resolve_topology(
+        environ={"PYNUMABIND_TOPOLOGY": str(snapshot), "CUDA_VISIBLE_DEVICES": "1"}
+    )
     assert describe_gpus(topology, [0]) == (
         "0 (physical 1, GPU-00000001-test-snapshot, 0000:65:00.0)"
     )

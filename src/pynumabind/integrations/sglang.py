@@ -38,18 +38,18 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, List, Tuple
 
+from ..discovery import resolve_topology
 from ..errors import ConfigError
-from . import (
+from ._common import (
     bind_gpu,
     check_release,
     describe_gpus,
     installed_version,
-    load_topology,
     missing_attributes,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..binder import Binding
+    from ..binding import Binding
 
 __all__ = ["HOOKS", "TARGET", "TESTED", "bind_scheduler", "check_version", "install"]
 
@@ -114,7 +114,7 @@ def bind_scheduler(server_args: Any, gpu_id: int) -> Binding:
         )
     # This line lands in SGLang's log: SGLang configures the root logger in
     # each scheduler, with the TP rank as prefix.
-    topology = load_topology()
+    topology = resolve_topology()
     binding = bind_gpu(int(gpu_id), what=what, topology=topology)
     log.info("%s, GPU %s: %s", what, describe_gpus(topology, [int(gpu_id)]), binding.summary())
     return binding

@@ -64,20 +64,20 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple
 
+from .._environ import parse_flag
+from ..discovery import resolve_topology
 from ..errors import ConfigError
-from . import (
+from ._common import (
     bind_gpu,
     bind_gpus,
     check_release,
     describe_gpus,
-    gate,
     installed_version,
-    load_topology,
     missing_attributes,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..binder import Binding
+    from ..binding import Binding
 
 __all__ = [
     "HOOKS",
@@ -177,7 +177,8 @@ def _switches(worker: Any = None) -> List[Tuple[str, str]]:
     on = []
     if worker is not None and isinstance(worker, Worker):
         on.append((f"--worker-cls {WORKER_CLS}", "use vLLM's own worker class"))
-    if gate("PYNUMABIND_VLLM"):
+    value = os.environ.get("PYNUMABIND_VLLM")
+    if value is not None and parse_flag("PYNUMABIND_VLLM", value):
         on.append(("PYNUMABIND_VLLM=1", "unset PYNUMABIND_VLLM"))
     return on or [("pynumabind's vLLM hook", "remove the pynumabind hook")]
 
@@ -294,7 +295,7 @@ def bind_worker(worker: Any) -> Binding:
     _refuse_double_bind(parallel_config, what, worker)
     _warn_auto_bound(parallel_config, what)
     index = worker_gpu(parallel_config, worker.local_rank)
-    topology = load_topology()
+    topology = resolve_topology()
     binding = bind_gpu(index, what=f"{what} (GPU {index})", topology=topology)
     worker._pynumabind_binding = binding
     vllm_log.info("%s, GPU %s: %s", what, describe_gpus(topology, [index]), binding.summary())
@@ -307,7 +308,7 @@ def bind_engine_core(vllm_config: Any) -> Binding:
     what = f"vLLM EngineCore (DP rank {parallel_config.data_parallel_rank_local or 0})"
     _refuse_double_bind(parallel_config, what)
     _warn_auto_bound(parallel_config, what)
-    topology = load_topology()
+    topology = resolve_topology()
     shard = engine_core_gpus(parallel_config, len(topology.gpus))
     binding = bind_gpus(shard, what=what, topology=topology)
     vllm_log.info("%s, GPUs %s: %s", what, describe_gpus(topology, shard), binding.summary())

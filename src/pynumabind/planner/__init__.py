@@ -7,7 +7,8 @@ thousands of generated ones.
 
 How a rank is placed
 --------------------
-1. Its device: ``device=`` if given, else GPU ``rank % len(topology.gpus)``
+1. Its GPU: ``gpu=`` if given (``rank_gpus=`` for every rank), else GPU
+   ``rank % len(topology.gpus)``
    (more ranks than GPUs wrap around, with a warning).  Without GPUs, ranks
    are spread evenly, in contiguous blocks, over the NUMA nodes that have
    allowed CPUs; memory-only nodes never get CPU ranks.
@@ -33,15 +34,16 @@ How a rank is placed
 
 A process driving several GPUs
 ------------------------------
-:func:`plan_devices_for` (``plan(topology, devices=[i, j])``,
-``bind_current_process(devices=[...])``): a process with no rank that drives
+:func:`plan_gpus_for` (``plan(topology, gpus=[i, j])``,
+``bind_current_process(gpus=[...])``): a process with no rank that drives
 several visible GPUs (vLLM's EngineCore for its data-parallel shard, a Ray
 actor with two GPUs, a pipeline stage) gets the union of what each GPU's
 rank would get, each planned as rank ``i`` of one rank per visible GPU, so
 the per-rank overrides read per GPU index: every CPU and memory node of any
 of them, in modes ``node``, ``socket`` and ``none``.  ``exclusive`` and
 ``core-complex`` slice a node among the ranks sharing it; a union of
-devices is not one of those ranks, so they are a ConfigError.
+GPUs is not one of those ranks, so they are a ConfigError.  A union plan
+has ``rank=None`` and its GPU indices in ``Plan.gpus``.
 
 Overrides
 ---------
@@ -65,6 +67,11 @@ memory follows the CPUs, not the GPU (vLLM's choice is the GPU; see
 
 With ``nprocs=None`` an override's length is the number of local ranks;
 otherwise it must match ``nprocs``.
+
+The planner takes an :class:`~pynumabind.Options` already merged with the
+environment (by the binding or the CLI): it never reads the environment.
+The public functions take ``options=`` or, as a thin front that builds one,
+the keywords (:class:`~pynumabind._options.OptionKeywords`, written once).
 
 Modules
 -------
@@ -94,10 +101,21 @@ plans in about half a second (``python -m benchmarks.bench_planner``).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
-from typing import AbstractSet, Dict, Iterable, List, Optional, Sequence, Union
+from typing import (
+    TYPE_CHECKING,
+    AbstractSet,
+    Callable,
+    Dict,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
 
-from .._options import MAX_NPROCS, Options
+from .._options import MAX_NPROCS, OptionKeywords, Options, check_int, union_front
 from ..errors import ConfigError, PlanError, PynumabindError, format_ids
 from ..model import CpuMode, MemoryPolicy, Plan, Topology
 from ._cpus import choose_cpus
@@ -120,17 +138,22 @@ from ._place import (
 from ._request import (
     Request,
     build_request,
-    check_int,
     check_overrides,
     default_nprocs,
-    device_index,
+    gpu_index,
 )
+
+if TYPE_CHECKING:  # pragma: no cover
+    from typing_extensions import ParamSpec, Unpack
+
+    _P = ParamSpec("_P")
 
 __all__ = [
     "MAX_NPROCS",
     "RANK_SEPARATOR",
     "CpusOverride",
     "NodesOverride",
+    "OptionKeywords",
     "Options",
     "default_nprocs",
     "local_ranks",
@@ -139,10 +162,10 @@ __all__ = [
     "plan",
     "plan_all",
     "plan_all_for",
-    "plan_devices_for",
     "plan_each",
     "plan_each_for",
     "plan_for",
+    "plan_gpus_for",
 ]
 
 
@@ -170,7 +193,7 @@ def _finish(topology: Topology, request: Request, state: RankState) -> Union[Pla
     assert mems <= topology.allowed_mems
     return Plan(
         rank=state.rank,
-        device=state.device,
+        gpu=state.device,
         cpus=state.cpus,
         mems=mems,
         policy=policy,
@@ -191,14 +214,14 @@ def _plan_ranks(
     ranks they slice a node with, so one rank costs O(its node's ranks).
     """
     check_overrides(topology, request)
-    shared_by = sharing_ranks(request.devices)
+    shared_by = sharing_ranks(request.rank_gpus)
     states = [
         place(
             topology,
             r,
             nprocs=request.nprocs,
-            device=request.devices[r],
-            explicit_device=request.explicit_device[r],
+            device=request.rank_gpus[r],
+            explicit_device=request.explicit_gpu[r],
             shared_by=shared_by,
             node_set=None if request.node_sets is None else request.node_sets[r],
         )
@@ -234,7 +257,7 @@ def _one(topology: Topology, request: Request, rank: int) -> Plan:
 def plan_for(topology: Topology, options: Options) -> Plan:
     """The plan for ``options.rank``, from options built once (see :mod:`.._options`).
 
-    ``options.device`` overrides this rank's GPU; the other ranks keep
+    ``options.gpu`` overrides this rank's GPU; the other ranks keep
     ``rank % len(gpus)``.  An error caused by a setting from the environment
     says which settings came from there.
     """
@@ -242,8 +265,8 @@ def plan_for(topology: Topology, options: Options) -> Plan:
         raise ConfigError("no rank to plan: options.rank is not set")
     try:
         request = build_request(topology, options)
-        if options.device is not None:
-            request = _with_device(topology, request, options.rank, options.device)
+        if options.gpu is not None:
+            request = _with_gpu(topology, request, options.rank, options.gpu)
         return _one(topology, request, options.rank)
     except (ConfigError, PlanError) as exc:
         blamed = options.blame(exc)
@@ -252,21 +275,21 @@ def plan_for(topology: Topology, options: Options) -> Plan:
         raise blamed from exc
 
 
-def _with_device(topology: Topology, request: Request, rank: int, device: int) -> Request:
+def _with_gpu(topology: Topology, request: Request, rank: int, gpu: int) -> Request:
     if rank >= request.nprocs:
         return request  # out of range: _one says so
-    index = device_index(topology, device)
-    per_rank = list(request.devices)
-    explicit = list(request.explicit_device)
+    index = gpu_index(topology, gpu)
+    per_rank = list(request.rank_gpus)
+    explicit = list(request.explicit_gpu)
     per_rank[rank] = index
     explicit[rank] = True
-    return replace(request, devices=tuple(per_rank), explicit_device=tuple(explicit))
+    return replace(request, rank_gpus=tuple(per_rank), explicit_gpu=tuple(explicit))
 
 
 def plan_each_for(topology: Topology, options: Options) -> List[Union[Plan, PynumabindError]]:
     """Every local rank's plan, or the error that stops that rank alone, in rank order.
 
-    A problem with the options themselves (a bad override, a device out of
+    A problem with the options themselves (a bad override, a GPU out of
     range) still raises: it concerns every rank.
     """
     return list(_plan_ranks(topology, build_request(topology, options)).values())
@@ -274,12 +297,7 @@ def plan_each_for(topology: Topology, options: Options) -> List[Union[Plan, Pynu
 
 def plan_all_for(topology: Topology, options: Options) -> List[Plan]:
     """Plans for every local rank, in rank order; raises the first failing rank's error."""
-    plans: List[Plan] = []
-    for result in plan_each_for(topology, options):
-        if isinstance(result, PynumabindError):
-            raise result
-        plans.append(result)
-    return plans
+    return _all_or_first_error(plan_each_for(topology, options))
 
 
 def local_ranks(topology: Topology, options: Options) -> int:
@@ -294,26 +312,25 @@ def local_ranks(topology: Topology, options: Options) -> int:
 UNION_MODES = (CpuMode.NODE, CpuMode.SOCKET, CpuMode.NONE)
 
 
-def plan_devices_for(topology: Topology, options: Options, devices: Sequence[int]) -> Plan:
-    """The union of visible GPUs ``devices``' plans, for one process (see the module docstring).
+def plan_gpus_for(topology: Topology, options: Options, gpus: Sequence[int]) -> Plan:
+    """The union of visible GPUs ``gpus``' plans, for one process (see the module docstring).
 
-    ``options.rank``, ``nprocs`` and ``device`` are not used: each GPU is
-    planned as the rank of its own index among the visible GPUs.
+    ``options.rank``, ``nprocs`` and ``gpu`` are not used: each GPU is
+    planned as the rank of its own index among the visible GPUs.  The union
+    plan's ``rank`` is ``None`` (it is no rank) and its ``gpus`` the indices.
     """
-    indices = _union_indices(topology, options, devices)
+    indices = _union_indices(topology, options, gpus)
     count = len(topology.gpus)
-    plans = [
-        plan_for(topology, replace(options, rank=i, nprocs=count, device=i, devices=None))
-        for i in indices
-    ]
+    each = replace(options, gpus=None, rank_gpus=None)
+    plans = [plan_for(topology, replace(each, rank=i, nprocs=count, gpu=i)) for i in indices]
     return _union(plans, indices, count)
 
 
-def _union_indices(topology: Topology, options: Options, devices: Sequence[int]) -> List[int]:
-    """``devices`` checked and sorted, once each; ConfigError for a mode that slices."""
-    if isinstance(devices, (str, bytes)) or not isinstance(devices, Sequence) or not devices:
-        raise ConfigError(f"devices must be a non-empty sequence of GPU indices, not {devices!r}")
-    indices = sorted({device_index(topology, check_int(d, "device")) for d in devices})
+def _union_indices(topology: Topology, options: Options, gpus: Sequence[int]) -> List[int]:
+    """``gpus`` checked and sorted, once each; ConfigError for a mode that slices."""
+    if isinstance(gpus, (str, bytes)) or not isinstance(gpus, Sequence) or not gpus:
+        raise ConfigError(f"gpus must be a non-empty sequence of GPU indices, not {gpus!r}")
+    indices = sorted({gpu_index(topology, check_int(d, "GPU index")) for d in gpus})
     if options.cpu_mode not in UNION_MODES:
         choices = ", ".join(m.value for m in UNION_MODES)
         raise ConfigError(
@@ -321,6 +338,21 @@ def _union_indices(topology: Topology, options: Options, devices: Sequence[int])
             f"driving GPUs {format_ids(frozenset(indices))} is not one of them: use {choices}"
         )
     return indices
+
+
+def _union_reasons(
+    plans: List[Plan], indices: List[int], count: int, placed: frozenset[int]
+) -> Tuple[str, ...]:
+    """Why the union is what it is, then each GPU's own reasons under its index."""
+    reasons = [
+        f"GPUs {format_ids(frozenset(indices))}: the union of their plans "
+        f"(each planned as rank of its index among {count} visible GPUs): "
+        f"CPU nodes {format_ids(placed)}"
+    ]
+    unplaced = frozenset(i for i, p in zip(indices, plans) if p.cpus is None)
+    if unplaced:
+        reasons.append(f"CPUs left alone: GPU(s) {format_ids(unplaced)} have no CPU binding")
+    return (*reasons, *(f"GPU {i}: {r}" for i, p in zip(indices, plans) for r in p.reasons))
 
 
 def _union(plans: List[Plan], indices: List[int], count: int) -> Plan:
@@ -332,23 +364,16 @@ def _union(plans: List[Plan], indices: List[int], count: int) -> Plan:
     if all(p.cpus is not None for p in plans):
         cpus = frozenset().union(*(p.cpus or frozenset() for p in plans))
     placed = frozenset(p.node for p in plans if p.node is not None)
-    reasons = [
-        f"devices {format_ids(frozenset(indices))}: the union of their plans "
-        f"(each planned as rank of its index among {count} visible GPUs): "
-        f"CPU nodes {format_ids(placed)}"
-    ]
-    unplaced = frozenset(p.rank for p in plans if p.cpus is None)
-    if unplaced:
-        reasons.append(f"CPUs left alone: GPU(s) {format_ids(unplaced)} have no CPU binding")
     return replace(
         plans[0],
-        device=plans[0].device if len(plans) == 1 else None,
+        rank=None,
+        gpu=plans[0].gpu if len(plans) == 1 else None,
         cpus=cpus,
         mems=frozenset().union(*(p.mems for p in plans)),
         node=min(placed) if len(placed) == 1 else None,
-        reasons=(*reasons, *(f"GPU {p.rank}: {r}" for p in plans for r in p.reasons)),
+        reasons=_union_reasons(plans, indices, count, placed),
         warnings=tuple(dict.fromkeys(w for p in plans for w in p.warnings)),
-        devices=tuple(indices),
+        gpus=tuple(indices),
     )
 
 
@@ -356,70 +381,39 @@ def plan(
     topology: Topology,
     rank: Optional[int] = None,
     nprocs: Optional[int] = None,
-    mode: Union[str, CpuMode] = "node",
-    memory: Union[str, MemoryPolicy] = "preferred",
+    mode: Union[str, CpuMode, None] = None,
+    memory: Union[str, MemoryPolicy, None] = None,
     *,
-    nodes: Optional[NodesOverride] = None,
-    cpus: Optional[CpusOverride] = None,
-    device: Optional[int] = None,
-    gpu_memory: bool = False,
-    interleave_nodes: Union[str, Iterable[int], None] = None,
-    require_node: bool = False,
-    devices: Optional[Sequence[int]] = None,
+    options: Optional[Options] = None,
+    **keywords: Unpack[OptionKeywords],
 ) -> Plan:
-    """The plan for local rank ``rank`` of ``nprocs``, or for one process driving ``devices``.
+    """The plan for local rank ``rank`` of ``nprocs``, or for one process driving ``gpus``.
 
-    ``device`` (an index into ``topology.gpus``) overrides this rank's GPU;
-    the other ranks keep ``rank % len(gpus)`` when exclusive modes slice a
-    node.  ``devices`` (without ``rank``, ``nprocs`` or ``device``): the
-    union of those GPUs' plans (:func:`plan_devices_for`).  Raises
+    ``gpu`` (an index into ``topology.gpus``) overrides this rank's GPU; the
+    other ranks keep ``rank % len(gpus)`` when exclusive modes slice a node.
+    ``gpus`` (without ``rank``, ``nprocs`` or ``gpu``): the union of those
+    GPUs' plans (:func:`plan_gpus_for`).  ``options``: a
+    :class:`~pynumabind.Options` instead of the keywords (not both).  Raises
     :class:`PlanError` or :class:`ConfigError` naming what was wrong.
     """
-    if devices is not None:
-        if rank is not None or nprocs is not None or device is not None:
-            raise ConfigError("give devices= alone, without rank, nprocs or device")
-        union_options = Options.from_arguments(
-            mode=mode,
-            memory=memory,
-            nodes=nodes,
-            cpus=cpus,
-            gpu_memory=gpu_memory,
-            interleave_nodes=interleave_nodes,
-            require_node=require_node,
-        )
-        return plan_devices_for(topology, union_options, devices)
-    if rank is None:
-        raise ConfigError("plan() needs rank= (a local rank) or devices= (the GPUs of one process)")
-    rank = check_int(rank, "rank")
-    if rank < 0:
-        raise PlanError(f"rank must be 0 <= rank, not {rank}")
-    options = Options.from_arguments(
-        rank=rank,
-        nprocs=nprocs,
-        mode=mode,
-        memory=memory,
-        nodes=nodes,
-        cpus=cpus,
-        device=device,
-        gpu_memory=gpu_memory,
-        interleave_nodes=interleave_nodes,
-        require_node=require_node,
+    options = union_front(
+        options, dict(keywords, rank=rank, nprocs=nprocs, mode=mode, memory=memory)
     )
+    if options.gpus is not None:
+        return plan_gpus_for(topology, options, options.gpus)
+    if options.rank is None:
+        raise ConfigError("plan() needs rank= (a local rank) or gpus= (the GPUs of one process)")
     return plan_for(topology, options)
 
 
 def plan_each(
     topology: Topology,
     nprocs: Optional[int] = None,
-    mode: Union[str, CpuMode] = "node",
-    memory: Union[str, MemoryPolicy] = "preferred",
+    mode: Union[str, CpuMode, None] = None,
+    memory: Union[str, MemoryPolicy, None] = None,
     *,
-    nodes: Optional[NodesOverride] = None,
-    cpus: Optional[CpusOverride] = None,
-    devices: Optional[Sequence[int]] = None,
-    gpu_memory: bool = False,
-    interleave_nodes: Union[str, Iterable[int], None] = None,
-    require_node: bool = False,
+    options: Optional[Options] = None,
+    **keywords: Unpack[OptionKeywords],
 ) -> List[Union[Plan, PynumabindError]]:
     """Like :func:`plan_all`, but each rank gets its plan or its own error.
 
@@ -427,50 +421,36 @@ def plan_each(
     CLI's table; a launcher whose cpuset covers only some ranks).
     """
     options = Options.from_arguments(
-        nprocs=nprocs,
-        mode=mode,
-        memory=memory,
-        nodes=nodes,
-        cpus=cpus,
-        devices=devices,
-        gpu_memory=gpu_memory,
-        interleave_nodes=interleave_nodes,
-        require_node=require_node,
+        nprocs=nprocs, mode=mode, memory=memory, options=options, **keywords
     )
     return plan_each_for(topology, options)
 
 
-def plan_all(
-    topology: Topology,
-    nprocs: Optional[int] = None,
-    mode: Union[str, CpuMode] = "node",
-    memory: Union[str, MemoryPolicy] = "preferred",
-    *,
-    nodes: Optional[NodesOverride] = None,
-    cpus: Optional[CpusOverride] = None,
-    devices: Optional[Sequence[int]] = None,
-    gpu_memory: bool = False,
-    interleave_nodes: Union[str, Iterable[int], None] = None,
-    require_node: bool = False,
-) -> List[Plan]:
-    """Plans for every local rank, in rank order.
+def _raising_first_error(
+    each: Callable[_P, List[Union[Plan, PynumabindError]]],
+) -> Callable[_P, List[Plan]]:
+    """``each``'s front with the same parameters, raising the first failing rank's error."""
 
-    ``devices`` optionally gives each rank's GPU index.  Raises the first
-    failing rank's error (:func:`plan_each` gives every rank's).
-    """
-    results = plan_each(
-        topology,
-        nprocs,
-        mode,
-        memory,
-        nodes=nodes,
-        cpus=cpus,
-        devices=devices,
-        gpu_memory=gpu_memory,
-        interleave_nodes=interleave_nodes,
-        require_node=require_node,
-    )
+    @functools.wraps(each)
+    def plan_all(*args: _P.args, **kwargs: _P.kwargs) -> List[Plan]:
+        return _all_or_first_error(each(*args, **kwargs))
+
+    plan_all.__doc__ = _PLAN_ALL_DOC
+    return plan_all
+
+
+_PLAN_ALL_DOC = """Plans for every local rank, in rank order: :func:`plan_each`'s parameters.
+
+``rank_gpus`` optionally gives each rank's GPU index.  Raises the first
+failing rank's error (:func:`plan_each` gives every rank's).
+"""
+plan_all = _raising_first_error(plan_each)
+
+
+def _all_or_first_error(results: List[Union[Plan, PynumabindError]]) -> List[Plan]:
+    plans: List[Plan] = []
     for result in results:
         if isinstance(result, PynumabindError):
             raise result
-    return [r for r in results if isinstance(r, Plan)]
+        plans.append(result)
+    return plans

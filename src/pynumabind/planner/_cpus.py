@@ -254,6 +254,16 @@ def _mode_exclusive(
             _slice_group(topology, mode, key, members)
 
 
+def _live(
+    states: List[RankState], mode: CpuMode, wanted: Optional[AbstractSet[int]]
+) -> List[RankState]:
+    """The ranks to give CPUs: without an error, and wanted (all sharing a node when slicing)."""
+    live = [s for s in states if s.error is None]
+    if wanted is not None and mode not in _EXCLUSIVE:
+        live = [s for s in live if s.rank in wanted]
+    return live
+
+
 def choose_cpus(
     topology: Topology,
     mode: CpuMode,
@@ -269,9 +279,7 @@ def choose_cpus(
     ranks sharing their node) get CPUs: planning one rank stays
     O(ranks on its node).
     """
-    live = [s for s in states if s.error is None]
-    if wanted is not None and mode not in _EXCLUSIVE:
-        live = [s for s in live if s.rank in wanted]
+    live = _live(states, mode, wanted)
     if mode is CpuMode.NONE:
         for s in live:
             s.reasons.append("mode none: CPU affinity left alone")

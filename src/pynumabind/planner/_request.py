@@ -2,7 +2,7 @@
 
 Everything that needs the topology to be checked is checked here, once, for
 all ranks: override ids must exist (nodes on the machine, CPUs online), a
-rank's device must be a visible GPU, ``interleave_nodes`` must name allowed
+rank's GPU must be a visible one, ``interleave_nodes`` must name allowed
 nodes with memory.
 
 The number of local ranks, when not given, has one owner,
@@ -15,15 +15,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Tuple, Union
 
-from .._environ import shown
-from .._options import MAX_NPROCS, Options, check_nprocs
+from .._options import MAX_NPROCS, Options, check_int, check_nprocs, shown
 from ..cpulist import parse_nodelist
 from ..errors import ConfigError, ListParseError, PlanError, format_ids
 from ..model import CpuMode, MemoryPolicy, Topology
 from ._overrides import RANK_SEPARATOR, parse_cpus_override, parse_nodes_override
 from ._place import cpu_bearing_nodes
 
-__all__ = ["MAX_NPROCS", "Request", "build_request", "check_int", "default_nprocs", "device_index"]
+__all__ = ["MAX_NPROCS", "Request", "build_request", "default_nprocs", "gpu_index"]
 
 
 @dataclass(frozen=True)
@@ -33,20 +32,14 @@ class Request:
     nprocs: int
     mode: CpuMode
     policy: MemoryPolicy
-    devices: Tuple[Optional[int], ...]  # per-rank index into topology.gpus
-    explicit_device: Tuple[bool, ...]
+    rank_gpus: Tuple[Optional[int], ...]  # per-rank index into topology.gpus
+    explicit_gpu: Tuple[bool, ...]
     node_sets: Optional[Tuple[frozenset[int], ...]]
     cpu_sets: Optional[Tuple[frozenset[int], ...]]
     gpu_memory: bool
     interleave_nodes: Optional[frozenset[int]]
     nprocs_reason: str
     require_node: bool = False
-
-
-def check_int(value: object, what: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ConfigError(f"{what} must be an integer, not {value!r}")
-    return value
 
 
 def default_nprocs(topology: Topology, lengths: Optional[Dict[str, int]] = None) -> Tuple[int, str]:
@@ -94,32 +87,32 @@ def _nprocs(topology: Topology, nprocs: Optional[int], lengths: Dict[str, int]) 
     return nprocs, f"{nprocs} local ranks (given)"
 
 
-def device_index(topology: Topology, value: object) -> int:
-    index = check_int(value, "device")
+def gpu_index(topology: Topology, value: object) -> int:
+    index = check_int(value, "GPU index")
     if not topology.gpus:
-        raise ConfigError(f"device {index} requested but this machine shows no GPUs")
+        raise ConfigError(f"GPU {index} requested but this machine shows no GPUs")
     if not 0 <= index < len(topology.gpus):
         raise ConfigError(
-            f"device {index} out of range: {len(topology.gpus)} visible GPUs "
+            f"GPU {index} out of range: {len(topology.gpus)} visible GPUs "
             f"(indices 0-{len(topology.gpus) - 1})"
         )
     return index
 
 
-def _devices(
-    topology: Topology, devices: Optional[Tuple[int, ...]], nprocs: int
+def _rank_gpus(
+    topology: Topology, rank_gpus: Optional[Tuple[int, ...]], nprocs: int
 ) -> Tuple[Tuple[Optional[int], ...], Tuple[bool, ...]]:
     """Each rank's GPU index (``rank % gpus`` unless given) and whether it was given."""
     gpu_count = len(topology.gpus)
-    if devices is None:
+    if rank_gpus is None:
         wrapped = tuple(r % gpu_count if gpu_count else None for r in range(nprocs))
         return wrapped, (False,) * nprocs
-    if len(devices) != nprocs:
+    if len(rank_gpus) != nprocs:
         raise ConfigError(
-            f"devices must be a sequence giving one device index per rank ({nprocs}), "
-            f"not {list(devices)!r}"
+            f"rank_gpus must be a sequence giving one GPU index per rank ({nprocs}), "
+            f"not {list(rank_gpus)!r}"
         )
-    return tuple(device_index(topology, value) for value in devices), (True,) * nprocs
+    return tuple(gpu_index(topology, value) for value in rank_gpus), (True,) * nprocs
 
 
 def _interleave_nodes(
@@ -244,13 +237,13 @@ def build_request(topology: Topology, options: Options) -> Request:
         if sets is not None
     }
     count, reason = _nprocs(topology, options.nprocs, lengths)
-    per_rank, explicit = _devices(topology, options.devices, count)
+    per_rank, explicit = _rank_gpus(topology, options.rank_gpus, count)
     return Request(
         nprocs=count,
         mode=options.cpu_mode,
         policy=options.policy,
-        devices=per_rank,
-        explicit_device=explicit,
+        rank_gpus=per_rank,
+        explicit_gpu=explicit,
         node_sets=node_sets,
         cpu_sets=cpu_sets,
         gpu_memory=options.gpu_memory,

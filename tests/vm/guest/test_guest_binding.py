@@ -112,7 +112,7 @@ def test_rank_and_policy_from_launcher_environment() -> None:
 def _manual_plan(cpus: frozenset[int], mems: frozenset[int], policy: MemoryPolicy) -> Plan:
     """A plan the planner would not make (CPUs and memory on different nodes): it separates
     what the memory policy does from where first-touch allocation would put pages anyway."""
-    return Plan(rank=0, device=None, cpus=cpus, mems=mems, policy=policy)
+    return Plan(rank=0, gpu=None, cpus=cpus, mems=mems, policy=policy)
 
 
 @pytest.mark.parametrize(

@@ -60,13 +60,13 @@ report = {
     "allowed_mems": sorted(topology.allowed_mems),
     "override": attempt(lambda: bind_current_process(0, nodes="1", environ={})),
     "plan_for_node1": attempt(lambda: apply_plan(Plan(
-        rank=0, device=None, cpus=frozenset({2, 3}), mems=frozenset({1}),
+        rank=0, gpu=None, cpus=frozenset({2, 3}), mems=frozenset({1}),
         policy=MemoryPolicy.PREFERRED, node=1))),
     "mems_outside_raise": attempt(lambda: apply_plan(Plan(
-        rank=0, device=None, cpus=frozenset({0, 1}), mems=frozenset({1}),
+        rank=0, gpu=None, cpus=frozenset({0, 1}), mems=frozenset({1}),
         policy=MemoryPolicy.BIND), on_error="raise")),
     "mems_outside_warn": attempt(lambda: apply_plan(Plan(
-        rank=0, device=None, cpus=frozenset({0}), mems=frozenset({1}),
+        rank=0, gpu=None, cpus=frozenset({0}), mems=frozenset({1}),
         policy=MemoryPolicy.BIND), on_error="warn")),
 }
 ok = bind_current_process(0, environ={})

@@ -29,6 +29,11 @@ migration) and the undo journal they write before each change;
 :func:`apply_plan` runs them and decides, in one place (``_settle``), whether
 a failed step becomes a :class:`Skipped` or a rollback.  :mod:`._verify`
 holds the rules :meth:`Binding.verify` (and ``pynumabind check``) judge by.
+
+This module is the public home of the types a :class:`Binding` holds:
+:class:`Skipped` (defined in :mod:`._apply`), :class:`ThreadResult` and
+:class:`ThreadAction` (defined in :mod:`._threads`) are re-exported here, and
+``pynumabind`` exports them from here; their defining modules stay private.
 """
 
 from __future__ import annotations
@@ -41,24 +46,26 @@ from typing import (
     TYPE_CHECKING,
     Any,
     Dict,
-    Iterable,
     List,
     Mapping,
     Optional,
-    Sequence,
     Tuple,
     Union,
 )
 
-from . import _apply, _forksafe, _libnuma, _threads
+from . import _apply, _forksafe, _libnuma, _proc, _threads
 from ._apply import Journal, Skipped
+from ._options import Options, union_front
+from ._threads import ThreadAction, ThreadResult
 from ._verify import VERIFY_PAGES, VerifyResult, verify_binding
 from .cpulist import format_cpulist
 from .errors import BindError, ConfigError, PlanError, format_ids
 from .model import CpuMode, MemoryPolicy, Plan
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ._options import Options
+    from typing_extensions import Unpack
+
+    from ._options import OptionKeywords
     from .model import Topology
 
 __all__ = [
@@ -66,6 +73,8 @@ __all__ = [
     "VERIFY_PAGES",
     "Binding",
     "Skipped",
+    "ThreadAction",
+    "ThreadResult",
     "VerifyResult",
     "apply_plan",
     "bind_current_process",
@@ -106,7 +115,7 @@ class Binding:
     plan: Optional[Plan]
     applied: bool
     disabled: bool = False
-    threads: Tuple[_threads.ThreadResult, ...] = ()
+    threads: Tuple[ThreadResult, ...] = ()
     threads_converged: bool = True
     cpus: Optional[frozenset[int]] = None
     policy_mode: Optional[int] = None
@@ -132,11 +141,11 @@ class Binding:
 
     @property
     def threads_bound(self) -> Tuple[int, ...]:
-        return tuple(t.tid for t in self.threads if t.action is _threads.ThreadAction.BOUND)
+        return tuple(t.tid for t in self.threads if t.action is ThreadAction.BOUND)
 
     @property
     def threads_left_pinned(self) -> Tuple[int, ...]:
-        return tuple(t.tid for t in self.threads if t.action is _threads.ThreadAction.LEFT_PINNED)
+        return tuple(t.tid for t in self.threads if t.action is ThreadAction.LEFT_PINNED)
 
     @property
     def restored(self) -> bool:
@@ -149,9 +158,6 @@ class Binding:
                 f" ({self.notes[0]})" if self.notes else ""
             )
         plan = self.plan
-        device = "none"
-        if plan.device is not None:
-            device = f"GPU {plan.device.index} ({plan.device.pci_bus_id})"
         cpus = "unchanged" if plan.cpus is None else format_ids(self.cpus)
         if self.memory_applied:
             memory = f"nodes {format_ids(self.policy_nodes)} policy {self.policy_name}"
@@ -160,10 +166,7 @@ class Binding:
         else:
             memory = f"NOT APPLIED (wanted {plan.policy.value} on {format_ids(plan.mems)})"
         node = "" if plan.node is None else f" (node {plan.node})"
-        who = f"rank {plan.rank} device {device}"
-        if len(plan.devices) > 1:  # a union plan: one process, the GPUs it drives
-            who = f"GPUs {format_ids(frozenset(plan.devices))}"
-        text = f"pynumabind: {who} CPUs {cpus}{node} memory {memory}"
+        text = f"pynumabind: {_who(plan)} CPUs {cpus}{node} memory {memory}"
         if plan.cpus is not None:
             text += f" threads {len(self.threads_bound)} bound"
             if self.threads_left_pinned:
@@ -247,6 +250,16 @@ class Binding:
         self.restore()
 
 
+def _who(plan: Plan) -> str:
+    """``rank 1 GPU 1 (0000:...)``, or for a union plan (no rank) ``GPUs 0-1``/``GPU 3 (...)``."""
+    gpu = "none" if plan.gpu is None else f"{plan.gpu.index} ({plan.gpu.pci_bus_id})"
+    if plan.rank is not None:
+        return f"rank {plan.rank} GPU {gpu}"
+    if len(plan.gpus) == 1 and plan.gpu is not None:
+        return f"GPU {gpu}"
+    return f"GPUs {format_ids(frozenset(plan.gpus))}"
+
+
 # ------------------------------------------------------------------ apply
 
 
@@ -268,7 +281,7 @@ def apply_plan(plan: Plan, *, migrate: bool = False, on_error: str = "warn") -> 
     """
     _check_on_error(on_error)
     if plan.cpus is not None and not plan.cpus:
-        raise PlanError(f"plan for rank {plan.rank} has an empty CPU set")
+        raise PlanError(f"plan for {_who(plan)} has an empty CPU set")
     request = _apply.policy_request(plan)
     journal = Journal()
     bind_lock = _forksafe.lock()
@@ -293,7 +306,7 @@ def _apply_steps(
     notes: List[str] = [request.note] if request.note else []
     skipped: List[Skipped] = []
     caller = journal.thread_id
-    before = _threads.process_affinity()
+    before = _proc.process_affinity()
     scan: Optional[_threads.ThreadScan] = None
     if plan.cpus is not None:
         scan = _apply.bind_cpus(plan.cpus, before, journal)
@@ -356,7 +369,7 @@ def _settle(
     """The one place a step's failure becomes a skip, or a rollback and a BindError."""
     if failure is None:
         return
-    fix = _apply.fix_for(failure, what)
+    fix = _apply.fix_for(failure, what, _apply.allowed_mems_for(failure))
     if on_error == "raise":
         failures = journal.rollback()
         extra = f"; could not roll back: {'; '.join(failures)}" if failures else ""
@@ -372,24 +385,24 @@ def _log_outcome(binding: Binding) -> None:
     """
     if binding.skipped and binding.plan is not None:
         log.warning(
-            "pynumabind: rank %d bound only partly; %s",
-            binding.plan.rank,
+            "pynumabind: %s bound only partly; %s",
+            _who(binding.plan),
             "; ".join(str(s) for s in binding.skipped)
             + ("; CPU affinity was applied" if binding.plan.cpus is not None else ""),
         )
     plan = binding.plan
     if (
         plan is not None
-        and plan.device is not None
+        and plan.gpu is not None
         and plan.cpus is None
         and plan.mode is not CpuMode.NONE
     ):
         log.warning(
-            "pynumabind: rank %d left unbound: the NUMA node of GPU %d (%s) is unknown; "
+            "pynumabind: %s left unbound: the NUMA node of GPU %d (%s) is unknown; "
             "name it with PYNUMABIND_NODES, or set PYNUMABIND_REQUIRE_NODE=1 to fail instead",
-            plan.rank,
-            plan.device.index,
-            plan.device.pci_bus_id,
+            _who(plan),
+            plan.gpu.index,
+            plan.gpu.pci_bus_id,
         )
     if log.isEnabledFor(logging.INFO):
         log.info("%s", binding.summary())
@@ -412,19 +425,15 @@ def _caller_cpus(
 def bind_current_process(
     rank: Optional[int] = None,
     *,
+    options: Optional[Options] = None,
     topology: Optional[Topology] = None,
     nprocs: Optional[int] = None,
     mode: Union[str, CpuMode, None] = None,
     memory: Union[str, MemoryPolicy, None] = None,
-    nodes: Union[str, Sequence[int], frozenset[int], None] = None,
-    cpus: Union[str, Sequence[int], frozenset[int], None] = None,
-    device: Optional[int] = None,
-    gpu_memory: bool = False,
-    interleave_nodes: Union[str, Iterable[int], None] = None,
     migrate: bool = False,
     on_error: str = "warn",
     environ: Optional[Mapping[str, str]] = None,
-    devices: Optional[Sequence[int]] = None,
+    **keywords: Unpack[OptionKeywords],
 ) -> Binding:
     """Detect, plan and apply this worker's binding; read it back.
 
@@ -433,47 +442,37 @@ def bind_current_process(
     ``PYNUMABIND_*`` variables; explicit arguments win.  With no rank from
     either, the process is bound to the GPUs it sees (a Ray actor, a process
     started with ``CUDA_VISIBLE_DEVICES=3``): one GPU's node, or the union of
-    several (:func:`~pynumabind.planner.plan_devices_for`); seeing none is
-    the ConfigError "no local rank".  ``devices=[i, j]`` (visible GPU
+    several (:func:`~pynumabind.planner.plan_gpus_for`); seeing none is
+    the ConfigError "no local rank".  ``gpus=[i, j]`` (visible GPU
     indices, not with ``rank``) asks for that union explicitly and wins over
-    a launcher's rank.  With
-    ``PYNUMABIND_DISABLE=1`` it logs and returns a Binding that applied
-    nothing.  ``device``, ``gpu_memory`` and ``interleave_nodes`` are passed
-    to :func:`~pynumabind.planner.plan`; see :func:`apply_plan` for
-    ``migrate`` and ``on_error``.
+    a launcher's rank.  With ``PYNUMABIND_DISABLE=1`` it logs and returns a
+    Binding that applied nothing.  ``options``: a :class:`~pynumabind.Options`
+    instead of the plan keywords (``rank``, ``nprocs``, ``mode``, ``memory``
+    and :class:`~pynumabind._options.OptionKeywords`: ``gpu``, ``gpus``,
+    ``nodes``, ``cpus``, ``gpu_memory``, ``interleave_nodes``...), as
+    :func:`~pynumabind.planner.plan` takes them.  Every variable, visibility
+    included, comes from ``environ`` (default ``os.environ``), and the
+    machine from :func:`~pynumabind.discovery.resolve_topology`.  See
+    :func:`apply_plan` for ``migrate`` and ``on_error``.
     """
     _check_on_error(on_error)
-    if devices is not None and (rank is not None or device is not None):
-        raise ConfigError("give devices= alone, without rank= or device=")
+    given = union_front(options, dict(keywords, rank=rank, nprocs=nprocs, mode=mode, memory=memory))
     with _forksafe.lock():  # a fork waits for these first-use imports (see _forksafe)
         from . import _environ
-    options = _environ.resolve(
-        os.environ if environ is None else environ,
-        need_rank=False,
-        rank=rank,
-        nprocs=nprocs,
-        mode=mode,
-        memory=memory,
-        nodes=nodes,
-        cpus=cpus,
-        device=device,
-        gpu_memory=gpu_memory,
-        interleave_nodes=interleave_nodes,
-    )
-    if options.disabled:
-        return _disabled(options)
+    env = os.environ if environ is None else environ
+    resolved = _environ.resolve(env, given, need_rank=False)
+    if resolved.disabled:
+        return _disabled(resolved)
     binding: Optional[Binding] = None
     try:
         with _forksafe.lock():  # what detect reads as allowed must not be another bind's half-work
-            if topology is None and options.topology_file is not None:
-                from .discovery import process_topology
+            if topology is None:
+                from .discovery import detail_for, resolve_topology
 
-                topology = process_topology(options.topology_file, environ)
-            elif topology is None:
-                from .discovery import detail_for, detect_topology
-
-                topology = detect_topology(detail=detail_for(options.mode), reuse=True)
-            plan = _plan(topology, options, devices)
+                topology = resolve_topology(
+                    environ=env, detail=detail_for(resolved.mode), reuse=True
+                )
+            plan = _plan(topology, resolved)
             binding = apply_plan(plan, migrate=migrate, on_error=on_error)
     except BaseException:
         if binding is not None and binding._undo is not None:  # interrupted as the lock went
@@ -482,12 +481,12 @@ def bind_current_process(
     return binding
 
 
-def _plan(topology: Topology, options: Options, devices: Optional[Sequence[int]]) -> Plan:
-    """The plan for a rank, for explicit ``devices``, or (no rank) for the visible GPUs."""
+def _plan(topology: Topology, options: Options) -> Plan:
+    """The plan for explicit ``gpus``, for a rank, or (no rank) for the visible GPUs."""
     from . import _environ, planner
 
-    if devices is not None:
-        return planner.plan_devices_for(topology, options, devices)
+    if options.gpus is not None:
+        return planner.plan_gpus_for(topology, options, options.gpus)
     if options.rank is not None:
         return planner.plan_for(topology, options)
     from .integrations import ray_gpus  # imports nothing heavy, never Ray itself
@@ -498,12 +497,12 @@ def _plan(topology: Topology, options: Options, devices: Optional[Sequence[int]]
             f"no launcher rank: bound to the {len(given)} GPU(s) Ray gave this process "
             "(ray.get_gpu_ids())"
         )
-        plan = planner.plan_devices_for(topology, options, given)
+        plan = planner.plan_gpus_for(topology, options, given)
         return replace(plan, reasons=(rule, *plan.reasons))
     if not topology.gpus:
         raise ConfigError(f"{_environ.NO_RANK}, and this process sees no GPU to bind to")
     visible = list(range(len(topology.gpus)))
-    plan = planner.plan_devices_for(topology, options, visible)
+    plan = planner.plan_gpus_for(topology, options, visible)
     rule = (
         f"no launcher rank: bound to the {len(visible)} GPU(s) this process sees "
         "(one: its node; several: the union)"

@@ -34,7 +34,6 @@ Bounds
 from __future__ import annotations
 
 import errno
-import glob
 import logging
 import multiprocessing
 import time
@@ -42,14 +41,14 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from . import _verify
+from . import _proc, _verify
 from ._options import Options
-from .cpulist import format_cpulist, parse_cpulist
+from .cpulist import format_cpulist
 from .errors import ConfigError, PynumabindError
 from .model import Topology
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .binder import Binding
+    from .binding import Binding
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +68,7 @@ class WorkerReport:
     ok: bool
     device: Optional[str] = None
     planned_cpus: str = "-"
-    actual_cpus: str = "-"
+    bound_cpus: str = "-"
     planned_mems: str = "-"
     policy: str = "-"
     page_nodes: str = "-"
@@ -82,7 +81,7 @@ class WorkerReport:
             "ok": self.ok,
             "device": self.device,
             "planned_cpus": self.planned_cpus,
-            "bound_cpus": self.actual_cpus,
+            "bound_cpus": self.bound_cpus,
             "mems": self.planned_mems,
             "policy": self.policy,
             "page_nodes": self.page_nodes,
@@ -101,20 +100,6 @@ class CheckReport:
 
     def to_dict(self) -> Dict[str, Any]:
         return {"ok": self.ok, "workers": [w.to_dict() for w in self.workers]}
-
-
-def _thread_cpus() -> Dict[int, frozenset[int]]:
-    """Each thread's allowed CPUs as the kernel reports them."""
-    out: Dict[int, frozenset[int]] = {}
-    for path in glob.glob("/proc/self/task/*/status"):
-        try:
-            with open(path, encoding="ascii") as handle:
-                for line in handle:
-                    if line.startswith("Cpus_allowed_list:"):
-                        out[int(path.split("/")[4])] = parse_cpulist(line.split(":", 1)[1])
-        except (FileNotFoundError, ProcessLookupError):  # the thread exited meanwhile
-            continue
-    return out
 
 
 def _proc_thread_problems(binding: Binding, masks: Dict[int, frozenset[int]]) -> List[str]:
@@ -142,7 +127,7 @@ def check_this_process(
     rank: int, nprocs: int, options: Dict[str, Any], topology_json: Optional[str]
 ) -> WorkerReport:
     """Bind the calling process as ``rank`` and verify the result."""
-    from .binder import bind_current_process
+    from .binding import bind_current_process
 
     topology = Topology.from_json(topology_json) if topology_json else None
     binding = bind_current_process(
@@ -156,19 +141,19 @@ def check_this_process(
             problems=tuple(binding.notes) or ("binding is disabled (PYNUMABIND_DISABLE)",),
         )
     verify = binding.verify()
-    masks = _thread_cpus()
+    masks = _proc.thread_status_cpus()
     problems = _completeness_problems(binding) + list(verify.problems)
     problems += _proc_thread_problems(binding, masks)
     device = None
-    if plan.device is not None:
-        device = f"{plan.device.index} {plan.device.pci_bus_id}"
+    if plan.gpu is not None:
+        device = f"{plan.gpu.index} {plan.gpu.pci_bus_id}"
     placed = sorted({n for n in verify.page_nodes if n >= 0})
     return WorkerReport(
         rank=rank,
         ok=not problems and verify.ok,
         device=device,
         planned_cpus="unbound" if plan.cpus is None else format_cpulist(plan.cpus),
-        actual_cpus=format_cpulist(frozenset().union(*masks.values())),
+        bound_cpus=format_cpulist(frozenset().union(*masks.values())),
         planned_mems=format_cpulist(plan.mems),
         policy=plan.policy.value,
         page_nodes=format_cpulist(placed),
@@ -201,7 +186,7 @@ def _from_dict(data: Dict[str, Any]) -> WorkerReport:
         ok=bool(data["ok"]),
         device=data.get("device"),
         planned_cpus=str(data.get("planned_cpus", "-")),
-        actual_cpus=str(data.get("bound_cpus", "-")),
+        bound_cpus=str(data.get("bound_cpus", "-")),
         planned_mems=str(data.get("mems", "-")),
         policy=str(data.get("policy", "-")),
         page_nodes=str(data.get("page_nodes", "-")),

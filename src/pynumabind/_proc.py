@@ -1,0 +1,275 @@
+"""This process's own state, as the kernel reports it: the one boundary (shell).
+
+Following psutil's ``_pslinux``, one module owns every read of what the
+kernel says about *this* process and its threads, and translates failures
+once, here:
+
+* the CPUs it may use (``sched_getaffinity``) and each thread's mask -- and
+  setting a thread's mask, the one write, because it fails the same way;
+* the memory nodes it may use: ``get_mempolicy(MPOL_F_MEMS_ALLOWED)``
+  through :mod:`._libnuma` (imported on first use, so discovery costs no
+  libnuma load until it asks), or ``Mems_allowed_list`` of
+  ``/proc/self/status``;
+* each thread's ``Cpus_allowed_list`` from ``/proc/self/task/T/status``;
+* its cpuset (``/proc/self/cpuset`` and the cgroup file system, v1 or v2);
+* its thread ids (``/proc/self/task``), names (``comm``) and start times
+  (``stat``), so that a later restore can tell a thread from a new one that
+  got its id.
+
+How errors are translated:
+
+* A thread that has exited is not an error: ``ESRCH`` from a syscall, or
+  ``ENOENT``/``ESRCH`` from a file under ``/proc/self/task/T`` (``ESRCH``
+  when the file was opened before the thread went), becomes the "gone" value
+  each function names -- ``None``, ``False`` or ``""``.
+* Any other failure of a file becomes
+  :class:`~pynumabind.errors.ProcessStateError` naming the file and the
+  errno; a file that reads but does not parse, the same error naming the
+  file and the text.  A failed syscall becomes
+  :class:`~pynumabind.errors.NumaSyscallError` naming the call.  Both are
+  :class:`~pynumabind.errors.PynumabindError` and ``OSError``.
+* Nothing else in the package catches ``OSError`` around these reads or
+  reads these files: ``tests/test_proc_boundary.py`` fails when another
+  module names ``/proc/self``, ``/proc/thread-self`` or ``/sys/fs/cgroup``
+  or calls ``os.sched_getaffinity``/``os.sched_setaffinity``, and lists, each
+  with its reason, the few modules that may catch ``OSError`` at all for
+  files that are not this process's state: :mod:`._sysfs` and :mod:`._kfd`
+  (files of a sysfs tree a user may name, through :mod:`._textfile`, which
+  itself catches nothing and hands ``open``'s errors to them), ``dlopen`` in
+  :mod:`._libnuma`, the snapshot file in :mod:`.discovery`, and the CLI's
+  own files, ``exec`` and worker processes.
+
+Machine-wide files (``/proc/meminfo``, ``/proc/bus/pci/devices``) describe
+the machine, not the process; :mod:`._sysfs` reads them with the layout.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from typing import AbstractSet, Dict, List, Optional, Tuple
+
+from .cpulist import parse_cpulist
+from .errors import ListParseError, NumaSyscallError, ProcessStateError, format_ids
+
+__all__ = [
+    "STATUS",
+    "TASK_DIR",
+    "cpuset",
+    "list_thread_ids",
+    "mems_allowed",
+    "process_affinity",
+    "set_thread_affinity",
+    "status_field",
+    "status_mems_allowed",
+    "thread_affinity",
+    "thread_name",
+    "thread_start_time",
+    "thread_status_cpus",
+]
+
+TASK_DIR = "/proc/self/task"
+STATUS = "/proc/self/status"
+CPUSET = "/proc/self/cpuset"
+CGROUP_ROOT = "/sys/fs/cgroup"
+
+#: errnos that mean "the thread has exited" (a syscall: ESRCH; a file: either).
+_GONE = frozenset({errno.ESRCH, errno.ENOENT})
+
+#: ``stat`` fields after the ``(comm)`` one: field 3 (state) is index 0, so
+#: field 22, ``starttime``, is index 19.
+_STARTTIME_INDEX = 22 - 3
+
+
+def _failed(path: str, exc: OSError, what: str) -> ProcessStateError:
+    code = exc.errno or errno.EIO
+    name = errno.errorcode.get(code, str(code))
+    return ProcessStateError(
+        f"cannot read {what} from {path}: {name} ({os.strerror(code)})", path=path, err=code
+    )
+
+
+def _read(path: str, what: str, *, gone_ok: bool) -> Optional[str]:
+    """The text of a /proc file; None when ``gone_ok`` and the thread has exited."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError as exc:
+        if gone_ok and exc.errno in _GONE:
+            return None
+        raise _failed(path, exc, what) from exc
+
+
+# -------------------------------------------------------------- affinity
+
+
+def process_affinity() -> frozenset[int]:
+    """The calling thread's CPU mask: the CPUs this process may use.
+
+    A refusal (a seccomp filter or LSM policy denying ``sched_getaffinity``)
+    is a :class:`~pynumabind.errors.NumaSyscallError` naming the call.
+    """
+    try:
+        return frozenset(os.sched_getaffinity(0))
+    except OSError as exc:
+        raise NumaSyscallError(
+            exc.errno or errno.EIO,
+            "sched_getaffinity(0), which reads the CPUs this process may use,",
+        ) from exc
+
+
+def thread_affinity(tid: int) -> Optional[frozenset[int]]:
+    """Thread ``tid``'s CPU mask; ``None`` when it has exited."""
+    try:
+        return frozenset(os.sched_getaffinity(tid))
+    except OSError as exc:
+        if exc.errno in _GONE:
+            return None
+        raise NumaSyscallError(exc.errno or errno.EIO, f"sched_getaffinity(thread {tid})") from exc
+
+
+def set_thread_affinity(tid: int, cpus: AbstractSet[int]) -> bool:
+    """Put thread ``tid`` on ``cpus``; False when it has exited.
+
+    Any other failure (EINVAL: no CPU of ``cpus`` in its cpuset; EPERM) is a
+    :class:`~pynumabind.errors.NumaSyscallError` carrying the errno.
+    """
+    try:
+        os.sched_setaffinity(tid, cpus)
+    except OSError as exc:
+        if exc.errno in _GONE:
+            return False
+        raise NumaSyscallError(
+            exc.errno or errno.EINVAL,
+            f"sched_setaffinity(thread {tid}, CPUs {format_ids(frozenset(cpus))})",
+        ) from exc
+    return True
+
+
+def mems_allowed() -> frozenset[int]:
+    """Memory nodes this thread may use (cpuset ``mems``), read fresh.
+
+    ``get_mempolicy(MPOL_F_MEMS_ALLOWED)`` through libnuma: a
+    :class:`~pynumabind.errors.NumaSyscallError` or
+    :class:`~pynumabind.errors.LibnumaUnavailableError` when it fails (see
+    :func:`status_mems_allowed` for the file the kernel also shows).
+    """
+    from . import _libnuma
+
+    return _libnuma.get_mems_allowed()
+
+
+# ---------------------------------------------------------------- status
+
+
+def status_field(name: str, path: str = STATUS) -> str:
+    """The value of line ``name:`` of a ``status`` file, stripped."""
+    text = _read(path, name, gone_ok=False)
+    assert text is not None
+    value = _field(text, name)
+    if value is None:
+        raise ProcessStateError(f"no {name} line in {path}", path=path)
+    return value
+
+
+def _field(text: str, name: str) -> Optional[str]:
+    prefix = f"{name}:"
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            return line[len(prefix) :].strip()
+    return None
+
+
+def _ids(text: str, path: str, what: str) -> frozenset[int]:
+    try:
+        return parse_cpulist(text.strip())
+    except ListParseError as exc:
+        raise ProcessStateError(f"malformed {what} in {path}: {exc}", path=path) from exc
+
+
+def status_mems_allowed() -> frozenset[int]:
+    """``Mems_allowed_list`` of ``/proc/self/status``: the cpuset's memory nodes."""
+    return _ids(status_field("Mems_allowed_list"), STATUS, "Mems_allowed_list")
+
+
+def thread_status_cpus() -> Dict[int, frozenset[int]]:
+    """Each live thread's ``Cpus_allowed_list`` as ``/proc/self/task/T/status`` shows it.
+
+    An independent read of the masks (not ``sched_getaffinity``); threads
+    that exit while they are read are left out.
+    """
+    out: Dict[int, frozenset[int]] = {}
+    for tid in list_thread_ids():
+        path = f"{TASK_DIR}/{tid}/status"
+        text = _read(path, "Cpus_allowed_list", gone_ok=True)
+        if text is None:
+            continue  # exited meanwhile
+        value = _field(text, "Cpus_allowed_list")
+        if value is None:
+            raise ProcessStateError(f"no Cpus_allowed_list line in {path}", path=path)
+        out[tid] = _ids(value, path, "Cpus_allowed_list")
+    return out
+
+
+# ---------------------------------------------------------------- cpuset
+
+
+def cpuset() -> Optional[Tuple[str, frozenset[int]]]:
+    """This process's cpuset path and its effective CPUs (cgroup v1 or v2).
+
+    ``None`` when the kernel shows no cpuset for it (no ``/proc/self/cpuset``,
+    or neither cgroup file exists); unreadable or malformed files are a
+    :class:`~pynumabind.errors.ProcessStateError`.
+    """
+    text = _read(CPUSET, "the cpuset", gone_ok=True)
+    if text is None:
+        return None
+    path = text.strip()
+    candidates = (
+        f"{CGROUP_ROOT}/cpuset{path}/cpuset.effective_cpus",  # v1
+        f"{CGROUP_ROOT}{path}/cpuset.cpus.effective",  # v2
+    )
+    for candidate in candidates:
+        found = _read(candidate, "the cpuset's CPUs", gone_ok=True)
+        if found is not None:
+            return path, _ids(found, candidate, "CPU list")
+    return None
+
+
+# --------------------------------------------------------------- threads
+
+
+def list_thread_ids() -> List[int]:
+    """Thread ids of this process, ascending."""
+    try:
+        entries = os.listdir(TASK_DIR)
+    except OSError as exc:
+        raise _failed(TASK_DIR, exc, "this process's threads") from exc
+    return sorted(int(entry) for entry in entries if entry.isascii() and entry.isdigit())
+
+
+def thread_name(tid: int) -> str:
+    """The thread's ``comm`` (15 bytes at most); ``""`` when it has exited."""
+    text = _read(f"{TASK_DIR}/{tid}/comm", "the thread's name", gone_ok=True)
+    return "" if text is None else text.rstrip("\n")
+
+
+def thread_start_time(tid: int) -> Optional[int]:
+    """When thread ``tid`` started, in clock ticks after boot; ``None`` when it has exited.
+
+    Field 22 (``starttime``) of ``/proc/self/task/T/stat``.  A thread id the
+    kernel gives again to a new thread comes with a later start time, so a
+    tid and its start time name one thread.  The ``comm`` field may hold
+    spaces and parentheses, so fields are counted after its last ``)``.
+    """
+    path = f"{TASK_DIR}/{tid}/stat"
+    text = _read(path, "the thread's start time", gone_ok=True)
+    if text is None:
+        return None
+    fields = text[text.rfind(")") + 1 :].split()
+    if ")" not in text or len(fields) <= _STARTTIME_INDEX:
+        raise ProcessStateError(f"malformed {path}: {text[:80]!r}", path=path)
+    value = fields[_STARTTIME_INDEX]
+    if not (value.isascii() and value.isdigit()):
+        raise ProcessStateError(f"malformed starttime {value!r} in {path}", path=path)
+    return int(value)

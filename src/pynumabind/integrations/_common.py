@@ -1,0 +1,383 @@
+"""What the framework hooks share: version checks, per-GPU overrides, binding once per process.
+
+Re-exported by :mod:`pynumabind.integrations` (see its docstring for the
+rules); :mod:`.vllm` and :mod:`.sglang` import from here, never from the
+package, so the package's lazy import of them closes no cycle.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..binding import Binding
+    from ..model import Topology
+
+__all__ = [
+    "bind_gpu",
+    "bind_gpus",
+    "bind_visible_gpus",
+    "check_release",
+    "describe_gpus",
+    "installed_version",
+    "missing_attributes",
+    "per_gpu_override",
+    "ray_gpus",
+    "release",
+]
+
+log = logging.getLogger("pynumabind.integrations")
+
+#: Where each process's binding is recorded, so a second hook in the same
+#: process (a worker class calling a patched parent, a plugin loaded twice)
+#: does not bind again: GPU indices -> Binding.
+_BOUND: Dict[Tuple[int, ...], Binding] = {}
+
+
+# ------------------------------------------------------------ versions
+
+
+def release(text: str) -> Tuple[int, ...]:
+    """The leading numeric release of a version string (``0.33.0rc1`` -> (0, 33, 0))."""
+    parts = []
+    for piece in text.split(".")[:3]:
+        digits = ""
+        for char in piece:
+            if not char.isdigit():
+                break
+            digits += char
+        if not digits:
+            break
+        parts.append(int(digits))
+        if len(digits) != len(piece):
+            break
+    return tuple(parts)
+
+
+def check_release(
+    framework: str,
+    version: str,
+    tested: Tuple[Tuple[int, ...], Tuple[int, ...]],
+    module: str,
+    missing: Callable[[], List[str]],
+) -> None:
+    """The version policy: tested range, else the hooks decide (see the module docstring).
+
+    ``tested`` is ``(oldest, newest)``, compared on as many leading numbers
+    as each gives (``(0, 34)`` covers every 0.34.x).  Inside it: nothing.
+    Outside it: ``missing()`` lists the hooks the integration needs that this
+    release lacks; none missing logs one WARNING naming the untested version,
+    else a ConfigError names the version and what is missing.
+    """
+    from ..errors import ConfigError
+
+    oldest, newest = tested
+    found = release(version)
+    if found and oldest <= found[: len(oldest)] and found[: len(newest)] <= newest:
+        return
+    span = f"{'.'.join(map(str, oldest))} to {'.'.join(map(str, newest))}"
+    absent = missing()
+    if absent:
+        raise ConfigError(
+            f"{module}: {framework} {version} is outside the tested range ({span}) and lacks "
+            f"what the integration calls: {', '.join(absent)}; install {framework} {span}"
+        )
+    log.warning(
+        "pynumabind: %s %s is outside the range %s tests (%s); the hooks it calls are all "
+        "there, so it goes on, untested with this version",
+        framework,
+        version,
+        module,
+        span,
+    )
+
+
+def missing_attributes(wanted: Sequence[Tuple[str, str]]) -> List[str]:
+    """Of ``(module, "Class.attribute")`` pairs, those that do not resolve (imports allowed)."""
+    import importlib
+
+    absent = []
+    for module_name, dotted in wanted:
+        try:
+            target: object = importlib.import_module(module_name)
+            for part in dotted.split("."):
+                target = getattr(target, part)
+        except (ImportError, AttributeError):
+            absent.append(f"{module_name}.{dotted}")
+    return absent
+
+
+def installed_version(distribution: str, module: str) -> str:
+    """The installed version of ``distribution``, or a ConfigError saying it is missing."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from ..errors import ConfigError
+
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        raise ConfigError(f"{module} needs {distribution}, which is not installed") from None
+
+
+def _ids(ids: frozenset[int]) -> str:
+    from ..errors import format_ids
+
+    return format_ids(ids)
+
+
+def _machine(env: Mapping[str, str]) -> Topology:
+    """This process's machine, from the one place that decides it."""
+    from ..discovery import resolve_topology
+
+    return resolve_topology(environ=env)
+
+
+# ------------------------------------------------------------ overrides
+
+
+def per_gpu_override(variable: str, environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """``variable`` in pynumabind's per-rank form, read as vLLM's when space-separated.
+
+    ``"0 0 1 1"`` -> ``"0;0;1;1"`` (one item per GPU index).  A value with
+    ``,`` or ``;``, or a single item, is pynumabind's own form and is
+    returned unchanged; unset is None.
+    """
+    env = os.environ if environ is None else environ
+    value = env.get(variable)
+    if value is None:
+        return None
+    items = value.split()
+    if len(items) < 2 or "," in value or ";" in value:
+        return value
+    return ";".join(items)
+
+
+# ------------------------------------------------------------ binding
+
+
+def bind_visible_gpus(
+    *,
+    what: str = "this process",
+    topology: Optional[Topology] = None,
+    environ: Optional[Mapping[str, str]] = None,
+) -> Binding:
+    """Bind this process to the GPUs it sees: one -> its node, several -> the union.
+
+    For processes that a scheduler gives their own GPUs and no rank (a Ray
+    actor with ``num_gpus=1`` sees ``CUDA_VISIBLE_DEVICES=3``).  Inside a Ray
+    task or actor the GPUs are Ray's answer (:func:`ray_gpus`).  No GPU is a
+    ConfigError.
+    """
+    from ..errors import ConfigError
+
+    env = os.environ if environ is None else environ
+    if topology is None:
+        topology = _machine(env)
+    given = ray_gpus(topology, env)  # inside a Ray worker: Ray's answer
+    if given is not None:
+        return bind_gpus(given, what=what, topology=topology, environ=env)
+    if not topology.gpus:
+        raise ConfigError(
+            f"{what} sees no GPU (CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES')!r}); "
+            "nothing to bind to"
+        )
+    return bind_gpus(range(len(topology.gpus)), what=what, topology=topology, environ=env)
+
+
+def bind_gpu(
+    index: int,
+    *,
+    what: str,
+    topology: Optional[Topology] = None,
+    environ: Optional[Mapping[str, str]] = None,
+) -> Binding:
+    """Bind this process to visible GPU ``index``'s node (once per process).
+
+    ``what`` names the process in messages (``"vLLM worker local_rank 1"``).
+    """
+    return bind_gpus([index], what=what, topology=topology, environ=environ)
+
+
+def bind_gpus(
+    indices: Sequence[int],
+    *,
+    what: str,
+    topology: Optional[Topology] = None,
+    environ: Optional[Mapping[str, str]] = None,
+) -> Binding:
+    """Bind this process to visible GPUs ``indices`` (once per process).
+
+    :func:`~pynumabind.bind_current_process` with ``gpus=``: one GPU's
+    node, or the union of several GPUs' plans, the per-rank overrides read
+    per GPU index (here also in vLLM's space-separated form), needing an
+    entry for every GPU index in ``indices`` only (vLLM's rule for its own
+    ``--numa-bind-nodes``): a missing one is a ConfigError naming that index.
+    The launcher's rank and size variables are not read: a framework worker
+    has no launcher rank.  ``PYNUMABIND_DISABLE=1`` still turns it into a
+    logged no-op.
+    """
+    from .._environ import RANK_VARIABLES, SIZE_VARIABLES
+    from ..binding import bind_current_process
+    from ..errors import ConfigError, PlanError
+
+    env = os.environ if environ is None else environ
+    key = tuple(sorted(set(indices)))
+    if not key:
+        raise ConfigError(f"{what}: no GPU to bind to")
+    done = _BOUND.get(key)
+    if done is not None:
+        log.debug("pynumabind: %s already bound to GPU(s) %s", what, _ids(frozenset(key)))
+        return done
+    if topology is None:
+        topology = _machine(env)
+    count = len(topology.gpus)
+    outside = [i for i in key if i >= count]
+    if outside:
+        raise ConfigError(
+            f"{what} drives GPU index {_ids(frozenset(outside))}, but this process sees "
+            f"{count} GPU(s) (CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES')!r})"
+        )
+    nodes = _per_gpu_entries("PYNUMABIND_NODES", env, topology, key, what)
+    cpus = _per_gpu_entries("PYNUMABIND_CPUS", env, topology, key, what)
+    launcher = set(RANK_VARIABLES).union(*SIZE_VARIABLES.values())
+    worker_env = {k: v for k, v in env.items() if k not in launcher}
+    try:
+        binding = bind_current_process(
+            gpus=list(key), topology=topology, environ=worker_env, nodes=nodes, cpus=cpus
+        )
+    except (ConfigError, PlanError) as exc:
+        # The overrides reach the core as arguments (split per GPU index here),
+        # so the core cannot name their variables: say where they came from.
+        given = [
+            f"{variable}={env[variable]!r}, one entry per GPU index in use"
+            for variable, value in (("PYNUMABIND_NODES", nodes), ("PYNUMABIND_CPUS", cpus))
+            if value is not None
+        ]
+        if not given:
+            raise
+        raise type(exc)(f"{exc} (from {'; '.join(given)})") from exc
+    _BOUND[key] = binding
+    return binding
+
+
+def _per_gpu_entries(
+    variable: str,
+    env: Mapping[str, str],
+    topology: Topology,
+    key: Sequence[int],
+    what: str,
+) -> Optional[str]:
+    """``variable``'s entries, one per visible GPU index, in the core's per-rank form.
+
+    Only the indices in ``key`` need an entry (vLLM's rule).  Entries past
+    the given ones are filled with the entry of ``key[0]``: they are checked
+    against the machine like any entry but never planned, since the core
+    plans exactly the indices in ``key``.  None when unset or empty.
+    """
+    from ..cpulist import format_cpulist
+    from ..errors import ConfigError
+    from ..planner import parse_cpus_override, parse_nodes_override
+
+    value = per_gpu_override(variable, env)
+    if value is None or not value.strip():
+        return None
+    try:
+        if variable == "PYNUMABIND_NODES":
+            entries = list(parse_nodes_override(value, universe=frozenset(topology.nodes)))
+        else:
+            entries = list(
+                parse_cpus_override(
+                    value, universe=topology.online_cpus, allowed=topology.allowed_cpus
+                )
+            )
+    except ConfigError as exc:
+        raise ConfigError(f"invalid {variable}={env[variable]!r}: {exc}") from exc
+    missing = [i for i in key if i >= len(entries)]
+    if missing:
+        raise ConfigError(
+            f"{what} drives GPU index {missing[0]}, but {variable}={env[variable]!r} has "
+            f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'} (GPU indices "
+            f"0-{len(entries) - 1}): give an entry for every GPU index in use, "
+            f"index {missing[0]} included"
+        )
+    count = len(topology.gpus)
+    padded = entries[:count] + [entries[key[0]]] * (count - len(entries))
+    return ";".join(format_cpulist(entry) for entry in padded)
+
+
+def describe_gpus(topology: Topology, indices: Sequence[int]) -> str:
+    """``"1 (physical 3, GPU-..., 0000:65:00.0)"``: each visible index with what names it.
+
+    The visible index is the process's own ordinal; the physical index
+    (NVML's) and the UUID say which board that is on the machine.
+    """
+    parts = []
+    for index in indices:
+        if not 0 <= index < len(topology.gpus):
+            parts.append(str(index))
+            continue
+        gpu = topology.gpus[index]
+        names = [] if gpu.physical_index is None else [f"physical {gpu.physical_index}"]
+        names += [gpu.uuid] if gpu.uuid else []
+        parts.append(f"{index} ({', '.join([*names, gpu.pci_bus_id])})")
+    return ", ".join(parts)
+
+
+# ------------------------------------------------------------ Ray
+
+
+def _ray_gpu_ids() -> Optional[List[str]]:
+    """``ray.get_gpu_ids()`` in a Ray task or actor whose Ray is imported and initialised."""
+    import sys
+
+    ray = sys.modules.get("ray")
+    if ray is None:
+        return None
+    try:
+        if not ray.is_initialized() or ray.get_runtime_context().get_task_id() is None:
+            return None
+        return [str(i) for i in ray.get_gpu_ids()]
+    except AttributeError:  # a partial or unknown ray module: not Ray's answer
+        return None
+
+
+def ray_gpus(
+    topology: Topology, environ: Optional[Mapping[str, str]] = None
+) -> Optional[List[int]]:
+    """Inside a Ray task or actor, the visible GPU indices Ray gave it; else None.
+
+    Ray's own answer (``ray.get_gpu_ids()``), asked only when ``ray`` is
+    already imported in this process and initialised, and this process runs
+    a Ray task or actor (not the driver): pynumabind never imports Ray.  An
+    actor with ``num_gpus=0`` gets no GPU from Ray (and no
+    ``CUDA_VISIBLE_DEVICES`` under Ray 2.60, so it would "see" every GPU):
+    that is the ConfigError of a process with no GPU to bind to.
+    """
+    from ..errors import ConfigError
+
+    ids = _ray_gpu_ids()
+    if ids is None:
+        return None
+    if not ids:
+        raise ConfigError(
+            "this Ray task or actor was given no GPU (ray.get_gpu_ids() is empty: "
+            "num_gpus=0?), so there is nothing to bind to; give it num_gpus, or pass "
+            "rank= and nprocs= to bind by rank"
+        )
+    env = os.environ if environ is None else environ
+    visible = [e.strip() for e in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if e.strip()]
+    by_physical = {str(g.physical_index): g.index for g in topology.gpus}
+    indices = []
+    for gpu_id in ids:
+        if visible and gpu_id in visible:
+            indices.append(visible.index(gpu_id))
+        elif not visible and gpu_id in by_physical:
+            indices.append(by_physical[gpu_id])
+        else:
+            raise ConfigError(
+                f"Ray gave this process GPU {gpu_id} (ray.get_gpu_ids() = {ids}), which is not "
+                f"among the GPUs it sees (CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES')!r})"
+            )
+    return sorted(set(indices))

@@ -1,0 +1,219 @@
+"""One boundary for this process's own state: ``pynumabind._proc`` (see its docstring).
+
+The rules, checked on the source of every module of the package (subpackages
+included), so that they fail the day someone writes a reader of their own:
+
+1. **Only ``_proc`` reads the process's state.**  No other module has a
+   string naming ``/proc/self``, ``/proc/thread-self`` or ``/sys/fs/cgroup``
+   (docstrings aside: they may say where things come from), or calls
+   ``os.sched_getaffinity``/``os.sched_setaffinity``, or asks libnuma for
+   the allowed memory nodes (``get_mems_allowed``) except through ``_proc``.
+2. **Nobody else translates ``OSError``.**  An ``except`` clause naming
+   ``OSError`` or any built-in subclass of it (``FileNotFoundError``,
+   ``ProcessLookupError`` ...) appears only in ``_proc`` and in the modules
+   of :data:`MAY_CATCH_OSERROR`, each for files or calls that are *not* this
+   process's state.  Everywhere else a failure from ``_proc`` is caught as
+   the typed error it is.
+3. **Discovery depends on ``_proc`` only**: the discovery-side modules import
+   neither the apply layer nor libnuma.
+
+The checkers are also run on small sources that break each rule: a checker
+that finds nothing there could not fail.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+from pathlib import Path
+from typing import Dict, List, Set
+
+import pytest
+
+import pynumabind
+
+PACKAGE = Path(pynumabind.__file__).parent
+
+#: Modules that may catch OSError, and why: none of these reads this
+#: process's own state (rule 1 makes sure).
+MAY_CATCH_OSERROR: Dict[str, str] = {
+    "_proc": "the boundary itself: translates every failure once",
+    "_sysfs": "files of a sysfs tree a user may name; /proc/meminfo and "
+    "/proc/bus/pci/devices describe the machine",
+    "_kfd": "files of a sysfs tree a user may name (the KFD topology)",
+    "_libnuma": "dlopen of libnuma.so.1 (LibnumaUnavailableError)",
+    "discovery": "the topology snapshot file a user names",
+    "cli": "the CLI's own files (--output), stdout, and execvp",
+    # The CLI's check command starts worker processes over pipes; issue 24
+    # renames the module, so both names are listed.
+    "_cli_check": "starting the check command's workers and reading their pipes",
+}
+
+#: Where the process's own state lives.
+STATE_PATHS = ("/proc/self", "/proc/thread-self", "/sys/fs/cgroup")
+STATE_CALLS = {("os", "sched_getaffinity"), ("os", "sched_setaffinity")}
+
+#: OSError and every built-in subclass, by name (IOError is OSError).
+OSERROR_NAMES: Set[str] = {
+    name
+    for name in dir(builtins)
+    if isinstance(getattr(builtins, name), type) and issubclass(getattr(builtins, name), OSError)
+}
+
+#: Discovery-side modules, and what they must not import.
+DISCOVERY = ("_sysfs", "_kfd", "_nvml", "_visible", "_textfile", "discovery", "_proc")
+APPLY_SIDE = {"_threads", "_apply", "_verify", "_libnuma", "binder", "binding"}
+
+
+def _modules() -> Dict[str, Path]:
+    """Every module of the package by dotted name under it (``planner._cpus``)."""
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        if parts[-1] == "__init__" and len(parts) > 1:
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _docstrings(tree: ast.AST) -> Set[int]:
+    """ids of the string nodes that are docstrings."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if (
+                body
+                and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)
+            ):
+                found.add(id(body[0].value))
+    return found
+
+
+def state_reads(source: str) -> List[str]:
+    """Rule 1: each place ``source`` reads this process's state itself."""
+    tree = ast.parse(source)
+    docs = _docstrings(tree)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            if any(path in node.value for path in STATE_PATHS):
+                found.append(f"line {node.lineno}: names {node.value!r}")
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            if (node.value.id, node.attr) in STATE_CALLS:
+                found.append(f"line {node.lineno}: calls {node.value.id}.{node.attr}")
+        if isinstance(node, ast.Attribute) and node.attr == "get_mems_allowed":
+            found.append(f"line {node.lineno}: asks libnuma for get_mems_allowed")
+        elif isinstance(node, ast.ImportFrom) and node.module == "os":
+            names = {alias.name for alias in node.names}
+            if names & {attr for _, attr in STATE_CALLS}:
+                found.append(f"line {node.lineno}: imports {sorted(names)} from os")
+    return found
+
+
+def oserror_handlers(source: str) -> List[str]:
+    """Rule 2: each ``except`` clause of ``source`` that catches OSError or a subclass."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ExceptHandler) or node.type is None:
+            continue
+        kinds = node.type.elts if isinstance(node.type, ast.Tuple) else [node.type]
+        for kind in kinds:
+            name = kind.attr if isinstance(kind, ast.Attribute) else getattr(kind, "id", None)
+            if name in OSERROR_NAMES:
+                found.append(f"line {node.lineno}: except {name}")
+    return found
+
+
+def imported_modules(source: str) -> Set[str]:
+    """The pynumabind modules ``source`` imports (relative or absolute, at any depth)."""
+    found: Set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level == 0 and not module.startswith("pynumabind"):
+                continue
+            base = module[len("pynumabind") :].lstrip(".") if node.level == 0 else module
+            if base:
+                found.add(base.split(".")[0])
+            else:
+                found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[0] == "pynumabind" and len(parts) > 1:
+                    found.add(parts[1])
+    return found
+
+
+# ------------------------------------------------------ the checkers can fail
+
+
+def test_the_checkers_find_each_kind_of_violation() -> None:
+    source = '''
+"""Reads /proc/self/status (a docstring may say so)."""
+import os
+from os import sched_getaffinity
+from . import _libnuma, _threads
+
+def f():
+    """Also /sys/fs/cgroup here: fine."""
+    try:
+        with open("/proc/self/status") as handle:
+            return handle.read()
+    except OSError:
+        return os.sched_getaffinity(0)
+
+def g(tid):
+    try:
+        return open(f"/proc/thread-self/comm").read() + str(_libnuma.get_mems_allowed())
+    except (ValueError, ProcessLookupError):
+        return "/sys/fs/cgroup" + "x"
+    except IOError:
+        pass
+    except KeyError:
+        pass
+'''
+    reads = state_reads(source)
+    assert len(reads) == 6, reads  # import, open, sched_getaffinity, thread-self, libnuma, cgroup
+    assert not any("docstring" in read or "here: fine" in read for read in reads)
+    assert oserror_handlers(source) == [
+        "line 12: except OSError",
+        "line 18: except ProcessLookupError",
+        "line 20: except IOError",
+    ]
+    assert imported_modules(source) == {"_libnuma", "_threads"}
+    clean = (
+        "from .errors import PynumabindError\ntry:\n    pass\nexcept PynumabindError:\n    pass\n"
+    )
+    assert state_reads(clean) == [] and oserror_handlers(clean) == []
+
+
+def test_the_scan_sees_every_module_subpackages_included() -> None:
+    modules = _modules()
+    assert {"_proc", "_sysfs", "_threads", "planner", "planner._cpus"} <= set(modules)
+    assert any(name.startswith("integrations") for name in modules)
+    # _proc itself breaks rule 1 on purpose: the scan must see that.
+    assert state_reads(modules["_proc"].read_text(encoding="utf-8"))
+
+
+# ------------------------------------------------------------------ the rules
+
+
+@pytest.mark.parametrize("module", sorted(set(_modules()) - {"_proc"}))
+def test_only_proc_reads_the_process_state(module: str) -> None:
+    assert state_reads(_modules()[module].read_text(encoding="utf-8")) == []
+
+
+@pytest.mark.parametrize("module", sorted(set(_modules()) - set(MAY_CATCH_OSERROR)))
+def test_no_other_module_translates_oserror(module: str) -> None:
+    assert oserror_handlers(_modules()[module].read_text(encoding="utf-8")) == []
+
+
+@pytest.mark.parametrize("module", DISCOVERY)
+def test_discovery_depends_on_proc_not_on_the_apply_layer(module: str) -> None:
+    imports = imported_modules(_modules()[module].read_text(encoding="utf-8"))
+    allowed_libnuma = {"_libnuma"} if module == "_proc" else set()  # get_mempolicy, lazily
+    assert imports & APPLY_SIDE <= allowed_libnuma

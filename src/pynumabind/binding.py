@@ -489,7 +489,7 @@ def _plan(topology: Topology, options: Options) -> Plan:
         return planner.plan_gpus_for(topology, options, options.gpus)
     if options.rank is not None:
         return planner.plan_for(topology, options)
-    from .integrations import ray_gpus  # imports nothing heavy, never Ray itself
+    from .discovery import ray_gpus  # never imports Ray itself
 
     given = ray_gpus(topology)
     if given is not None:  # a Ray task or actor: the GPUs Ray gave it (issue 22)

@@ -136,8 +136,7 @@ def test_ray_is_never_imported_by_pynumabind() -> None:
     result = run_python(
         """
         import sys
-        from pynumabind.integrations import ray_gpus
-        from pynumabind.discovery import detect_topology
+        from pynumabind.discovery import detect_topology, ray_gpus
         print("ANSWER", ray_gpus(detect_topology()), "ray" in sys.modules)
         """
     )

@@ -48,10 +48,11 @@ Rules
   data-parallel shard) is bound to the union of those GPUs' plans
   (``bind_current_process(gpus=[...])``): every CPU and memory node any
   of them would get, in modes ``node``, ``socket`` and ``none``.
-* **Ray: ask Ray** (:func:`ray_gpus`).  Inside a Ray task or actor (``ray``
-  already imported and initialised; pynumabind never imports it), a process
-  without a rank is bound to the GPUs ``ray.get_gpu_ids()`` names; none is
-  the ConfigError of a process with nothing to bind to.
+* **Ray: ask Ray** (:func:`pynumabind.discovery.ray_gpus`).  Inside a Ray
+  task or actor (``ray`` already imported and initialised; pynumabind never
+  imports it), a process without a rank is bound to the GPUs
+  ``ray.get_gpu_ids()`` names; none is the ConfigError of a process with
+  nothing to bind to.
 * **Binding lines** name each GPU by visible index, physical (NVML) index,
   UUID and bus id (:func:`describe_gpus`).
 """
@@ -70,7 +71,6 @@ from ._common import (
     installed_version,
     missing_attributes,
     per_gpu_override,
-    ray_gpus,
     release,
 )
 
@@ -84,7 +84,6 @@ __all__ = [
     "installed_version",
     "missing_attributes",
     "per_gpu_override",
-    "ray_gpus",
     "release",
     "sglang_plugin",
     "vllm_plugin",

@@ -24,7 +24,6 @@ __all__ = [
     "installed_version",
     "missing_attributes",
     "per_gpu_override",
-    "ray_gpus",
     "release",
 ]
 
@@ -167,7 +166,8 @@ def bind_visible_gpus(
 
     For processes that a scheduler gives their own GPUs and no rank (a Ray
     actor with ``num_gpus=1`` sees ``CUDA_VISIBLE_DEVICES=3``).  Inside a Ray
-    task or actor the GPUs are Ray's answer (:func:`ray_gpus`).  No GPU is a
+    task or actor the GPUs are Ray's answer
+    (:func:`pynumabind.discovery.ray_gpus`).  No GPU is a
     ConfigError.
     """
     from ..errors import ConfigError
@@ -175,6 +175,8 @@ def bind_visible_gpus(
     env = os.environ if environ is None else environ
     if topology is None:
         topology = _machine(env)
+    from ..discovery import ray_gpus
+
     given = ray_gpus(topology, env)  # inside a Ray worker: Ray's answer
     if given is not None:
         return bind_gpus(given, what=what, topology=topology, environ=env)
@@ -323,61 +325,3 @@ def describe_gpus(topology: Topology, indices: Sequence[int]) -> str:
         names += [gpu.uuid] if gpu.uuid else []
         parts.append(f"{index} ({', '.join([*names, gpu.pci_bus_id])})")
     return ", ".join(parts)
-
-
-# ------------------------------------------------------------ Ray
-
-
-def _ray_gpu_ids() -> Optional[List[str]]:
-    """``ray.get_gpu_ids()`` in a Ray task or actor whose Ray is imported and initialised."""
-    import sys
-
-    ray = sys.modules.get("ray")
-    if ray is None:
-        return None
-    try:
-        if not ray.is_initialized() or ray.get_runtime_context().get_task_id() is None:
-            return None
-        return [str(i) for i in ray.get_gpu_ids()]
-    except AttributeError:  # a partial or unknown ray module: not Ray's answer
-        return None
-
-
-def ray_gpus(
-    topology: Topology, environ: Optional[Mapping[str, str]] = None
-) -> Optional[List[int]]:
-    """Inside a Ray task or actor, the visible GPU indices Ray gave it; else None.
-
-    Ray's own answer (``ray.get_gpu_ids()``), asked only when ``ray`` is
-    already imported in this process and initialised, and this process runs
-    a Ray task or actor (not the driver): pynumabind never imports Ray.  An
-    actor with ``num_gpus=0`` gets no GPU from Ray (and no
-    ``CUDA_VISIBLE_DEVICES`` under Ray 2.60, so it would "see" every GPU):
-    that is the ConfigError of a process with no GPU to bind to.
-    """
-    from ..errors import ConfigError
-
-    ids = _ray_gpu_ids()
-    if ids is None:
-        return None
-    if not ids:
-        raise ConfigError(
-            "this Ray task or actor was given no GPU (ray.get_gpu_ids() is empty: "
-            "num_gpus=0?), so there is nothing to bind to; give it num_gpus, or pass "
-            "rank= and nprocs= to bind by rank"
-        )
-    env = os.environ if environ is None else environ
-    visible = [e.strip() for e in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if e.strip()]
-    by_physical = {str(g.physical_index): g.index for g in topology.gpus}
-    indices = []
-    for gpu_id in ids:
-        if visible and gpu_id in visible:
-            indices.append(visible.index(gpu_id))
-        elif not visible and gpu_id in by_physical:
-            indices.append(by_physical[gpu_id])
-        else:
-            raise ConfigError(
-                f"Ray gave this process GPU {gpu_id} (ray.get_gpu_ids() = {ids}), which is not "
-                f"among the GPUs it sees (CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES')!r})"
-            )
-    return sorted(set(indices))

@@ -20,9 +20,10 @@ ConfigError naming what to turn off, and the scheduler fails to start.  The
 question "would SGLang bind?" is answered by SGLang's own
 ``get_numa_node_if_available(server_args, gpu_id)``.
 
-Errors while *registering* (a bad ``PYNUMABIND_SGLANG`` value, an unsupported
-SGLang) happen inside SGLang's plugin loader, which logs them with their
-traceback and carries on unbound; errors while *binding* stop the scheduler.
+Errors while *registering* (a bad ``PYNUMABIND_SGLANG`` value, an SGLang
+lacking a hook) happen inside SGLang's plugin loader, which logs them with
+their traceback and carries on unbound; errors while *binding* stop the
+scheduler.
 
 Supported SGLang: the tested range :data:`TESTED` (CI runs the framework
 tests on it).  Outside it the module checks, when imported, for the hooks it

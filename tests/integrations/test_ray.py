@@ -85,7 +85,7 @@ def test_two_actors_each_bind_to_their_gpus_node(ray_cluster) -> None:
         assert kernel.cpus == gpu, (r, kernel)
         assert kernel.thread_cpus == (gpu,), (r, kernel)
         assert kernel.policy == "prefer:0"  # this machine's only memory node
-        assert r["summary"].startswith("pynumabind: rank 0 device GPU 0 (0000:")
+        assert r["summary"].startswith("pynumabind: GPU 0 (0000:")
         # Ray's own answer (ray.get_gpu_ids()), not merely what the actor sees.
         assert r["reasons"][0] == (
             "no launcher rank: bound to the 1 GPU(s) Ray gave this process (ray.get_gpu_ids())"

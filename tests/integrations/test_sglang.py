@@ -177,8 +177,8 @@ def test_real_launch_binds_each_scheduler_to_its_gpu_id(launch, snapshot: Path) 
     assert tp0.policy == tp1.policy == "prefer:0"
     assert front.cpus == "0-1" and front.policy == "default"
     # One line per scheduler in SGLang's log, with its TP prefix.
-    assert "TP0] pynumabind: rank 0 device GPU 0 (0000:17:00.0) CPUs 0 " in output
-    assert "TP1] pynumabind: rank 1 device GPU 1 (0000:65:00.0) CPUs 1 " in output
+    assert "TP0] pynumabind: GPU 0 (0000:17:00.0) CPUs 0 " in output
+    assert "TP1] pynumabind: GPU 1 (0000:65:00.0) CPUs 1 " in output
     # The hook's own line names the physical GPU and its UUID next to the bus id.
     assert (
         "SGLang scheduler (gpu_id 1), GPU 1 (physical 1, GPU-00000001-test-snapshot, "
@@ -202,4 +202,4 @@ def test_real_launch_refuses_to_double_bind_with_sglangs_numa_node(
         "bind, but SGLang binds GPU 0's scheduler to node 0 itself (numactl wrapper, "
         "SGLANG_NUMA_BIND_V2): its numa_node server argument is set (drop --numa-node)"
     ) in output
-    assert "pynumabind: rank" not in output  # nothing was bound by pynumabind
+    assert "pynumabind: GPU" not in output  # nothing was bound by pynumabind

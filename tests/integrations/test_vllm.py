@@ -515,11 +515,11 @@ def test_real_launch_plugin_binds_engine_core_and_each_worker(launch, snapshot: 
     # Each names the GPU's visible index, physical index, UUID and bus id.
     assert (
         "local_rank 0, GPU 0 (physical 0, GPU-00000000-test-snapshot, 0000:17:00.0): "
-        "pynumabind: rank 0 device GPU 0 (0000:17:00.0) CPUs 0 " in output
+        "pynumabind: GPU 0 (0000:17:00.0) CPUs 0 " in output
     )
     assert (
         "local_rank 1, GPU 1 (physical 1, GPU-00000001-test-snapshot, 0000:65:00.0): "
-        "pynumabind: rank 1 device GPU 1 (0000:65:00.0) CPUs 1 " in output
+        "pynumabind: GPU 1 (0000:65:00.0) CPUs 1 " in output
     )
     assert "vLLM EngineCore (DP rank 0), GPUs 0 (physical 0, " in output
     assert "), 1 (physical 1, GPU-00000001-test-snapshot, 0000:65:00.0): pynumabind:" in output

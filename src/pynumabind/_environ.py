@@ -59,6 +59,8 @@ from .model import CpuMode, MemoryPolicy
 __all__ = [
     "CPUS_VARIABLE",
     "DISABLE_VARIABLE",
+    "FLAG_FALSE",
+    "FLAG_TRUE",
     "MEMORY_VARIABLE",
     "MODE_VARIABLE",
     "NODES_VARIABLE",
@@ -102,18 +104,21 @@ def no_rank(options: Optional[Options] = None) -> str:
 
 
 _ASCII_SPACE = ASCII_SPACE  # only ASCII whitespace is trimmed (see _options.ASCII_SPACE)
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"", "0", "false", "no", "off"})
+#: The one set of boolean values, for every on/off variable (``PYNUMABIND_DISABLE``,
+#: ``PYNUMABIND_REQUIRE_NODE``, ``PYNUMABIND_VLLM``, ``PYNUMABIND_SGLANG``), in any
+#: letter case, ASCII whitespace around them ignored (docs/integrations.md lists it).
+FLAG_TRUE = frozenset({"1", "true", "yes", "on"})
+FLAG_FALSE = frozenset({"", "0", "false", "no", "off"})
 _INT = re.compile(r"[0-9]{1,9}\Z")  # no sign, no spaces inside; < 10**9
 _SLURM_TASKS = re.compile(r"([0-9]{1,9})(?:\(x[0-9]{1,9}\))?\Z")
 
 
 def parse_flag(name: str, value: str) -> bool:
-    """A boolean variable: 1/true/yes/on or 0/false/no/off/empty."""
+    """A boolean variable: 1/true/yes/on or 0/false/no/off/empty (the one parser of them)."""
     folded = value.strip(_ASCII_SPACE).lower()
-    if folded in _TRUE:
+    if folded in FLAG_TRUE:
         return True
-    if folded in _FALSE:
+    if folded in FLAG_FALSE:
         return False
     raise ConfigError(
         f"invalid {name}={shown(value)}; use 1/true/yes/on to enable or 0/false/no/off (or empty)"

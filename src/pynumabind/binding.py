@@ -489,6 +489,16 @@ def _plan(topology: Topology, options: Options) -> Plan:
         return planner.plan_gpus_for(topology, options, options.gpus)
     if options.rank is not None:
         return planner.plan_for(topology, options)
+    from .discovery import ray_gpus  # never imports Ray itself
+
+    given = ray_gpus(topology)
+    if given is not None:  # a Ray task or actor: the GPUs Ray gave it (issue 22)
+        rule = (
+            f"no launcher rank: bound to the {len(given)} GPU(s) Ray gave this process "
+            "(ray.get_gpu_ids())"
+        )
+        plan = planner.plan_gpus_for(topology, options, given)
+        return replace(plan, reasons=(rule, *plan.reasons))
     if not topology.gpus:
         raise ConfigError(f"{_environ.no_rank(options)}, and this process sees no GPU to bind to")
     visible = list(range(len(topology.gpus)))

@@ -77,6 +77,12 @@ dropped in a fork child and by :func:`forget_layout`.
 :func:`apply_visibility` (defined in the private :mod:`._visible`) is
 re-exported here, its public home: the GPUs a process sees, applied to any
 topology (``pynumabind.apply_visibility`` is this one).
+
+:func:`ray_gpus` answers which GPUs a process *was given* when that is not
+what it sees: inside a Ray task or actor (``ray`` already imported and
+initialised; never imported here) it is ``ray.get_gpu_ids()``, mapped to
+visible indices; an empty answer is a ConfigError, since a ``num_gpus=0``
+actor sees every GPU under Ray 2.60 (issue 22).
 """
 
 from __future__ import annotations
@@ -104,6 +110,7 @@ __all__ = [
     "load_topology",
     "merge_nvml",
     "process_topology",
+    "ray_gpus",
     "resolve_topology",
     "topology_from_sysfs",
 ]
@@ -554,3 +561,61 @@ def _read_snapshot(path: str) -> str:
             f"topology file {path!r} is not UTF-8 text (byte {exc.start}): "
             "expected JSON written by 'pynumabind snapshot'"
         ) from exc
+
+
+# ------------------------------------------------------------ Ray (issue 22)
+
+
+def _ray_gpu_ids() -> Optional[List[str]]:
+    """``ray.get_gpu_ids()`` in a Ray task or actor whose Ray is imported and initialised."""
+    import sys
+
+    ray = sys.modules.get("ray")
+    if ray is None:
+        return None
+    try:
+        if not ray.is_initialized() or ray.get_runtime_context().get_task_id() is None:
+            return None
+        return [str(i) for i in ray.get_gpu_ids()]
+    except AttributeError:  # a partial or unknown ray module: not Ray's answer
+        return None
+
+
+def ray_gpus(
+    topology: Topology, environ: Optional[Mapping[str, str]] = None
+) -> Optional[List[int]]:
+    """Inside a Ray task or actor, the visible GPU indices Ray gave it; else None.
+
+    Ray's own answer (``ray.get_gpu_ids()``), asked only when ``ray`` is
+    already imported in this process and initialised, and this process runs
+    a Ray task or actor (not the driver): pynumabind never imports Ray.  An
+    actor with ``num_gpus=0`` gets no GPU from Ray (and no
+    ``CUDA_VISIBLE_DEVICES`` under Ray 2.60, so it would "see" every GPU):
+    that is the ConfigError of a process with no GPU to bind to.
+    """
+    from .errors import ConfigError
+
+    ids = _ray_gpu_ids()
+    if ids is None:
+        return None
+    if not ids:
+        raise ConfigError(
+            "this Ray task or actor was given no GPU (ray.get_gpu_ids() is empty: "
+            "num_gpus=0?), so there is nothing to bind to; give it num_gpus, or pass "
+            "rank= and nprocs= to bind by rank"
+        )
+    env = os.environ if environ is None else environ
+    visible = [e.strip() for e in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if e.strip()]
+    by_physical = {str(g.physical_index): g.index for g in topology.gpus}
+    indices = []
+    for gpu_id in ids:
+        if visible and gpu_id in visible:
+            indices.append(visible.index(gpu_id))
+        elif not visible and gpu_id in by_physical:
+            indices.append(by_physical[gpu_id])
+        else:
+            raise ConfigError(
+                f"Ray gave this process GPU {gpu_id} (ray.get_gpu_ids() = {ids}), which is not "
+                f"among the GPUs it sees (CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES')!r})"
+            )
+    return sorted(set(indices))

@@ -27,7 +27,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Set
 
 import pytest
 
@@ -72,13 +72,14 @@ def require_two_cpus() -> None:
         pytest.skip(f"needs CPUs 0 and 1 allowed (have {sorted(allowed)})")
 
 
-def two_node_snapshot(path: Path) -> Path:
+def two_node_snapshot(path: Path, gpu_nodes: Sequence[int] = (0, 1)) -> Path:
     """A two-node machine, GPU 0 on node 0 (CPU 0), GPU 1 on node 1 (CPU 1).
 
     Its CPUs are this machine's CPUs 0 and 1, so a plan made from it can be
     applied here for real.  This machine has one memory node, so the planner
     (reading the allowed memory nodes from the process, not the file) puts
-    node 1's memory on node 0, and the plans say so.
+    node 1's memory on node 0, and the plans say so.  ``gpu_nodes`` moves the
+    GPUs: ``(1, 1)`` puts both on node 1.
     """
     data = {
         "schema": 1,
@@ -95,8 +96,8 @@ def two_node_snapshot(path: Path) -> Path:
                 "index": index,
                 "pci_bus_id": bus,
                 "vendor": "nvidia",
-                "numa_node": index,
-                "local_cpus": str(index),
+                "numa_node": gpu_nodes[index],
+                "local_cpus": str(gpu_nodes[index]),
                 "uuid": f"GPU-0000000{index}-test-snapshot",
                 "model": "snapshot GPU",
                 "memory_node": None,
@@ -119,7 +120,8 @@ class ParkedLaunch:
     Runs ``python SCRIPT...`` in a new session with ``env`` over a cleaned
     environment (no ``PYNUMABIND_*`` from outside, offline Hugging Face),
     output to a log.  The probe in each framework process writes a JSON file
-    into ``PROBE_DIR`` and waits for ``PROBE_DIR/go``.
+    into ``PROBE_DIR`` and waits for ``PROBE_DIR/go``.  ``affinity`` starts
+    the launch with that CPU affinity, as a Slurm or Kubernetes cpuset would.
     """
 
     def __init__(
@@ -129,6 +131,7 @@ class ParkedLaunch:
         env: Dict[str, str],
         *,
         pythonpath: Sequence[Path] = (),
+        affinity: Optional[Set[int]] = None,
     ) -> None:
         self.dir = tmp_path / "probe"
         self.dir.mkdir(exist_ok=True)
@@ -145,6 +148,8 @@ class ParkedLaunch:
             }
         )
         full.update(env)
+        # preexec_fn: the affinity must hold from the first instruction (vLLM
+        # reads it at start-up); the test process starts no threads of its own.
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, *script],
@@ -152,6 +157,7 @@ class ParkedLaunch:
                 stderr=subprocess.STDOUT,
                 env=full,
                 start_new_session=True,
+                preexec_fn=None if affinity is None else lambda: os.sched_setaffinity(0, affinity),  # noqa: PLW1509
             )
 
     def parked(self, pattern: str, count: int, timeout: float = 600) -> List[Dict[str, object]]:

@@ -85,5 +85,59 @@ def test_two_actors_each_bind_to_their_gpus_node(ray_cluster) -> None:
         assert kernel.cpus == gpu, (r, kernel)
         assert kernel.thread_cpus == (gpu,), (r, kernel)
         assert kernel.policy == "prefer:0"  # this machine's only memory node
-        assert r["summary"].startswith("pynumabind: rank 0 device GPU 0 (0000:")
-        assert r["reasons"][0].startswith("no launcher rank: bound to the 1 GPU(s)")
+        assert r["summary"].startswith("pynumabind: GPU 0 (0000:")
+        # Ray's own answer (ray.get_gpu_ids()), not merely what the actor sees.
+        assert r["reasons"][0] == (
+            "no launcher rank: bound to the 1 GPU(s) Ray gave this process (ray.get_gpu_ids())"
+        )
+
+
+def test_actor_without_gpus_gets_the_no_gpu_error_from_rays_answer(ray_cluster) -> None:
+    """num_gpus=0: Ray sets no CUDA_VISIBLE_DEVICES, so the actor "sees" every GPU.
+
+    Bound by what it sees, it would be confined to the union of all their
+    nodes; Ray's own answer says it has none, which is the ConfigError.
+    """
+    ray = ray_cluster
+
+    @ray.remote(num_gpus=0)
+    class CpuOnly:
+        def bind(self) -> dict:
+            import pynumabind
+
+            before = sorted(os.sched_getaffinity(0))
+            try:
+                pynumabind.bind_current_process()
+            except pynumabind.ConfigError as exc:
+                error = str(exc)
+            else:
+                error = None
+            return {
+                "error": error,
+                "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                "unchanged": sorted(os.sched_getaffinity(0)) == before,
+            }
+
+    result = ray.get(CpuOnly.remote().bind.remote(), timeout=300)
+    assert result["visible"] is None  # Ray 2.60: the actor would see every GPU
+    assert result["error"] == (
+        "this Ray task or actor was given no GPU (ray.get_gpu_ids() is empty: num_gpus=0?), "
+        "so there is nothing to bind to; give it num_gpus, or pass rank= and nprocs= to bind "
+        "by rank"
+    )
+    assert result["unchanged"]
+
+
+def test_ray_is_never_imported_by_pynumabind() -> None:
+    # Asking Ray is for processes that already use it: binding elsewhere
+    # must not import it (it is heavy, and would start nothing useful).
+    from .helpers import run_python
+
+    result = run_python(
+        """
+        import sys
+        from pynumabind.discovery import detect_topology, ray_gpus
+        print("ANSWER", ray_gpus(detect_topology()), "ray" in sys.modules)
+        """
+    )
+    assert "ANSWER None False" in result.stdout, result.stderr[-2000:]

@@ -8,12 +8,14 @@ is the two-node snapshot over this machine's CPUs 0 and 1.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Dict
+from typing import Dict, List
 
 import pytest
 
@@ -21,7 +23,9 @@ from pynumabind import ConfigError
 from pynumabind.discovery import resolve_topology
 from pynumabind.integrations import (
     check_release,
+    describe_gpus,
     gate,
+    missing_attributes,
     per_gpu_override,
     release,
 )
@@ -41,6 +45,43 @@ def test_gate(value, on) -> None:
 def test_gate_rejects_anything_else_naming_the_variable() -> None:
     with pytest.raises(ConfigError, match=r"invalid PYNUMABIND_SGLANG='2'"):
         gate("PYNUMABIND_SGLANG", {"PYNUMABIND_SGLANG": "2"})
+
+
+def documented_flag_values() -> Dict[str, List[str]]:
+    """The on and off values docs/integrations.md gives for the on/off switches."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "integrations.md").read_text()
+    found = re.search(r"on is (.*?); off is (.*?);", " ".join(text.split()))
+    assert found, "docs/integrations.md no longer lists the on/off values"
+    on, off = (re.findall(r"`([^`]*)`", part) for part in found.groups())
+    return {"on": on, "off": off}
+
+
+def test_documented_flag_values_are_the_parsers() -> None:
+    from pynumabind._environ import FLAG_FALSE, FLAG_TRUE
+
+    documented = documented_flag_values()
+    assert set(documented["on"]) == FLAG_TRUE
+    assert set(documented["off"]) | {""} == FLAG_FALSE  # "empty" is written as a word
+
+
+@pytest.mark.parametrize("variable", ["PYNUMABIND_VLLM", "PYNUMABIND_SGLANG", "PYNUMABIND_DISABLE"])
+def test_every_switch_takes_the_one_documented_set(variable: str, machine) -> None:
+    documented = documented_flag_values()
+    values = [(v, True) for v in documented["on"]] + [(v, False) for v in documented["off"]]
+    values += [(v.upper(), on) for v, on in values] + [("", False)]
+    for value, on in values:
+        if variable == "PYNUMABIND_DISABLE":  # read by the core, when binding
+            result = bind_in_child("bind_gpu(0, what='t')", {**machine, variable: value})
+            assert result["disabled"] is on, (variable, value, result)
+        else:  # read by the plugin entry points
+            assert gate(variable, {variable: value}) is on, (variable, value)
+    with pytest.raises(ConfigError, match=f"invalid {variable}='enable'"):
+        if variable == "PYNUMABIND_DISABLE":
+            from pynumabind._environ import resolve
+
+            resolve({variable: "enable"}, need_rank=False)
+        else:
+            gate(variable, {variable: "enable"})
 
 
 @pytest.mark.parametrize(
@@ -77,10 +118,41 @@ def test_release(text, parts) -> None:
     assert release(text) == parts
 
 
-def test_check_release_names_both_versions() -> None:
-    check_release("vLLM", "0.33.4", ((0, 33, 0), (0, 34, 0)), "m")
-    with pytest.raises(ConfigError, match=r"^m supports vLLM >=0\.33\.0,<0\.34\.0; vLLM 0\.35\.0 "):
-        check_release("vLLM", "0.35.0", ((0, 33, 0), (0, 34, 0)), "m")
+def test_check_release_inside_the_tested_range_says_nothing(caplog) -> None:
+    def never() -> list:
+        raise AssertionError("the hooks are only looked at outside the tested range")
+
+    with caplog.at_level(logging.WARNING):
+        for version in ("0.33.0", "0.33.9", "0.34.0", "0.34.1rc2"):
+            check_release("vLLM", version, ((0, 33), (0, 34)), "m", never)
+    assert caplog.records == []
+
+
+def test_check_release_outside_warns_once_when_nothing_is_missing(caplog) -> None:
+    with caplog.at_level(logging.WARNING):
+        check_release("vLLM", "0.35.0", ((0, 33), (0, 34)), "m", list)
+    assert [r.getMessage() for r in caplog.records] == [
+        "pynumabind: vLLM 0.35.0 is outside the range m tests (0.33 to 0.34); the hooks it "
+        "calls are all there, so it goes on, untested with this version"
+    ]
+
+
+def test_check_release_outside_refuses_naming_what_is_missing() -> None:
+    with pytest.raises(
+        ConfigError,
+        match=r"^m: vLLM 0\.32\.0 is outside the tested range \(0\.33 to 0\.34\) and lacks what "
+        r"the integration calls: a\.b, c\.d; install vLLM 0\.33 to 0\.34$",
+    ):
+        check_release("vLLM", "0.32.0", ((0, 33), (0, 34)), "m", lambda: ["a.b", "c.d"])
+
+
+def test_missing_attributes_resolves_through_imports() -> None:
+    wanted = [
+        ("json", "JSONDecoder.decode"),
+        ("json", "JSONDecoder.no_such"),
+        ("no_such_module_here", "x"),
+    ]
+    assert missing_attributes(wanted) == ["json.JSONDecoder.no_such", "no_such_module_here.x"]
 
 
 # ------------------------------------------------------------ topology
@@ -158,12 +230,43 @@ def test_vllm_form_overrides_are_per_gpu_index(machine) -> None:
     assert bind_in_child("bind_gpu(0, what='t')", cpus)["cpus"] == "1"
 
 
-def test_override_of_the_wrong_length_is_an_error(machine) -> None:
-    result = bind_in_child("bind_gpu(0, what='t')", {**machine, "PYNUMABIND_NODES": "0 1 1"})
-    assert result["error"].startswith("ConfigError")
-    assert "has 3 entries but there are 2 local ranks" in result["error"]
-    assert result["error"].endswith(
-        "(from PYNUMABIND_NODES='0 1 1', one entry per visible GPU index)"
+def test_override_needs_entries_only_for_the_gpu_indices_in_use(machine) -> None:
+    # vLLM's rule for its own --numa-bind-nodes: one entry per GPU index in use.
+    one = {**machine, "PYNUMABIND_NODES": "1"}
+    assert bind_in_child("bind_gpu(0, what='t')", one)["cpus"] == "1"
+    more = {**machine, "PYNUMABIND_NODES": "0 1 1"}  # entries past the visible GPUs: unused
+    assert bind_in_child("bind_gpu(1, what='t')", more)["cpus"] == "1"
+    cpus = {**machine, "PYNUMABIND_CPUS": "1"}
+    assert bind_in_child("bind_gpu(0, what='t')", cpus)["cpus"] == "1"
+
+
+def test_missing_override_entry_names_the_index_that_needs_it(machine) -> None:
+    result = bind_in_child(
+        "bind_gpus([0, 1], what='vLLM EngineCore')", {**machine, "PYNUMABIND_NODES": "1"}
+    )
+    assert result["error"] == (
+        "ConfigError: vLLM EngineCore drives GPU index 1, but PYNUMABIND_NODES='1' has 1 entry "
+        "(GPU indices 0-0): give an entry for every GPU index in use, index 1 included"
+    )
+
+
+def test_launcher_size_is_not_blamed_in_a_framework_worker(machine) -> None:
+    # A launcher's LOCAL_WORLD_SIZE in a framework worker's environment is not
+    # what counts the GPUs: the error must not name it.
+    env = {**machine, "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "4", "PYNUMABIND_NODES": "0 7"}
+    result = bind_in_child("bind_gpu(1, what='t')", env)
+    assert result["error"].startswith("PlanError: nodes override for rank 1 names NUMA node(s) 7")
+    assert "LOCAL_WORLD_SIZE" not in result["error"] and "LOCAL_RANK" not in result["error"]
+    assert "PYNUMABIND_NODES='0 7'" in result["error"]
+
+
+def test_describe_gpus_names_physical_index_and_uuid(snapshot: Path) -> None:
+    require_two_cpus()
+    topology = resolve_topology(
+        environ={"PYNUMABIND_TOPOLOGY": str(snapshot), "CUDA_VISIBLE_DEVICES": "1"}
+    )
+    assert describe_gpus(topology, [0]) == (
+        "0 (physical 1, GPU-00000001-test-snapshot, 0000:65:00.0)"
     )
 
 

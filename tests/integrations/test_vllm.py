@@ -15,21 +15,40 @@ this machine's CPUs 0 and 1 (``PYNUMABIND_TOPOLOGY``): the one stand-in.
 from __future__ import annotations
 
 import json
+import logging
+import socket
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
-from typing import Dict, Iterator
+from typing import Dict, Iterator, Optional, Sequence, Set
 
 import pytest
 
 from recipes import observe
 
-from .helpers import HERE, ParkedLaunch, require, require_two_cpus, run_python
+from .helpers import (
+    HERE,
+    ParkedLaunch,
+    require,
+    require_two_cpus,
+    run_python,
+    two_node_snapshot,
+)
 
 pytestmark = pytest.mark.integration
 
 
 require("vllm", "vllm")
+
+
+def binds_by_default() -> bool:
+    """vLLM >= 0.34: ``numa_bind`` unset means automatic binding."""
+    try:
+        from vllm.utils import numa_utils
+    except ImportError:
+        return False
+    return hasattr(numa_utils, "_can_auto_bind")
 
 
 # ------------------------------------------------------------ the class
@@ -45,48 +64,82 @@ def test_worker_class_subclasses_vllms_real_gpu_worker() -> None:
     assert Worker.__mro__[1] is VllmWorker
 
 
-@pytest.mark.parametrize(
-    ("version", "ok"),
-    [
-        ("0.33.0", True),
-        ("0.33.7", True),
-        ("0.33.1rc1", True),
-        ("0.32.9", False),
-        ("0.34.0", False),
-        ("0.34.0rc1", False),
-        ("1.0", False),
-        ("dev", False),
-    ],
-)
-def test_supported_version_range_is_checked(version: str, ok: bool) -> None:
-    from pynumabind import ConfigError
+@pytest.mark.parametrize("version", ["0.33.0", "0.33.7", "0.33.1rc1", "0.34.0", "0.34.2"])
+def test_tested_range_passes_without_a_word(version: str, caplog) -> None:
     from pynumabind.integrations.vllm import check_version
 
-    if ok:
+    with caplog.at_level(logging.WARNING):
         check_version(version)
-        return
-    with pytest.raises(
-        ConfigError, match=r"supports vLLM >=0\.33\.0,<0\.34\.0; vLLM .* is installed"
-    ):
-        check_version(version)
+    assert caplog.records == []
 
 
-def test_import_outside_the_supported_range_is_a_clear_error() -> None:
+@pytest.mark.parametrize("version", ["0.32.9", "0.35.0", "0.35.0rc1", "1.0", "dev"])
+def test_outside_the_tested_range_warns_once_when_the_hooks_are_there(version, caplog) -> None:
+    # The installed vLLM has every hook, so only the version is unknown.
+    from pynumabind.integrations.vllm import check_version, missing_hooks
+
+    assert missing_hooks() == []
+    with caplog.at_level(logging.WARNING):
+        check_version(version)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert f"vLLM {version} is outside the range" in warnings[0]
+    assert "0.33 to 0.34" in warnings[0]
+
+
+def test_import_of_an_untested_version_warns_and_goes_on() -> None:
     # The installed vLLM's version as vLLM reports it, changed in this
-    # process only: the module must refuse at import.
+    # process only: the module imports, with one WARNING naming the version.
     result = run_python(
         """
         import importlib.metadata as md
         real = md.version
-        md.version = lambda name: "0.30.1" if name == "vllm" else real(name)
+        md.version = lambda name: "0.35.1" if name == "vllm" else real(name)
+        import pynumabind.integrations.vllm
+        print("IMPORTED")
+        """
+    )
+    assert "IMPORTED" in result.stdout, result.stderr[-3000:]
+    assert result.stderr.count("vLLM 0.35.1 is outside the range") == 1
+
+
+GPU_WORKER = "vllm.v1.worker.gpu_worker"
+
+
+@pytest.mark.parametrize(
+    ("module", "owner", "attribute", "named"),
+    [
+        ("vllm.config", "ParallelConfig", "get_local_gpu_index", None),
+        ("vllm.v1.worker.gpu_worker", None, "Worker", f"{GPU_WORKER}.Worker.init_device"),
+        ("vllm.utils.numa_utils", None, "configure_subprocess", None),
+    ],
+)
+def test_untested_version_without_a_hook_is_refused_naming_it(
+    module: str, owner: str, attribute: str, named: str
+) -> None:
+    # A release without a hook the integration calls: the real module with
+    # that one attribute deleted in this process, and an untested version.
+    if "numa_utils" in module and not binds_by_default():
+        pytest.skip("this vLLM has no automatic binding, so configure_subprocess is not needed")
+    removed = named or ".".join(p for p in (module, owner, attribute) if p)
+    target = f"importlib.import_module({module!r})"
+    if owner:
+        target = f"getattr({target}, {owner!r})"
+    result = run_python(
+        f"""
+        import importlib, importlib.metadata as md
+        real = md.version
+        md.version = lambda name: "0.35.1" if name == "vllm" else real(name)
+        delattr({target}, {attribute!r})
         try:
             import pynumabind.integrations.vllm
         except Exception as exc:
             print(type(exc).__name__, exc)
         """
     )
-    assert "ConfigError" in result.stdout, result.stderr[-2000:]
-    assert "vLLM 0.30.1 is installed" in result.stdout
+    assert "ConfigError" in result.stdout, result.stdout + result.stderr[-3000:]
+    assert "vLLM 0.35.1 is outside the tested range (0.33 to 0.34)" in result.stdout
+    assert removed in result.stdout
 
 
 # ------------------------------------------------------- GPU index rules
@@ -154,42 +207,172 @@ def test_ray_backend_worker_gpu_is_the_local_rank() -> None:
     assert engine_core_gpus(config, 4) == [0, 1, 2, 3]
 
 
-def test_vllms_own_numa_bind_is_refused_not_doubled(tiny_llama: Path) -> None:
-    # A real VllmConfig with --numa-bind, built by vLLM's EngineArgs (on the
-    # CPU platform: no GPU here); the worker object only carries it, since
-    # constructing vLLM's GPU worker needs a GPU.
-    result = run_python(
-        f"""
-        import os
-        from types import SimpleNamespace
-        from vllm.engine.arg_utils import EngineArgs
-        from pynumabind.integrations.vllm import bind_engine_core, bind_worker
+@pytest.mark.parametrize(
+    "case",
+    [
+        # One data-parallel rank's shard (vLLM's set_assigned_physical_gpu_ids_for_dp_rank):
+        # indexed from the shard's first logical GPU, get_local_gpu_index(0).
+        (1, 1, [1], "0,1", [1]),
+        (2, 1, [2, 3], "0,1,2,3", [2, 3]),
+        (2, 1, [7, 5], "4,5,6,7", [3, 1]),
+        # The full host list (--device-ids): indexed by the logical index.
+        (1, 1, [3, 2, 1, 0], "0,1,2,3", [2]),
+        (2, 1, [0, 1, 2, 3], "0,1,2,3", [2, 3]),
+        # The first shard: both readings agree.
+        (2, 0, [1, 0], "0,1", [1, 0]),
+    ],
+)
+def test_assigned_gpu_ids_are_read_in_their_own_space(case, monkeypatch) -> None:
+    # (TP, local DP rank, assigned_physical_gpu_ids, CUDA_VISIBLE_DEVICES, expected)
+    from pynumabind.integrations.vllm import engine_core_gpus, worker_gpu
 
-        config = EngineArgs(
-            model={str(tiny_llama)!r}, skip_tokenizer_init=True, numa_bind=True
-        ).create_engine_config()
-        assert config.parallel_config.numa_bind is True
-        before = os.sched_getaffinity(0)
-        for call in (
-            lambda: bind_engine_core(config),
-            lambda: bind_worker(SimpleNamespace(vllm_config=config, rank=0, local_rank=0)),
-        ):
-            try:
-                call()
-            except Exception as exc:
-                print("RAISED", type(exc).__name__, exc)
-        print("UNCHANGED", os.sched_getaffinity(0) == before)
-        """,
-        {"VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"},
+    tp, dp_local, assigned, visible, expected = case
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    config = parallel_config(
+        tensor_parallel_size=tp,
+        data_parallel_size=dp_local + 1,
+        data_parallel_rank_local=dp_local,
+        distributed_executor_backend="mp",
+    )
+    config.assigned_physical_gpu_ids = assigned
+    assert [worker_gpu(config, rank) for rank in range(tp)] == expected
+    assert engine_core_gpus(config, len(visible.split(","))) == expected
+
+
+@pytest.mark.parametrize("assigned", [[0, 1, 2], [5]])
+def test_assigned_gpu_ids_of_another_length_are_a_config_error(assigned, monkeypatch) -> None:
+    from pynumabind import ConfigError
+    from pynumabind.integrations.vllm import worker_gpu
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5")
+    config = parallel_config(
+        tensor_parallel_size=2,
+        data_parallel_size=2,
+        data_parallel_rank_local=1,
+        distributed_executor_backend="mp",
+    )
+    config.assigned_physical_gpu_ids = assigned
+    with pytest.raises(
+        ConfigError,
+        match=r"expected this data-parallel rank's shard \(2 entries, "
+        r"for logical GPUs 2-3\) or the full list \(at least 4 entries\)",
+    ):
+        worker_gpu(config, 0)
+
+
+# vLLM 0.34's x86 CPU platform needs this to build a config (see vllm_launch).
+STAND_IN = f"""
+    import sys
+    sys.path.insert(0, {str(HERE)!r})
+    from vllm_launch import allow_x86_cpu_platform
+    allow_x86_cpu_platform()
+"""
+
+REFUSAL_PROBE = """
+    import os, types
+    from vllm.engine.arg_utils import EngineArgs
+    from pynumabind.integrations.vllm import (
+        Worker, bind_engine_core, bind_worker, resolve_auto_binding,
+    )
+
+    config = EngineArgs(
+        model={model!r}, skip_tokenizer_init=True, **{options!r}
+    ).create_engine_config()
+    assert config.parallel_config.numa_bind is True
+    # The worker object only carries the config: constructing vLLM's GPU
+    # worker needs a GPU; the class is pynumabind's (worker class path) or none.
+    worker = {worker}
+    worker.vllm_config, worker.rank, worker.local_rank = config, 0, 0
+    before = os.sched_getaffinity(0)
+    for call in (
+        lambda: resolve_auto_binding(config),
+        lambda: bind_engine_core(config),
+        lambda: bind_worker(worker),
+    ):
+        try:
+            call()
+        except Exception as exc:
+            print("RAISED", type(exc).__name__, exc)
+    print("UNCHANGED", os.sched_getaffinity(0) == before)
+"""
+
+
+@pytest.mark.parametrize(
+    ("options", "flag"),
+    [
+        ({"numa_bind": True}, "--numa-bind"),
+        # vLLM 0.33 wants --numa-bind with the lists; 0.34 implies it.
+        ({"numa_bind": True, "numa_bind_nodes": [0]}, "--numa-bind-nodes"),
+        ({"numa_bind": True, "numa_bind_cpus": ["0"]}, "--numa-bind-cpus"),
+    ],
+)
+def test_vllms_explicit_binding_is_refused_naming_the_flag(options, flag, tiny_llama) -> None:
+    # A real VllmConfig built by vLLM's EngineArgs (on the CPU platform: no
+    # GPU here), with the plugin's switch on.
+    from vllm.engine.arg_utils import EngineArgs
+
+    if not all(hasattr(EngineArgs, option) for option in options):
+        pytest.skip(f"this vLLM has no {flag}")
+    code = STAND_IN + REFUSAL_PROBE.format(
+        model=str(tiny_llama), options=options, worker="types.SimpleNamespace()"
+    )
+    result = run_python(
+        code,
+        {"VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1", "PYNUMABIND_VLLM": "1"},
     )
     raised = [line for line in result.stdout.splitlines() if line.startswith("RAISED")]
-    assert len(raised) == 2, result.stdout + result.stderr[-3000:]
-    assert raised[0].startswith("RAISED ConfigError vLLM EngineCore")
-    assert raised[1].startswith("RAISED ConfigError vLLM worker rank 0")
+    assert len(raised) == 3, result.stdout + result.stderr[-3000:]
+    assert raised[0].startswith("RAISED ConfigError vLLM launch:")  # before any process starts
+    assert raised[1].startswith("RAISED ConfigError vLLM EngineCore")
+    assert raised[2].startswith("RAISED ConfigError vLLM worker rank 0")
     for line in raised:
-        assert "vLLM's own NUMA binding (--numa-bind) is on" in line
-        assert "drop --numa-bind, or unset PYNUMABIND_VLLM" in line
+        assert f"vLLM's own NUMA binding ({flag}) is on" in line
+        assert "(PYNUMABIND_VLLM=1)" in line
+        also = "" if flag == "--numa-bind" else " (and --numa-bind)"
+        assert f"drop {flag}{also}, or unset PYNUMABIND_VLLM" in line
+        assert "--worker-cls" not in line
     assert "UNCHANGED True" in result.stdout  # nothing was bound
+
+
+def test_refusal_in_the_worker_class_names_the_worker_class(tiny_llama: Path) -> None:
+    code = STAND_IN + REFUSAL_PROBE.format(
+        model=str(tiny_llama), options={"numa_bind": True}, worker="object.__new__(Worker)"
+    )
+    result = run_python(code, {"VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"})
+    raised = [line for line in result.stdout.splitlines() if line.startswith("RAISED")]
+    worker_line = [line for line in raised if "vLLM worker rank 0" in line]
+    assert len(worker_line) == 1, result.stdout + result.stderr[-3000:]
+    assert "asked to bind too (--worker-cls pynumabind.integrations.vllm.Worker)" in worker_line[0]
+    assert "drop --numa-bind, or use vLLM's own worker class" in worker_line[0]
+    assert "PYNUMABIND_VLLM" not in worker_line[0]  # not the switch that is on
+
+
+def test_launch_turns_vllms_automatic_binding_off(tiny_llama: Path) -> None:
+    # numa_bind left unset: on vLLM >= 0.34 that is "automatic" (None), and
+    # the plugin's hook ahead of configure_subprocess makes it False, once.
+    result = run_python(
+        textwrap.dedent(STAND_IN)
+        + textwrap.dedent(f"""
+        import logging
+        from vllm.engine.arg_utils import EngineArgs
+        from pynumabind.integrations.vllm import resolve_auto_binding
+
+        logging.basicConfig(level=logging.INFO)
+        args = EngineArgs(model={str(tiny_llama)!r}, skip_tokenizer_init=True)
+        config = args.create_engine_config()
+        print("BEFORE", config.parallel_config.numa_bind)
+        resolve_auto_binding(config)
+        resolve_auto_binding(config)
+        print("AFTER", config.parallel_config.numa_bind)
+        """),
+        {"VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1", "PYNUMABIND_VLLM": "1"},
+    )
+    auto = binds_by_default()
+    assert f"BEFORE {None if auto else False}" in result.stdout, result.stderr[-3000:]
+    assert "AFTER False" in result.stdout
+    output = result.stdout + result.stderr  # vLLM's log handler writes to stdout
+    said = output.count("vLLM's automatic NUMA binding (numa_bind unset) is off")
+    assert said == (1 if auto else 0)
 
 
 # ------------------------------------------------------- plugin loader
@@ -260,7 +443,13 @@ def launch(tmp_path: Path, tiny_llama: Path) -> Iterator:
     require_two_cpus()
     started = []
 
-    def start(worker_cls: str, env: Dict[str, str]) -> ParkedLaunch:
+    def start(
+        worker_cls: str,
+        env: Dict[str, str],
+        flags: Sequence[str] = (),
+        script: Sequence[str] = (),
+        affinity: Optional[Set[int]] = None,
+    ) -> ParkedLaunch:
         full = {
             "VLLM_TARGET_DEVICE": "cpu",
             "CUDA_VISIBLE_DEVICES": "0,1",
@@ -270,8 +459,9 @@ def launch(tmp_path: Path, tiny_llama: Path) -> Iterator:
             "VLLM_CPU_OMP_THREADS_BIND": "nobind",
             **env,
         }
-        script = [str(HERE / "vllm_launch.py"), str(tiny_llama), worker_cls]
-        run = ParkedLaunch(tmp_path, script, full, pythonpath=[HERE])
+        if not script:
+            script = [str(HERE / "vllm_launch.py"), str(tiny_llama), worker_cls, *flags]
+        run = ParkedLaunch(tmp_path, script, full, pythonpath=[HERE], affinity=affinity)
         started.append(run)
         return run
 
@@ -283,6 +473,15 @@ def launch(tmp_path: Path, tiny_llama: Path) -> Iterator:
                 run.proc.wait(timeout=120)
             except subprocess.TimeoutExpired:
                 run.kill()
+
+
+def environ_of(pid: int) -> Dict[str, str]:
+    """``pid``'s environment as the kernel shows it (as it was at exec)."""
+    raw = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+    return dict(item.split("=", 1) for item in raw.split("\0") if "=" in item)
+
+
+NUMACTL_ENV = "_VLLM_INTERNAL_NUMACTL_ARGS"  # set by vLLM for its numactl wrapper
 
 
 @pytest.mark.slow
@@ -313,9 +512,17 @@ def test_real_launch_plugin_binds_engine_core_and_each_worker(launch, snapshot: 
     assert engine.cpus == "0-1" and engine.policy == "prefer:0"
     assert front.cpus == "0-1" and front.policy == "default"
     # One line per bound process, in vLLM's own log.
-    assert "local_rank 0: pynumabind: rank 0 device GPU 0 (0000:17:00.0) CPUs 0 " in output
-    assert "local_rank 1: pynumabind: rank 1 device GPU 1 (0000:65:00.0) CPUs 1 " in output
-    assert "vLLM EngineCore (DP rank 0), GPUs 0,1: pynumabind:" in output
+    # Each names the GPU's visible index, physical index, UUID and bus id.
+    assert (
+        "local_rank 0, GPU 0 (physical 0, GPU-00000000-test-snapshot, 0000:17:00.0): "
+        "pynumabind: GPU 0 (0000:17:00.0) CPUs 0 " in output
+    )
+    assert (
+        "local_rank 1, GPU 1 (physical 1, GPU-00000001-test-snapshot, 0000:65:00.0): "
+        "pynumabind: GPU 1 (0000:65:00.0) CPUs 1 " in output
+    )
+    assert "vLLM EngineCore (DP rank 0), GPUs 0 (physical 0, " in output
+    assert "), 1 (physical 1, GPU-00000001-test-snapshot, 0000:65:00.0): pynumabind:" in output
 
 
 @pytest.mark.slow
@@ -337,3 +544,188 @@ def test_real_launch_worker_cls_with_vllm_style_node_override(launch, snapshot: 
     assert seen[1].cpus == "0" and seen[1].thread_cpus == ("0",)
     # Without PYNUMABIND_VLLM=1 the plugin did nothing: EngineCore unbound.
     assert engine.cpus == "0-1" and engine.policy == "default"
+
+
+# ---------------------------------------- vLLM >= 0.34's automatic binding
+
+
+def require_automatic_binding() -> None:
+    if not binds_by_default():
+        pytest.skip("this vLLM has no automatic NUMA binding (vLLM >= 0.34 has)")
+
+
+@pytest.mark.slow
+def test_real_launch_plugin_turns_vllms_automatic_binding_off(launch, snapshot: Path) -> None:
+    """vLLM decides to bind by itself (forced), PYNUMABIND_VLLM=1: only pynumabind binds."""
+    require_automatic_binding()
+    run = launch(
+        "vllm_probe.ProbeStockWorker",
+        {
+            "PYNUMABIND_VLLM": "1",
+            "PYNUMABIND_TOPOLOGY": str(snapshot),
+            "VLLM_WORKER_MULTIPROC_METHOD": "spawn",  # what vLLM's automatic mode needs
+        },
+        flags=["force_auto"],
+    )
+    workers = {r["rank"]: r for r in run.parked("worker-*.json", 2)}
+    seen = {rank: observe(rec["pid"]) for rank, rec in workers.items()}
+    engine_pid = workers[0]["ppid"]
+    engine = observe(engine_pid)
+    engine_env = environ_of(engine_pid)
+    output = run.release()
+    print(output[-30000:])  # shown by pytest when an assertion below fails
+
+    assert "Unsupported device type: cpu" in output  # where a GPU is needed
+    # No process was started through vLLM's numactl wrapper ...
+    assert NUMACTL_ENV not in engine_env
+    assert workers[0]["numactl"] is None and workers[1]["numactl"] is None
+    assert "with numactl" not in output
+    # ... each was bound by pynumabind (numactl's node 0 would be CPUs 0-1) ...
+    assert seen[0].cpus == "0" and seen[0].thread_cpus == ("0",)
+    assert seen[1].cpus == "1" and seen[1].thread_cpus == ("1",)
+    assert engine.cpus == "0-1" and engine.policy == "prefer:0"
+    assert "vLLM EngineCore (DP rank 0), GPUs 0 (physical 0, GPU-00000000-test-snapshot" in output
+    # ... and the launching process said so, once.
+    assert output.count("vLLM's automatic NUMA binding (numa_bind unset) is off") == 1
+
+
+@pytest.mark.slow
+def test_real_launch_worker_class_under_vllms_automatic_binding_binds_and_says_so(
+    launch, snapshot: Path
+) -> None:
+    """The worker class alone cannot turn vLLM's decision off: it rebinds and warns."""
+    require_automatic_binding()
+    run = launch(
+        "vllm_probe.ProbePynumabindWorker",
+        {"PYNUMABIND_TOPOLOGY": str(snapshot), "VLLM_WORKER_MULTIPROC_METHOD": "spawn"},
+        flags=["force_auto"],
+    )
+    workers = {r["rank"]: r for r in run.parked("worker-*.json", 2)}
+    seen = {rank: observe(rec["pid"]) for rank, rec in workers.items()}
+    output = run.release()
+    print(output[-30000:])  # shown by pytest when an assertion below fails
+
+    assert "Unsupported device type: cpu" in output
+    # vLLM did wrap the workers in numactl (its forced automatic decision) ...
+    assert workers[0]["numactl"] == workers[1]["numactl"] == "--cpunodebind=0 --preferred=0"
+    # ... the workers did not fail, and pynumabind's binding is the one in force.
+    assert seen[0].cpus == "0" and seen[0].thread_cpus == ("0",)
+    assert seen[1].cpus == "1" and seen[1].thread_cpus == ("1",)
+    assert output.count("pynumabind's binding now replaces numactl's") == 2
+    assert "set PYNUMABIND_VLLM=1 for the launch (or pass --no-numa-bind)" in output
+
+
+# ------------------------------------- a constrained process (a cpuset)
+
+AFFINITY_CHECK = """
+    import logging, os
+    logging.basicConfig(level=logging.DEBUG)
+    from vllm.platforms import current_platform
+    from vllm.utils import numa_utils
+
+    # This machine is neither CUDA nor multi-node: answer those two checks as a
+    # GPU host would, so that vLLM's own affinity check is the one that decides.
+    type(current_platform).is_cuda_alike = classmethod(lambda cls: True)
+    real_isdir = os.path.isdir
+    os.path.isdir = lambda p: p.endswith("/node1") or real_isdir(p)
+    print("AVAILABLE", numa_utils._is_auto_numa_available(True, require_unbound_process=True))
+"""
+
+
+def test_vllm_skips_automatic_binding_in_a_constrained_process() -> None:
+    require_automatic_binding()
+    require_two_cpus()
+    constrained = run_python(
+        "import os; os.sched_setaffinity(0, {1})\n" + textwrap.dedent(AFFINITY_CHECK),
+        {"VLLM_TARGET_DEVICE": "cpu"},
+    )
+    free = run_python(AFFINITY_CHECK, {"VLLM_TARGET_DEVICE": "cpu"})
+    assert "AVAILABLE False" in constrained.stdout, constrained.stderr[-3000:]
+    assert "CPU affinity is already constrained" in constrained.stderr
+    assert "CPU affinity is already constrained" not in free.stderr, free.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_real_launch_in_a_cpuset_vllm_starts_unbound_and_pynumabind_binds_inside_it(
+    launch, tmp_path: Path
+) -> None:
+    """The launch confined to CPU 1 (a Slurm or Kubernetes cpuset), the worker class.
+
+    Both GPUs are on node 1 (CPU 1) here: the cpuset holds their node's CPUs,
+    as a job's allocation does.  vLLM decides by itself (its real check, no
+    plugin) and starts unbound; pynumabind binds each worker inside the cpuset.
+    """
+    snapshot = two_node_snapshot(tmp_path / "gpus-on-node-1.json", gpu_nodes=(1, 1))
+    run = launch(
+        "vllm_probe.ProbePynumabindWorker",
+        {"PYNUMABIND_TOPOLOGY": str(snapshot), "VLLM_WORKER_MULTIPROC_METHOD": "spawn"},
+        affinity={1},
+    )
+    workers = {r["rank"]: r for r in run.parked("worker-*.json", 2)}
+    seen = {rank: observe(rec["pid"]) for rank, rec in workers.items()}
+    engine = observe(workers[0]["ppid"])
+    output = run.release()
+    print(output[-30000:])  # shown by pytest when an assertion below fails
+
+    assert "Unsupported device type: cpu" in output
+    # vLLM's own binding did not run: no numactl, EngineCore left as launched.
+    assert workers[0]["numactl"] is None and workers[1]["numactl"] is None
+    assert "with numactl" not in output
+    assert engine.cpus == "1" and engine.policy == "default"
+    if binds_by_default():
+        assert "Automatic NUMA binding unavailable on this host; starting unbound" in output
+    # pynumabind bound each worker inside the cpuset: its CPUs, every thread,
+    # and the memory policy vLLM's unbound start leaves at "default".
+    for rank in (0, 1):
+        assert seen[rank].cpus == "1" and seen[rank].thread_cpus == ("1",)
+        assert seen[rank].policy == "prefer:0"
+        assert f"local_rank {rank}, GPU {rank} (physical {rank}," in output
+
+
+# ----------------------------------------------- data parallel, vllm serve
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_real_vllm_serve_data_parallel_2_binds_each_rank_to_its_shard(
+    launch, snapshot: Path, tiny_llama: Path
+) -> None:
+    """``vllm serve --data-parallel-size 2 -tp 1`` with PYNUMABIND_VLLM=1, to the GPU step.
+
+    On this platform (vLLM's CPU platform) vLLM gives each DP rank only its own
+    shard's devices (``assigned_physical_gpu_ids``): EngineCore_DP1 sees ``[1]``
+    while its logical GPU index is 1.  Each rank's EngineCore runs its one
+    worker in-process (TP=1); both are read from outside through /proc.
+    """
+    script = [
+        str(HERE / "vllm_serve.py"),
+        "serve",
+        str(tiny_llama),
+        "--data-parallel-size", "2",
+        "--tensor-parallel-size", "1",
+        "--worker-cls", "vllm_probe.ProbeStockWorker",
+        "--skip-tokenizer-init",
+        "--enforce-eager",
+        "--max-model-len", "128",
+        "--api-server-count", "1",  # one front end: the processes under test are the engines
+        "--host", "127.0.0.1",
+        "--port", str(free_port()),
+    ]  # fmt: skip
+    run = launch("", {"PYNUMABIND_VLLM": "1", "PYNUMABIND_TOPOLOGY": str(snapshot)}, script=script)
+    ranks = {r["dp"]: r for r in run.parked("worker-*.json", 2)}
+    seen = {dp: observe(rec["pid"]) for dp, rec in ranks.items()}
+    output = run.release()
+    print(output[-30000:])  # shown by pytest when an assertion below fails
+
+    assert "Unsupported device type: cpu" in output  # where a GPU is needed
+    assert "IndexError" not in output
+    assert sorted(ranks) == [0, 1] and ranks[0]["pid"] != ranks[1]["pid"]
+    # DP rank d drives GPU d (node d: CPU d), EngineCore and worker alike.
+    for dp in (0, 1):
+        assert seen[dp].cpus == str(dp) and seen[dp].thread_cpus == (str(dp),), seen
+        assert f"vLLM EngineCore (DP rank {dp}), GPUs {dp} (physical {dp}," in output

@@ -1,4 +1,4 @@
-"""Framework integrations: vLLM, SGLang (and the helpers they share).
+"""Framework integrations: vLLM, SGLang, Ray (and the helpers they share).
 
 Rules
 -----
@@ -6,40 +6,59 @@ Rules
   plugin entry points (``vllm.general_plugins``, ``sglang.srt.plugins``)
   point at :func:`vllm_plugin` and :func:`sglang_plugin` here, which import
   nothing heavy and do nothing unless the user opted in with
-  ``PYNUMABIND_VLLM=1`` / ``PYNUMABIND_SGLANG=1``.  ``0`` or unset means off;
-  any other value is a :class:`~pynumabind.errors.ConfigError` naming the
-  variable (a typo must not silently leave workers unbound).  Only once
-  opted in are :mod:`pynumabind.integrations.vllm` / ``.sglang`` imported;
-  they check the framework's version against the supported range and raise
-  a ConfigError outside it.
+  ``PYNUMABIND_VLLM`` / ``PYNUMABIND_SGLANG`` on.  The on/off values are the
+  one set every switch takes (``1/true/yes/on``, ``0/false/no/off``, empty
+  or unset; :func:`pynumabind._environ.parse_flag`); any other value is a
+  :class:`~pynumabind.errors.ConfigError` naming the variable (a typo must
+  not silently leave workers unbound).  Only once opted in are
+  :mod:`pynumabind.integrations.vllm` / ``.sglang`` imported.
+* **Versions** (:func:`check_release`): each integration has a tested range,
+  oldest to newest release, both ends run in CI.  Inside it: silent.
+  Outside it: the hooks the integration calls are looked up; all there is
+  one WARNING naming the untested version, any missing a ConfigError naming
+  the version and each missing hook.
 * **Never a double bind.**  When the framework's own NUMA binding is also on
-  (vLLM ``--numa-bind``; SGLang ``SGLANG_NUMA_BIND_V2`` or ``numa_node``),
-  the hook raises a ConfigError naming both switches instead of binding:
-  the framework has already wrapped the process in ``numactl`` and a second,
-  different binding would hide which one is in force.
+  (vLLM ``--numa-bind``/``--numa-bind-nodes``/``--numa-bind-cpus``; SGLang
+  ``SGLANG_NUMA_BIND_V2`` or ``numa_node``), the hook raises a ConfigError
+  naming both switches instead of binding: the framework has already
+  wrapped the process in ``numactl`` and a second, different binding would
+  hide which one is in force.  A framework that binds *by default* (vLLM
+  >= 0.34) is turned off by the opt-in (see :mod:`.vllm`).
 * **Which GPU.**  A framework worker has no launcher rank; it knows the index
   of the GPU it drives among the GPUs it can see (vLLM: its parallel
   config's ``get_local_gpu_index``; SGLang: ``gpu_id``).  That index is the
   rank for pynumabind's per-rank overrides, and the number of visible GPUs
-  is the number of ranks.  So ``PYNUMABIND_NODES`` and ``PYNUMABIND_CPUS``
-  are per *GPU index*.  They are read exactly as in the core (one reader,
+  is the number of ranks; a launcher's rank and size variables in the
+  worker's environment are not read.
+* **Overrides.**  ``PYNUMABIND_NODES`` and ``PYNUMABIND_CPUS`` are per *GPU
+  index*.  They are read exactly as in the core (one reader,
   :func:`pynumabind._environ.override_text`, and one parser,
   :mod:`pynumabind.planner._overrides`): blank is unset, only ASCII
   whitespace separates or is trimmed, and vLLM's space-separated form
   (``PYNUMABIND_NODES="0 0 1 1"``, ``PYNUMABIND_CPUS="0-7 8-15"``) is
-  accepted besides pynumabind's ``,``/``;`` forms, as it is everywhere.
+  accepted besides pynumabind's ``,``/``;`` forms, as it is everywhere.  As
+  for vLLM's own ``--numa-bind-nodes``, an entry is needed for every GPU
+  index a process drives, and only for those; a missing one is a
+  ConfigError naming the index that needs it.
 * **Where the machine comes from.**  ``PYNUMABIND_TOPOLOGY=FILE`` plans from
   a snapshot, as everywhere: the machine comes from
   :func:`pynumabind.discovery.resolve_topology`, as for the core and the CLI.
 * **Modules.**  This package holds only the entry points (:func:`gate` and
   the two plugins); what the hooks share -- version checks, the per-GPU
-  overrides, :func:`bind_gpus` -- is :mod:`._common`, re-exported here, so
-  ``vllm`` and ``sglang`` import it and not this package: no import cycle,
-  lazy or not.
+  overrides, :func:`bind_gpus`, the Ray rule -- is :mod:`._common`,
+  re-exported here, so ``vllm`` and ``sglang`` import it and not this
+  package: no import cycle, lazy or not.
 * **A process driving several GPUs** (vLLM's EngineCore, for its
   data-parallel shard) is bound to the union of those GPUs' plans
   (``bind_current_process(gpus=[...])``): every CPU and memory node any
   of them would get, in modes ``node``, ``socket`` and ``none``.
+* **Ray: ask Ray** (:func:`pynumabind.discovery.ray_gpus`).  Inside a Ray
+  task or actor (``ray`` already imported and initialised; pynumabind never
+  imports it), a process without a rank is bound to the GPUs
+  ``ray.get_gpu_ids()`` names; none is the ConfigError of a process with
+  nothing to bind to.
+* **Binding lines** name each GPU by visible index, physical (NVML) index,
+  UUID and bus id (:func:`describe_gpus`).
 """
 
 from __future__ import annotations
@@ -52,7 +71,9 @@ from ._common import (
     bind_gpus,
     bind_visible_gpus,
     check_release,
+    describe_gpus,
     installed_version,
+    missing_attributes,
     per_gpu_override,
     release,
 )
@@ -62,8 +83,10 @@ __all__ = [
     "bind_gpus",
     "bind_visible_gpus",
     "check_release",
+    "describe_gpus",
     "gate",
     "installed_version",
+    "missing_attributes",
     "per_gpu_override",
     "release",
     "sglang_plugin",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING, Dict, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..binding import Binding
@@ -20,7 +20,9 @@ __all__ = [
     "bind_gpus",
     "bind_visible_gpus",
     "check_release",
+    "describe_gpus",
     "installed_version",
+    "missing_attributes",
     "per_gpu_override",
     "release",
 ]
@@ -56,19 +58,54 @@ def release(text: str) -> Tuple[int, ...]:
 def check_release(
     framework: str,
     version: str,
-    supported: Tuple[Tuple[int, int, int], Tuple[int, int, int]],
+    tested: Tuple[Tuple[int, ...], Tuple[int, ...]],
     module: str,
+    missing: Callable[[], List[str]],
 ) -> None:
-    """ConfigError unless ``version`` lies in ``supported`` = (lowest, first unsupported)."""
+    """The version policy: tested range, else the hooks decide (see the module docstring).
+
+    ``tested`` is ``(oldest, newest)``, compared on as many leading numbers
+    as each gives (``(0, 34)`` covers every 0.34.x).  Inside it: nothing.
+    Outside it: ``missing()`` lists the hooks the integration needs that this
+    release lacks; none missing logs one WARNING naming the untested version,
+    else a ConfigError names the version and what is missing.
+    """
     from ..errors import ConfigError
 
-    low, high = supported
+    oldest, newest = tested
     found = release(version)
-    if not found or not (low <= found < high):
+    if found and oldest <= found[: len(oldest)] and found[: len(newest)] <= newest:
+        return
+    span = f"{'.'.join(map(str, oldest))} to {'.'.join(map(str, newest))}"
+    absent = missing()
+    if absent:
         raise ConfigError(
-            f"{module} supports {framework} >={'.'.join(map(str, low))},"
-            f"<{'.'.join(map(str, high))}; {framework} {version} is installed"
+            f"{module}: {framework} {version} is outside the tested range ({span}) and lacks "
+            f"what the integration calls: {', '.join(absent)}; install {framework} {span}"
         )
+    log.warning(
+        "pynumabind: %s %s is outside the range %s tests (%s); the hooks it calls are all "
+        "there, so it goes on, untested with this version",
+        framework,
+        version,
+        module,
+        span,
+    )
+
+
+def missing_attributes(wanted: Sequence[Tuple[str, str]]) -> List[str]:
+    """Of ``(module, "Class.attribute")`` pairs, those that do not resolve (imports allowed)."""
+    import importlib
+
+    absent = []
+    for module_name, dotted in wanted:
+        try:
+            target: object = importlib.import_module(module_name)
+            for part in dotted.split("."):
+                target = getattr(target, part)
+        except (ImportError, AttributeError):
+            absent.append(f"{module_name}.{dotted}")
+    return absent
 
 
 def installed_version(distribution: str, module: str) -> str:
@@ -87,6 +124,13 @@ def _ids(ids: frozenset[int]) -> str:
     from ..errors import format_ids
 
     return format_ids(ids)
+
+
+def _machine(env: Mapping[str, str]) -> Topology:
+    """This process's machine, from the one place that decides it."""
+    from ..discovery import resolve_topology
+
+    return resolve_topology(environ=env)
 
 
 # ------------------------------------------------------------ overrides
@@ -117,16 +161,21 @@ def bind_visible_gpus(
     """Bind this process to the GPUs it sees: one -> its node, several -> the union.
 
     For processes that a scheduler gives their own GPUs and no rank (a Ray
-    actor with ``num_gpus=1`` sees ``CUDA_VISIBLE_DEVICES=3``).  No visible
-    GPU is a ConfigError.
+    actor with ``num_gpus=1`` sees ``CUDA_VISIBLE_DEVICES=3``).  Inside a Ray
+    task or actor the GPUs are Ray's answer
+    (:func:`pynumabind.discovery.ray_gpus`).  No GPU is a
+    ConfigError.
     """
     from ..errors import ConfigError
 
     env = os.environ if environ is None else environ
     if topology is None:
-        from ..discovery import resolve_topology
+        topology = _machine(env)
+    from ..discovery import ray_gpus
 
-        topology = resolve_topology(environ=env)
+    given = ray_gpus(topology, env)  # inside a Ray worker: Ray's answer
+    if given is not None:
+        return bind_gpus(given, what=what, topology=topology, environ=env)
     if not topology.gpus:
         raise ConfigError(
             f"{what} sees no GPU (CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES')!r}); "
@@ -174,10 +223,16 @@ def bind_gpus(
 
     :func:`~pynumabind.bind_current_process` with ``gpus=``: one GPU's
     node, or the union of several GPUs' plans, the per-rank overrides read
-    per GPU index (:func:`per_gpu_override`).  ``indices`` is checked as
-    ``gpus=`` is: a ConfigError for anything but a sequence of ints.
-    ``PYNUMABIND_DISABLE=1`` still turns it into a logged no-op.
+    per GPU index (:func:`per_gpu_override`, which also takes vLLM's
+    space-separated form), needing an entry for every GPU index in
+    ``indices`` only (vLLM's rule for its own ``--numa-bind-nodes``): a
+    missing one is a ConfigError naming that index.  ``indices`` is checked
+    as ``gpus=`` is: a ConfigError for anything but a sequence of ints.  The
+    launcher's rank and size variables are not read: a framework worker has
+    no launcher rank.  ``PYNUMABIND_DISABLE=1`` still turns it into a logged
+    no-op.
     """
+    from .._environ import RANK_VARIABLES, SIZE_VARIABLES
     from ..binding import bind_current_process
     from ..errors import ConfigError, PlanError
 
@@ -188,12 +243,8 @@ def bind_gpus(
     if done is not None:
         log.debug("pynumabind: %s already bound to GPU(s) %s", what, _ids(frozenset(key)))
         return done
-    nodes = per_gpu_override("PYNUMABIND_NODES", env)
-    cpus = per_gpu_override("PYNUMABIND_CPUS", env)
     if topology is None:
-        from ..discovery import resolve_topology
-
-        topology = resolve_topology(environ=env)
+        topology = _machine(env)
     count = len(topology.gpus)
     outside = [i for i in key if i >= count]
     if outside:
@@ -201,15 +252,19 @@ def bind_gpus(
             f"{what} drives GPU index {_ids(frozenset(outside))}, but this process sees "
             f"{count} GPU(s) (CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES')!r})"
         )
+    nodes = _per_gpu_entries("PYNUMABIND_NODES", env, topology, key, what)
+    cpus = _per_gpu_entries("PYNUMABIND_CPUS", env, topology, key, what)
+    launcher = set(RANK_VARIABLES).union(*SIZE_VARIABLES.values())
+    worker_env = {k: v for k, v in env.items() if k not in launcher}
     try:
         binding = bind_current_process(
-            gpus=list(key), topology=topology, environ=env, nodes=nodes, cpus=cpus
+            gpus=list(key), topology=topology, environ=worker_env, nodes=nodes, cpus=cpus
         )
     except (ConfigError, PlanError) as exc:
         # The overrides reach the core as arguments (split per GPU index here),
         # so the core cannot name their variables: say where they came from.
         given = [
-            f"{variable}={env[variable]!r}, one entry per visible GPU index"
+            f"{variable}={env[variable]!r}, one entry per GPU index in use"
             for variable, value in (("PYNUMABIND_NODES", nodes), ("PYNUMABIND_CPUS", cpus))
             if value is not None
         ]
@@ -218,3 +273,66 @@ def bind_gpus(
         raise type(exc)(f"{exc} (from {'; '.join(given)})") from exc
     _BOUND[key] = binding
     return binding
+
+
+def _per_gpu_entries(
+    variable: str,
+    env: Mapping[str, str],
+    topology: Topology,
+    key: Sequence[int],
+    what: str,
+) -> Optional[str]:
+    """``variable``'s entries, one per visible GPU index, in the core's per-rank form.
+
+    Only the indices in ``key`` need an entry (vLLM's rule).  Entries past
+    the given ones are filled with the entry of ``key[0]``: they are checked
+    against the machine like any entry but never planned, since the core
+    plans exactly the indices in ``key``.  None when unset or empty.
+    """
+    from ..cpulist import format_cpulist
+    from ..errors import ConfigError
+    from ..planner import parse_cpus_override, parse_nodes_override
+
+    value = per_gpu_override(variable, env)
+    if value is None or not value.strip():
+        return None
+    try:
+        if variable == "PYNUMABIND_NODES":
+            entries = list(parse_nodes_override(value, universe=frozenset(topology.nodes)))
+        else:
+            entries = list(
+                parse_cpus_override(
+                    value, universe=topology.online_cpus, allowed=topology.allowed_cpus
+                )
+            )
+    except ConfigError as exc:
+        raise ConfigError(f"invalid {variable}={env[variable]!r}: {exc}") from exc
+    missing = [i for i in key if i >= len(entries)]
+    if missing:
+        raise ConfigError(
+            f"{what} drives GPU index {missing[0]}, but {variable}={env[variable]!r} has "
+            f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'} (GPU indices "
+            f"0-{len(entries) - 1}): give an entry for every GPU index in use, "
+            f"index {missing[0]} included"
+        )
+    count = len(topology.gpus)
+    padded = entries[:count] + [entries[key[0]]] * (count - len(entries))
+    return ";".join(format_cpulist(entry) for entry in padded)
+
+
+def describe_gpus(topology: Topology, indices: Sequence[int]) -> str:
+    """``"1 (physical 3, GPU-..., 0000:65:00.0)"``: each visible index with what names it.
+
+    The visible index is the process's own ordinal; the physical index
+    (NVML's) and the UUID say which board that is on the machine.
+    """
+    parts = []
+    for index in indices:
+        if not 0 <= index < len(topology.gpus):
+            parts.append(str(index))
+            continue
+        gpu = topology.gpus[index]
+        names = [] if gpu.physical_index is None else [f"physical {gpu.physical_index}"]
+        names += [gpu.uuid] if gpu.uuid else []
+        parts.append(f"{index} ({', '.join([*names, gpu.pci_bus_id])})")
+    return ", ".join(parts)

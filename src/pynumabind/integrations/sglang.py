@@ -20,35 +20,67 @@ ConfigError naming what to turn off, and the scheduler fails to start.  The
 question "would SGLang bind?" is answered by SGLang's own
 ``get_numa_node_if_available(server_args, gpu_id)``.
 
-Errors while *registering* (a bad ``PYNUMABIND_SGLANG`` value, an unsupported
-SGLang) happen inside SGLang's plugin loader, which logs them with their
-traceback and carries on unbound; errors while *binding* stop the scheduler.
+Errors while *registering* (a bad ``PYNUMABIND_SGLANG`` value, an SGLang
+lacking a hook) happen inside SGLang's plugin loader, which logs them with
+their traceback and carries on unbound; errors while *binding* stop the
+scheduler.
 
-Supported SGLang: :data:`SUPPORTED`, checked when this module is imported.
+Supported SGLang: the tested range :data:`TESTED` (CI runs the framework
+tests on it).  Outside it the module checks, when imported, for the hooks it
+calls (:data:`HOOKS`): all there is one WARNING naming the untested version,
+anything missing a ConfigError naming it.
+
+The binding line (INFO, in SGLang's log with the scheduler's prefix) names
+the visible GPU index with its physical index, UUID and bus id.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Tuple
+import logging
+from typing import TYPE_CHECKING, Any, List, Tuple
 
+from ..discovery import resolve_topology
 from ..errors import ConfigError
-from ._common import bind_gpu, check_release, installed_version
+from ._common import (
+    bind_gpu,
+    check_release,
+    describe_gpus,
+    installed_version,
+    missing_attributes,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..binding import Binding
 
-__all__ = ["SUPPORTED", "TARGET", "bind_scheduler", "install"]
+__all__ = ["HOOKS", "TARGET", "TESTED", "bind_scheduler", "check_version", "install"]
 
-#: Supported SGLang releases: ``(lowest, first unsupported)``.
-SUPPORTED: Tuple[Tuple[int, int, int], Tuple[int, int, int]] = ((0, 5, 23), (0, 6, 0))
+log = logging.getLogger(__name__)
+
+#: The tested SGLang releases, oldest and newest (both ends run in CI).
+TESTED: Tuple[Tuple[int, ...], Tuple[int, ...]] = ((0, 5, 23), (0, 5, 23))
 
 #: The function after which a scheduler process is bound.
 TARGET = "sglang.srt.managers.scheduler.configure_scheduler_process"
 
+#: What this module calls in SGLang: ``(module, attribute path)``.
+HOOKS: Tuple[Tuple[str, str], ...] = (
+    ("sglang.srt.managers.scheduler", "configure_scheduler_process"),
+    ("sglang.srt.plugins.hook_registry", "HookRegistry.register"),
+    ("sglang.srt.plugins.hook_registry", "HookType.AFTER"),
+    ("sglang.srt.utils.numa_utils", "get_numa_node_if_available"),
+    ("sglang.srt.environ", "envs.SGLANG_SET_CPU_AFFINITY"),
+    ("sglang.srt.environ", "envs.SGLANG_NUMA_BIND_V2"),
+)
+
+
+def missing_hooks() -> List[str]:
+    """Which of the hooks this module calls the installed SGLang lacks (none: [])."""
+    return missing_attributes(HOOKS)
+
 
 def check_version(version: str) -> None:
-    """ConfigError unless ``version`` is in :data:`SUPPORTED`."""
-    check_release("SGLang", version, SUPPORTED, __name__)
+    """Inside :data:`TESTED`: nothing; outside: WARNING, or ConfigError if hooks are missing."""
+    check_release("SGLang", version, TESTED, __name__, missing_hooks)
 
 
 check_version(installed_version("sglang", __name__))
@@ -81,9 +113,12 @@ def bind_scheduler(server_args: Any, gpu_id: int) -> Binding:
             f"{what}: PYNUMABIND_SGLANG=1 asks pynumabind to bind, but {conflict}; "
             "or unset PYNUMABIND_SGLANG to keep SGLang's binding"
         )
-    # The binder's own INFO line lands in SGLang's log: SGLang configures the
-    # root logger in each scheduler, with the TP rank as prefix.
-    return bind_gpu(int(gpu_id), what=what)
+    # This line lands in SGLang's log: SGLang configures the root logger in
+    # each scheduler, with the TP rank as prefix.
+    topology = resolve_topology()
+    binding = bind_gpu(int(gpu_id), what=what, topology=topology)
+    log.info("%s, GPU %s: %s", what, describe_gpus(topology, [int(gpu_id)]), binding.summary())
+    return binding
 
 
 def _after_configure(result: Any, *args: Any, **kwargs: Any) -> Any:

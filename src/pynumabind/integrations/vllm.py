@@ -16,48 +16,136 @@ Two ways in, same binding:
 Which GPU a worker drives is vLLM's own answer: its parallel config's
 ``get_local_gpu_index(local_rank)`` (``local_rank + data_parallel_rank_local
 × world_size`` for the ``mp`` backend on one node, ``local_rank`` for Ray and
-external launchers), then the logical-to-visible mapping when
-``assigned_physical_gpu_ids`` is set.  vLLM's ``init_device`` itself rewrites
-``self.local_rank`` to that index, so the hook computes it from the rank as
-constructed, exactly once.  EngineCore's shard is the same GPUs vLLM's own
-``--numa-bind`` uses: ``[get_local_gpu_index(0), + world_size)`` clipped to
-the visible GPUs for ``mp`` on one node, every visible GPU otherwise.
+external launchers; vLLM 0.34 added an optional ``dp_local_rank`` argument,
+which ``init_device`` does not pass and neither does this module), then the
+logical-to-visible mapping when ``assigned_physical_gpu_ids`` is set.  That
+list comes in two shapes and the index is taken in the list's own space:
+the full host list (``--device-ids``), indexed by the logical index, or one
+data-parallel rank's shard (vLLM gives each DP rank only its own devices on
+platforms that cannot select a device by index, and under Ray), indexed from
+the shard's first logical GPU, ``get_local_gpu_index(0)``.  A list of any
+other length is a ConfigError saying which lengths were expected.
+vLLM's ``init_device`` itself rewrites ``self.local_rank`` to that index, so
+the hook computes it from the rank as constructed, exactly once.
+EngineCore's shard is the same GPUs vLLM's own ``--numa-bind`` uses:
+``[get_local_gpu_index(0), + world_size)`` clipped to the visible GPUs for
+``mp`` on one node, every visible GPU otherwise.
 
-vLLM's own ``--numa-bind`` (``parallel_config.numa_bind``) on at the same time
-is a ConfigError naming both switches: never a double bind.
+Never a double bind:
 
-Supported vLLM: :data:`SUPPORTED` (checked when this module is imported;
-outside it, a ConfigError names the installed and the supported versions).
-Tested against the real vLLM from PyPI (``tests/integrations``).
+* vLLM's *explicit* binding on at the same time (``--numa-bind``,
+  ``--numa-bind-nodes``, ``--numa-bind-cpus``) is a ConfigError naming that
+  flag and the pynumabind switch that is on, raised in the launching process
+  (with the plugin) or else in EngineCore and each worker.
+* vLLM >= 0.34 binds *automatically* when ``numa_bind`` is unset (``None``):
+  the launching process resolves it once (``configure_subprocess``) and, on
+  a multi-node host with ``numactl``, wraps EngineCore and the workers in
+  ``numactl``.  Opting in means pynumabind binds: with the plugin,
+  :func:`install` wraps ``configure_subprocess`` so that an unset
+  ``numa_bind`` becomes ``False`` before vLLM decides, and logs one line
+  saying pynumabind binds instead.  The worker class alone is not loaded in
+  the launching process and cannot do that in time: a worker that finds
+  vLLM's automatic decision (``_numa_bind_auto``) logs a WARNING saying
+  vLLM started it under ``numactl`` and that pynumabind's binding replaces
+  it, then binds (it does not fail).
+
+Supported vLLM: the tested range :data:`TESTED` (both ends run in CI).
+Outside it the module checks for the hooks it calls (:data:`HOOKS`, and
+``ParallelConfig``'s fields in :data:`PARALLEL_FIELDS`) when imported: all
+there is one WARNING naming the untested version, anything missing a
+ConfigError naming it.  Tested against the real vLLM from PyPI
+(``tests/integrations``).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from typing import TYPE_CHECKING, Any, Callable, List, Tuple
+import os
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple
 
+from .._environ import parse_flag
 from ..discovery import resolve_topology
 from ..errors import ConfigError
-from ._common import bind_gpu, bind_gpus, check_release, installed_version
+from ._common import (
+    bind_gpu,
+    bind_gpus,
+    check_release,
+    describe_gpus,
+    installed_version,
+    missing_attributes,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..binding import Binding
 
-__all__ = ["SUPPORTED", "Worker", "engine_core_gpus", "install", "worker_gpu"]
+__all__ = [
+    "HOOKS",
+    "PARALLEL_FIELDS",
+    "TESTED",
+    "Worker",
+    "check_version",
+    "engine_core_gpus",
+    "install",
+    "missing_hooks",
+    "worker_gpu",
+]
 
 log = logging.getLogger(__name__)
 #: A child of vLLM's logger, so each process's binding line appears in vLLM's
 #: own log (vLLM configures "vllm", not the root logger pynumabind's lines use).
 vllm_log = logging.getLogger("vllm.pynumabind")
 
-#: Supported vLLM releases: ``(lowest, first unsupported)``.
-SUPPORTED: Tuple[Tuple[int, int, int], Tuple[int, int, int]] = ((0, 33, 0), (0, 34, 0))
+#: The tested vLLM releases, oldest and newest (each ``major.minor``, every
+#: patch release of it included); CI runs the framework tests on both.
+TESTED: Tuple[Tuple[int, ...], Tuple[int, ...]] = ((0, 33), (0, 34))
+
+#: What this module calls in vLLM: ``(module, attribute path)``.
+HOOKS: Tuple[Tuple[str, str], ...] = (
+    ("vllm.v1.worker.gpu_worker", "Worker.init_device"),
+    ("vllm.v1.executor.abstract", "Executor.__init__"),
+    ("vllm.config", "ParallelConfig.get_local_gpu_index"),
+    ("vllm.plugins", "load_general_plugins"),
+)
+
+#: The ``ParallelConfig`` fields and properties this module reads.
+PARALLEL_FIELDS: Tuple[str, ...] = (
+    "numa_bind",
+    "assigned_physical_gpu_ids",
+    "world_size",
+    "distributed_executor_backend",
+    "data_parallel_backend",
+    "data_parallel_rank_local",
+    "nnodes_within_dp",
+)
+
+#: Turning vLLM's automatic binding off needs this, where the release has it.
+AUTO_HOOK = ("vllm.utils.numa_utils", "configure_subprocess")
+
+WORKER_CLS = "pynumabind.integrations.vllm.Worker"
+
+
+def missing_hooks() -> List[str]:
+    """Which of the hooks this module calls the installed vLLM lacks (none: [])."""
+    absent = missing_attributes(HOOKS)
+    try:
+        import dataclasses
+
+        from vllm.config import ParallelConfig
+    except ImportError:
+        return absent  # already named by HOOKS
+    names = set(dir(ParallelConfig))
+    if dataclasses.is_dataclass(ParallelConfig):
+        names |= {field.name for field in dataclasses.fields(ParallelConfig)}
+    absent += [f"vllm.config.ParallelConfig.{n}" for n in PARALLEL_FIELDS if n not in names]
+    if "_numa_bind_auto" in names:  # vLLM binds by default: pynumabind must turn it off
+        absent += missing_attributes([AUTO_HOOK])
+    return absent
 
 
 def check_version(version: str) -> None:
-    """ConfigError unless ``version`` is in :data:`SUPPORTED`."""
-    check_release("vLLM", version, SUPPORTED, __name__)
+    """Inside :data:`TESTED`: nothing; outside: WARNING, or ConfigError if hooks are missing."""
+    check_release("vLLM", version, TESTED, __name__, missing_hooks)
 
 
 check_version(installed_version("vllm", __name__))
@@ -67,13 +155,59 @@ from vllm.v1.worker import gpu_worker as _gpu_worker  # noqa: E402
 # ----------------------------------------------------------- pure parts
 
 
-def _refuse_double_bind(parallel_config: Any, what: str) -> None:
-    if getattr(parallel_config, "numa_bind", False):
-        raise ConfigError(
-            f"{what}: vLLM's own NUMA binding (--numa-bind) is on, and pynumabind was asked "
-            "to bind too (PYNUMABIND_VLLM=1 or --worker-cls pynumabind.integrations.vllm.Worker);"
-            " turn one off: drop --numa-bind, or unset PYNUMABIND_VLLM and use vLLM's worker"
-        )
+def vllm_binding_flag(parallel_config: Any) -> str:
+    """The explicit flag that turns vLLM's own binding on, or ``""``.
+
+    vLLM's automatic binding (``_numa_bind_auto``, vLLM >= 0.34) is not an
+    explicit flag: it sets ``numa_bind`` and ``numa_bind_nodes`` itself.
+    """
+    if getattr(parallel_config, "_numa_bind_auto", False):
+        return ""
+    if getattr(parallel_config, "numa_bind_nodes", None) is not None:
+        return "--numa-bind-nodes"
+    if getattr(parallel_config, "numa_bind_cpus", None) is not None:
+        return "--numa-bind-cpus"
+    if getattr(parallel_config, "numa_bind", None):
+        return "--numa-bind"
+    return ""
+
+
+def _switches(worker: Any = None) -> List[Tuple[str, str]]:
+    """The pynumabind switches on here, each with how to turn it off."""
+    on = []
+    if worker is not None and isinstance(worker, Worker):
+        on.append((f"--worker-cls {WORKER_CLS}", "use vLLM's own worker class"))
+    value = os.environ.get("PYNUMABIND_VLLM")
+    if value is not None and parse_flag("PYNUMABIND_VLLM", value):
+        on.append(("PYNUMABIND_VLLM=1", "unset PYNUMABIND_VLLM"))
+    return on or [("pynumabind's vLLM hook", "remove the pynumabind hook")]
+
+
+def _refuse_double_bind(parallel_config: Any, what: str, worker: Any = None) -> None:
+    flag = vllm_binding_flag(parallel_config)
+    if not flag:
+        return
+    switches = _switches(worker)
+    also = "" if flag == "--numa-bind" else " (and --numa-bind)"
+    raise ConfigError(
+        f"{what}: vLLM's own NUMA binding ({flag}) is on, and pynumabind was asked to bind "
+        f"too ({' and '.join(s for s, _ in switches)}); turn one off: drop {flag}{also}, or "
+        f"{' and '.join(off for _, off in switches)}"
+    )
+
+
+def _warn_auto_bound(parallel_config: Any, what: str) -> None:
+    """A process vLLM's automatic binding already started under numactl: say so."""
+    if not (getattr(parallel_config, "_numa_bind_auto", False) and parallel_config.numa_bind):
+        return
+    vllm_log.warning(
+        "%s: vLLM's automatic NUMA binding (numa_bind unset, vLLM >= 0.34) was decided in the "
+        "launching process, where pynumabind's plugin was not on, so vLLM started this process "
+        "under numactl; pynumabind's binding now replaces numactl's. To keep vLLM from "
+        "starting numactl at all, set PYNUMABIND_VLLM=1 for the launch (or pass "
+        "--no-numa-bind)",
+        what,
+    )
 
 
 def worker_gpu(parallel_config: Any, local_rank: int) -> int:
@@ -85,15 +219,42 @@ def worker_gpu(parallel_config: Any, local_rank: int) -> int:
     return _visible(parallel_config, index)
 
 
+def _assigned_position(parallel_config: Any, logical: int, assigned: Sequence[Any]) -> int:
+    """Where logical GPU ``logical`` is in ``assigned_physical_gpu_ids`` (its own space).
+
+    The full host list is indexed by the logical index; one data-parallel
+    rank's shard from the shard's first logical GPU.  Which one it is follows
+    from its length (a shard has ``local_world_size`` entries, a full list at
+    least up to the shard's end); both agree for the first shard.
+    """
+    start = int(parallel_config.get_local_gpu_index(0))
+    size = int(getattr(parallel_config, "local_world_size", parallel_config.world_size))
+    if len(assigned) >= start + size:
+        position = logical  # the full list (or the first shard: the same)
+    elif len(assigned) == size:
+        position = logical - start  # this data-parallel rank's shard
+    else:
+        raise ConfigError(
+            f"vLLM's assigned_physical_gpu_ids {list(assigned)} has {len(assigned)} entries; "
+            f"expected this data-parallel rank's shard ({size} entries, for logical GPUs "
+            f"{start}-{start + size - 1}) or the full list (at least {start + size} entries)"
+        )
+    if not 0 <= position < len(assigned):
+        raise ConfigError(
+            f"vLLM's logical GPU {logical} is outside assigned_physical_gpu_ids "
+            f"{list(assigned)} (expected logical GPUs {start}-{start + size - 1} for this "
+            "data-parallel rank)"
+        )
+    return position
+
+
 def _visible(parallel_config: Any, logical: int) -> int:
     assigned = getattr(parallel_config, "assigned_physical_gpu_ids", None)
     if assigned is None:
         return logical
     # vLLM maps logical -> physical through this list, then physical ->
     # position in CUDA_VISIBLE_DEVICES; pynumabind's GPU list is that order.
-    import os
-
-    physical = assigned[logical]
+    physical = assigned[_assigned_position(parallel_config, logical, assigned)]
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     if not visible:
         return int(physical)
@@ -131,11 +292,13 @@ def bind_worker(worker: Any) -> Binding:
         return existing  # type: ignore[no-any-return]
     parallel_config = worker.vllm_config.parallel_config
     what = f"vLLM worker rank {worker.rank} local_rank {worker.local_rank}"
-    _refuse_double_bind(parallel_config, what)
+    _refuse_double_bind(parallel_config, what, worker)
+    _warn_auto_bound(parallel_config, what)
     index = worker_gpu(parallel_config, worker.local_rank)
-    binding = bind_gpu(index, what=f"{what} (GPU {index})")
+    topology = resolve_topology()
+    binding = bind_gpu(index, what=f"{what} (GPU {index})", topology=topology)
     worker._pynumabind_binding = binding
-    vllm_log.info("%s: %s", what, binding.summary())
+    vllm_log.info("%s, GPU %s: %s", what, describe_gpus(topology, [index]), binding.summary())
     return binding
 
 
@@ -144,11 +307,29 @@ def bind_engine_core(vllm_config: Any) -> Binding:
     parallel_config = vllm_config.parallel_config
     what = f"vLLM EngineCore (DP rank {parallel_config.data_parallel_rank_local or 0})"
     _refuse_double_bind(parallel_config, what)
+    _warn_auto_bound(parallel_config, what)
     topology = resolve_topology()
     shard = engine_core_gpus(parallel_config, len(topology.gpus))
     binding = bind_gpus(shard, what=what, topology=topology)
-    vllm_log.info("%s, GPUs %s: %s", what, ",".join(map(str, shard)), binding.summary())
+    vllm_log.info("%s, GPUs %s: %s", what, describe_gpus(topology, shard), binding.summary())
     return binding
+
+
+def resolve_auto_binding(vllm_config: Any, *args: Any, **kwargs: Any) -> None:
+    """In the launching process, before vLLM decides: pynumabind binds, vLLM does not.
+
+    Runs ahead of vLLM's ``configure_subprocess``.  An explicit vLLM binding
+    flag is refused here, before any process starts; an unset ``numa_bind``
+    (vLLM >= 0.34's automatic mode) becomes ``False``, logged once.
+    """
+    parallel_config = vllm_config.parallel_config
+    _refuse_double_bind(parallel_config, "vLLM launch")
+    if getattr(parallel_config, "numa_bind", False) is None:
+        parallel_config.numa_bind = False
+        vllm_log.info(
+            "pynumabind: vLLM's automatic NUMA binding (numa_bind unset) is off for this "
+            "launch; pynumabind binds EngineCore and each worker instead (PYNUMABIND_VLLM=1)"
+        )
 
 
 class Worker(_gpu_worker.Worker):  # type: ignore[misc]
@@ -169,8 +350,21 @@ def _wrap(method: Callable[..., Any], hook: Callable[..., Any]) -> Callable[...,
     return wrapper
 
 
+def _install_auto_off() -> None:
+    """Wrap ``numa_utils.configure_subprocess`` (vLLM's callers look it up at call time)."""
+    try:
+        from vllm.utils import numa_utils
+    except ImportError:  # a vLLM without its own binding: nothing to turn off
+        return
+    original: Optional[Callable[..., Any]] = getattr(numa_utils, "configure_subprocess", None)
+    if original is None or getattr(original, "__pynumabind_wrapped__", False):
+        return
+    numa_utils.configure_subprocess = _wrap(original, resolve_auto_binding)
+
+
 def install() -> None:
-    """Wrap the stock GPU worker's ``init_device`` and the executor's constructor.
+    """Wrap the stock GPU worker's ``init_device``, the executor's constructor, and
+    vLLM's ``configure_subprocess`` (see the module docstring).
 
     Idempotent (vLLM loads general plugins once per process, but a forked
     child inherits the wrapped classes).
@@ -187,4 +381,8 @@ def install() -> None:
             bind_engine_core(vllm_config)
 
         executor_cls.__init__ = _wrap(executor_cls.__init__, engine_hook)
-    log.debug("pynumabind: vLLM hooks installed (worker init_device, executor constructor)")
+    _install_auto_off()
+    log.debug(
+        "pynumabind: vLLM hooks installed (worker init_device, executor constructor, "
+        "configure_subprocess)"
+    )

@@ -255,7 +255,11 @@ def test_launcher_size_is_not_blamed_in_a_framework_worker(machine) -> None:
     # what counts the GPUs: the error must not name it.
     env = {**machine, "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "4", "PYNUMABIND_NODES": "0 7"}
     result = bind_in_child("bind_gpu(1, what='t')", env)
-    assert result["error"].startswith("PlanError: nodes override for rank 1 names NUMA node(s) 7")
+    # UnknownIdError: a PlanError (and a ConfigError) naming the node this machine lacks
+    assert result["error"].startswith(
+        "UnknownIdError: GPU 1 (one of the GPUs this process drives): "
+        "nodes override for rank 1 names NUMA node(s) 7"
+    )
     assert "LOCAL_WORLD_SIZE" not in result["error"] and "LOCAL_RANK" not in result["error"]
     assert "PYNUMABIND_NODES='0 7'" in result["error"]
 

@@ -122,7 +122,8 @@ def bind_visible_gpus(
 
     For processes that a scheduler gives their own GPUs and no rank (a Ray
     actor with ``num_gpus=1`` sees ``CUDA_VISIBLE_DEVICES=3``).  No visible
-    GPU is a ConfigError.
+    GPU is a ConfigError.  The GPUs it sees are its ranks (``local_gpus``):
+    in the exclusive modes it takes their slices.
     """
     from ..errors import ConfigError
 
@@ -136,7 +137,8 @@ def bind_visible_gpus(
             f"{what} sees no GPU (CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES')!r}); "
             "nothing to bind to"
         )
-    return bind_gpus(range(len(topology.gpus)), what=what, topology=topology, environ=env)
+    visible = range(len(topology.gpus))
+    return bind_gpus(visible, what=what, topology=topology, environ=env, local_gpus=visible)
 
 
 def bind_gpu(
@@ -145,12 +147,14 @@ def bind_gpu(
     what: str,
     topology: Optional[Topology] = None,
     environ: Optional[Mapping[str, str]] = None,
+    local_gpus: Optional[Sequence[int]] = None,
 ) -> Binding:
     """Bind this process to visible GPU ``index``'s node (once per process).
 
-    ``what`` names the process in messages (``"vLLM worker local_rank 1"``).
+    ``what`` names the process in messages (``"vLLM worker local_rank 1"``);
+    ``local_gpus`` as for :func:`bind_gpus`.
     """
-    return bind_gpus([index], what=what, topology=topology, environ=environ)
+    return bind_gpus([index], what=what, topology=topology, environ=environ, local_gpus=local_gpus)
 
 
 def bind_gpus(
@@ -159,6 +163,7 @@ def bind_gpus(
     what: str,
     topology: Optional[Topology] = None,
     environ: Optional[Mapping[str, str]] = None,
+    local_gpus: Optional[Sequence[int]] = None,
 ) -> Binding:
     """Bind this process to visible GPUs ``indices`` (once per process).
 
@@ -166,6 +171,12 @@ def bind_gpus(
     node, or the union of several GPUs' plans, the per-rank overrides read
     per GPU index (here also in vLLM's space-separated form).
     ``PYNUMABIND_DISABLE=1`` still turns it into a logged no-op.
+
+    ``local_gpus``: every visible GPU index the framework runs on this host
+    (one process per GPU: its ranks), ``indices`` among them.  With it the
+    exclusive modes slice each node among those GPUs as among launcher ranks
+    and this process takes its GPUs' slices; without it (and without
+    ``PYNUMABIND_LOCAL_GPUS``) they are a ConfigError saying what to pass.
     """
     from ..binding import bind_current_process
     from ..errors import ConfigError, PlanError
@@ -192,8 +203,14 @@ def bind_gpus(
             f"{count} GPU(s) (CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES')!r})"
         )
     try:
+        peers = None if local_gpus is None else tuple(sorted(set(local_gpus)))
         binding = bind_current_process(
-            gpus=list(key), topology=topology, environ=env, nodes=nodes, cpus=cpus
+            gpus=list(key),
+            topology=topology,
+            environ=env,
+            nodes=nodes,
+            cpus=cpus,
+            local_gpus=peers,
         )
     except (ConfigError, PlanError) as exc:
         # The overrides reach the core as arguments (split per GPU index here),

@@ -40,6 +40,10 @@ class Request:
     interleave_nodes: Optional[frozenset[int]]
     nprocs_reason: str
     require_node: bool = False
+    #: The ranks that run (the job's GPUs on this host, for a framework's
+    #: process); None: every rank.  Only running ranks take a slice of a node.
+    running: Optional[frozenset[int]] = None
+    priority_cores: bool = False
 
 
 def default_nprocs(topology: Topology, lengths: Optional[Dict[str, int]] = None) -> Tuple[int, str]:
@@ -229,6 +233,11 @@ def build_request(topology: Topology, options: Options) -> Request:
             options.cpus, universe=topology.online_cpus, allowed=topology.allowed_cpus
         ),
     )
+    if options.priority_cores and options.cpu_mode in (CpuMode.SOCKET, CpuMode.NONE):
+        raise ConfigError(
+            f"priority_cores applies to mode node (the exclusive modes always give the "
+            f"highest-performance cores out first), not mode {options.cpu_mode.value!r}"
+        )
     if cpu_sets is not None and options.cpu_mode is CpuMode.NONE:
         raise ConfigError("a cpus override contradicts mode 'none' (which leaves CPUs alone)")
     lengths = {
@@ -250,4 +259,5 @@ def build_request(topology: Topology, options: Options) -> Request:
         interleave_nodes=_interleave_nodes(topology, options.policy, options.interleave_nodes),
         nprocs_reason=reason,
         require_node=options.require_node,
+        priority_cores=options.priority_cores,
     )

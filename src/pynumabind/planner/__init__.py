@@ -334,7 +334,13 @@ def plan_gpus_for(topology: Topology, options: Options, gpus: Sequence[int]) -> 
     """
     indices = _union_indices(topology, gpus)
     count = len(topology.gpus)
-    peers = _peers(topology, options, indices)
+    try:
+        peers = _peers(topology, options, indices)
+    except ConfigError as exc:
+        blamed = options.blame(exc)
+        if blamed is exc:
+            raise
+        raise blamed from exc
     each = replace(options, gpus=None, rank_gpus=None, local_gpus=None)
     plans = [
         _plan_rank(topology, replace(each, rank=i, nprocs=count, gpu=i), peers) for i in indices

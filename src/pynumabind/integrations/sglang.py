@@ -29,7 +29,7 @@ Supported SGLang: :data:`SUPPORTED`, checked when this module is imported.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Tuple
+from typing import TYPE_CHECKING, Any, List, Optional, Tuple
 
 from ..errors import ConfigError
 from ._common import bind_gpu, check_release, installed_version
@@ -37,7 +37,7 @@ from ._common import bind_gpu, check_release, installed_version
 if TYPE_CHECKING:  # pragma: no cover
     from ..binding import Binding
 
-__all__ = ["SUPPORTED", "TARGET", "bind_scheduler", "install"]
+__all__ = ["SUPPORTED", "TARGET", "bind_scheduler", "install", "scheduler_gpus"]
 
 #: Supported SGLang releases: ``(lowest, first unsupported)``.
 SUPPORTED: Tuple[Tuple[int, int, int], Tuple[int, int, int]] = ((0, 5, 23), (0, 6, 0))
@@ -83,7 +83,22 @@ def bind_scheduler(server_args: Any, gpu_id: int) -> Binding:
         )
     # The binder's own INFO line lands in SGLang's log: SGLang configures the
     # root logger in each scheduler, with the TP rank as prefix.
-    return bind_gpu(int(gpu_id), what=what)
+    return bind_gpu(int(gpu_id), what=what, local_gpus=scheduler_gpus(server_args, int(gpu_id)))
+
+
+def scheduler_gpus(server_args: Any, gpu_id: int) -> Optional[List[int]]:
+    """The GPUs SGLang's schedulers drive on this host: its ``tp_size`` GPUs (issue 22 item 3).
+
+    ``base_gpu_id + k * gpu_id_step`` for the node's share of ``tp_size``;
+    ``None`` (the exclusive modes then ask for ``PYNUMABIND_LOCAL_GPUS``)
+    when ``gpu_id`` is not among them.
+    """
+    nnodes = max(1, int(getattr(server_args, "nnodes", 1) or 1))
+    per_node = max(1, int(server_args.tp_size) // nnodes)
+    base = int(getattr(server_args, "base_gpu_id", 0) or 0)
+    step = max(1, int(getattr(server_args, "gpu_id_step", 1) or 1))
+    peers = [base + k * step for k in range(per_node)]
+    return peers if gpu_id in peers else None
 
 
 def _after_configure(result: Any, *args: Any, **kwargs: Any) -> Any:

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import TYPE_CHECKING, Any, Callable, List, Tuple
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple
 
 from ..discovery import resolve_topology
 from ..errors import ConfigError
@@ -44,7 +44,7 @@ from ._common import bind_gpu, bind_gpus, check_release, installed_version
 if TYPE_CHECKING:  # pragma: no cover
     from ..binding import Binding
 
-__all__ = ["SUPPORTED", "Worker", "engine_core_gpus", "install", "worker_gpu"]
+__all__ = ["SUPPORTED", "Worker", "engine_core_gpus", "install", "worker_gpu", "worker_local_gpus"]
 
 log = logging.getLogger(__name__)
 #: A child of vLLM's logger, so each process's binding line appears in vLLM's
@@ -121,6 +121,20 @@ def engine_core_gpus(parallel_config: Any, visible_count: int) -> List[int]:
     return shard or [0]
 
 
+def worker_local_gpus(parallel_config: Any, index: int) -> Optional[List[int]]:
+    """The GPUs vLLM's workers drive on this host: local TP x PP x local DP (issue 22 item 3).
+
+    The exclusive modes slice a node among them.  ``None`` (the exclusive
+    modes then ask for ``PYNUMABIND_LOCAL_GPUS``) when ``index`` is not
+    among them: the count is not known here.
+    """
+    nnodes = max(1, int(getattr(parallel_config, "nnodes_within_dp", 1) or 1))
+    per_dp = max(1, int(parallel_config.world_size) // nnodes)
+    local_dp = max(1, int(getattr(parallel_config, "data_parallel_size_local", 1) or 1))
+    peers = list(range(per_dp * local_dp))
+    return peers if index in peers else None
+
+
 # ----------------------------------------------------------- the hooks
 
 
@@ -133,7 +147,8 @@ def bind_worker(worker: Any) -> Binding:
     what = f"vLLM worker rank {worker.rank} local_rank {worker.local_rank}"
     _refuse_double_bind(parallel_config, what)
     index = worker_gpu(parallel_config, worker.local_rank)
-    binding = bind_gpu(index, what=f"{what} (GPU {index})")
+    peers = worker_local_gpus(parallel_config, index)
+    binding = bind_gpu(index, what=f"{what} (GPU {index})", local_gpus=peers)
     worker._pynumabind_binding = binding
     vllm_log.info("%s: %s", what, binding.summary())
     return binding

@@ -41,9 +41,23 @@ actor with two GPUs, a pipeline stage) gets the union of what each GPU's
 rank would get, each planned as rank ``i`` of one rank per visible GPU, so
 the per-rank overrides read per GPU index: every CPU and memory node of any
 of them, in modes ``node``, ``socket`` and ``none``.  ``exclusive`` and
-``core-complex`` slice a node among the ranks sharing it; a union of
-GPUs is not one of those ranks, so they are a ConfigError.  A union plan
-has ``rank=None`` and its GPU indices in ``Plan.gpus``.
+``core-complex`` slice a node among the ranks sharing it: there the ranks
+are ``local_gpus``, the GPUs the job drives on this host (a framework's
+workers: vLLM's local TP x PP x local DP GPUs, SGLang's ``tp_size`` GPUs;
+a process with no rank: the GPUs it sees), each planned as the rank of its
+index and only those taking slices, so a worker gets exactly what its
+launcher rank would, and a process driving several gets their slices'
+union.  Without ``local_gpus`` the count is unknown: a ConfigError naming
+``local_gpus=`` and ``PYNUMABIND_LOCAL_GPUS``.  A union plan has
+``rank=None`` and its GPU indices in ``Plan.gpus``.
+
+Priority cores
+--------------
+Where the cores being sliced differ in ACPI CPPC highest performance
+(``Cpu.highest_perf``: Intel priority cores), the exclusive modes deal them
+out highest-performance first, in turn, so every rank holds its share of the
+fastest ones (:mod:`._sets`); ``priority_cores=True`` in mode ``node`` keeps
+only the fastest.  Cores that do not differ change nothing.
 
 Overrides
 ---------

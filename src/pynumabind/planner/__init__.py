@@ -293,7 +293,11 @@ def _plan_rank(
         if options.gpu is not None:
             request = _with_gpu(topology, request, options.rank, options.gpu)
         if running is not None:
-            request = replace(request, running=running)
+            request = replace(
+                request,
+                running=running,
+                nprocs_reason=f"{len(running)} local ranks: the job's GPUs {format_ids(running)}",
+            )
         return _one(topology, request, options.rank)
     except (ConfigError, PlanError) as exc:
         blamed = options.blame(exc)

@@ -8,6 +8,7 @@ machine fixture and on this machine's ``/sys``.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Dict, List, Mapping
 
 from pynumabind._sysfs import _l3_of, _Reader
@@ -43,6 +44,14 @@ def read_cpus_per_cpu(
             siblings=(siblings or frozenset({cpu})) & online,
             l3=_l3_of(sysfs, base, online, no_l3),
         )
+    perfs = {
+        cpu: sysfs.integer(
+            "devices", "system", "cpu", f"cpu{cpu}", "acpi_cppc", "highest_perf", required=False
+        )
+        for cpu in sorted(online)
+    }
+    if all(value is not None for value in perfs.values()):  # all or nothing
+        cpus = {cpu: replace(info, highest_perf=perfs[cpu]) for cpu, info in cpus.items()}
     if no_topology:
         notes.append(
             f"no topology/ for CPUs {format_ids(frozenset(no_topology))}: "

@@ -27,6 +27,8 @@ Description format (JSON object)::
                     kfd: {unique_id, name}}]      -- listed in driver (NVML/KFD) order
     extra_pci     [{bus_id, vendor, device, class, numa_node}]  non-GPU functions
     kfd           bool  write the AMD KFD topology (CPU nodes first, then gpus)
+    highest_perf  {"default": N, "cpus": {cpulist: N}}  ACPI CPPC highest_perf per online
+                  CPU (cpuN/acpi_cppc/highest_perf); absent: no acpi_cppc/ (most VMs)
     allowed_cpus  str   the process's CPUs, when restricted (cgroup/affinity)
     allowed_mems  str   the process's memory nodes, when restricted
     expect        {gpu_numa_nodes: [...], gpu_memory_nodes: [...]}  ground truth
@@ -183,6 +185,17 @@ def _mask(ids: frozenset[int], nbits: int) -> str:
     return format_cpumask(ids, nbits)
 
 
+def highest_perf(desc: Description, cpu: int) -> Optional[int]:
+    """The description's CPPC highest_perf of ``cpu``, None when it has none."""
+    rule = desc.get("highest_perf")
+    if rule is None:
+        return None
+    for cpus, value in rule.get("cpus", {}).items():
+        if cpu in parse_cpulist(cpus):
+            return int(value)
+    return int(rule["default"])
+
+
 def build_sysfs(desc_or_name: Union[str, Description], root: Union[str, os.PathLike[str]]) -> Path:
     """Write the fake sysfs tree of a machine under ``root`` and return it."""
     desc = _resolve(desc_or_name)
@@ -210,6 +223,9 @@ def build_sysfs(desc_or_name: Union[str, Description], root: Union[str, os.PathL
             here.mkdir(parents=True, exist_ok=True)
             continue  # the kernel removes topology/ and cache/ of offline CPUs
         info = facts[cpu]
+        perf = highest_perf(desc, cpu)
+        if perf is not None:
+            _write(here / "acpi_cppc" / "highest_perf", f"{perf}\n")
         topo = here / "topology"
         _write(topo / "core_id", f"{info.core}\n")
         _write(topo / "physical_package_id", f"{info.package}\n")

@@ -69,11 +69,15 @@ def test_union_modes(dgx, mode: str) -> None:
 
 
 @pytest.mark.parametrize("mode", ["exclusive", "core-complex"])
-def test_slicing_modes_are_refused(dgx, mode: str) -> None:
+def test_slicing_modes_need_the_job_s_gpus(dgx, mode: str) -> None:
     with pytest.raises(
-        ConfigError, match=rf"mode '{mode}' slices a node .* use node, socket, none"
+        ConfigError,
+        match=rf"mode '{mode}' slices a node .*PYNUMABIND_LOCAL_GPUS.* use mode node, socket, none",
     ):
         planner.plan(dgx, gpus=[0, 7], mode=mode)
+    every = planner.plan_all(dgx, mode=mode)  # with them: the slices of GPUs 0 and 7
+    union = planner.plan(dgx, gpus=[0, 7], mode=mode, local_gpus=range(8))
+    assert union.cpus == (every[0].cpus or frozenset()) | (every[7].cpus or frozenset())
 
 
 def test_per_gpu_overrides_apply(dgx) -> None:

@@ -211,7 +211,8 @@ def test_reads_grow_with_the_mode_not_with_the_cpus(dgx, reads: List[str]) -> No
     assert not any("/devices/system/cpu/cpu" in p for p in reads)
     # per package: its id, package_cpus_list (absent in the fixture), core_siblings_list
     assert counts[Detail.PACKAGES] == counts[Detail.NODES] + 3 * 2
-    assert counts[Detail.CORES] == counts[Detail.PACKAGES] + 2 * (cpus // 2)  # per core
+    # per core: core_id, thread_siblings_list; + the one acpi_cppc probe (none here)
+    assert counts[Detail.CORES] == counts[Detail.PACKAGES] + 2 * (cpus // 2) + 1
     assert counts[Detail.CACHES] == counts[Detail.CORES] + 3 * 2  # level, type, list per L3
     # + per node its meminfo; per die its id and die_cpus_list (one die per package here)
     assert counts[Detail.FULL] == counts[Detail.CACHES] + nodes + 2 * 2
@@ -342,3 +343,22 @@ def test_the_declarations_load_without_cffi_s_parser() -> None:
     # parser (about 10 ms) load only when build_ffi() is called.
     out, _ = run_in_child(child_cold.cffi_after_declarations_then_build)
     assert out == [[], True]
+
+
+def test_cppc_highest_perf_is_read_once_per_core_and_only_from_cores_up(
+    tmp_path: Path, reads: List[str]
+) -> None:
+    """Intel priority cores (issue 22 item 6): one read per core, and none for mode node."""
+    desc = st.load_machine("xeon6_pct_b300")
+    root = str(st.build_sysfs(desc, tmp_path))
+    cores = len(st.online_cpus(desc)) // 2
+    _count(reads, root, Detail.PACKAGES)
+    assert not any("acpi_cppc" in p for p in reads)
+    _count(reads, root, Detail.CORES)
+    assert sum("acpi_cppc/highest_perf" in p for p in reads) == cores
+    layout = _sysfs.read_layout(root, detail=Detail.CORES)
+    assert {c.highest_perf for c in layout.cpus.values()} == {39, 46}
+    assert layout.cpus[3].highest_perf == layout.cpus[131].highest_perf == 46  # siblings
+    assert discovery.detail_for("node", priority_cores=True) is Detail.CORES
+    assert discovery.detail_for("core-complex", priority_cores=True) is Detail.CACHES
+    assert discovery.detail_for("node") is Detail.NODES  # default cost unchanged

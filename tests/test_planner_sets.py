@@ -9,10 +9,13 @@ from hypothesis import strategies as st
 
 from pynumabind.planner._sets import (
     balanced,
+    by_performance,
     core_complex,
+    core_perf,
     cores,
     dhondt,
     exclusive,
+    fastest,
     l3_groups,
     union,
 )
@@ -117,3 +120,81 @@ def test_exclusive_slices_are_disjoint_when_cores_suffice(core_count: int, ranks
 
 def union_cores(groups: List[List[frozenset[int]]]) -> List[frozenset[int]]:
     return [core for group in groups for core in group]
+
+
+# ------------------------------------------- priority cores (issue 22 item 6)
+
+
+@st.composite
+def cores_with_perf(draw: st.DrawFn) -> tuple:
+    """Whole cores (1 or 2 threads) with a highest_perf each, and a rank count."""
+    count = draw(st.integers(1, 40))
+    smt = draw(st.booleans())
+    core_list = [fs(c, c + 100) if smt else fs(c) for c in range(count)]
+    perfs = draw(st.lists(st.sampled_from([30, 39, 46]), min_size=count, max_size=count))
+    ranks = draw(st.integers(1, count))
+    return core_list, perfs, ranks
+
+
+@given(cores_with_perf())
+def test_ranks_take_the_highest_performance_cores_first_in_turn(drawn: tuple) -> None:
+    core_list, perfs, ranks = drawn
+    slices = by_performance(core_list, perfs, ranks)
+    # every core given out, once, whole; sizes balanced's (larger first)
+    assert sorted(map(min, (c for s in slices for c in core_list if c <= s))) == sorted(
+        map(min, core_list)
+    )
+    assert sum(map(len, slices)) == len(union(core_list))
+    per_core = len(core_list[0])
+    sizes = [len(s) // per_core for s in slices]
+    assert sizes == [b - a for a, b in balanced(len(core_list), ranks)]
+    # at or above any performance level, every rank holds its share within one core
+    perf_of_core = {min(c): p for c, p in zip(core_list, perfs)}
+    for level in set(perfs):
+        held = [
+            sum(1 for cpu in s if cpu in perf_of_core and perf_of_core[cpu] >= level)
+            for s in slices
+        ]
+        assert max(held) - min(held) <= 1
+    # a rank never holds a slower core while a faster one went to a rank with more cores
+    best = [max(perf_of_core[c] for c in s if c in perf_of_core) for s in slices]
+    assert best == sorted(best, reverse=True)
+
+
+@given(cores_with_perf())
+def test_exclusive_with_performance_changes_nothing_when_cores_are_equal(drawn: tuple) -> None:
+    core_list, _, ranks = drawn
+    equal = exclusive(core_list, ranks, "node 0", lambda cpu: 39)
+    assert equal == exclusive(core_list, ranks, "node 0")
+    unknown = exclusive(core_list, ranks, "node 0", lambda cpu: None)
+    assert unknown == exclusive(core_list, ranks, "node 0")
+
+
+def test_exclusive_deals_priority_cores_out_and_says_so() -> None:
+    core_list = [fs(c) for c in range(8)]
+    perf = {0: 39, 1: 46, 2: 39, 3: 39, 4: 39, 5: 46, 6: 39, 7: 39}
+    slices, note, shared = exclusive(core_list, 2, "node 0", perf.get)
+    assert slices == [fs(1, 0, 3, 6), fs(5, 2, 4, 7)] and not shared
+    assert note == (
+        "node 0: 8 allowed cores differ in highest performance (CPPC highest_perf 46 (2 "
+        "core(s)), 39 (6 core(s))): the 2 rank(s) take the highest-performance cores first, "
+        "in turn, 4 whole core(s) each"
+    )
+
+
+def test_core_perf_needs_every_core_known_and_a_difference() -> None:
+    core_list = [fs(0, 8), fs(1, 9)]
+    assert core_perf(core_list, {0: 46, 8: 46, 1: 39, 9: 39}.get) == [46, 39]
+    assert core_perf(core_list, {0: 46, 8: 46, 1: 39}.get) is None  # 9 unknown
+    assert core_perf(core_list, lambda cpu: 39) is None
+    assert core_perf(core_list, None) is None
+    assert fastest(core_list, [46, 39]) == [fs(0, 8)]
+
+
+def test_core_complex_within_groups_takes_priority_cores_first() -> None:
+    core_list = [fs(c) for c in range(4)]
+    groups = [core_list]  # one L3 group, two ranks: exclusive within it
+    perf = {0: 39, 1: 39, 2: 46, 3: 46}
+    slices, notes, _ = core_complex(core_list, groups, 2, "node 0", perf.get)
+    assert slices == [fs(2, 0), fs(3, 1)]
+    assert "take the highest-performance cores first" in notes[1]

@@ -34,6 +34,12 @@ Rules
   no-op); ``0/false/no/off`` or empty leave it enabled.
   ``PYNUMABIND_REQUIRE_NODE`` takes the same values: a GPU whose NUMA node
   is unknown then fails the plan instead of leaving the rank unbound.
+* ``PYNUMABIND_LOCAL_GPUS``: the visible GPU indices the job's processes
+  drive on this host (``0-3``, ``0,1``; spaces separate too), so a process
+  given its ``gpus`` can slice a node in the exclusive modes;
+  ``PYNUMABIND_PRIORITY_CORES`` (a flag, as ``PYNUMABIND_DISABLE``): mode
+  ``node`` uses only the highest-performance cores (see
+  :mod:`pynumabind._options`).
 * ``PYNUMABIND_TOPOLOGY=FILE``: plan from that snapshot (``pynumabind
   snapshot``) instead of this machine; only the file name is read here
   (:func:`~pynumabind.discovery.resolve_topology` loads it, and a missing or
@@ -61,9 +67,11 @@ __all__ = [
     "DISABLE_VARIABLE",
     "FLAG_FALSE",
     "FLAG_TRUE",
+    "LOCAL_GPUS_VARIABLE",
     "MEMORY_VARIABLE",
     "MODE_VARIABLE",
     "NODES_VARIABLE",
+    "PRIORITY_VARIABLE",
     "RANK_VARIABLES",
     "TOPOLOGY_VARIABLE",
     "override_text",
@@ -88,6 +96,8 @@ CPUS_VARIABLE = "PYNUMABIND_CPUS"
 DISABLE_VARIABLE = "PYNUMABIND_DISABLE"
 REQUIRE_NODE_VARIABLE = "PYNUMABIND_REQUIRE_NODE"
 TOPOLOGY_VARIABLE = "PYNUMABIND_TOPOLOGY"
+LOCAL_GPUS_VARIABLE = "PYNUMABIND_LOCAL_GPUS"
+PRIORITY_VARIABLE = "PYNUMABIND_PRIORITY_CORES"
 
 NO_RANK = (
     "no local rank: pass rank= or set one of "
@@ -243,6 +253,32 @@ def _choices(environ: Mapping[str, str], given: Options, sources: Dict[str, str]
     return out
 
 
+def _peers_and_priority(
+    environ: Mapping[str, str], given: Options, sources: Dict[str, str]
+) -> Dict[str, Any]:
+    """``local_gpus`` and ``priority_cores``: the argument if given, else the variable."""
+    from .cpulist import parse_cpulist
+    from .errors import ListParseError
+
+    out: Dict[str, Any] = {"local_gpus": given.local_gpus, "priority_cores": given.priority_cores}
+    text = _option(environ, LOCAL_GPUS_VARIABLE)
+    if given.local_gpus is None and text is not None:
+        try:
+            ids = parse_cpulist(",".join(text.split()))
+        except ListParseError as exc:
+            raise ConfigError(
+                f"invalid {LOCAL_GPUS_VARIABLE}={shown(text)}: {exc}; give the visible GPU "
+                "indices of the job's processes on this host, such as 0-3"
+            ) from exc
+        out["local_gpus"] = tuple(sorted(ids))
+        sources["local_gpus"] = LOCAL_GPUS_VARIABLE
+    flag = environ.get(PRIORITY_VARIABLE)
+    if not given.priority_cores and flag is not None and parse_flag(PRIORITY_VARIABLE, flag):
+        out["priority_cores"] = True
+        sources["priority_cores"] = PRIORITY_VARIABLE
+    return out
+
+
 def resolve(
     environ: Mapping[str, str],
     given: Optional[Options] = None,
@@ -290,5 +326,6 @@ def resolve(
         require_node=require_node,
         disabled_by=f"{DISABLE_VARIABLE}={disable_value}" if disabled else None,
         **_choices(environ, given, sources),
+        **_peers_and_priority(environ, given, sources),
         sources=sources,
     )

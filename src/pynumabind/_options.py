@@ -23,7 +23,18 @@ without the machine is checked here, once, when the object is made
   sequence of ints: the GPUs of one process with no rank (the union plan);
   ``gpus`` goes with none of ``rank``, ``nprocs``, ``gpu`` or ``rank_gpus``;
 * ``interleave_nodes`` a node-list string or a set of non-negative ids (that
-  it needs ``memory="interleave"`` is checked once the environment is merged).
+  it needs ``memory="interleave"`` is checked once the environment is merged);
+* ``local_gpus`` a non-empty sequence of ints, only with ``gpus`` (or with no
+  rank at all): the visible GPUs that the job's processes drive on this host,
+  one process per GPU (a framework's ranks: vLLM's local TP x PP (x local DP)
+  GPUs, SGLang's ``tp_size`` GPUs, a Ray actor's GPUs).  The exclusive modes
+  slice each node among them as among launcher ranks; ``gpus`` must be among
+  them (``PYNUMABIND_LOCAL_GPUS``, a GPU index list such as ``0-3``);
+* ``priority_cores`` a bool: in mode ``node``, a rank gets only its node's
+  highest-performance cores (ACPI CPPC ``highest_perf``: Intel priority
+  cores, PCT) where the node's cores differ (``PYNUMABIND_PRIORITY_CORES``).
+  The exclusive modes always let ranks take the highest-performance cores
+  first; this switch is for mode ``node`` only.
 
 The keywords the public functions take besides ``rank``, ``nprocs``,
 ``mode`` and ``memory`` are written once, as :class:`OptionKeywords`.  The
@@ -114,6 +125,8 @@ class OptionKeywords(TypedDict, total=False):
     gpu_memory: bool
     interleave_nodes: Union[str, Iterable[int], None]
     require_node: bool
+    local_gpus: Optional[Sequence[int]]
+    priority_cores: bool
     device: Optional[int]
     devices: Optional[Sequence[int]]
 
@@ -265,6 +278,8 @@ class Options:
     gpu_memory: bool = False
     interleave_nodes: Union[str, frozenset[int], None] = None
     require_node: bool = False  # a GPU whose NUMA node is unknown is a PlanError
+    local_gpus: Optional[Tuple[int, ...]] = None  # the job's GPUs on this host: the ranks
+    priority_cores: bool = False  # mode node: only the node's highest-performance cores
     topology_file: Optional[str] = None  # PYNUMABIND_TOPOLOGY: plan from this snapshot
     rank_source: Optional[str] = None
     nprocs_source: Optional[str] = None
@@ -275,7 +290,7 @@ class Options:
 
     def __post_init__(self) -> None:
         prefix, source = ("--", COMMAND_LINE) if self.flags else ("", ARGUMENT)
-        for name in ("gpu_memory", "require_node", "disabled"):
+        for name in ("gpu_memory", "require_node", "disabled", "priority_cores"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be True or False, not {getattr(self, name)!r}")
         memory_what = "--memory" if self.flags else "memory policy"
@@ -287,12 +302,16 @@ class Options:
             "gpu": None if self.gpu is None else check_int(self.gpu, "gpu"),
             "rank_gpus": _gpu_list(self.rank_gpus, "rank_gpus", "one GPU index per rank"),
             "gpus": _gpu_list(self.gpus, "gpus", "the GPU indices of one process"),
+            "local_gpus": _gpu_list(
+                self.local_gpus, "local_gpus", "the GPU indices of the job's processes here"
+            ),
             "interleave_nodes": _interleave(self.interleave_nodes),
         }
         checked.update(self._sources(source))
         for name, value in checked.items():
             object.__setattr__(self, name, value)
         self._check_union()
+        self._check_local_gpus()
 
     def _sources(self, source: str) -> Dict[str, Any]:
         """Where the given options came from, when the caller did not say: ``source``."""
@@ -320,6 +339,27 @@ class Options:
         ]
         if clash:
             raise ConfigError(f"give gpus= alone, without {'= or '.join(clash)}=")
+
+    def _check_local_gpus(self) -> None:
+        peers = self.local_gpus
+        if peers is None:
+            return
+        what = self.from_environment("local_gpus") or "local_gpus"
+        if not peers:
+            raise ConfigError(f"{what} must name at least one GPU index")
+        negative = [i for i in peers if i < 0]
+        if negative:
+            raise ConfigError(f"{what} names negative GPU index {negative[0]}")
+        if self.gpus is None and self.rank is not None and _variable(self.rank_source) is None:
+            raise ConfigError(
+                f"{what} goes with gpus= (a process's GPUs among the job's), not with rank="
+            )
+        missing = sorted(set(self.gpus or ()) - set(peers))
+        if missing:
+            raise ConfigError(
+                f"{what} {list(peers)} must include every GPU of this process; "
+                f"GPU {missing[0]} is not among them"
+            )
 
     @classmethod
     def from_arguments(
@@ -388,7 +428,15 @@ class Options:
         ]
         out += [
             f"{option} from {variable}"
-            for option in ("mode", "memory", "nodes", "cpus", "require_node")
+            for option in (
+                "mode",
+                "memory",
+                "nodes",
+                "cpus",
+                "require_node",
+                "local_gpus",
+                "priority_cores",
+            )
             for variable in [self.from_environment(option)]
             if variable is not None
         ]
@@ -414,4 +462,8 @@ class Options:
             out["interleave_nodes"] = self.interleave_nodes
         if self.require_node:
             out["require_node"] = True
+        if self.local_gpus is not None:
+            out["local_gpus"] = self.local_gpus
+        if self.priority_cores:
+            out["priority_cores"] = True
         return out

@@ -187,8 +187,10 @@ def _read_cpus(
         package, _ = _group_ids(sysfs, online, "physical_package_id", no_topology)
     core: Dict[int, int] = {}
     siblings: Dict[int, frozenset[int]] = {}
+    perf: Dict[int, int] = {}
     if detail >= Detail.CORES:
         core, siblings = _cores(sysfs, online, no_topology)
+        perf = _highest_perf(sysfs, online, siblings)
     bare = frozenset(no_topology)
     die: Dict[int, int] = {}
     no_die = False
@@ -215,6 +217,7 @@ def _read_cpus(
             die=None if cpu in bare else die.get(cpu),
             siblings=frozenset() if cpu in bare else siblings.get(cpu, frozenset()),
             l3=frozenset() if cpu in bare else l3.get(cpu, frozenset()),
+            highest_perf=perf.get(cpu),
         )
         for cpu in sorted(online)
     }
@@ -287,6 +290,30 @@ def _cores(
             siblings.setdefault(other, group)
             core.setdefault(other, number)
     return core, siblings
+
+
+def _highest_perf(
+    sysfs: _Reader, online: frozenset[int], siblings: Mapping[int, frozenset[int]]
+) -> Dict[int, int]:
+    """Each online CPU's ACPI CPPC ``highest_perf``, one read per core; empty when absent.
+
+    SMT siblings share their core's value, so one CPU of each core is read.
+    A machine without CPPC (most VMs) costs one failed read: the first CPU's
+    file missing means none is used (all or nothing, so cores are never
+    compared with a partial picture).
+    """
+    out: Dict[int, int] = {}
+    for cpu in sorted(online):
+        if cpu in out:
+            continue
+        value = sysfs.integer(
+            "devices", "system", "cpu", f"cpu{cpu}", "acpi_cppc", "highest_perf", required=False
+        )
+        if value is None:
+            return {}
+        for other in (siblings.get(cpu, frozenset()) & online) | {cpu}:
+            out.setdefault(other, value)
+    return out
 
 
 def _caches(

@@ -470,7 +470,9 @@ def bind_current_process(
                 from .discovery import detail_for, resolve_topology
 
                 topology = resolve_topology(
-                    environ=env, detail=detail_for(resolved.mode), reuse=True
+                    environ=env,
+                    detail=detail_for(resolved.mode, resolved.priority_cores),
+                    reuse=True,
                 )
             plan = _plan(topology, resolved)
             binding = apply_plan(plan, migrate=migrate, on_error=on_error)
@@ -502,6 +504,8 @@ def _plan(topology: Topology, options: Options) -> Plan:
     if not topology.gpus:
         raise ConfigError(f"{_environ.no_rank(options)}, and this process sees no GPU to bind to")
     visible = list(range(len(topology.gpus)))
+    if options.local_gpus is None:  # the GPUs it sees are the ranks (a Ray actor's)
+        options = replace(options, local_gpus=tuple(visible))
     plan = planner.plan_gpus_for(topology, options, visible)
     rule = (
         f"no launcher rank: bound to the {len(visible)} GPU(s) this process sees "

@@ -125,12 +125,14 @@ _MODE_DETAIL: Mapping[CpuMode, Detail] = {
 }
 
 
-def detail_for(mode: Union[str, CpuMode, None]) -> Detail:
+def detail_for(mode: Union[str, CpuMode, None], priority_cores: bool = False) -> Detail:
     """The least :class:`~pynumabind.model.Detail` that plans in ``mode`` exactly as a full read.
 
-    ``None`` is the planner's default mode, ``node``.
+    ``None`` is the planner's default mode, ``node``.  ``priority_cores``
+    (mode ``node``) needs each core's highest performance: ``CORES``.
     """
-    return _MODE_DETAIL[CpuMode.NODE if mode is None else CpuMode.parse(mode)]
+    detail = _MODE_DETAIL[CpuMode.NODE if mode is None else CpuMode.parse(mode)]
+    return max(detail, Detail.CORES) if priority_cores else detail
 
 
 class _Kept:

@@ -79,7 +79,7 @@ class Detail(enum.IntEnum):
 
     NODES = 1  # enough for modes node and none
     PACKAGES = 2  # + each CPU's package: mode socket
-    CORES = 3  # + SMT siblings and core ids: mode exclusive
+    CORES = 3  # + SMT siblings, core ids, CPPC highest_perf: mode exclusive, node's priority_cores
     CACHES = 4  # + L3 groups: mode core-complex
     FULL = 5  # + dies and node memory sizes: everything show and snapshot print
 
@@ -116,7 +116,11 @@ class Cpu:
 
     ``siblings`` are the SMT threads of its physical core (itself included);
     ``l3`` the CPUs sharing its last-level (L3) cache, the unit AMD calls a
-    CCX/CCD; empty when unknown.
+    CCX/CCD; empty when unknown.  ``highest_perf`` is the core's ACPI CPPC
+    highest performance (``acpi_cppc/highest_perf``), ``None`` when the
+    machine does not say; where a node's cores differ in it (Intel priority
+    cores, PCT; hybrid parts) the exclusive modes give the higher ones out
+    first.
     """
 
     id: int
@@ -126,6 +130,7 @@ class Cpu:
     die: Optional[int] = None
     siblings: frozenset[int] = frozenset()
     l3: frozenset[int] = frozenset()
+    highest_perf: Optional[int] = None
 
     @property
     def core_cpus(self) -> frozenset[int]:
@@ -282,6 +287,7 @@ class Topology:
                     "die": c.die,
                     "siblings": format_cpulist(c.siblings),
                     "l3": format_cpulist(c.l3),
+                    **({} if c.highest_perf is None else {"highest_perf": c.highest_perf}),
                 }
                 for c in sorted(self.cpus.values(), key=lambda c: c.id)
             ],
@@ -460,6 +466,7 @@ class _Snapshot:
             die=_opt(entry.get("die"), "die", MAX_INT),
             siblings=self.ids(entry.get("siblings", ""), "siblings"),
             l3=self.ids(entry.get("l3", ""), "l3"),
+            highest_perf=_opt(entry.get("highest_perf"), "highest_perf", MAX_INT),
         )
 
     def gpu(self, entry: Mapping[str, Any]) -> Gpu:

@@ -59,6 +59,14 @@ Rules
   nothing to bind to.
 * **Binding lines** name each GPU by visible index, physical (NVML) index,
   UUID and bus id (:func:`describe_gpus`).
+* **Every mode in framework workers.**  The exclusive modes slice a node
+  among the GPUs the framework runs on this host, as among launcher ranks:
+  the hooks pass them to :func:`bind_gpu`/:func:`bind_gpus` as
+  ``local_gpus`` (vLLM's workers: the local TP x PP x local DP GPUs; SGLang's
+  schedulers: its ``tp_size`` GPUs; :func:`bind_visible_gpus`, a Ray actor:
+  the GPUs it sees).  Where a hook cannot tell, the ConfigError says to set
+  ``PYNUMABIND_LOCAL_GPUS`` (the visible GPU indices of the job's
+  processes on this host, such as ``0-3``).
 """
 
 from __future__ import annotations

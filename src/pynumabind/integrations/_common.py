@@ -165,6 +165,8 @@ def bind_visible_gpus(
     task or actor the GPUs are Ray's answer
     (:func:`pynumabind.discovery.ray_gpus`).  No GPU is a
     ConfigError.
+    The GPUs it sees are its ranks (``local_gpus``): in the exclusive modes
+    it takes their slices.
     """
     from ..errors import ConfigError
 
@@ -181,7 +183,8 @@ def bind_visible_gpus(
             f"{what} sees no GPU (CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES')!r}); "
             "nothing to bind to"
         )
-    return bind_gpus(range(len(topology.gpus)), what=what, topology=topology, environ=env)
+    visible = range(len(topology.gpus))
+    return bind_gpus(visible, what=what, topology=topology, environ=env, local_gpus=visible)
 
 
 def bind_gpu(
@@ -190,12 +193,14 @@ def bind_gpu(
     what: str,
     topology: Optional[Topology] = None,
     environ: Optional[Mapping[str, str]] = None,
+    local_gpus: Optional[Sequence[int]] = None,
 ) -> Binding:
     """Bind this process to visible GPU ``index``'s node (once per process).
 
-    ``what`` names the process in messages (``"vLLM worker local_rank 1"``).
+    ``what`` names the process in messages (``"vLLM worker local_rank 1"``);
+    ``local_gpus`` as for :func:`bind_gpus`.
     """
-    return bind_gpus([index], what=what, topology=topology, environ=environ)
+    return bind_gpus([index], what=what, topology=topology, environ=environ, local_gpus=local_gpus)
 
 
 def _gpu_key(indices: Sequence[int], what: str) -> Tuple[int, ...]:
@@ -218,6 +223,7 @@ def bind_gpus(
     what: str,
     topology: Optional[Topology] = None,
     environ: Optional[Mapping[str, str]] = None,
+    local_gpus: Optional[Sequence[int]] = None,
 ) -> Binding:
     """Bind this process to visible GPUs ``indices`` (once per process).
 
@@ -231,6 +237,12 @@ def bind_gpus(
     launcher's rank and size variables are not read: a framework worker has
     no launcher rank.  ``PYNUMABIND_DISABLE=1`` still turns it into a logged
     no-op.
+
+    ``local_gpus``: every visible GPU index the framework runs on this host
+    (one process per GPU: its ranks), ``indices`` among them.  With it the
+    exclusive modes slice each node among those GPUs as among launcher ranks
+    and this process takes its GPUs' slices; without it (and without
+    ``PYNUMABIND_LOCAL_GPUS``) they are a ConfigError saying what to pass.
     """
     from .._environ import RANK_VARIABLES, SIZE_VARIABLES
     from ..binding import bind_current_process
@@ -257,8 +269,14 @@ def bind_gpus(
     launcher = set(RANK_VARIABLES).union(*SIZE_VARIABLES.values())
     worker_env = {k: v for k, v in env.items() if k not in launcher}
     try:
+        peers = None if local_gpus is None else tuple(sorted(set(local_gpus)))
         binding = bind_current_process(
-            gpus=list(key), topology=topology, environ=worker_env, nodes=nodes, cpus=cpus
+            gpus=list(key),
+            topology=topology,
+            environ=worker_env,
+            nodes=nodes,
+            cpus=cpus,
+            local_gpus=peers,
         )
     except (ConfigError, PlanError) as exc:
         # The overrides reach the core as arguments (split per GPU index here),

@@ -37,7 +37,7 @@ the visible GPU index with its physical index, UUID and bus id.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, List, Tuple
+from typing import TYPE_CHECKING, Any, List, Optional, Tuple
 
 from ..discovery import resolve_topology
 from ..errors import ConfigError
@@ -52,7 +52,15 @@ from ._common import (
 if TYPE_CHECKING:  # pragma: no cover
     from ..binding import Binding
 
-__all__ = ["HOOKS", "TARGET", "TESTED", "bind_scheduler", "check_version", "install"]
+__all__ = [
+    "HOOKS",
+    "TARGET",
+    "TESTED",
+    "bind_scheduler",
+    "check_version",
+    "install",
+    "scheduler_gpus",
+]
 
 log = logging.getLogger(__name__)
 
@@ -116,9 +124,29 @@ def bind_scheduler(server_args: Any, gpu_id: int) -> Binding:
     # This line lands in SGLang's log: SGLang configures the root logger in
     # each scheduler, with the TP rank as prefix.
     topology = resolve_topology()
-    binding = bind_gpu(int(gpu_id), what=what, topology=topology)
+    binding = bind_gpu(
+        int(gpu_id),
+        what=what,
+        topology=topology,
+        local_gpus=scheduler_gpus(server_args, int(gpu_id)),
+    )
     log.info("%s, GPU %s: %s", what, describe_gpus(topology, [int(gpu_id)]), binding.summary())
     return binding
+
+
+def scheduler_gpus(server_args: Any, gpu_id: int) -> Optional[List[int]]:
+    """The GPUs SGLang's schedulers drive on this host: its ``tp_size`` GPUs (issue 22 item 3).
+
+    ``base_gpu_id + k * gpu_id_step`` for the node's share of ``tp_size``;
+    ``None`` (the exclusive modes then ask for ``PYNUMABIND_LOCAL_GPUS``)
+    when ``gpu_id`` is not among them.
+    """
+    nnodes = max(1, int(getattr(server_args, "nnodes", 1) or 1))
+    per_node = max(1, int(server_args.tp_size) // nnodes)
+    base = int(getattr(server_args, "base_gpu_id", 0) or 0)
+    step = max(1, int(getattr(server_args, "gpu_id_step", 1) or 1))
+    peers = [base + k * step for k in range(per_node)]
+    return peers if gpu_id in peers else None
 
 
 def _after_configure(result: Any, *args: Any, **kwargs: Any) -> Any:

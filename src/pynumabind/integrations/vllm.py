@@ -89,6 +89,7 @@ __all__ = [
     "install",
     "missing_hooks",
     "worker_gpu",
+    "worker_local_gpus",
 ]
 
 log = logging.getLogger(__name__)
@@ -282,6 +283,20 @@ def engine_core_gpus(parallel_config: Any, visible_count: int) -> List[int]:
     return shard or [0]
 
 
+def worker_local_gpus(parallel_config: Any, index: int) -> Optional[List[int]]:
+    """The GPUs vLLM's workers drive on this host: local TP x PP x local DP (issue 22 item 3).
+
+    The exclusive modes slice a node among them.  ``None`` (the exclusive
+    modes then ask for ``PYNUMABIND_LOCAL_GPUS``) when ``index`` is not
+    among them: the count is not known here.
+    """
+    nnodes = max(1, int(getattr(parallel_config, "nnodes_within_dp", 1) or 1))
+    per_dp = max(1, int(parallel_config.world_size) // nnodes)
+    local_dp = max(1, int(getattr(parallel_config, "data_parallel_size_local", 1) or 1))
+    peers = list(range(per_dp * local_dp))
+    return peers if index in peers else None
+
+
 # ----------------------------------------------------------- the hooks
 
 
@@ -296,7 +311,8 @@ def bind_worker(worker: Any) -> Binding:
     _warn_auto_bound(parallel_config, what)
     index = worker_gpu(parallel_config, worker.local_rank)
     topology = resolve_topology()
-    binding = bind_gpu(index, what=f"{what} (GPU {index})", topology=topology)
+    peers = worker_local_gpus(parallel_config, index)
+    binding = bind_gpu(index, what=f"{what} (GPU {index})", topology=topology, local_gpus=peers)
     worker._pynumabind_binding = binding
     vllm_log.info("%s, GPU %s: %s", what, describe_gpus(topology, [index]), binding.summary())
     return binding

@@ -41,9 +41,23 @@ actor with two GPUs, a pipeline stage) gets the union of what each GPU's
 rank would get, each planned as rank ``i`` of one rank per visible GPU, so
 the per-rank overrides read per GPU index: every CPU and memory node of any
 of them, in modes ``node``, ``socket`` and ``none``.  ``exclusive`` and
-``core-complex`` slice a node among the ranks sharing it; a union of
-GPUs is not one of those ranks, so they are a ConfigError.  A union plan
-has ``rank=None`` and its GPU indices in ``Plan.gpus``.
+``core-complex`` slice a node among the ranks sharing it: there the ranks
+are ``local_gpus``, the GPUs the job drives on this host (a framework's
+workers: vLLM's local TP x PP x local DP GPUs, SGLang's ``tp_size`` GPUs;
+a process with no rank: the GPUs it sees), each planned as the rank of its
+index and only those taking slices, so a worker gets exactly what its
+launcher rank would, and a process driving several gets their slices'
+union.  Without ``local_gpus`` the count is unknown: a ConfigError naming
+``local_gpus=`` and ``PYNUMABIND_LOCAL_GPUS``.  A union plan has
+``rank=None`` and its GPU indices in ``Plan.gpus``.
+
+Priority cores
+--------------
+Where the cores being sliced differ in ACPI CPPC highest performance
+(``Cpu.highest_perf``: Intel priority cores), the exclusive modes deal them
+out highest-performance first, in turn, so every rank holds its share of the
+fastest ones (:mod:`._sets`); ``priority_cores=True`` in mode ``node`` keeps
+only the fastest.  Cores that do not differ change nothing.
 
 Overrides
 ---------
@@ -238,13 +252,17 @@ def _plan_ranks(
     if request.require_node and request.node_sets is None:
         for state in states:
             require_known_node(topology, state)
+    running = (
+        states if request.running is None else [s for s in states if s.rank in request.running]
+    )
     choose_cpus(
         topology,
         request.mode,
-        states,
+        running,
         cpu_sets=request.cpu_sets,
         nodes_given=request.node_sets is not None,
         wanted=wanted,
+        priority_cores=request.priority_cores,
     )
     ranks = range(request.nprocs) if wanted is None else sorted(wanted)
     return {r: _finish(topology, request, states[r]) for r in ranks}
@@ -270,12 +288,25 @@ def plan_for(topology: Topology, options: Options) -> Plan:
     ``rank % len(gpus)``.  An error caused by a setting from the environment
     says which settings came from there.
     """
+    return _plan_rank(topology, options)
+
+
+def _plan_rank(
+    topology: Topology, options: Options, running: Optional[frozenset[int]] = None
+) -> Plan:
+    """:func:`plan_for`; ``running``: only those ranks run (take a slice of a node)."""
     if options.rank is None:
         raise ConfigError("no rank to plan: options.rank is not set")
     try:
         request = build_request(topology, options)
         if options.gpu is not None:
             request = _with_gpu(topology, request, options.rank, options.gpu)
+        if running is not None:
+            request = replace(
+                request,
+                running=running,
+                nprocs_reason=f"{len(running)} local ranks: the job's GPUs {format_ids(running)}",
+            )
         return _one(topology, request, options.rank)
     except (ConfigError, PlanError) as exc:
         blamed = options.blame(exc)
@@ -328,8 +359,15 @@ def plan_gpus_for(topology: Topology, options: Options, gpus: Sequence[int]) -> 
     planned as the rank of its own index among the visible GPUs.  The union
     plan's ``rank`` is ``None`` (it is no rank) and its ``gpus`` the indices.
     """
-    indices = _union_indices(topology, options, gpus)
+    indices = _union_indices(topology, gpus)
     count = len(topology.gpus)
+    try:
+        peers = _peers(topology, options, indices)
+    except ConfigError as exc:
+        blamed = options.blame(exc)
+        if blamed is exc:
+            raise
+        raise blamed from exc
     # The launcher's rank and size (LOCAL_RANK, LOCAL_WORLD_SIZE) are not used:
     # each GPU is its own index's rank among the visible GPUs, and says so.
     unused = [
@@ -338,23 +376,38 @@ def plan_gpus_for(topology: Topology, options: Options, gpus: Sequence[int]) -> 
         if options.from_launcher(what)
     ]
     each = replace(
-        options, gpus=None, rank_gpus=None, rank_source=None, nprocs_source=None, rank=None
+        options,
+        gpus=None,
+        rank_gpus=None,
+        local_gpus=None,
+        rank_source=None,
+        nprocs_source=None,
+        rank=None,
     )
-    plans = [_union_member(topology, each, i, count) for i in indices]
+    plans = [_union_member(topology, each, i, count, peers) for i in indices]
     union = _union(plans, indices, count)
+    reasons = list(union.reasons)
+    if peers is not None:
+        reasons.insert(
+            0,
+            f"mode {options.cpu_mode.value}: the ranks are the {len(peers)} GPU(s) "
+            f"{format_ids(peers)} the job drives on this host ({_peers_source(options)}); "
+            "each GPU is the rank of its index, and this process takes its GPUs' slices",
+        )
     if unused:
-        note = (
+        reasons.append(
             f"{' and '.join(unused)} not used: a process given gpus= is no local rank "
             f"(each GPU is planned as the rank of its index among {count} visible GPUs)"
         )
-        union = replace(union, reasons=(*union.reasons, note))
-    return union
+    return replace(union, reasons=tuple(reasons))
 
 
-def _union_member(topology: Topology, each: Options, index: int, count: int) -> Plan:
+def _union_member(
+    topology: Topology, each: Options, index: int, count: int, peers: Optional[frozenset[int]]
+) -> Plan:
     """GPU ``index``'s plan in a union; an error names the GPU, not a rank."""
     try:
-        return plan_for(topology, replace(each, rank=index, nprocs=count, gpu=index))
+        return _plan_rank(topology, replace(each, rank=index, nprocs=count, gpu=index), peers)
     except (ConfigError, PlanError) as exc:
         text = str(exc)
         prefix = f"rank {index}: "
@@ -362,18 +415,42 @@ def _union_member(topology: Topology, each: Options, index: int, count: int) -> 
         raise type(exc)(f"GPU {index} (one of the GPUs this process drives): {text}") from exc
 
 
-def _union_indices(topology: Topology, options: Options, gpus: Sequence[int]) -> List[int]:
-    """``gpus`` checked and sorted, once each; ConfigError for a mode that slices."""
+def _union_indices(topology: Topology, gpus: Sequence[int]) -> List[int]:
+    """``gpus`` checked and sorted, once each."""
     if isinstance(gpus, NOT_GPU_LISTS) or not isinstance(gpus, Sequence) or not gpus:
         raise ConfigError(f"gpus must be a non-empty sequence of GPU indices, not {gpus!r}")
-    indices = sorted({gpu_index(topology, check_int(d, "GPU index")) for d in gpus})
-    if options.cpu_mode not in UNION_MODES:
+    return sorted({gpu_index(topology, check_int(d, "GPU index")) for d in gpus})
+
+
+def _peers_source(options: Options) -> str:
+    return options.from_environment("local_gpus") or "local_gpus"
+
+
+def _peers(topology: Topology, options: Options, indices: List[int]) -> Optional[frozenset[int]]:
+    """The ranks a slicing mode slices among: the job's GPUs on this host (``local_gpus``).
+
+    None in the modes that do not slice.  Unknown in a slicing mode is a
+    ConfigError naming what to pass.
+    """
+    if options.cpu_mode in UNION_MODES:
+        return None
+    if options.local_gpus is None:
         choices = ", ".join(m.value for m in UNION_MODES)
         raise ConfigError(
-            f"mode {options.cpu_mode.value!r} slices a node among the ranks sharing it; a process "
-            f"driving GPUs {format_ids(frozenset(indices))} is not one of them: use {choices}"
+            f"mode {options.cpu_mode.value!r} slices a node among the processes sharing it, but "
+            f"how many GPUs the job drives on this host is not known to a process driving GPU(s) "
+            f"{format_ids(frozenset(indices))}: pass local_gpus= (the visible GPU indices of all "
+            f"the job's processes here) or set PYNUMABIND_LOCAL_GPUS (such as "
+            f"PYNUMABIND_LOCAL_GPUS=0-{len(topology.gpus) - 1}); or use mode {choices}"
         )
-    return indices
+    peers = frozenset(gpu_index(topology, i) for i in options.local_gpus)
+    missing = frozenset(indices) - peers
+    if missing:
+        raise ConfigError(
+            f"{_peers_source(options)} {format_ids(peers)} must include every GPU of this "
+            f"process; GPU(s) {format_ids(missing)} are not among them"
+        )
+    return peers
 
 
 def _union_reasons(

@@ -1,7 +1,11 @@
 """Each rank's CPUs, one function per mode.
 
 * ``node``: all allowed CPUs of the rank's node(s), or of its GPU's CPU
-  affinity when the rank was placed by it.
+  affinity when the rank was placed by it; with ``priority_cores``, only the
+  highest-performance cores among them (ACPI CPPC ``highest_perf``: Intel
+  priority cores), where they differ -- what vLLM's binding does on such
+  Xeons; where they do not (or it is unknown) nothing changes, and the
+  reasons say so.
 * ``socket``: all allowed CPUs of the package(s) of those CPUs.
 * ``exclusive``: disjoint, contiguous whole-core slices among the ranks on
   the same node(s), balanced to within one core (:mod:`._sets`); a GPU
@@ -12,6 +16,9 @@
   it with the ranks already there.  No node idles while another is packed.
 * ``core-complex``: the same, but whole L3 groups per rank when there are
   enough, else exclusive within groups.
+* In both exclusive modes, where the cores being sliced differ in highest
+  performance, ranks take the highest-performance cores first, in turn
+  (:func:`._sets.by_performance`), and the reasons say so.
 * ``none``: CPU affinity left alone.
 
 A ``cpus`` override wins over every mode but ``none`` (which it
@@ -26,6 +33,7 @@ Plans never leave the allowed CPUs; an empty intersection is a
 
 from __future__ import annotations
 
+import functools
 from typing import AbstractSet, Dict, List, Mapping, Optional, Tuple
 
 from ..errors import ConfigError, PlanError, format_ids
@@ -83,7 +91,32 @@ def _from_override(
             )
 
 
-def _mode_node(topology: Topology, state: RankState) -> None:
+def _priority(topology: Topology, state: RankState) -> None:
+    """``priority_cores``: keep only the highest-performance cores of ``state.cpus``."""
+    got = state.cpus or frozenset()
+    core_list = _sets.cores(got, lambda cpu: _core_of(topology, cpu))
+    perfs = _sets.core_perf(core_list, lambda cpu: _perf_of(topology, cpu))
+    if perfs is None:
+        state.reasons.append(
+            "priority_cores: these cores do not differ in highest performance (or the machine "
+            "does not say: no acpi_cppc/highest_perf); all of them are used"
+        )
+        return
+    top = _sets.union(_sets.fastest(core_list, perfs))
+    state.cpus = top
+    state.reasons.append(
+        f"priority_cores: only the highest-performance cores (CPPC highest_perf "
+        f"{_sets.levels(perfs)}): CPUs {format_ids(top)}"
+    )
+
+
+def _mode_node(topology: Topology, state: RankState, priority_cores: bool = False) -> None:
+    _node_cpus(topology, state)
+    if priority_cores and state.cpus:
+        _priority(topology, state)
+
+
+def _node_cpus(topology: Topology, state: RankState) -> None:
     allowed = topology.allowed_cpus
     if state.affinity is not None:
         got = state.affinity & allowed
@@ -199,17 +232,23 @@ def _slices(
 ) -> Tuple[List[frozenset[int]], List[str], bool, int]:
     """Per-rank slices of ``pool``, the notes, whether cores are shared, the core count."""
     cores = _sets.cores(pool, lambda cpu: _core_of(topology, cpu))
+    perf_of = functools.partial(_perf_of, topology)
     if mode is CpuMode.EXCLUSIVE:
-        slices, note, shared = _sets.exclusive(cores, ranks, where)
+        slices, note, shared = _sets.exclusive(cores, ranks, where, perf_of)
         return slices, [note], shared, len(cores)
     groups = _sets.l3_groups(cores, lambda cpu: _l3_of(topology, cpu))
-    slices, notes, shared = _sets.core_complex(cores, groups, ranks, where)
+    slices, notes, shared = _sets.core_complex(cores, groups, ranks, where, perf_of)
     return slices, notes, shared, len(cores)
 
 
 def _core_of(topology: Topology, cpu: int) -> frozenset[int]:
     info = topology.cpus.get(cpu)
     return info.core_cpus if info is not None else frozenset({cpu})
+
+
+def _perf_of(topology: Topology, cpu: int) -> Optional[int]:
+    info = topology.cpus.get(cpu)
+    return info.highest_perf if info is not None else None
 
 
 def _l3_of(topology: Topology, cpu: int) -> frozenset[int]:
@@ -277,6 +316,7 @@ def choose_cpus(
     cpu_sets: Optional[Tuple[frozenset[int], ...]],
     nodes_given: bool,
     wanted: Optional[AbstractSet[int]] = None,
+    priority_cores: bool = False,
 ) -> None:
     """Set each live rank's ``cpus`` (or its ``error``) by ``mode``.
 
@@ -298,4 +338,7 @@ def choose_cpus(
         _mode_exclusive(topology, mode, placed, wanted)
     else:
         for s in placed:
-            (_mode_node if mode is CpuMode.NODE else _mode_socket)(topology, s)
+            if mode is CpuMode.NODE:
+                _mode_node(topology, s, priority_cores)
+            else:
+                _mode_socket(topology, s)

@@ -63,6 +63,10 @@ class Request:
     nprocs_reason: str
     require_node: bool = False
     nprocs_option: str = "nprocs="  # how the user gives the count: "--nprocs" on the command line
+    #: The ranks that run (the job's GPUs on this host, for a framework's
+    #: process); None: every rank.  Only running ranks take a slice of a node.
+    running: Optional[frozenset[int]] = None
+    priority_cores: bool = False
 
 
 def default_nprocs(topology: Topology, lengths: Optional[Dict[str, int]] = None) -> Tuple[int, str]:
@@ -273,6 +277,11 @@ def build_request(topology: Topology, options: Options) -> Request:
             options.cpus, universe=topology.online_cpus, allowed=topology.allowed_cpus
         ),
     )
+    if options.priority_cores and options.cpu_mode in (CpuMode.SOCKET, CpuMode.NONE):
+        raise ConfigError(
+            f"priority_cores applies to mode node (the exclusive modes always give the "
+            f"highest-performance cores out first), not mode {options.cpu_mode.value!r}"
+        )
     if cpu_sets is not None and options.cpu_mode is CpuMode.NONE:
         raise ConfigError("a cpus override contradicts mode 'none' (which leaves CPUs alone)")
     lengths = {
@@ -295,4 +304,5 @@ def build_request(topology: Topology, options: Options) -> Request:
         nprocs_reason=reason,
         require_node=options.require_node,
         nprocs_option=options.spelled("nprocs"),
+        priority_cores=options.priority_cores,
     )

@@ -11,6 +11,14 @@ with a handful of ints.
   differ by at most one (the larger ones first).
 * :func:`exclusive` gives each rank a disjoint slice of whole cores when
   there are enough, else splits SMT threads, else lets ranks share.
+* :func:`core_perf` gives each core's highest performance (ACPI CPPC), or
+  None when the cores do not differ (or it is unknown): then nothing
+  changes.  Where they differ, :func:`exclusive` deals the cores out
+  highest-performance first, in turn (:func:`by_performance`): every core is
+  still given out, sizes stay balanced within one core, and every rank gets
+  an equal share (within one core) of the cores at or above any performance
+  level, so each rank holds priority cores to run its busiest thread on.
+  :func:`fastest` is the top level alone (mode ``node``'s ``priority_cores``).
 * :func:`l3_groups` groups cores by shared last-level cache;
   :func:`core_complex` gives ranks whole groups when there are enough, else
   seats ranks per group by core count (:func:`dhondt`) and slices each
@@ -23,7 +31,21 @@ from typing import AbstractSet, Callable, Dict, Iterable, List, Optional, Tuple
 
 from ..errors import format_ids
 
-__all__ = ["balanced", "core_complex", "cores", "dhondt", "exclusive", "l3_groups", "union"]
+__all__ = [
+    "balanced",
+    "by_performance",
+    "core_complex",
+    "core_perf",
+    "cores",
+    "dhondt",
+    "exclusive",
+    "fastest",
+    "l3_groups",
+    "levels",
+    "union",
+]
+
+PerfOf = Callable[[int], Optional[int]]  # a CPU's highest performance, None when unknown
 
 Slices = Tuple[List[frozenset[int]], List[str], bool]  # per-rank CPUs, notes, shared cores
 
@@ -70,14 +92,69 @@ def _sizes(count: int, parts: int) -> str:
     return "/".join(map(str, sorted({b - a for a, b in balanced(count, parts)}, reverse=True)))
 
 
+def core_perf(core_list: List[frozenset[int]], perf_of: Optional[PerfOf]) -> Optional[List[int]]:
+    """Each core's highest performance (its best CPU's); None unless known for all and unequal."""
+    if perf_of is None:
+        return None
+    out: List[int] = []
+    for core in core_list:
+        values = [perf_of(cpu) for cpu in core]
+        known = [v for v in values if v is not None]
+        if len(known) != len(values):
+            return None
+        out.append(max(known))
+    return out if len(set(out)) > 1 else None
+
+
+def by_performance(
+    core_list: List[frozenset[int]], perfs: List[int], ranks: int
+) -> List[frozenset[int]]:
+    """Deal whole cores to ``ranks`` in turn, highest performance first (ties: core order).
+
+    Rank ``r`` gets the cores at positions ``r, r + ranks, ...`` of that
+    order: the sizes are :func:`balanced`'s (the larger ones first), and any
+    run of the order -- the cores at or above a performance level -- is
+    shared out within one core.
+    """
+    order = sorted(range(len(core_list)), key=lambda i: (-perfs[i], i))
+    return [union(core_list[i] for i in order[r::ranks]) for r in range(ranks)]
+
+
+def fastest(core_list: List[frozenset[int]], perfs: List[int]) -> List[frozenset[int]]:
+    """The cores with the highest performance of ``perfs`` (one per core)."""
+    top = max(perfs)
+    return [core for core, perf in zip(core_list, perfs) if perf == top]
+
+
+def levels(perfs: List[int]) -> str:
+    """``3800 (8 cores), 3400 (40 cores)``: the performance levels, highest first."""
+    counts: Dict[int, int] = {}
+    for perf in perfs:
+        counts[perf] = counts.get(perf, 0) + 1
+    return ", ".join(f"{p} ({counts[p]} core(s))" for p in sorted(counts, reverse=True))
+
+
 def exclusive(
-    core_list: List[frozenset[int]], ranks: int, where: str
+    core_list: List[frozenset[int]],
+    ranks: int,
+    where: str,
+    perf_of: Optional[PerfOf] = None,
 ) -> Tuple[List[frozenset[int]], str, bool]:
     """Split cores among ``ranks``: disjoint whole cores when there are enough.
 
     Returns the per-rank CPU sets, a note saying how, and whether ranks
-    share physical cores.
+    share physical cores.  ``perf_of``: where the cores differ in it, they
+    are dealt out highest-performance first (:func:`by_performance`).
     """
+    perfs = core_perf(core_list, perf_of) if len(core_list) >= ranks else None
+    if perfs is not None:
+        slices = by_performance(core_list, perfs, ranks)
+        note = (
+            f"{where}: {len(core_list)} allowed cores differ in highest performance (CPPC "
+            f"highest_perf {levels(perfs)}): the {ranks} rank(s) take the highest-performance "
+            f"cores first, in turn, {_sizes(len(core_list), ranks)} whole core(s) each"
+        )
+        return slices, note, False
     if len(core_list) >= ranks:
         slices = [union(core_list[a:b]) for a, b in balanced(len(core_list), ranks)]
         note = (
@@ -129,14 +206,17 @@ def core_complex(
     groups: Optional[List[List[frozenset[int]]]],
     ranks: int,
     where: str,
+    perf_of: Optional[PerfOf] = None,
 ) -> Slices:
     """Whole L3 groups per rank when there are enough, else exclusive within groups.
 
     ``groups`` is :func:`l3_groups` of ``core_list``; None falls back to
-    :func:`exclusive` over all the cores.
+    :func:`exclusive` over all the cores.  ``perf_of`` reaches every
+    :func:`exclusive` split (within a group, or without groups); whole groups
+    are given out as they are.
     """
     if groups is None:
-        slices, note, shared = exclusive(core_list, ranks, where)
+        slices, note, shared = exclusive(core_list, ranks, where, perf_of)
         return (
             slices,
             [f"{where}: L3 cache groups unknown; falling back to exclusive", note],
@@ -159,7 +239,9 @@ def core_complex(
     shared = False
     for index, (group, count) in enumerate(zip(groups, seats)):
         if count:
-            part, note, group_shared = exclusive(group, count, f"{where}, L3 group {index}")
+            part, note, group_shared = exclusive(
+                group, count, f"{where}, L3 group {index}", perf_of
+            )
             out.extend(part)
             notes.append(note)
             shared = shared or group_shared

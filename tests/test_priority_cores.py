@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sysfs_tree as tree
-from pynumabind import ConfigError, Options, _environ, _sysfs, planner
+from pynumabind import ConfigError, Options, _environ, discovery, planner
 from pynumabind.cpulist import parse_cpulist
 from pynumabind.model import Topology
 
@@ -26,7 +26,7 @@ PRIORITY = parse_cpulist(next(iter(XEON6["highest_perf"]["cpus"])))
 
 
 def _read(desc: dict, path: Path) -> Topology:
-    return _sysfs.read_topology(str(tree.build_sysfs(desc, path)))
+    return discovery.topology_from_sysfs(str(tree.build_sysfs(desc, path)))
 
 
 @pytest.fixture(scope="module")

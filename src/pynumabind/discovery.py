@@ -85,6 +85,7 @@ import os
 import stat
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
+from . import _forksafe
 from ._visible import apply_visibility
 from .errors import TopologyError, format_ids
 from .model import CpuMode, Detail, Gpu, Topology
@@ -284,6 +285,7 @@ def _with(gpu: Gpu, **changes: Any) -> Gpu:
     return replace(gpu, **changes)
 
 
+@_forksafe.guarded  # it imports and loads on first use (see _forksafe)
 def detect_topology(
     *,
     environ: Optional[Mapping[str, str]] = None,
@@ -352,6 +354,7 @@ def _with_nvml(
     return base.replace(gpus=tuple(gpus), notes=(*notes, *merge_notes)), dict(report.mig_parents)
 
 
+@_forksafe.guarded  # it imports and loads on first use (see _forksafe)
 def topology_from_sysfs(
     root: str = "/sys",
     *,
@@ -378,6 +381,7 @@ def topology_from_sysfs(
     )
 
 
+@_forksafe.guarded  # it imports and loads on first use (see _forksafe)
 def load_topology(path: str) -> Topology:
     """Read a snapshot file written by ``pynumabind snapshot``.
 
@@ -394,6 +398,7 @@ def load_topology(path: str) -> Topology:
         raise TopologyError(f"topology file {path!r}: {exc}") from exc
 
 
+@_forksafe.guarded  # it imports and loads on first use (see _forksafe)
 def process_topology(path: str, environ: Optional[Mapping[str, str]] = None) -> Topology:
     """This process on the machine of snapshot ``path`` (``PYNUMABIND_TOPOLOGY``).
 
@@ -428,6 +433,7 @@ def process_topology(path: str, environ: Optional[Mapping[str, str]] = None) -> 
     return _visible.apply_visibility(live, env)
 
 
+@_forksafe.guarded  # it imports and loads on first use (see _forksafe)
 def resolve_topology(
     *,
     environ: Optional[Mapping[str, str]] = None,

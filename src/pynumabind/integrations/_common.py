@@ -11,6 +11,8 @@ import logging
 import os
 from typing import TYPE_CHECKING, Dict, Mapping, Optional, Sequence, Tuple
 
+from .. import _forksafe
+
 if TYPE_CHECKING:  # pragma: no cover
     from ..binding import Binding
     from ..model import Topology
@@ -29,8 +31,26 @@ log = logging.getLogger("pynumabind.integrations")
 
 #: Where each process's binding is recorded, so a second hook in the same
 #: process (a worker class calling a patched parent, a plugin loaded twice)
-#: does not bind again: GPU indices -> Binding.
+#: does not bind again: GPU indices -> Binding.  Only a binding still in
+#: force in this process is handed back: a restored one binds again, and a
+#: forked child starts with the cache empty (its parent's Binding is not its
+#: own: the journal names the parent's threads and memory policy).
 _BOUND: Dict[Tuple[int, ...], Binding] = {}
+
+
+def _cached(key: Tuple[int, ...]) -> Optional[Binding]:
+    """The binding for ``key`` made in this process and not restored, or None (dropped)."""
+    done = _BOUND.get(key)
+    if done is None:
+        return None
+    journal = done._undo
+    if done.restored or (journal is not None and journal.pid != os.getpid()):
+        _BOUND.pop(key, None)
+        return None
+    return done
+
+
+os.register_at_fork(after_in_child=_BOUND.clear)
 
 
 # ------------------------------------------------------------ versions
@@ -112,6 +132,7 @@ def per_gpu_override(variable: str, environ: Optional[Mapping[str, str]] = None)
 # ------------------------------------------------------------ binding
 
 
+@_forksafe.guarded  # imports, loads the topology, binds (see _forksafe)
 def bind_visible_gpus(
     *,
     what: str = "this process",
@@ -153,6 +174,7 @@ def bind_gpu(
     return bind_gpus([index], what=what, topology=topology, environ=environ)
 
 
+@_forksafe.guarded  # imports, loads the topology, binds (see _forksafe)
 def bind_gpus(
     indices: Sequence[int],
     *,
@@ -165,7 +187,10 @@ def bind_gpus(
     :func:`~pynumabind.bind_current_process` with ``gpus=``: one GPU's
     node, or the union of several GPUs' plans, the per-rank overrides read
     per GPU index (here also in vLLM's space-separated form).
-    ``PYNUMABIND_DISABLE=1`` still turns it into a logged no-op.
+    ``PYNUMABIND_DISABLE=1`` still turns it into a logged no-op.  A binding
+    this process made for the same GPUs and still in force is returned
+    instead of binding again; a restored one, or one made before a fork, is
+    not (see ``_BOUND``).
     """
     from ..binding import bind_current_process
     from ..errors import ConfigError, PlanError
@@ -174,7 +199,7 @@ def bind_gpus(
     key = tuple(sorted(set(indices)))
     if not key:
         raise ConfigError(f"{what}: no GPU to bind to")
-    done = _BOUND.get(key)
+    done = _cached(key)
     if done is not None:
         log.debug("pynumabind: %s already bound to GPU(s) %s", what, _ids(frozenset(key)))
         return done

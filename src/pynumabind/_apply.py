@@ -21,7 +21,11 @@ threadpoolctl's snapshot -> apply -> restore style:
 :meth:`Binding.restore() <pynumabind.binding.Binding.restore>` replays the
 journal.  The journal knows the process (pid) and thread that made it: the
 memory policy is that thread's own, and thread ids mean nothing in another
-process.
+process.  Thread ids mean nothing after the thread is gone either: the
+kernel hands them out again, to any process.  So each thread's start time is
+journalled with its mask, and a thread is changed back only while it is
+still under ``/proc/self/task`` with that start time; the ones that exited
+are left alone and listed (issue 25).
 """
 
 from __future__ import annotations

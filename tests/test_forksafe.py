@@ -6,6 +6,16 @@ the child a hard deadline: a child still running after it is a deadlock.
 Two trials pause the other thread at a known point (an import hook, a bind
 step) so they do not depend on timing; the others race for real at a few
 fixed delays.
+
+Issue 25 added: a fork waiting while the first lock() imports logging must
+print nothing in the parent; and for each public entry point that imports or
+loads (bind, ``integrations.bind_gpu``/``bind_visible_gpus``, the topology
+sources), ``TRIALS`` fresh interpreters whose main thread forks three times
+at random moments of another thread's first call, every child calling the
+same entry point and then binding, each with a deadline: any hang, failed
+call or stray traceback fails.  The default run races each entry point 24
+times (about a minute on a loaded 2-CPU machine);
+``PYNUMABIND_FORK_TRIALS=100`` makes a soak run of it.
 """
 
 from __future__ import annotations
@@ -386,9 +396,7 @@ def test_forks_racing_the_first_call_of_an_entry_point_never_hang_or_print(
     with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
         found = list(pool.map(lambda seed: _trial(entry, seed, snapshot), seeds))
     problems = [problem for trial in found for problem in trial]
-    assert not problems, f"{len(problems)} problem(s) in {TRIALS} trials:\n" + "\n".join(
-        problems
-    )
+    assert not problems, f"{len(problems)} problem(s) in {TRIALS} trials:\n" + "\n".join(problems)
 
 
 def test_only_logging_and_pynumabind_register_fork_handlers_under_the_lock(

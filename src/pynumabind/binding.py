@@ -16,10 +16,13 @@ state, reads it back, and can undo it.  Three rules shape it:
   (``on_error="warn"``, the default: a worker that runs is better than a
   worker that dies), or rolls everything back and raises
   (``on_error="raise"``).  Any other exception, ``KeyboardInterrupt``
-  included, rolls back what was changed before it propagates.  Binds in one
-  process are serialised, a fork waits for a bind in progress (the lock is
-  :mod:`._forksafe`'s), and a bind that leaves the calling thread itself
-  unbound is an error, not a success.
+  included, rolls back what was changed before it propagates.  Binds and
+  restores in one process are serialised, a fork waits for one in progress
+  (the lock is :mod:`._forksafe`'s), and a bind that leaves the calling
+  thread itself unbound is an error, not a success.  A restore changes back
+  only threads still of this process and still the same thread (see
+  :mod:`._apply`): a thread id outlives its thread and may name another
+  process's.
 * **Raw syscalls only.**  libnuma's void setters report errors by printing;
   here every policy change goes through ``set_mempolicy`` and friends, whose
   errno becomes a typed error.

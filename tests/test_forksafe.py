@@ -6,12 +6,29 @@ the child a hard deadline: a child still running after it is a deadlock.
 Two trials pause the other thread at a known point (an import hook, a bind
 step) so they do not depend on timing; the others race for real at a few
 fixed delays.
+
+Issue 25 added: a fork waiting while the first lock() imports logging must
+print nothing in the parent; and for each public entry point that imports or
+loads (bind, ``integrations.bind_gpu``/``bind_visible_gpus``, the topology
+sources), ``TRIALS`` fresh interpreters whose main thread forks three times
+at random moments of another thread's first call, every child calling the
+same entry point and then binding, each with a deadline: any hang, failed
+call or stray traceback fails.  The default run races each entry point 24
+times (about a minute on a loaded 2-CPU machine);
+``PYNUMABIND_FORK_TRIALS=100`` makes a soak run of it.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import json
 import os
-from typing import Callable
+import random
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Callable, List
 
 import pytest
 
@@ -71,3 +88,240 @@ def test_the_fork_lock_module_imports_nothing_of_pynumabind() -> None:
     assert _package_imports("_forksafe") == set()
     assert "_forksafe" in vars(pynumabind)
     assert _forksafe.lock() is _forksafe.lock()
+
+
+# --------------------------------------------- issue 25: every entry point, random timing
+
+
+def test_a_fork_waiting_for_the_first_lock_prints_no_traceback() -> None:
+    # The first lock() imports logging (issue 14: a bare import does not)
+    # while holding the lock.  A fork that waits meanwhile saw logging's fork
+    # handlers registered after its "before" list was taken, so logging's
+    # "after" handler released a lock never taken and printed
+    # "RuntimeError: cannot release un-acquired lock" in the parent.  The
+    # import of logging is held for 0.3 s, so the fork surely waits.
+    source = HARNESS.format(tests=TESTS_DIR) + textwrap.dedent(
+        """
+        import pynumabind
+        assert "logging" not in sys.modules, "logging was loaded before the race"
+        parent = os.getpid()
+        paused = threading.Event()
+
+        class Pause:
+            def find_spec(self, name, path=None, target=None):
+                if name == "logging" and os.getpid() == parent and not paused.is_set():
+                    paused.set()
+                    time.sleep(0.3)
+                return None
+
+        sys.meta_path.insert(0, Pause())
+        bind = lambda: pynumabind.bind_current_process(0, nprocs=1, environ={})
+        thread = threading.Thread(target=bind)
+        thread.start()
+        paused.wait()
+        pid = os.fork()
+        if pid == 0:
+            code = 3
+            try:
+                code = 0 if bind().plan is not None else 4
+            finally:
+                os._exit(code)
+        thread.join()
+        import logging
+        logging.getLogger("after").warning("logging still works in the parent")
+        print(await_child(pid))
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
+    env.pop("LOCAL_RANK", None)
+    done = subprocess.run(
+        [sys.executable, "-c", source], capture_output=True, text=True, env=env, timeout=90
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "exit 0"
+    assert done.stderr.strip() == "logging still works in the parent", done.stderr
+
+
+# One trial: a fresh interpreter, a thread making the process's first call of
+# one entry point, and FORKS forks from the main thread at random moments of
+# it; each child calls the same entry point, then binds.  Prints one JSON line.
+TRIAL = """
+import json, os, random, signal, sys, threading, time
+signal.alarm(120)
+entry, seed, snapshot = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+forks, span = int(sys.argv[4]), float(sys.argv[5])
+random.seed(seed)
+delays = sorted(random.uniform(0.0, span) for _ in range(forks))
+import pynumabind
+from pynumabind import integrations  # the caller's own import: before the race
+GPUS = {"PYNUMABIND_TOPOLOGY": snapshot, "CUDA_VISIBLE_DEVICES": "0,1"}
+if entry == "bind":
+    bind = pynumabind.bind_current_process
+    call = lambda: bind(0, nprocs=1, environ={})
+elif entry == "bind_gpu":
+    call = lambda: integrations.bind_gpu(0, what="trial", environ=GPUS)
+elif entry == "bind_visible_gpus":
+    call = lambda: integrations.bind_visible_gpus(environ=GPUS)
+elif entry == "detect_topology":
+    detect = pynumabind.detect_topology
+    call = lambda: detect()
+elif entry == "resolve_topology":
+    resolve = pynumabind.resolve_topology
+    call = lambda: resolve(environ=GPUS)
+elif entry == "load_topology":
+    load = pynumabind.load_topology
+    call = lambda: load(snapshot)
+else:
+    raise SystemExit("unknown entry " + entry)
+outcome = {}
+def first_call():
+    try:
+        call()
+        outcome["thread"] = "ok"
+    except BaseException as exc:
+        outcome["thread"] = repr(exc)
+thread = threading.Thread(target=first_call)
+start = time.monotonic()
+thread.start()
+children, waits = [], []
+for delay in delays:
+    time.sleep(max(0.0, start + delay - time.monotonic()))
+    before = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        code = 3
+        try:
+            call()
+            code = 0 if pynumabind.bind_current_process(0, nprocs=1, environ={}).plan else 4
+        finally:
+            os._exit(code)
+    waits.append(round(time.monotonic() - before, 3))
+    children.append(pid)
+verdicts = []
+for pid in children:
+    deadline = time.monotonic() + 15.0
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            verdicts.append("exit %d" % os.waitstatus_to_exitcode(status))
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            verdicts.append("DEADLOCK")
+            break
+        time.sleep(0.01)
+thread.join(15.0)
+print(json.dumps({"thread": outcome.get("thread", "HUNG"), "children": verdicts,
+                  "fork_waits": waits, "delays": [round(d, 3) for d in delays]}))
+"""
+
+ENTRY_POINTS = (
+    "bind",
+    "bind_gpu",
+    "bind_visible_gpus",
+    "detect_topology",
+    "resolve_topology",
+    "load_topology",
+)
+#: Trials per entry point; PYNUMABIND_FORK_TRIALS raises it for a soak run.
+TRIALS = int(os.environ.get("PYNUMABIND_FORK_TRIALS", "8"))
+FORKS_PER_TRIAL = 3
+SPAN = 0.6  # seconds: about a first call's length here (imports, libnuma, detection)
+STRAY = ("Traceback", "Exception ignored", "RuntimeError")
+
+
+def _trial(entry: str, seed: int, snapshot: str) -> List[str]:
+    """Problems seen in one trial: hangs, stray tracebacks, failed calls; [] when clean."""
+    argv = [sys.executable, "-c", TRIAL, entry, str(seed), snapshot]
+    argv += [str(FORKS_PER_TRIAL), str(SPAN)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
+    env.pop("LOCAL_RANK", None)
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=150)
+    except subprocess.TimeoutExpired:
+        return [f"{entry} seed {seed}: the trial itself hung"]
+    problems = []
+    if done.returncode != 0:
+        problems.append(f"{entry} seed {seed}: rc {done.returncode}: {done.stderr[-400:]}")
+        return problems
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if result["thread"] != "ok":
+        problems.append(f"{entry} seed {seed}: the first call: {result['thread']}")
+    for delay, verdict in zip(result["delays"], result["children"]):
+        if verdict != "exit 0":
+            problems.append(f"{entry} seed {seed}: child forked at {delay} s: {verdict}")
+    slow = [w for w in result["fork_waits"] if w >= _forksafe.FORK_WAIT * 0.9]
+    if slow:
+        problems.append(f"{entry} seed {seed}: a fork waited out FORK_WAIT ({slow})")
+    if any(word in done.stderr for word in STRAY):
+        problems.append(f"{entry} seed {seed}: stray output: {done.stderr[-400:]}")
+    return problems
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_forks_racing_the_first_call_of_an_entry_point_never_hang_or_print(
+    entry: str, tmp_path: Path
+) -> None:
+    # Issue 25: bind_gpu/bind_gpus/bind_visible_gpus and the topology loaders
+    # imported and loaded outside the fork lock (a child forked meanwhile
+    # hung on an inherited import lock, 10 of 10; detect_topology() from a
+    # thread, 143 of 200), and a fork racing the first bind printed
+    # logging's RuntimeError in the parent.  TRIALS fresh interpreters per
+    # entry point, FORKS_PER_TRIAL forks each at random moments of the first
+    # call; zero hangs and zero stray tracebacks is the only pass.
+    from integrations.helpers import two_node_snapshot
+
+    snapshot = str(two_node_snapshot(tmp_path / "two-node.json"))
+    seeds = [random.randrange(1 << 30) for _ in range(TRIALS)]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
+        found = list(pool.map(lambda seed: _trial(entry, seed, snapshot), seeds))
+    problems = [problem for trial in found for problem in trial]
+    assert not problems, f"{len(problems)} problem(s) in {TRIALS} trials:\n" + "\n".join(problems)
+
+
+def test_only_logging_and_pynumabind_register_fork_handlers_under_the_lock(
+    tmp_path: Path,
+) -> None:
+    # What a module registers with os.register_at_fork while a fork waits on
+    # the lock runs unbalanced (see _forksafe).  Every registration made
+    # from a bare import through the first call of each entry point is
+    # recorded with the module that made it; only logging's (balanced by
+    # _forksafe) and pynumabind's own may pair a "before" with an "after".
+    from integrations.helpers import two_node_snapshot
+
+    snapshot = str(two_node_snapshot(tmp_path / "two-node.json"))
+    verdict = _run(
+        f"""
+        import json
+        made = []
+        real = os.register_at_fork
+
+        def recording(**handlers):
+            caller = sys._getframe(1).f_globals.get("__name__", "?")
+            made.append([caller, sorted(handlers)])
+            return real(**handlers)
+
+        os.register_at_fork = recording
+        import pynumabind
+        from pynumabind import integrations
+        gpus = {{"PYNUMABIND_TOPOLOGY": {snapshot!r}, "CUDA_VISIBLE_DEVICES": "0,1"}}
+        pynumabind.detect_topology()
+        pynumabind.load_topology({snapshot!r})
+        pynumabind.resolve_topology(environ=gpus)
+        integrations.gate("PYNUMABIND_VLLM", {{}})
+        binding = integrations.bind_gpu(0, what="t", environ=gpus)
+        binding.verify()
+        binding.restore()
+        integrations.bind_visible_gpus(environ=gpus).restore()
+        pynumabind.bind_current_process(0, nprocs=1, environ={{}}).restore()
+        print(json.dumps(made))
+        """
+    )
+    made = json.loads(verdict)
+    paired = [
+        [module, kinds]
+        for module, kinds in made
+        if kinds != ["after_in_child"] and not module.startswith("pynumabind")
+    ]
+    assert paired == [["logging", ["after_in_child", "after_in_parent", "before"]]], made

@@ -21,12 +21,17 @@ threadpoolctl's snapshot -> apply -> restore style:
 :meth:`Binding.restore() <pynumabind.binding.Binding.restore>` replays the
 journal.  The journal knows the process (pid) and thread that made it: the
 memory policy is that thread's own, and thread ids mean nothing in another
-process.
+process.  Thread ids mean nothing after the thread is gone either: the
+kernel hands them out again, to any process.  So each thread's start time is
+journalled with its mask, and a thread is changed back only while it is
+still under ``/proc/self/task`` with that start time; the ones that exited
+are left alone and listed (issue 25).
 """
 
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import threading
 import weakref
@@ -51,6 +56,7 @@ __all__ = [
     "PolicyUndo",
     "Skipped",
     "ThreadChurn",
+    "ThreadMasks",
     "allowed_mems_for",
     "bind_cpus",
     "cpu_error",
@@ -110,36 +116,89 @@ _CHURN_FIX = (
 # ------------------------------------------------------------------ journal
 
 
+class ThreadMasks(Dict[int, "frozenset[int]"]):
+    """tid -> mask before the bind, filled by :func:`._threads.bind_threads`; and start times.
+
+    ``bind_threads`` sets an entry just before it changes that thread's
+    mask; setting it first reads the thread's start time
+    (:func:`._proc.thread_start_time`) into :attr:`starts`.  A tid and its
+    start time name one thread: an id the kernel hands out again, to a
+    thread of ours or of another process, comes with another start time,
+    or is no longer under ``/proc/self/task``.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.starts: Dict[int, Optional[int]] = {}
+
+    def __setitem__(self, tid: int, mask: frozenset[int]) -> None:
+        if tid not in self.starts:
+            self.starts[tid] = _proc.thread_start_time(tid)
+        super().__setitem__(tid, mask)
+
+
 @dataclass(eq=False)
 class CpuUndo:
     """Thread masks to put back.
 
-    ``masks`` (tid -> mask before) is filled by :func:`._threads.bind_threads`
-    before each change.  Threads not in it that were alive before the bind
-    (``existing``) were on the bound CPUs already and stay so; any other
-    thread found on ``bound`` was started after the bind, inherited the
-    bound CPUs, and goes back to ``reference`` (the caller's mask before).
+    ``masks`` (tid -> mask before, with each thread's start time) is filled
+    by :func:`._threads.bind_threads` before each change.  Threads not in
+    it that were alive before the bind (``existing``) were on the bound CPUs
+    already and stay so; any other thread found on ``bound`` was started
+    after the bind, inherited the bound CPUs, and goes back to ``reference``
+    (the caller's mask before).
+
+    Only threads still ours and still the same are changed back: a thread
+    whose id is no longer under ``/proc/self/task``, or whose start time
+    differs from the one read when it was bound, has exited (its id may now
+    name another process's thread) and is left alone; :attr:`exited` lists
+    them.
     """
 
     reference: frozenset[int]
     bound: frozenset[int]
     existing: frozenset[int] = frozenset()
-    masks: Dict[int, frozenset[int]] = field(default_factory=dict)
+    masks: ThreadMasks = field(default_factory=ThreadMasks)
+    exited: List[int] = field(default_factory=list)
 
     def undo(self) -> List[str]:
-        masks = dict(self.masks)
+        targets = {tid: (mask, self.masks.starts.get(tid)) for tid, mask in self.masks.items()}
         failures: List[str] = []
         try:
             for tid in _proc.list_thread_ids():
-                if tid in masks or tid in self.existing:
+                if tid in targets or tid in self.existing:
                     continue  # changed by the bind, or on these CPUs before it
                 if _proc.thread_affinity(tid) == self.bound:
-                    masks[tid] = self.reference
+                    targets[tid] = (self.reference, _proc.thread_start_time(tid))
         except PynumabindError as exc:
             failures.append(f"thread scan: {exc}")
-        _, failed = _threads.restore_threads(masks)
+        exited, failed = _restore_same_threads(targets)
+        self.exited = exited
         failures.extend(f"thread {tid} affinity" for tid in failed)
         return failures
+
+
+def _restore_same_threads(
+    targets: Dict[int, Tuple[frozenset[int], Optional[int]]],
+) -> Tuple[List[int], List[int]]:
+    """Put each thread that is still the one recorded back on its mask; (exited, failed) tids.
+
+    The start time is read from ``/proc/self/task/T/stat`` right before the
+    change, so a tid that left this process (ENOENT) or names a newer thread
+    of it (another start time) is skipped.  What is left is the instant
+    between that read and ``sched_setaffinity``: for the id to reach another
+    process then, the kernel would have to hand out every other id first.
+    """
+    exited: List[int] = []
+    failed: List[int] = []
+    for tid, (mask, started) in targets.items():
+        try:
+            now = _proc.thread_start_time(tid)
+            if started is None or now != started or not _proc.set_thread_affinity(tid, mask):
+                exited.append(tid)
+        except PynumabindError:
+            failed.append(tid)
+    return exited, failed
 
 
 @dataclass(eq=False)
@@ -166,7 +225,8 @@ class Journal:
     """Undo records of one bind, newest last; the one mutable part of a Binding.
 
     Journals still in force are kept (weakly, in bind order) in a
-    per-process stack, which defines what restoring one means:
+    per-process stack (:class:`_Stack`), which defines what restoring one
+    means:
 
     * Restores go in the reverse order of the binds.  A binding is refused
       (:class:`BindError`, nothing changed) while a newer one that changed
@@ -177,6 +237,13 @@ class Journal:
     * A journal belongs to the process and thread that made it: in a forked
       child its thread ids name the parent's threads, so restoring there is
       refused; the memory policy can only be put back by its own thread.
+    * Each bind and each restore costs the same however many bindings are in
+      force (issue 25: both were linear in them, so keeping or restoring n
+      bindings was quadratic); see :class:`_Stack`.
+
+    The stack is changed only under the fork lock (:mod:`._forksafe`): by
+    :meth:`add`/:meth:`discard` and rollbacks inside a bind, and by
+    :meth:`restore`, whose callers hold it.
     """
 
     def __init__(self) -> None:
@@ -184,18 +251,21 @@ class Journal:
         self.thread_id = threading.get_native_id()
         self.records: List[UndoRecord] = []
         self.restored = False
+        self.exited: List[int] = []  # threads the rollback left alone: they had exited
         self.lock = threading.Lock()
-        _forget(None)  # drop the journals of bindings nobody holds any more
-        _IN_FORCE.append(weakref.ref(self))
+        self.seq = next(_SEQUENCE)
+        self.ref = _STACK.ref(self)
 
     def add(self, record: UndoRecord) -> None:
         """Record an undo *before* making the change it undoes."""
         self.records.append(record)
+        _STACK.push(self, record)
 
     def discard(self, record: UndoRecord) -> None:
         """Forget a record whose change is known not to have happened."""
         if record in self.records:
             self.records.remove(record)
+            _STACK.drop(self, record)
 
     @property
     def owns_policy(self) -> bool:
@@ -217,9 +287,12 @@ class Journal:
         """Undo every record, newest first, each once; return what failed."""
         failures: List[str] = []
         while self.records:
-            failures.extend(self.records[-1].undo())
+            record = self.records[-1]
+            failures.extend(record.undo())
+            if isinstance(record, CpuUndo):
+                self.exited.extend(t for t in record.exited if t not in self.exited)
             self.records.pop()
-        _forget(self)
+            _STACK.drop(self, record)
         return failures
 
     def restore(self) -> List[str]:
@@ -243,7 +316,7 @@ class Journal:
                 f"restore() must run on thread {self.thread_id}, which bound the memory "
                 f"policy (called from thread {threading.get_native_id()})"
             )
-        newer = _newer_overlapping(self)
+        newer = _STACK.newer_overlapping(self)
         if newer is not None:
             raise BindError(
                 f"a newer binding (made on thread {newer.thread_id}) changed the same "
@@ -253,30 +326,101 @@ class Journal:
             )
 
 
-_IN_FORCE: List[weakref.ref[Journal]] = []  # journals of this process, in bind order
+_SEQUENCE = itertools.count()  # bind order: each journal's ``seq``
 
 
-def _forget(journal: Optional[Journal]) -> None:
-    """Drop ``journal`` and every journal already garbage-collected from the stack."""
-    for ref in list(_IN_FORCE):
-        if ref() is journal or ref() is None:
-            _IN_FORCE.remove(ref)
+class _Stack:
+    """The journals in force in this process, indexed by what they changed.
+
+    ``cpus`` maps ``seq`` -> journal for the journals that changed CPU
+    masks, ``policy`` a thread id -> (``seq`` -> journal) for those that
+    changed that thread's memory policy; dicts keep insertion order, which
+    is bind order, so the newest entry of either is its last, found without
+    a scan, and a journal leaves from anywhere in O(1).  Entries are weak:
+    a binding nobody holds any more cannot be restored and stops counting.
+    Its journal's weakref callback only appends to ``collected`` (it may
+    run in any thread, at any allocation); the next change of the stack,
+    under the fork lock, drops those entries, each once.  So a bind and a
+    restore each cost O(1) amortized, whatever the number of bindings in
+    force.  A forked child starts with an empty stack: its parent's journals
+    are not its own.
+    """
+
+    def __init__(self) -> None:
+        self.cpus: Dict[int, weakref.ref[Journal]] = {}
+        self.policy: Dict[int, Dict[int, weakref.ref[Journal]]] = {}
+        self.collected: List[Tuple[int, int]] = []  # (seq, thread id), from weakref callbacks
+
+    def ref(self, journal: Journal) -> weakref.ref[Journal]:
+        seq, thread = journal.seq, journal.thread_id
+        collected = self.collected
+        return weakref.ref(journal, lambda _ref: collected.append((seq, thread)))
+
+    def push(self, journal: Journal, record: UndoRecord) -> None:
+        self._sweep()
+        if isinstance(record, CpuUndo):
+            self.cpus[journal.seq] = journal.ref
+        else:
+            self.policy.setdefault(journal.thread_id, {})[journal.seq] = journal.ref
+
+    def drop(self, journal: Journal, record: UndoRecord) -> None:
+        """``journal`` no longer holds ``record``'s kind of change (when it holds none)."""
+        self._sweep()
+        if isinstance(record, CpuUndo):
+            if not journal.owns_cpus:
+                self.cpus.pop(journal.seq, None)
+        elif not journal.owns_policy:
+            self._forget_policy(journal.seq, journal.thread_id)
+
+    def newer_overlapping(self, journal: Journal) -> Optional[Journal]:
+        """The newest journal in force, made after ``journal``, that changed the same things."""
+        self._sweep()
+        if journal.owns_cpus:
+            newest = _newest(self.cpus, cpus=True)
+            if newest is not None and newest.seq > journal.seq:
+                return newest
+        if journal.owns_policy:
+            newest = _newest(self.policy.get(journal.thread_id, {}), cpus=False)
+            if newest is not None and newest.seq > journal.seq:
+                return newest
+        return None
+
+    def _forget_policy(self, seq: int, thread: int) -> None:
+        journals = self.policy.get(thread)
+        if journals is not None:
+            journals.pop(seq, None)
+            if not journals:
+                del self.policy[thread]
+
+    def _sweep(self) -> None:
+        """Drop the entries of journals collected since the last change."""
+        while self.collected:
+            seq, thread = self.collected.pop()
+            self.cpus.pop(seq, None)
+            self._forget_policy(seq, thread)
+
+    def clear(self) -> None:
+        """In a forked child: nothing of the parent's is in force here."""
+        self.cpus = {}
+        self.policy = {}
+        self.collected = []
 
 
-def _newer_overlapping(journal: Journal) -> Optional[Journal]:
-    """The newest journal made after ``journal`` that changed the same things."""
-    found: Optional[Journal] = None
-    seen = False
-    for ref in list(_IN_FORCE):
-        other = ref()
-        if other is journal:
-            seen = True
-        elif seen and other is not None and other.records and other.pid == journal.pid:
-            cpus = journal.owns_cpus and other.owns_cpus
-            policy = journal.owns_policy and other.owns_policy
-            if cpus or (policy and other.thread_id == journal.thread_id):
-                found = other
-    return found
+def _newest(journals: Dict[int, weakref.ref[Journal]], *, cpus: bool) -> Optional[Journal]:
+    """The newest journal of ``journals`` still holding that change (CPUs, or a policy).
+
+    Its last entry, but for one just collected or one whose rollback was
+    interrupted between undoing the record and leaving the stack.
+    """
+    for seq in reversed(journals):
+        journal = journals[seq]()
+        if journal is not None and (journal.owns_cpus if cpus else journal.owns_policy):
+            return journal
+    return None
+
+
+_STACK = _Stack()
+os.register_at_fork(after_in_child=_STACK.clear)
 
 
 # -------------------------------------------------------------------- steps

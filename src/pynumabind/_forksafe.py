@@ -32,16 +32,51 @@ The rules:
   never copies a half-done first registration, and once the first handler
   holds the lock it takes it again at once (the lock is reentrant).  Each
   handler counts what it took and the parent releases exactly that.
-* Lazy imports outside both (``discovery`` and ``_sysfs`` importing their
-  helpers on the first direct ``detect_topology()`` call) are not covered.
+* A module imported while a fork waits must not register fork handlers of
+  its own: the fork took its list of *before* handlers when it began, and
+  the *after* ones when the child exists, so a pair registered in between
+  runs only its *after* half -- ``logging``'s releases a lock it never took
+  and prints ``RuntimeError: cannot release un-acquired lock`` in the
+  parent (issue 25).  ``logging``, the one module imported under the lock
+  that registers such a pair, gets its *before* half run here: when
+  :func:`lock` imported ``logging`` while this fork waited (``logging``
+  was not loaded when this module was, is loaded now, and the forking
+  thread does not hold its lock), the waiting handler takes logging's lock
+  for it, which logging's own *after* handlers then release.  Nothing else
+  imported under the lock (pynumabind's own modules, the standard library
+  modules they load, ``cffi`` and ``pynvml``) registers a *before* or
+  *after-in-parent* handler; ``tests/test_forksafe.py`` records every
+  registration made through the public entry points and fails on a new one.
+  A framework's own modules (vLLM, SGLang, torch) are never imported under
+  the lock: they may register such handlers, and making their imports
+  fork-safe is theirs.
+* **Every public entry point that imports or loads holds the lock** for
+  its whole call (:func:`guarded`, or a ``with lock():``): the lazy exports,
+  ``bind_current_process``, ``apply_plan``, ``Binding.verify`` and
+  ``restore``, the topology sources (``detect_topology``,
+  ``topology_from_sysfs``, ``load_topology``, ``resolve_topology``) and the
+  framework helpers (``integrations.bind_gpu``/``bind_gpus``/
+  ``bind_visible_gpus``, ``gate``).  So a fork racing any of them, from any
+  thread, waits for its imports, its libnuma/NVML loading and its changes to
+  the process.  An ``import pynumabind.x`` statement is the caller's own
+  import and, as for any module, is not covered.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import threading
 
-__all__ = ["FORK_WAIT", "lock"]
+# Not ``from typing import TYPE_CHECKING``: a bare ``import pynumabind``
+# loads this module and must not load typing (issue 14).
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any, Callable, TypeVar
+
+    F = TypeVar("F", bound=Callable[..., Any])
+
+__all__ = ["FORK_WAIT", "guarded", "lock"]
 
 #: Longest a fork waits for a bind or import in another thread, in seconds.
 FORK_WAIT = 10.0
@@ -49,6 +84,9 @@ FORK_WAIT = 10.0
 _lock = threading.RLock()
 _held = threading.local()  # per forking thread: how many times its before-fork handlers took it
 _registered = False  # the logging-ordered handler (see the module docstring)
+#: Whether ``logging`` was loaded after this module, so that its fork
+#: handlers run before the one registered below (see :func:`_before_fork_first`).
+_LOGGING_AFTER_US = "logging" not in sys.modules
 
 
 def lock() -> threading.RLock:
@@ -56,6 +94,20 @@ def lock() -> threading.RLock:
     if not _registered:
         _register()
     return _lock
+
+
+def guarded(func: F) -> F:
+    """``func``, called holding :func:`lock`: for a public entry point that imports or loads."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with lock():
+            return func(*args, **kwargs)
+
+    for name in ("__module__", "__name__", "__qualname__", "__doc__"):
+        setattr(call, name, getattr(func, name, None))
+    call.__dict__.update(getattr(func, "__dict__", {}))
+    call.__wrapped__ = func  # type: ignore[attr-defined]  # inspect.signature follows it
+    return call  # type: ignore[return-value]
 
 
 def _register() -> None:
@@ -75,6 +127,34 @@ def _before_fork() -> None:
         _held.count = getattr(_held, "count", 0) + 1
 
 
+def _before_fork_first() -> None:
+    """The handler registered at import: it runs after logging's (when logging came later)."""
+    _before_fork()
+    if _registered and _LOGGING_AFTER_US:
+        _take_logging_lock()
+
+
+def _take_logging_lock() -> None:
+    """Run logging's own *before* half when it was registered while this fork waited.
+
+    logging's handlers were registered after this one (``_LOGGING_AFTER_US``),
+    so had this fork seen them, logging's *before* handler would already
+    have run, and this thread would hold logging's lock.  If it does not,
+    they came too late for the *before* list but will be in the *after*
+    ones, which release the lock: take it, as logging's *before* does.
+    Never raises (an at-fork handler's exception is printed, not raised);
+    when in doubt it takes nothing.
+    """
+    module = sys.modules.get("logging")
+    lock = getattr(module, "_lock", None)
+    owned = getattr(lock, "_is_owned", None)
+    try:
+        if lock is not None and owned is not None and not owned():
+            lock.acquire(timeout=FORK_WAIT)
+    except Exception:  # noqa: S110 - an at-fork handler must not print
+        pass
+
+
 def _after_fork_in_parent() -> None:
     if getattr(_held, "count", 0):
         _held.count -= 1
@@ -88,7 +168,7 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(
-    before=_before_fork,
+    before=_before_fork_first,
     after_in_parent=_after_fork_in_parent,
     after_in_child=_after_fork_in_child,
 )

@@ -16,10 +16,13 @@ state, reads it back, and can undo it.  Three rules shape it:
   (``on_error="warn"``, the default: a worker that runs is better than a
   worker that dies), or rolls everything back and raises
   (``on_error="raise"``).  Any other exception, ``KeyboardInterrupt``
-  included, rolls back what was changed before it propagates.  Binds in one
-  process are serialised, a fork waits for a bind in progress (the lock is
-  :mod:`._forksafe`'s), and a bind that leaves the calling thread itself
-  unbound is an error, not a success.
+  included, rolls back what was changed before it propagates.  Binds and
+  restores in one process are serialised, a fork waits for one in progress
+  (the lock is :mod:`._forksafe`'s), and a bind that leaves the calling
+  thread itself unbound is an error, not a success.  A restore changes back
+  only threads still of this process and still the same thread (see
+  :mod:`._apply`): a thread id outlives its thread and may name another
+  process's.
 * **Raw syscalls only.**  libnuma's void setters report errors by printing;
   here every policy change goes through ``set_mempolicy`` and friends, whose
   errno becomes a typed error.
@@ -151,6 +154,11 @@ class Binding:
     def restored(self) -> bool:
         return self._undo is not None and self._undo.restored
 
+    @property
+    def threads_exited_at_restore(self) -> Tuple[int, ...]:
+        """Bound threads that :meth:`restore` left alone because they had exited."""
+        return () if self._undo is None else tuple(sorted(self._undo.exited))
+
     def summary(self) -> str:
         """The one-line description logged at INFO."""
         if self.disabled or self.plan is None:
@@ -208,6 +216,7 @@ class Binding:
             "notes": list(self.notes),
             "thread_id": self.thread_id,
             "restored": self.restored,
+            "threads_exited_at_restore": list(self.threads_exited_at_restore),
         }
 
     # ------------------------------------------------------------- verify
@@ -220,7 +229,8 @@ class Binding:
         kernel put them; :mod:`._verify` holds the rules.  Memory is checked
         only when called from the binding thread, whose policy it is.
         """
-        return verify_binding(self, pages)
+        with _forksafe.lock():  # it may load libnuma; a fork waits (see _forksafe)
+            return verify_binding(self, pages)
 
     # ------------------------------------------------------------ restore
 
@@ -234,11 +244,27 @@ class Binding:
         changed the same things was restored (a stack; see
         :class:`._apply.Journal`).  Idempotent.  Raises :class:`BindError`
         when refused (nothing changed) or if something could not be put back.
+
+        Only threads still of this process and still the same thread (the
+        start time read when it was bound) are changed back: a bound thread
+        that has exited is left alone -- its id may name another process's
+        thread by now -- and listed in :attr:`threads_exited_at_restore` and
+        the log.  Holds the bind lock: restores and binds are serialised, and
+        a fork waits for a restore in progress.
         """
         journal = self._undo
         if journal is None:
             return
-        failures = journal.restore()
+        with _forksafe.lock():
+            failures = journal.restore()
+        exited = self.threads_exited_at_restore
+        if exited:
+            log.info(
+                "pynumabind: restore left alone %d bound thread(s) that had exited "
+                "(ids %s may name other threads by now)",
+                len(exited),
+                format_ids(frozenset(exited)),
+            )
         if failures:
             raise BindError("could not fully restore the binding: " + "; ".join(failures))
         log.debug("pynumabind: binding restored")
@@ -282,15 +308,17 @@ def apply_plan(plan: Plan, *, migrate: bool = False, on_error: str = "warn") -> 
     _check_on_error(on_error)
     if plan.cpus is not None and not plan.cpus:
         raise PlanError(f"plan for {_who(plan)} has an empty CPU set")
-    request = _apply.policy_request(plan)
-    journal = Journal()
     bind_lock = _forksafe.lock()
+    journal: Optional[Journal] = None
     try:  # outside the lock's with: an interrupt as it releases must roll back too
         with bind_lock:
+            request = _apply.policy_request(plan)  # may load libnuma: under the lock
+            journal = Journal()
             return _apply_steps(plan, request, journal, migrate=migrate, on_error=on_error)
     except BaseException:
-        with bind_lock:
-            journal.rollback()  # never half-bound: whatever was recorded goes back
+        if journal is not None:
+            with bind_lock:
+                journal.rollback()  # never half-bound: whatever was recorded goes back
         raise
 
 
@@ -478,7 +506,8 @@ def bind_current_process(
             binding = apply_plan(plan, migrate=migrate, on_error=on_error)
     except BaseException:
         if binding is not None and binding._undo is not None:  # interrupted as the lock went
-            binding._undo.rollback()
+            with _forksafe.lock():
+                binding._undo.rollback()
         raise
     return binding
 

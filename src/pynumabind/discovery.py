@@ -92,6 +92,7 @@ import os
 import stat
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
+from . import _forksafe
 from ._visible import apply_visibility
 from .errors import TopologyError, format_ids
 from .model import CpuMode, Detail, Gpu, Topology
@@ -296,6 +297,7 @@ def _with(gpu: Gpu, **changes: Any) -> Gpu:
     return replace(gpu, **changes)
 
 
+@_forksafe.guarded  # it imports and loads on first use (see _forksafe)
 def detect_topology(
     *,
     environ: Optional[Mapping[str, str]] = None,
@@ -368,6 +370,7 @@ def _with_nvml(
     return base.replace(gpus=tuple(gpus), notes=(*notes, *merge_notes)), dict(report.mig_parents)
 
 
+@_forksafe.guarded  # it imports and loads on first use (see _forksafe)
 def topology_from_sysfs(
     root: str = "/sys",
     *,
@@ -410,6 +413,7 @@ def topology_from_sysfs(
     return topology
 
 
+@_forksafe.guarded  # it imports and loads on first use (see _forksafe)
 def load_topology(path: str) -> Topology:
     """Read a snapshot file written by ``pynumabind snapshot``.
 
@@ -426,6 +430,7 @@ def load_topology(path: str) -> Topology:
         raise TopologyError(f"topology file {path!r}: {exc}") from exc
 
 
+@_forksafe.guarded  # it imports and loads on first use (see _forksafe)
 def process_topology(
     path: str,
     environ: Optional[Mapping[str, str]] = None,
@@ -468,6 +473,7 @@ def process_topology(
     return _visible.apply_visibility(live, env) if visible_only else live
 
 
+@_forksafe.guarded  # it imports and loads on first use (see _forksafe)
 def resolve_topology(
     *,
     environ: Optional[Mapping[str, str]] = None,

@@ -74,6 +74,7 @@ from __future__ import annotations
 import os
 from typing import Mapping, Optional
 
+from .. import _forksafe
 from ._common import (
     bind_gpu,
     bind_gpus,
@@ -108,7 +109,8 @@ def gate(variable: str, environ: Optional[Mapping[str, str]] = None) -> bool:
     Unset, empty and ``0``/``false``/``no``/``off`` are off; anything else is
     a ConfigError naming the variable.
     """
-    from .._environ import parse_flag
+    with _forksafe.lock():  # a fork waits for this first-use import (see _forksafe)
+        from .._environ import parse_flag
 
     env = os.environ if environ is None else environ
     value = env.get(variable)
@@ -126,7 +128,8 @@ def vllm_plugin() -> None:
     """
     if not gate("PYNUMABIND_VLLM"):
         return
-    from . import vllm
+    with _forksafe.lock():  # ours only; vLLM's own imports (in install) are not
+        from . import vllm
 
     vllm.install()
 
@@ -139,6 +142,7 @@ def sglang_plugin() -> None:
     """
     if not gate("PYNUMABIND_SGLANG"):
         return
-    from . import sglang
+    with _forksafe.lock():  # ours only; SGLang's own imports (in install) are not
+        from . import sglang
 
     sglang.install()

@@ -11,6 +11,8 @@ import logging
 import os
 from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from .. import _forksafe
+
 if TYPE_CHECKING:  # pragma: no cover
     from ..binding import Binding
     from ..model import Topology
@@ -31,8 +33,26 @@ log = logging.getLogger("pynumabind.integrations")
 
 #: Where each process's binding is recorded, so a second hook in the same
 #: process (a worker class calling a patched parent, a plugin loaded twice)
-#: does not bind again: GPU indices -> Binding.
+#: does not bind again: GPU indices -> Binding.  Only a binding still in
+#: force in this process is handed back: a restored one binds again, and a
+#: forked child starts with the cache empty (its parent's Binding is not its
+#: own: the journal names the parent's threads and memory policy).
 _BOUND: Dict[Tuple[int, ...], Binding] = {}
+
+
+def _cached(key: Tuple[int, ...]) -> Optional[Binding]:
+    """The binding for ``key`` made in this process and not restored, or None (dropped)."""
+    done = _BOUND.get(key)
+    if done is None:
+        return None
+    journal = done._undo
+    if done.restored or (journal is not None and journal.pid != os.getpid()):
+        _BOUND.pop(key, None)
+        return None
+    return done
+
+
+os.register_at_fork(after_in_child=_BOUND.clear)
 
 
 # ------------------------------------------------------------ versions
@@ -152,6 +172,7 @@ def per_gpu_override(variable: str, environ: Optional[Mapping[str, str]] = None)
 # ------------------------------------------------------------ binding
 
 
+@_forksafe.guarded  # imports, loads the topology, binds (see _forksafe)
 def bind_visible_gpus(
     *,
     what: str = "this process",
@@ -217,6 +238,7 @@ def _gpu_key(indices: Sequence[int], what: str) -> Tuple[int, ...]:
     return tuple(sorted(set(checked)))
 
 
+@_forksafe.guarded  # imports, loads the topology, binds (see _forksafe)
 def bind_gpus(
     indices: Sequence[int],
     *,
@@ -236,7 +258,10 @@ def bind_gpus(
     as ``gpus=`` is: a ConfigError for anything but a sequence of ints.  The
     launcher's rank and size variables are not read: a framework worker has
     no launcher rank.  ``PYNUMABIND_DISABLE=1`` still turns it into a logged
-    no-op.
+    no-op.  A binding
+    this process made for the same GPUs and still in force is returned
+    instead of binding again; a restored one, or one made before a fork, is
+    not (see ``_BOUND``).
 
     ``local_gpus``: every visible GPU index the framework runs on this host
     (one process per GPU: its ranks), ``indices`` among them.  With it the
@@ -251,7 +276,7 @@ def bind_gpus(
     env = os.environ if environ is None else environ
     # The one check of a GPU list (ConfigError for ['0'], b'\x00', 3 ...).
     key = _gpu_key(indices, what)
-    done = _BOUND.get(key)
+    done = _cached(key)
     if done is not None:
         log.debug("pynumabind: %s already bound to GPU(s) %s", what, _ids(frozenset(key)))
         return done

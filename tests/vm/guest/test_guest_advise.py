@@ -4,7 +4,7 @@ Under TCG the numbers mean nothing (QEMU gives every node the same emulated
 memory), but the shape of the matrix, where each measurement's buffers
 landed (``move_pages`` on the guest kernel) and the verdict are real:
 CPU nodes 0 and 1 x memory nodes 0, 1 and the memory-only node 2, every
-buffer 100% on its node, and "binding makes no measurable difference".
+buffer 100% on its node, and a verdict that follows the rule (see the test).
 """
 
 from __future__ import annotations
@@ -52,14 +52,30 @@ def test_each_measurement_buffer_landed_on_its_memory_node(advice: pynumabind.Ad
             assert cell.placement.pages == {memory_node: cell.placement.checked}
 
 
-def test_verdict_under_tcg_is_no_measurable_difference(advice: pynumabind.Advice) -> None:
+def test_verdict_under_tcg_follows_the_rule(advice: pynumabind.Advice) -> None:
+    """The verdict is the rule's, on this guest's own samples.
+
+    Expected: "no measurable difference" (every node is the same emulated
+    memory).  But TCG's memory backends are separate host mappings, and one
+    run here measured node 1 at 1.49x node 0 from CPU node 0 with every
+    sample separated (noise range 1.16-3.45x), so the verdict is not fixed
+    on TCG.  What is fixed: a difference is called only with every sample of
+    the better placement above every sample of the worse, and otherwise the
+    verdict is the plain sentence.
+    """
     rec = advice.recommendation
     shown = "\n".join(c.text() for c in rec.comparisons)
     assert rec.basis == "measured"
     assert len(rec.comparisons) == 2 * 2  # per CPU node: its best node against the other two
-    assert rec.bind is False, shown
-    assert rec.verdict == NO_DIFFERENCE
     assert any("virtual machine" in note for note in advice.notes)
+    measurable = [c for c in rec.comparisons if c.measurable]
+    if not measurable:
+        assert rec.bind is False, shown
+        assert rec.verdict == NO_DIFFERENCE
+    else:  # a measured difference must reach the recommendation, with its numbers
+        assert rec.verdict != NO_DIFFERENCE, shown
+        for comparison in measurable:
+            assert any(comparison.text() in reason for reason in rec.reasons), shown
 
 
 def test_firmware_slit_is_the_guests(advice: pynumabind.Advice) -> None:

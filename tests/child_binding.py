@@ -543,3 +543,24 @@ def rescan_time_limit() -> Dict[str, Any]:
         "converged": scan.converged,
         "passes": scan.passes,
     }
+
+
+def nobody_holds_leave_no_trace() -> Dict[str, Any]:
+    import gc
+
+    from pynumabind import _apply
+
+    tid = threading.get_native_id()
+    held = apply_plan(plan(cpus=None))
+    for _ in range(1000):
+        apply_plan(plan(cpus=None))
+    gc.collect()
+    last = apply_plan(plan(cpus=None))
+    index = _apply._STACK.policy[tid]
+    assert held._undo is not None and last._undo is not None
+    return {
+        "size": len(index),
+        "held": held._undo.seq in index,
+        "last": last._undo.seq in index,
+        "cpus": len(_apply._STACK.cpus),
+    }

@@ -12,7 +12,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 
 def await_child(pid: int, limit: float = 10.0) -> str:
@@ -134,3 +134,148 @@ def fork_while_a_lock_is_never_released() -> str:
     done.set()
     thread.join()
     return verdict if 0.25 <= waited < 5 else f"fork waited {waited:.2f} s"
+
+
+class _PauseLogging:
+    """A meta-path finder that holds the first import of logging in ``parent`` for 0.3 s."""
+
+    def __init__(self, parent: int, paused: threading.Event) -> None:
+        self.parent, self.paused = parent, paused
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name == "logging" and os.getpid() == self.parent and not self.paused.is_set():
+            self.paused.set()
+            time.sleep(0.3)
+
+
+def fork_waiting_for_the_first_lock() -> str:
+    import pynumabind
+
+    assert "logging" not in sys.modules, "logging was loaded before the race"
+    parent = os.getpid()
+    paused = threading.Event()
+    sys.meta_path.insert(0, _PauseLogging(parent, paused))
+
+    def bind() -> Any:
+        return pynumabind.bind_current_process(0, nprocs=1, environ={})
+
+    thread = threading.Thread(target=bind)
+    thread.start()
+    paused.wait()
+    pid = os.fork()
+    if pid == 0:
+        code = 3
+        try:
+            code = 0 if bind().plan is not None else 4
+        finally:
+            os._exit(code)
+    thread.join()
+    import logging
+
+    logging.getLogger("after").warning("logging still works in the parent")
+    return await_child(pid)
+
+
+def _entry_call(entry: str, snapshot: str) -> Callable[[], Any]:
+    """The first call of one public entry point (the caller's imports done before the race)."""
+    import pynumabind
+    from pynumabind import integrations
+
+    gpus = {"PYNUMABIND_TOPOLOGY": snapshot, "CUDA_VISIBLE_DEVICES": "0,1"}
+    # A lazy export is looked up here, before the race, as a caller would.
+    if entry == "bind":
+        bind = pynumabind.bind_current_process
+        return lambda: bind(0, nprocs=1, environ={})
+    if entry == "bind_gpu":
+        return lambda: integrations.bind_gpu(0, what="trial", environ=gpus)
+    if entry == "bind_visible_gpus":
+        return lambda: integrations.bind_visible_gpus(environ=gpus)
+    if entry == "detect_topology":
+        detect: Callable[[], Any] = pynumabind.detect_topology
+        return detect
+    if entry == "resolve_topology":
+        resolve = pynumabind.resolve_topology
+        return lambda: resolve(environ=gpus)
+    if entry == "load_topology":
+        load = pynumabind.load_topology
+        return lambda: load(snapshot)
+    raise SystemExit("unknown entry " + entry)
+
+
+def _await_all(children: List[int], limit: float) -> List[str]:
+    return [await_child(pid, limit) for pid in children]
+
+
+def fork_trial(entry: str, seed: str, snapshot: str, forks: str, span: str) -> Dict[str, Any]:
+    """One trial: a thread makes the process's first call of ``entry``; the main
+    thread forks ``forks`` times at random moments of it; each child makes the
+    same call, then binds.  Hangs are ``DEADLOCK`` verdicts."""
+    import random
+
+    random.seed(int(seed))
+    delays = sorted(random.uniform(0.0, float(span)) for _ in range(int(forks)))
+    import pynumabind
+
+    call = _entry_call(entry, snapshot)
+    outcome: Dict[str, str] = {}
+
+    def first_call() -> None:
+        try:
+            call()
+            outcome["thread"] = "ok"
+        except BaseException as exc:
+            outcome["thread"] = repr(exc)
+
+    thread = threading.Thread(target=first_call)
+    start = time.monotonic()
+    thread.start()
+    children: List[int] = []
+    waits: List[float] = []
+    for delay in delays:
+        time.sleep(max(0.0, start + delay - time.monotonic()))
+        before = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            code = 3
+            try:
+                call()
+                code = 0 if pynumabind.bind_current_process(0, nprocs=1, environ={}).plan else 4
+            finally:
+                os._exit(code)
+        waits.append(round(time.monotonic() - before, 3))
+        children.append(pid)
+    verdicts = _await_all(children, 15.0)
+    thread.join(15.0)
+    return {
+        "thread": outcome.get("thread", "HUNG"),
+        "children": verdicts,
+        "fork_waits": waits,
+        "delays": [round(d, 3) for d in delays],
+    }
+
+
+def fork_handlers_registered(snapshot: str) -> List[Any]:
+    """Every os.register_at_fork from a bare import through each entry point's first call."""
+    made: List[Any] = []
+    real = os.register_at_fork
+
+    def recording(**handlers: Any) -> None:
+        caller = sys._getframe(1).f_globals.get("__name__", "?")
+        made.append([caller, sorted(handlers)])
+        real(**handlers)
+
+    os.register_at_fork = recording
+    import pynumabind
+    from pynumabind import integrations
+
+    gpus = {"PYNUMABIND_TOPOLOGY": snapshot, "CUDA_VISIBLE_DEVICES": "0,1"}
+    pynumabind.detect_topology()
+    pynumabind.load_topology(snapshot)
+    pynumabind.resolve_topology(environ=gpus)
+    integrations.gate("PYNUMABIND_VLLM", {})
+    binding = integrations.bind_gpu(0, what="t", environ=gpus)
+    binding.verify()
+    binding.restore()
+    integrations.bind_visible_gpus(environ=gpus).restore()
+    pynumabind.bind_current_process(0, nprocs=1, environ={}).restore()
+    return made

@@ -416,21 +416,6 @@ def test_a_rescan_stops_at_its_time_limit() -> None:
 def test_bindings_nobody_holds_leave_no_trace_in_the_restore_stack() -> None:
     # Each journal that changed something enters the stack's index; one whose
     # Binding nobody holds leaves it at the next change of the stack.
-    result, _ = run_child(
-        PLAN
-        + """
-import gc
-from pynumabind import _apply
-tid = threading.get_native_id()
-held = apply_plan(plan(cpus=None))
-for _ in range(1000):
-    apply_plan(plan(cpus=None))
-gc.collect()
-last = apply_plan(plan(cpus=None))
-index = _apply._STACK.policy[tid]
-emit({"size": len(index), "held": held._undo.seq in index, "last": last._undo.seq in index,
-      "cpus": len(_apply._STACK.cpus)})
-"""
-    )
+    result, _ = run_in_child(child_binding.nobody_holds_leave_no_trace)
     assert result["size"] <= 3, result  # held, and at most the last two
     assert result["held"] and result["last"] and result["cpus"] == 0

@@ -25,20 +25,18 @@ import json
 import os
 import random
 import subprocess
-import sys
-import textwrap
 from pathlib import Path
-from typing import Callable, List
+from typing import Any, Callable, List
 
 import pytest
 
 import child_forksafe
 import pynumabind
-from childproc import run_in_child
+from childproc import child_command, run_in_child
 from pynumabind import _forksafe
 
 
-def _run(trial: Callable[..., str], *args: object) -> str:
+def _run(trial: Callable[..., Any], *args: object) -> Any:
     """Run ``trial`` in a fresh interpreter without PYNUMABIND_* or LOCAL_RANK; its verdict."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
     env.pop("LOCAL_RANK", None)
@@ -100,122 +98,19 @@ def test_a_fork_waiting_for_the_first_lock_prints_no_traceback() -> None:
     # "after" handler released a lock never taken and printed
     # "RuntimeError: cannot release un-acquired lock" in the parent.  The
     # import of logging is held for 0.3 s, so the fork surely waits.
-    source = HARNESS.format(tests=TESTS_DIR) + textwrap.dedent(
-        """
-        import pynumabind
-        assert "logging" not in sys.modules, "logging was loaded before the race"
-        parent = os.getpid()
-        paused = threading.Event()
-
-        class Pause:
-            def find_spec(self, name, path=None, target=None):
-                if name == "logging" and os.getpid() == parent and not paused.is_set():
-                    paused.set()
-                    time.sleep(0.3)
-                return None
-
-        sys.meta_path.insert(0, Pause())
-        bind = lambda: pynumabind.bind_current_process(0, nprocs=1, environ={})
-        thread = threading.Thread(target=bind)
-        thread.start()
-        paused.wait()
-        pid = os.fork()
-        if pid == 0:
-            code = 3
-            try:
-                code = 0 if bind().plan is not None else 4
-            finally:
-                os._exit(code)
-        thread.join()
-        import logging
-        logging.getLogger("after").warning("logging still works in the parent")
-        print(await_child(pid))
-        """
-    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
     env.pop("LOCAL_RANK", None)
-    done = subprocess.run(
-        [sys.executable, "-c", source], capture_output=True, text=True, env=env, timeout=90
+    verdict, stderr = run_in_child(
+        child_forksafe.fork_waiting_for_the_first_lock, env=env, timeout=90
     )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip().splitlines()[-1] == "exit 0"
-    assert done.stderr.strip() == "logging still works in the parent", done.stderr
+    assert verdict == "exit 0"
+    assert stderr.strip() == "logging still works in the parent", stderr
 
 
-# One trial: a fresh interpreter, a thread making the process's first call of
-# one entry point, and FORKS forks from the main thread at random moments of
-# it; each child calls the same entry point, then binds.  Prints one JSON line.
-TRIAL = """
-import json, os, random, signal, sys, threading, time
-signal.alarm(120)
-entry, seed, snapshot = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-forks, span = int(sys.argv[4]), float(sys.argv[5])
-random.seed(seed)
-delays = sorted(random.uniform(0.0, span) for _ in range(forks))
-import pynumabind
-from pynumabind import integrations  # the caller's own import: before the race
-GPUS = {"PYNUMABIND_TOPOLOGY": snapshot, "CUDA_VISIBLE_DEVICES": "0,1"}
-if entry == "bind":
-    bind = pynumabind.bind_current_process
-    call = lambda: bind(0, nprocs=1, environ={})
-elif entry == "bind_gpu":
-    call = lambda: integrations.bind_gpu(0, what="trial", environ=GPUS)
-elif entry == "bind_visible_gpus":
-    call = lambda: integrations.bind_visible_gpus(environ=GPUS)
-elif entry == "detect_topology":
-    detect = pynumabind.detect_topology
-    call = lambda: detect()
-elif entry == "resolve_topology":
-    resolve = pynumabind.resolve_topology
-    call = lambda: resolve(environ=GPUS)
-elif entry == "load_topology":
-    load = pynumabind.load_topology
-    call = lambda: load(snapshot)
-else:
-    raise SystemExit("unknown entry " + entry)
-outcome = {}
-def first_call():
-    try:
-        call()
-        outcome["thread"] = "ok"
-    except BaseException as exc:
-        outcome["thread"] = repr(exc)
-thread = threading.Thread(target=first_call)
-start = time.monotonic()
-thread.start()
-children, waits = [], []
-for delay in delays:
-    time.sleep(max(0.0, start + delay - time.monotonic()))
-    before = time.monotonic()
-    pid = os.fork()
-    if pid == 0:
-        code = 3
-        try:
-            call()
-            code = 0 if pynumabind.bind_current_process(0, nprocs=1, environ={}).plan else 4
-        finally:
-            os._exit(code)
-    waits.append(round(time.monotonic() - before, 3))
-    children.append(pid)
-verdicts = []
-for pid in children:
-    deadline = time.monotonic() + 15.0
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            verdicts.append("exit %d" % os.waitstatus_to_exitcode(status))
-            break
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            verdicts.append("DEADLOCK")
-            break
-        time.sleep(0.01)
-thread.join(15.0)
-print(json.dumps({"thread": outcome.get("thread", "HUNG"), "children": verdicts,
-                  "fork_waits": waits, "delays": [round(d, 3) for d in delays]}))
-"""
-
+# One trial (child_forksafe.fork_trial): a fresh interpreter, a thread making
+# the process's first call of one entry point, and FORKS_PER_TRIAL forks from
+# the main thread at random moments of it; each child calls the same entry
+# point, then binds.  It returns its verdicts as one JSON line.
 ENTRY_POINTS = (
     "bind",
     "bind_gpu",
@@ -233,8 +128,9 @@ STRAY = ("Traceback", "Exception ignored", "RuntimeError")
 
 def _trial(entry: str, seed: int, snapshot: str) -> List[str]:
     """Problems seen in one trial: hangs, stray tracebacks, failed calls; [] when clean."""
-    argv = [sys.executable, "-c", TRIAL, entry, str(seed), snapshot]
-    argv += [str(FORKS_PER_TRIAL), str(SPAN)]
+    argv = child_command(
+        child_forksafe.fork_trial, entry, seed, snapshot, FORKS_PER_TRIAL, SPAN, alarm=120
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
     env.pop("LOCAL_RANK", None)
     try:
@@ -291,34 +187,7 @@ def test_only_logging_and_pynumabind_register_fork_handlers_under_the_lock(
     from integrations.helpers import two_node_snapshot
 
     snapshot = str(two_node_snapshot(tmp_path / "two-node.json"))
-    verdict = _run(
-        f"""
-        import json
-        made = []
-        real = os.register_at_fork
-
-        def recording(**handlers):
-            caller = sys._getframe(1).f_globals.get("__name__", "?")
-            made.append([caller, sorted(handlers)])
-            return real(**handlers)
-
-        os.register_at_fork = recording
-        import pynumabind
-        from pynumabind import integrations
-        gpus = {{"PYNUMABIND_TOPOLOGY": {snapshot!r}, "CUDA_VISIBLE_DEVICES": "0,1"}}
-        pynumabind.detect_topology()
-        pynumabind.load_topology({snapshot!r})
-        pynumabind.resolve_topology(environ=gpus)
-        integrations.gate("PYNUMABIND_VLLM", {{}})
-        binding = integrations.bind_gpu(0, what="t", environ=gpus)
-        binding.verify()
-        binding.restore()
-        integrations.bind_visible_gpus(environ=gpus).restore()
-        pynumabind.bind_current_process(0, nprocs=1, environ={{}}).restore()
-        print(json.dumps(made))
-        """
-    )
-    made = json.loads(verdict)
+    made = _run(child_forksafe.fork_handlers_registered, snapshot)
     paired = [
         [module, kinds]
         for module, kinds in made

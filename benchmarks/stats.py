@@ -21,13 +21,9 @@ def quantile(ordered: Sequence[float], q: float) -> float:
         raise ValueError("quantile of no samples")
     if not 0.0 <= q <= 1.0:
         raise ValueError(f"quantile {q} outside [0, 1]")
-    position = (len(ordered) - 1) * q
-    low = math.floor(position)
-    high = math.ceil(position)
-    if low == high:
-        return float(ordered[low])
-    fraction = position - low
-    return float(ordered[low]) * (1.0 - fraction) + float(ordered[high]) * fraction
+    from pynumabind._advice import _quantile  # the package's one interpolation
+
+    return _quantile(ordered, q)
 
 
 @dataclass(frozen=True)

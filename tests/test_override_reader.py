@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -28,6 +27,7 @@ from pynumabind.model import Cpu, Gpu, NumaNode, Topology
 from pynumabind.planner._overrides import parse_cpus_override, parse_nodes_override
 
 sys.path.insert(0, str(Path(__file__).parent / "integrations"))
+from helpers import run_cli as _cli
 from helpers import two_node_snapshot
 
 sys.path.pop(0)
@@ -109,21 +109,6 @@ def test_space_separated_cpus() -> None:
     assert parse_cpus_override("0-3, 5") == (frozenset({0, 1, 2, 3, 5}),)
     plans = plan_all(two_nodes(), cpus="1 0")
     assert [p.cpus for p in plans] == [frozenset({1}), frozenset({0})]
-
-
-def _cli(env: Dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    full = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
-    for name in ("LOCAL_RANK", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"):
-        full.pop(name, None)
-    full.pop("CUDA_VISIBLE_DEVICES", None)
-    full.update(env)
-    return subprocess.run(
-        [sys.executable, "-m", "pynumabind", *args],
-        capture_output=True,
-        text=True,
-        env=full,
-        timeout=120,
-    )
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -25,6 +24,7 @@ from pynumabind.discovery import process_topology, resolve_topology
 from pynumabind.model import SCHEMA_VERSION, Gpu, NumaNode, Topology
 
 sys.path.insert(0, str(Path(__file__).parent / "integrations"))
+from helpers import run_cli as _cli
 from helpers import two_node_snapshot
 
 sys.path.pop(0)
@@ -135,21 +135,6 @@ def test_visibility_field_is_checked() -> None:
     for schema in (3, True, "2"):
         with pytest.raises(TopologyError, match="unsupported topology schema"):
             Topology.from_dict({**good, "schema": schema})
-
-
-def _cli(env: Dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    full = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
-    for name in ("LOCAL_RANK", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"):
-        full.pop(name, None)
-    full.pop("CUDA_VISIBLE_DEVICES", None)
-    full.update(env)
-    return subprocess.run(
-        [sys.executable, "-m", "pynumabind", *args],
-        capture_output=True,
-        text=True,
-        env=full,
-        timeout=120,
-    )
 
 
 @pytest.fixture

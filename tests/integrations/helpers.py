@@ -72,6 +72,26 @@ def require_two_cpus() -> None:
         pytest.skip(f"needs CPUs 0 and 1 allowed (have {sorted(allowed)})")
 
 
+def run_cli(env: Dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    """``python -m pynumabind ARGS`` with ``env`` over a clean environment.
+
+    No ``PYNUMABIND_*``, launcher rank/size or ``CUDA_VISIBLE_DEVICES`` of
+    the test's own environment leaks in; ``env`` adds what the test sets.
+    """
+    full = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
+    for name in ("LOCAL_RANK", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"):
+        full.pop(name, None)
+    full.pop("CUDA_VISIBLE_DEVICES", None)
+    full.update(env)
+    return subprocess.run(
+        [sys.executable, "-m", "pynumabind", *args],
+        capture_output=True,
+        text=True,
+        env=full,
+        timeout=120,
+    )
+
+
 def two_node_snapshot(path: Path, gpu_nodes: Sequence[int] = (0, 1)) -> Path:
     """A two-node machine, GPU 0 on node 0 (CPU 0), GPU 1 on node 1 (CPU 1).
 

@@ -32,11 +32,16 @@ BIND_CALLS = ("apply_plan", "bind_current_process")
 def test_interrupt_at_every_point_of_a_bind_leaves_it_bound_or_untouched(call: str) -> None:
     result, _ = run_in_child(child_interrupts.interrupt_every_point_of_a_bind, call)
     assert result["bad"] == [], result
-    # Every point up to the last one really was interrupted (hundreds of them).
-    assert result["interrupted"] == result["points"] >= 300, result
+    # Every point up to the last one really was interrupted (hundreds of them),
+    # but for a rare one the interpreter swallowed (see child_interrupts.Interrupter).
+    assert result["lost"] == [], result
+    assert result["interrupted"] + result["swallowed"] == result["points"] >= 300, result
+    assert result["swallowed"] <= 2, result
 
 
 def test_interrupted_restore_can_be_finished_by_calling_it_again() -> None:
     result, _ = run_in_child(child_interrupts.interrupt_every_point_of_a_restore)
     assert result["bad"] == [], result
-    assert result["interrupted"] == result["points"] >= 50, result
+    assert result["lost"] == [], result
+    assert result["interrupted"] + result["swallowed"] == result["points"] >= 50, result
+    assert result["swallowed"] <= 2, result

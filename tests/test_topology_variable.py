@@ -185,6 +185,9 @@ def test_cli_plan_and_check_use_the_snapshot_like_their_workers(snapshot: Path) 
         ("0", "0", True),
         ("1", "1", True),
     ]
+    # Each worker's GPU is "gpu", as in plan's JSON (was "device": issue 24, item 1).
+    assert [w["gpu"] for w in workers] == ["0 0000:17:00.0", "1 0000:65:00.0"]
+    assert "device" not in workers[0]
 
 
 def test_cli_topology_flag_wins_over_the_variable(tmp_path: Path, snapshot: Path) -> None:

@@ -72,7 +72,7 @@ class WorkerReport:
 
     rank: int
     ok: bool
-    device: Optional[str] = None
+    gpu: Optional[str] = None  # "INDEX BUS_ID"; None: no GPU
     planned_cpus: str = "-"
     bound_cpus: str = "-"
     planned_mems: str = "-"
@@ -86,7 +86,7 @@ class WorkerReport:
         return {
             "rank": self.rank,
             "ok": self.ok,
-            "device": self.device,
+            "gpu": self.gpu,
             "planned_cpus": self.planned_cpus,
             "bound_cpus": self.bound_cpus,
             "mems": self.planned_mems,
@@ -161,14 +161,14 @@ def check_this_process(
     masks = _proc.thread_status_cpus()
     problems = _completeness_problems(binding) + list(verify.problems)
     problems += _proc_thread_problems(binding, masks)
-    device = None
+    gpu = None
     if plan.gpu is not None:
-        device = f"{plan.gpu.index} {plan.gpu.pci_bus_id}"
+        gpu = f"{plan.gpu.index} {plan.gpu.pci_bus_id}"
     placed = sorted({n for n in verify.page_nodes if n >= 0})
     return WorkerReport(
         rank=rank,
         ok=not problems and verify.ok,
-        device=device,
+        gpu=gpu,
         planned_cpus="unbound" if plan.cpus is None else format_cpulist(plan.cpus),
         bound_cpus=format_cpulist(frozenset().union(*masks.values())),
         planned_mems=format_cpulist(plan.mems),
@@ -202,7 +202,7 @@ def _from_dict(data: Dict[str, Any]) -> WorkerReport:
     return WorkerReport(
         rank=int(data["rank"]),
         ok=bool(data["ok"]),
-        device=data.get("device"),
+        gpu=data.get("gpu"),
         planned_cpus=str(data.get("planned_cpus", "-")),
         bound_cpus=str(data.get("bound_cpus", "-")),
         planned_mems=str(data.get("mems", "-")),

@@ -542,7 +542,7 @@ def _check_rows(report: Any) -> List[List[str]]:
     return [
         [
             str(w.rank),
-            w.device or "none",
+            w.gpu or "none",
             w.planned_cpus,
             w.bound_cpus,
             w.planned_mems or "-",

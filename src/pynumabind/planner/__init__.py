@@ -92,7 +92,7 @@ Modules
 * :mod:`._overrides`: the one parser of the per-rank overrides;
 * :mod:`._request`: options checked against the machine once for all ranks,
   and the one default number of local ranks (:func:`default_nprocs`);
-* :mod:`._place`: each rank's device and node(s), the one owner of GPU
+* :mod:`._place`: each rank's GPU and node(s), the one owner of GPU
   locality;
 * :mod:`._cpus`: the CPUs, one function per mode;
 * :mod:`._sets`: cores, balanced slices, L3 groups and D'Hondt seats, on
@@ -215,7 +215,7 @@ def _finish(topology: Topology, request: Request, state: RankState) -> Union[Pla
     assert mems <= topology.allowed_mems
     return Plan(
         rank=state.rank,
-        gpu=state.device,
+        gpu=state.gpu,
         cpus=state.cpus,
         mems=mems,
         policy=policy,
@@ -242,8 +242,8 @@ def _plan_ranks(
             topology,
             r,
             nprocs=request.nprocs,
-            device=request.rank_gpus[r],
-            explicit_device=request.explicit_gpu[r],
+            gpu=request.rank_gpus[r],
+            explicit_gpu=request.explicit_gpu[r],
             shared_by=shared_by,
             node_set=None if request.node_sets is None else request.node_sets[r],
         )

@@ -83,10 +83,10 @@ def _from_override(
         state.nodes = nodes_of(topology, got)
         state.primary = primary_node(topology, state.nodes, got) if state.nodes else None
         off = state.nodes - gpu_nodes
-        if state.device is not None and gpu_nodes and off:
+        if state.gpu is not None and gpu_nodes and off:
             state.warn(
                 f"cpus override puts rank {state.rank} on node(s) {format_ids(off)}, away from "
-                f"its GPU {state.device.index} ({state.device.pci_bus_id}) on node(s) "
+                f"its GPU {state.gpu.index} ({state.gpu.pci_bus_id}) on node(s) "
                 f"{format_ids(gpu_nodes)}; its memory policy follows the CPUs"
             )
 
@@ -211,7 +211,7 @@ def _slice_keys(
 
 
 def _node_unknown(topology: Topology, state: RankState) -> bool:
-    gpu = state.device
+    gpu = state.gpu
     return gpu is not None and (gpu.numa_node is None or gpu.numa_node not in topology.nodes)
 
 

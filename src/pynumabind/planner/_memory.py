@@ -83,7 +83,7 @@ def _memory_nodes(topology: Topology, state: RankState, base: frozenset[int]) ->
 def _gpu_memory_node(topology: Topology, state: RankState) -> Optional[int]:
     """The GPU's own memory node when it can be added, else None with a warning."""
     gpu_node = state.gpu_memory_node
-    if state.device is None or gpu_node is None:
+    if state.gpu is None or gpu_node is None:
         state.warn("gpu_memory requested but the GPU has no NUMA memory node of its own")
     elif gpu_node not in topology.nodes or not topology.nodes[gpu_node].has_memory:
         state.warn(f"gpu_memory requested but GPU memory node {gpu_node} has no memory here")

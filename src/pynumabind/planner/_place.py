@@ -1,4 +1,4 @@
-"""Where each rank goes: its device and its CPU node(s).
+"""Where each rank goes: its GPU and its CPU node(s).
 
 This module is the one owner of GPU locality.  Discovery records what each
 source said about a GPU (``numa_node`` and its ``source``, ``local_cpus``,
@@ -45,7 +45,7 @@ class RankState:
     """One rank while it is being planned."""
 
     rank: int
-    device: Optional[Gpu] = None
+    gpu: Optional[Gpu] = None
     nodes: frozenset[int] = frozenset()  # CPU placement nodes; empty = unknown
     primary: Optional[int] = None
     derived_multi: bool = False  # nodes came from a GPU affinity spanning nodes
@@ -221,7 +221,7 @@ def require_known_node(topology: Topology, state: RankState) -> None:
             "(require_node=True or PYNUMABIND_REQUIRE_NODE=1)"
         )
         return
-    gpu = state.device
+    gpu = state.gpu
     if gpu is None or (gpu.numa_node is not None and gpu.numa_node in topology.nodes):
         return
     state.error = PlanError(
@@ -244,47 +244,47 @@ def rank_ids(ranks: Iterable[int]) -> str:
     return f"{text[:cut]},... ({len(ids)} ranks)"
 
 
-def sharing_ranks(devices: Tuple[Optional[int], ...]) -> Dict[int, str]:
-    """For each device, the ranks that use it (:func:`rank_ids`), in one pass."""
+def sharing_ranks(gpus: Tuple[Optional[int], ...]) -> Dict[int, str]:
+    """For each GPU index, the ranks that use it (:func:`rank_ids`), in one pass."""
     users: Dict[int, List[int]] = {}
-    for rank, device in enumerate(devices):
-        if device is not None:
-            users.setdefault(device, []).append(rank)
-    return {device: rank_ids(ranks) for device, ranks in users.items()}
+    for rank, gpu in enumerate(gpus):
+        if gpu is not None:
+            users.setdefault(gpu, []).append(rank)
+    return {gpu: rank_ids(ranks) for gpu, ranks in users.items()}
 
 
-def _place_device(
+def _choose_gpu(
     state: RankState,
     topology: Topology,
     *,
-    device: Optional[int],
+    gpu: Optional[int],
     explicit: bool,
     nprocs: int,
     shared_by: Mapping[int, str],
 ) -> None:
-    if device is None:
+    if gpu is None:
         return
     rank = state.rank
-    state.device = topology.gpus[device]
+    state.gpu = topology.gpus[gpu]
     if explicit:
-        state.reasons.append(f"rank {rank} uses GPU {device} (given)")
+        state.reasons.append(f"rank {rank} uses GPU {gpu} (given)")
     elif nprocs > len(topology.gpus):
         state.warn(
-            f"{nprocs} ranks for {len(topology.gpus)} GPUs: devices wrap around "
-            f"(rank % {len(topology.gpus)}); rank {rank} uses GPU {device}, shared by "
-            f"ranks {shared_by[device]}"
+            f"{nprocs} ranks for {len(topology.gpus)} GPUs: GPUs wrap around "
+            f"(rank % {len(topology.gpus)}); rank {rank} uses GPU {gpu}, shared by "
+            f"ranks {shared_by[gpu]}"
         )
     else:
-        state.reasons.append(f"rank {rank} uses GPU {device} (rank order)")
+        state.reasons.append(f"rank {rank} uses GPU {gpu} (rank order)")
 
 
 def _place_on_override(topology: Topology, state: RankState, wanted: frozenset[int]) -> None:
     rank = state.rank
-    if state.device is not None:
+    if state.gpu is not None:
         # Detect only to report the difference and find the GPU's memory
         # node; the detection's own warnings do not apply to an override.
         scratch = RankState(rank=rank)
-        place_gpu(topology, scratch, state.device)
+        place_gpu(topology, scratch, state.gpu)
         state.gpu_memory_node = scratch.gpu_memory_node
         detected = scratch.nodes
         state.reasons.append(
@@ -326,29 +326,29 @@ def place(
     rank: int,
     *,
     nprocs: int,
-    device: Optional[int],
-    explicit_device: bool,
+    gpu: Optional[int],
+    explicit_gpu: bool,
     shared_by: Mapping[int, str],
     node_set: Optional[frozenset[int]],
 ) -> RankState:
-    """Rank ``rank``'s device and CPU node(s): a nodes override, its GPU, or an even spread.
+    """Rank ``rank``'s GPU and CPU node(s): a nodes override, its GPU, or an even spread.
 
-    ``shared_by`` is :func:`sharing_ranks` of every rank's device, computed
+    ``shared_by`` is :func:`sharing_ranks` of every rank's GPU, computed
     once for all ranks.
     """
     state = RankState(rank=rank)
-    _place_device(
+    _choose_gpu(
         state,
         topology,
-        device=device,
-        explicit=explicit_device,
+        gpu=gpu,
+        explicit=explicit_gpu,
         nprocs=nprocs,
         shared_by=shared_by,
     )
     if node_set is not None:
         _place_on_override(topology, state, node_set)
-    elif state.device is not None:
-        place_gpu(topology, state, state.device)
+    elif state.gpu is not None:
+        place_gpu(topology, state, state.gpu)
     else:
         _place_without_gpu(topology, state, nprocs)
     return state

@@ -483,7 +483,7 @@ def test_interleave_nodes_validation() -> None:
         plan(topo, 0, memory="interleave", interleave_nodes="40")
     with pytest.raises(PlanError, match="without memory"):
         plan(topo, 0, memory="interleave", interleave_nodes="3")
-    with pytest.raises(PlanError, match="outside the allowed mems"):
+    with pytest.raises(PlanError, match="outside this process's allowed memory nodes 0-1"):
         plan(gb200_tray(allowed_mems="0-1"), 0, memory="interleave", interleave_nodes="2")
 
 

@@ -186,22 +186,36 @@ def _interleave_nodes(
 def _check_interleave_nodes(topology: Topology, wanted: frozenset[int]) -> None:
     if not wanted:
         raise ConfigError("interleave_nodes names no node")
-    unknown = wanted - frozenset(topology.nodes)
+    check_memory_nodes(topology, wanted, "interleave_nodes")
+
+
+def check_memory_nodes(topology: Topology, nodes: frozenset[int], subject: str) -> None:
+    """Nodes a caller named for memory: each exists, has memory and is allowed.
+
+    The one rule for ``interleave_nodes`` and :func:`pynumabind.bind_memory`'s
+    ``node=`` (``subject`` names which).  A node this machine lacks or one
+    without memory is a wrong id (:class:`UnknownIdError`, a usage error in
+    the CLI); one outside the cpuset's mems is a :class:`PlanError` about
+    where the process runs.
+    """
+    unknown = nodes - frozenset(topology.nodes)
     if unknown:
         raise UnknownIdError(
-            f"interleave_nodes names NUMA node(s) {format_ids(unknown)}, which this machine "
+            f"{subject} names NUMA node(s) {format_ids(unknown)}, which this machine "
             f"does not have (nodes {format_ids(frozenset(topology.nodes))})"
         )
-    memoryless = frozenset(n for n in wanted if not topology.nodes[n].has_memory)
+    memoryless = frozenset(n for n in nodes if not topology.nodes[n].has_memory)
     if memoryless:
+        with_memory = frozenset(n for n, info in topology.nodes.items() if info.has_memory)
         raise UnknownIdError(
-            f"interleave_nodes names node(s) {format_ids(memoryless)} without memory"
+            f"{subject} names node(s) {format_ids(memoryless)} without memory "
+            f"(memory-less CPU nodes); nodes with memory: {format_ids(with_memory)}"
         )
-    outside = wanted - topology.allowed_mems
+    outside = nodes - topology.allowed_mems
     if outside:
         raise PlanError(
-            f"interleave_nodes names node(s) {format_ids(outside)} outside the allowed mems "
-            f"{format_ids(topology.allowed_mems)} (cpuset.mems)"
+            f"{subject} names node(s) {format_ids(outside)} outside this process's allowed "
+            f"memory nodes {format_ids(topology.allowed_mems)} (its cpuset.mems)"
         )
 
 

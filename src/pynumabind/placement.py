@@ -22,7 +22,10 @@ Rules
 id (or a node list, ``"0-1"`` or a set, for ``interleave``); it must exist,
 have memory, and be among the process's allowed memory nodes (its
 ``cpuset.mems``), else :class:`~pynumabind.errors.PlanError` says which rule
-it broke.  ``gpu=i`` (the process's GPU ordinal: ``torch.cuda.current_device()``,
+it broke (:class:`~pynumabind.errors.UnknownIdError`, a PlanError, for a wrong
+id: no such node, or a node without memory; the planner's ``interleave_nodes``
+follows the same rule, written once in ``planner._request.check_memory_nodes``).
+``gpu=i`` (the process's GPU ordinal: ``torch.cuda.current_device()``,
 ``CUDA_VISIBLE_DEVICES`` applied) means *the memory a plan for a rank on GPU
 i binds to*, decided by the planner's one owner of GPU locality
 (:mod:`pynumabind.planner._place`) and its memory rules
@@ -70,7 +73,10 @@ it or says why not: a per-page errno (``EBUSY``: busy or locked in place;
 ``EACCES``: shared; ``ENOMEM``: the node is full; ...), or
 :data:`NOT_MIGRATED` for pages the kernel tried and failed to migrate,
 which it reports only as a count (an extra reference holds them: memory
-pinned by ``cudaHostAlloc``/``cudaHostRegister``, RDMA or io_uring).
+pinned by ``cudaHostAlloc``/``cudaHostRegister``, RDMA or io_uring).  A page
+that was present but is not found after that move (caught mid-migration) is
+asked for again, up to three times; one still not found is reported as
+:data:`VANISHED`, never as "not present" (it was written).
 **Page-locked (pinned) memory cannot be moved**; the result says so and
 points to :func:`memory_on`.  ``mlock`` alone does not prevent migration
 (Linux migrates locked pages); pinning for DMA does.  Both are tested on a
@@ -94,7 +100,8 @@ whole call, so a ``bytearray`` cannot be resized under it.
 page cache, and are no staging buffer).  Both ``node`` and ``gpu``, neither,
 a bad policy name, a zero length: :class:`~pynumabind.errors.ConfigError`.
 A node that does not exist, has no memory or is outside the allowed memory
-nodes, or an unknown GPU: :class:`~pynumabind.errors.PlanError`.  The kernel
+nodes, or an unknown GPU: :class:`~pynumabind.errors.PlanError` (the wrong
+ids among them: its subclass :class:`~pynumabind.errors.UnknownIdError`).  The kernel
 refusing (``EPERM`` under a container's seccomp profile, ``EFAULT`` for an
 address range with an unmapped hole, ``EINVAL``): :class:`PlacementSyscallError`
 (a :class:`~pynumabind.errors.NumaSyscallError`) naming the call, the range,
@@ -133,8 +140,11 @@ from typing import (
 )
 
 from . import _libnuma
-from .errors import ConfigError, NumaSyscallError, PlanError, format_ids
+from .errors import ConfigError, NumaSyscallError, PlanError, UnknownIdError, format_ids
 from .model import CpuMode, MemoryPolicy, Plan
+from .planner._memory import choose_mems
+from .planner._place import RankState, place_gpu
+from .planner._request import check_memory_nodes
 
 if TYPE_CHECKING:  # pragma: no cover
     from .model import Topology
@@ -143,6 +153,7 @@ __all__ = [
     "NOT_ASKED",
     "NOT_MIGRATED",
     "NOT_PRESENT",
+    "VANISHED",
     "MemoryOn",
     "MemoryPlacement",
     "NotABufferError",
@@ -156,6 +167,8 @@ __all__ = [
 NOT_MIGRATED = "not migrated"
 #: Reason for pages left elsewhere because ``move=False``.
 NOT_ASKED = "move=False"
+#: Reason for a page seen present off the nodes, then not found when asked again.
+VANISHED = "vanished"
 #: What a page not yet allocated is (``-ENOENT``), or one backed by the shared zero page.
 NOT_PRESENT = "not present"
 
@@ -167,6 +180,10 @@ REASONS: Mapping[str, str] = {
         "cudaHostRegister, RDMA or io_uring, or in use at that moment)"
     ),
     NOT_ASKED: "left where it was (move=False); pages allocated from now on follow the policy",
+    VANISHED: (
+        "present off the nodes before the move, not present when asked after it, three times "
+        "(in migration at that moment, or freed meanwhile): where it lands is unknown"
+    ),
     "EBUSY": "busy or locked in place at that moment (pinned memory, or under I/O)",
     "EACCES": (
         "shared with another process; moving it needs MPOL_MF_MOVE_ALL and CAP_SYS_NICE, "
@@ -302,46 +319,19 @@ def _parse_nodes(node: Union[int, str, Iterable[int]]) -> frozenset[int]:
         raise ConfigError("node list is empty")
     negative = [n for n in nodes if n < 0]
     if negative:
-        raise PlanError(f"node {min(negative)} does not exist (node ids are >= 0)")
+        raise UnknownIdError(f"node {min(negative)} does not exist (node ids are >= 0)")
     return nodes
-
-
-def _check_nodes(topology: Topology, nodes: frozenset[int]) -> None:
-    """Each node exists, has memory and is allowed; else a PlanError naming the rule."""
-    known = frozenset(topology.nodes)
-    missing = nodes - known
-    if missing:
-        raise PlanError(
-            f"node {format_ids(missing)} does not exist on this machine "
-            f"(its nodes are {format_ids(known)})"
-        )
-    memless = frozenset(n for n in nodes if not topology.nodes[n].has_memory)
-    if memless:
-        raise PlanError(
-            f"node {format_ids(memless)} has no memory (a memory-less CPU node); "
-            "nodes with memory: "
-            f"{format_ids(frozenset(n for n, i in topology.nodes.items() if i.has_memory))}"
-        )
-    outside = nodes - topology.allowed_mems
-    if outside:
-        raise PlanError(
-            f"node {format_ids(outside)} is outside this process's allowed memory nodes "
-            f"{format_ids(topology.allowed_mems)} (its cpuset.mems)"
-        )
 
 
 def _gpu_nodes(
     topology: Topology, gpu: int, policy: MemoryPolicy
 ) -> Tuple[frozenset[int], Tuple[str, ...]]:
     """GPU ``gpu``'s memory nodes by the planner's rules, and its reasons."""
-    from .planner._memory import choose_mems
-    from .planner._place import RankState, place_gpu
-
     gpu = _node_id(gpu, "gpu (a GPU index)")
     count = len(topology.gpus)
     if not 0 <= gpu < count:
         seen = f"GPUs 0-{count - 1}" if count > 1 else ("GPU 0" if count else "no GPU")
-        raise PlanError(f"no GPU {gpu}: this process sees {seen}")
+        raise UnknownIdError(f"no GPU {gpu}: this process sees {seen}")
     chosen = topology.gpus[gpu]
     state = RankState(0, chosen)  # positional: rank, then the rank's GPU
     place_gpu(topology, state, chosen)
@@ -380,7 +370,7 @@ def _target(
     parsed = _parse_policy(policy)
     if node is not None:
         nodes = _parse_nodes(node)
-        _check_nodes(_machine(topology, gpus=False), nodes)
+        check_memory_nodes(_machine(topology, gpus=False), nodes, "node=")
         reasons: Tuple[str, ...] = (f"node {format_ids(nodes)} (given)",)
     else:
         assert gpu is not None
@@ -520,8 +510,8 @@ class MemoryPlacement:
     (``move_pages`` queried after the bind); ``not_present`` the pages not
     yet allocated (or backed by the shared zero page), which will follow the
     policy when first written.  ``not_moved`` maps a reason (an errno name,
-    :data:`NOT_MIGRATED` or :data:`NOT_ASKED`; :data:`REASONS` explains each)
-    to the number of present pages left off ``nodes`` for it.
+    :data:`NOT_MIGRATED`, :data:`NOT_ASKED` or :data:`VANISHED`; :data:`REASONS`
+    explains each) to the number of present pages left off ``nodes`` for it.
     ``pages_per_node`` is ``None`` when the kernel would not say (a seccomp
     profile denying ``move_pages``); ``notes`` then say so.
     """
@@ -641,14 +631,15 @@ def _retry_moves(census: _Census, target: _Target) -> Dict[str, int]:
         said: List[int] = [_libnuma.STATUS_UNWRITTEN] * len(batch)
         if one is not None:
             _, said = _libnuma.move_pages_status(batch, one, _libnuma.MPOL_MF_MOVE)
-        _, now = _libnuma.move_pages_status(batch)
+        now = _where_now(batch)
         for address, answer, where in zip(batch, said, now):
             old = census.stray.pop(address)
             census.counts[old] -= 1
+            if where < 0:  # was present: not "never written", so not counted as not present
+                reasons[VANISHED] += 1
+                continue
             census.counts[where] += 1
             if where in target.nodes:
-                continue
-            if where < 0:  # vanished meanwhile (freed, or mid-migration)
                 continue
             census.stray[address] = where
             if answer < 0 and answer != _libnuma.STATUS_UNWRITTEN:
@@ -656,6 +647,24 @@ def _retry_moves(census: _Census, target: _Target) -> Dict[str, int]:
             else:
                 reasons[NOT_MIGRATED] += 1
     return dict(reasons)
+
+
+def _where_now(addresses: List[int], asks: int = 3) -> List[int]:
+    """Each page's node (``move_pages`` with no target), asking again for pages not found.
+
+    A page caught in migration (its entry briefly a migration entry) reads
+    as not present; asked again, it is found on its new node.  Up to
+    ``asks`` queries in all, each only of the pages still not found.
+    """
+    _, now = _libnuma.move_pages_status(addresses)
+    for _ in range(asks - 1):
+        missing = [i for i, where in enumerate(now) if where < 0]
+        if not missing:
+            break
+        _, again = _libnuma.move_pages_status([addresses[i] for i in missing])
+        for i, where in zip(missing, again):
+            now[i] = where
+    return now
 
 
 def _report(span: _Span, start: int, length: int, target: _Target, move: bool) -> MemoryPlacement:

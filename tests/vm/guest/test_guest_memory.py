@@ -372,10 +372,15 @@ def test_nodes_outside_cpuset_mems_are_refused_by_name(mems0_cgroup: Path) -> No
     for key in ("bind", "memory_on"):
         kind, _err, message = report[key]
         assert kind == "PlanError", report
-        assert "node 1 is outside this process's allowed memory nodes 0" in message
+        assert "node= names node(s) 1 outside this process's allowed memory nodes 0" in message
     kind, err, message = report["kernel"]  # the check passed on a false topology: the kernel says
     assert (kind, err) == ("PlacementSyscallError", errno.EINVAL), report
     assert "allowed memory nodes" in message
     within = report["within"]  # a bytearray is not page-aligned: 2 or 3 pages, all on node 0
-    assert within["pages_per_node"] == {"0": within["pages"]} and within["complete"]
+    # All on node 0, but for a page caught mid-migration when asked (seen once under load:
+    # it used to be miscounted as "not present"); such a page is reported as "vanished".
+    vanished = within["not_moved"].get("vanished", 0)
+    assert set(within["not_moved"]) <= {"vanished"} and vanished <= 1, within
+    assert within["pages_per_node"] == {"0": within["pages"] - vanished}, within
+    assert within["not_present"] == 0, within
     assert report["policy"] == "MPOL_DEFAULT"

@@ -11,13 +11,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Dict, List, Mapping
 
-from pynumabind._sysfs import _l3_of, _Reader
+from pynumabind._sysfs import SysfsReader, _l3_of
 from pynumabind.errors import format_ids
 from pynumabind.model import Cpu
 
 
 def read_cpus_per_cpu(
-    sysfs: _Reader, online: frozenset[int], node_of: Mapping[int, int], notes: List[str]
+    sysfs: SysfsReader, online: frozenset[int], node_of: Mapping[int, int], notes: List[str]
 ) -> Dict[int, Cpu]:
     cpus: Dict[int, Cpu] = {}
     no_topology: List[int] = []

@@ -152,7 +152,7 @@ def _count(reads: List[str], root: str, detail: Detail) -> int:
 
 def _both_reads(root: str) -> Tuple[Any, Any]:
     """(CPUs, notes) from the grouped full read and from the per-CPU oracle."""
-    reader = _sysfs._Reader(root)
+    reader = _sysfs.SysfsReader(root)
     online = _sysfs._online_cpus(reader, [])
     layout = _sysfs.read_layout(root, detail=Detail.NODES)
     node_of = {cpu: n.id for n in layout.nodes.values() for cpu in n.cpus}

@@ -216,9 +216,9 @@ def llc_bytes(cpus: Sequence[int], sysfs_root: str = "/sys") -> Optional[int]:
     (``cpuN/cache/indexM/{level,type,size,shared_cpu_list}``); caches shared
     by several of ``cpus`` count once.
     """
-    from ._sysfs import _Reader
+    from ._sysfs import SysfsReader
 
-    reader = _Reader(sysfs_root)
+    reader = SysfsReader(sysfs_root)
     covered: set[int] = set()
     total = 0
     for cpu in sorted(cpus):
@@ -596,11 +596,11 @@ def measure_memory(
 
 def firmware(topology: Topology, sysfs_root: str = "/sys") -> Firmware:
     """SLIT from the topology, HMAT from ``nodeN/accessK/initiators`` where the kernel shows it."""
-    from ._sysfs import _Reader
+    from ._sysfs import SysfsReader
 
     nodes = tuple(sorted(topology.nodes))
     distances = tuple(tuple(topology.distance(a, b) for b in nodes) for a in nodes)
-    reader = _Reader(sysfs_root)
+    reader = SysfsReader(sysfs_root)
     entries: List[HmatEntry] = []
     for node in nodes:
         for access in (0, 1):

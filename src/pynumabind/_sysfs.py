@@ -73,8 +73,12 @@ def normalize_bus_id(bus_id: str) -> str:
 # ------------------------------------------------------------- file access
 
 
-class _Reader:
-    """File access relative to a sysfs root, with errors that name the file."""
+class SysfsReader:
+    """File access relative to a sysfs root, with errors that name the file.
+
+    The one sysfs file reader of the package: discovery here, and the cache
+    and HMAT reads of ``advise`` (:mod:`._measure`).
+    """
 
     def __init__(self, root: str) -> None:
         self.root = root
@@ -146,7 +150,7 @@ def _numbered(names: Iterable[str], prefix: str) -> List[int]:
 # -------------------------------------------------------------------- CPUs
 
 
-def _online_cpus(sysfs: _Reader, notes: List[str]) -> frozenset[int]:
+def _online_cpus(sysfs: SysfsReader, notes: List[str]) -> frozenset[int]:
     online = sysfs.cpulist("devices", "system", "cpu", "online", required=False)
     if online is not None:
         return online
@@ -163,7 +167,7 @@ def _online_cpus(sysfs: _Reader, notes: List[str]) -> frozenset[int]:
 
 
 def _read_cpus(
-    sysfs: _Reader,
+    sysfs: SysfsReader,
     online: frozenset[int],
     node_of: Mapping[int, int],
     detail: Detail,
@@ -231,7 +235,7 @@ _GROUP_LISTS = {
 
 
 def _group_ids(
-    sysfs: _Reader,
+    sysfs: SysfsReader,
     online: frozenset[int],
     name: str,
     no_topology: List[int],
@@ -271,7 +275,7 @@ def _group_ids(
 
 
 def _cores(
-    sysfs: _Reader, online: frozenset[int], no_topology: List[int]
+    sysfs: SysfsReader, online: frozenset[int], no_topology: List[int]
 ) -> Tuple[Dict[int, int], Dict[int, frozenset[int]]]:
     """Each online CPU's core id and SMT siblings, one read per core."""
     core: Dict[int, int] = {}
@@ -293,7 +297,7 @@ def _cores(
 
 
 def _highest_perf(
-    sysfs: _Reader, online: frozenset[int], siblings: Mapping[int, frozenset[int]]
+    sysfs: SysfsReader, online: frozenset[int], siblings: Mapping[int, frozenset[int]]
 ) -> Dict[int, int]:
     """Each online CPU's ACPI CPPC ``highest_perf``, one read per core; empty when absent.
 
@@ -317,7 +321,7 @@ def _highest_perf(
 
 
 def _caches(
-    sysfs: _Reader, online: frozenset[int], no_topology: frozenset[int], no_l3: List[int]
+    sysfs: SysfsReader, online: frozenset[int], no_topology: frozenset[int], no_l3: List[int]
 ) -> Dict[int, frozenset[int]]:
     """Each online CPU's L3 group, one read per group (no caches without ``topology/``)."""
     l3: Dict[int, frozenset[int]] = {}
@@ -331,7 +335,7 @@ def _caches(
 
 
 def _l3_of(
-    sysfs: _Reader, base: Tuple[str, ...], online: frozenset[int], missing: List[int]
+    sysfs: SysfsReader, base: Tuple[str, ...], online: frozenset[int], missing: List[int]
 ) -> frozenset[int]:
     """CPUs sharing this CPU's unified level-3 cache.
 
@@ -360,7 +364,7 @@ def _l3_of(
 # ------------------------------------------------------------------- nodes
 
 
-def _meminfo(sysfs: _Reader, node: int) -> Tuple[Optional[int], Optional[int]]:
+def _meminfo(sysfs: SysfsReader, node: int) -> Tuple[Optional[int], Optional[int]]:
     """(MemTotal, MemFree) in bytes from ``nodeN/meminfo``; None when absent."""
     parts = ("devices", "system", "node", f"node{node}", "meminfo")
     text = sysfs.text(*parts, required=False)
@@ -395,7 +399,7 @@ def _proc_meminfo() -> Tuple[Optional[int], Optional[int]]:
 
 
 def _read_nodes(
-    sysfs: _Reader, online_cpus: frozenset[int], notes: List[str], sizes: bool = True
+    sysfs: SysfsReader, online_cpus: frozenset[int], notes: List[str], sizes: bool = True
 ) -> Dict[int, NumaNode]:
     """The online nodes; ``sizes=False`` skips ``meminfo`` unless ``has_memory`` is missing."""
     base = ("devices", "system", "node")
@@ -434,7 +438,7 @@ def _read_nodes(
     return nodes
 
 
-def _single_node(sysfs: _Reader, online_cpus: frozenset[int], notes: List[str]) -> NumaNode:
+def _single_node(sysfs: SysfsReader, online_cpus: frozenset[int], notes: List[str]) -> NumaNode:
     """The one node 0 of a kernel without NUMA: every online CPU, the machine's memory."""
     notes.append(
         f"{sysfs.path('devices', 'system', 'node')} missing (kernel without NUMA): "
@@ -454,7 +458,7 @@ def _single_node(sysfs: _Reader, online_cpus: frozenset[int], notes: List[str]) 
 
 
 def _distances(
-    sysfs: _Reader, here: Tuple[str, ...], order: List[int], notes: List[str]
+    sysfs: SysfsReader, here: Tuple[str, ...], order: List[int], notes: List[str]
 ) -> Dict[int, int]:
     """A node's ``distance`` row: one value per *online* node, in ascending id order.
 
@@ -605,7 +609,7 @@ def _proc_vendor_slots(vendors: Mapping[int, str]) -> Optional[frozenset[Tuple[i
 
 
 def scan_pci(
-    sysfs: _Reader,
+    sysfs: SysfsReader,
     online_cpus: frozenset[int],
     nodes: Mapping[int, NumaNode],
     vendors: Mapping[int, str],
@@ -635,7 +639,7 @@ def scan_pci(
 
 
 def _pci_function(
-    sysfs: _Reader,
+    sysfs: SysfsReader,
     name: str,
     *,
     online_cpus: frozenset[int],
@@ -792,7 +796,7 @@ def read_layout(
     less of them and no node memory sizes.
     """
     notes: List[str] = []
-    sysfs = _Reader(root)
+    sysfs = SysfsReader(root)
     online = _online_cpus(sysfs, notes)
     if not online:
         raise TopologyError(f"no online CPUs found under {root}")

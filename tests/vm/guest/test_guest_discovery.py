@@ -80,7 +80,7 @@ def test_packages_are_sockets(topology: Topology) -> None:
 
 def test_grouped_cpu_read_equals_the_per_cpu_read_on_a_real_kernel() -> None:
     """A real kernel's group lists (package, die, siblings, L3) agree with each CPU's own files."""
-    reader = _sysfs._Reader("/sys")
+    reader = _sysfs.SysfsReader("/sys")
     online = _sysfs._online_cpus(reader, [])
     layout = _sysfs.read_layout("/sys", detail=Detail.NODES)
     node_of = {cpu: n.id for n in layout.nodes.values() for cpu in n.cpus}

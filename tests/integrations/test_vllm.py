@@ -239,6 +239,39 @@ def test_assigned_gpu_ids_are_read_in_their_own_space(case, monkeypatch) -> None
     assert engine_core_gpus(config, len(visible.split(","))) == expected
 
 
+def test_local_gpus_of_the_exclusive_modes_follow_device_ids(monkeypatch) -> None:
+    # The GPUs a node's workers drive, which the exclusive modes slice the node among,
+    # are the workers' own GPUs: with --device-ids 2,3,5,7 (vLLM's full host list) those
+    # are visible GPUs 2, 3, 5, 7, not 0-3 (before: every worker but GPU 2's and 3's
+    # found itself outside 0-3 and fell back to asking for PYNUMABIND_LOCAL_GPUS).
+    from pynumabind.integrations.vllm import worker_gpu, worker_local_gpus
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    config = parallel_config(tensor_parallel_size=4, distributed_executor_backend="mp")
+    assert worker_local_gpus(config, 3) == [0, 1, 2, 3]  # no list: the logical indices
+    config.assigned_physical_gpu_ids = [2, 3, 5, 7]
+    workers = [worker_gpu(config, rank) for rank in range(4)]
+    assert workers == [2, 3, 5, 7]
+    assert all(worker_local_gpus(config, gpu) == [2, 3, 5, 7] for gpu in workers)
+    assert worker_local_gpus(config, 0) is None  # not one of them
+    # Visible-device order applies as it does to each worker's own GPU.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7,5,3,2")
+    assert worker_local_gpus(config, 0) == [3, 2, 1, 0]
+    # One data-parallel rank's shard: the other ranks' GPUs are unknown here.
+    for local_dp_size in (1, 2):
+        shard = parallel_config(
+            tensor_parallel_size=2,
+            data_parallel_size=2,
+            data_parallel_size_local=local_dp_size,
+            data_parallel_rank_local=1,
+            distributed_executor_backend="mp",
+        )
+        shard.assigned_physical_gpu_ids = [2, 3]
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+        assert [worker_gpu(shard, rank) for rank in range(2)] == [2, 3]
+        assert worker_local_gpus(shard, 2) is None, local_dp_size
+
+
 @pytest.mark.parametrize("assigned", [[0, 1, 2], [5]])
 def test_assigned_gpu_ids_of_another_length_are_a_config_error(assigned, monkeypatch) -> None:
     from pynumabind import ConfigError

@@ -286,14 +286,25 @@ def engine_core_gpus(parallel_config: Any, visible_count: int) -> List[int]:
 def worker_local_gpus(parallel_config: Any, index: int) -> Optional[List[int]]:
     """The GPUs vLLM's workers drive on this host: local TP x PP x local DP (issue 22 item 3).
 
-    The exclusive modes slice a node among them.  ``None`` (the exclusive
-    modes then ask for ``PYNUMABIND_LOCAL_GPUS``) when ``index`` is not
-    among them: the count is not known here.
+    The exclusive modes slice a node among them.  Their logical indices
+    ``0 .. count-1`` go through the same logical-to-visible mapping as each
+    worker's own GPU, so ``--device-ids 2,3,5,7`` gives visible GPUs 2, 3, 5
+    and 7, not 0-3.  ``None`` (the exclusive modes then ask for
+    ``PYNUMABIND_LOCAL_GPUS``) when ``index`` is not among them, or when
+    ``assigned_physical_gpu_ids`` is one data-parallel rank's shard: the
+    other ranks' GPUs are not known here.
     """
     nnodes = max(1, int(getattr(parallel_config, "nnodes_within_dp", 1) or 1))
     per_dp = max(1, int(parallel_config.world_size) // nnodes)
     local_dp = max(1, int(getattr(parallel_config, "data_parallel_size_local", 1) or 1))
-    peers = list(range(per_dp * local_dp))
+    count = per_dp * local_dp
+    assigned = getattr(parallel_config, "assigned_physical_gpu_ids", None)
+    if assigned is not None and len(assigned) < count:
+        return None  # a shard (or a short list, which worker_gpu refuses by name)
+    try:
+        peers = [_visible(parallel_config, logical) for logical in range(count)]
+    except ConfigError:  # a shard that starts past logical 0: the rest are not in it
+        return None
     return peers if index in peers else None
 
 

@@ -33,17 +33,23 @@ pytestmark = pytest.mark.integration
 
 require("sglang", "sglang")
 
+from pynumabind.integrations.sglang import TESTED  # noqa: E402 - after the skip above
+
+OLDEST, NEWEST = (".".join(map(str, end)) for end in TESTED)
+RANGE = f"({OLDEST} to {NEWEST})"
+
 
 def test_tested_version_passes_without_a_word(caplog) -> None:
     from pynumabind.integrations.sglang import check_version
 
+    assert TESTED == ((0, 5, 22), (0, 5, 23))  # the range .ci/install-frameworks installs
     with caplog.at_level(logging.WARNING):
-        check_version("0.5.23")
-        check_version("0.5.23.post1")
+        for version in (OLDEST, NEWEST, f"{NEWEST}.post1", f"{OLDEST}.post2"):
+            check_version(version)
     assert caplog.records == []
 
 
-@pytest.mark.parametrize("version", ["0.5.22", "0.5.30", "0.6.0", "x"])
+@pytest.mark.parametrize("version", ["0.5.21", "0.5.30", "0.6.0", "x"])
 def test_untested_version_with_every_hook_warns_once(version: str, caplog) -> None:
     from pynumabind.integrations.sglang import check_version, missing_hooks
 
@@ -53,7 +59,7 @@ def test_untested_version_with_every_hook_warns_once(version: str, caplog) -> No
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
     assert f"SGLang {version} is outside the range" in warnings[0]
-    assert "(0.5.23 to 0.5.23)" in warnings[0]
+    assert RANGE in warnings[0]
 
 
 def test_untested_version_without_a_hook_is_refused_naming_it() -> None:
@@ -71,7 +77,7 @@ def test_untested_version_without_a_hook_is_refused_naming_it() -> None:
         """
     )
     assert "ConfigError" in result.stdout, result.stdout + result.stderr[-3000:]
-    assert "SGLang 0.6.0 is outside the tested range (0.5.23 to 0.5.23)" in result.stdout
+    assert f"SGLang 0.6.0 is outside the tested range {RANGE}" in result.stdout
     assert "sglang.srt.utils.numa_utils.get_numa_node_if_available" in result.stdout
 
 

@@ -65,7 +65,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: The tested SGLang releases, oldest and newest (both ends run in CI).
-TESTED: Tuple[Tuple[int, ...], Tuple[int, ...]] = ((0, 5, 23), (0, 5, 23))
+TESTED: Tuple[Tuple[int, ...], Tuple[int, ...]] = ((0, 5, 22), (0, 5, 23))
 
 #: The function after which a scheduler process is bound.
 TARGET = "sglang.srt.managers.scheduler.configure_scheduler_process"

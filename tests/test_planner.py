@@ -204,7 +204,7 @@ def test_dgx_a100_core_complex_differs_from_exclusive_with_three_ranks() -> None
     cc = plan_all(topo, mode="core-complex", nodes="3,3,3")
     # 4 groups / 3 ranks = 2/1/1 whole groups.
     assert cpus_of(cc) == ["48-55,176-183", "56-59,184-187", "60-63,188-191"]
-    assert any_reason(cc[0], "4 L3 groups", "2/1 whole group(s)")
+    assert any_reason(cc[0], "4 L3 groups", "2/1 whole groups each")
 
 
 def test_dgx_a100_core_complex_more_ranks_than_groups() -> None:

@@ -55,7 +55,7 @@ def test_balanced_covers_everything_contiguously(count: int, parts: int) -> None
 def test_exclusive_gives_whole_cores_when_there_are_enough() -> None:
     slices, note, shared = exclusive([fs(0, 8), fs(1, 9), fs(2, 10)], 2, "node 0")
     assert slices == [fs(0, 8, 1, 9), fs(2, 10)] and not shared
-    assert note.startswith("node 0: 3 allowed cores split among 2 rank(s), 2/1 whole core(s)")
+    assert note.startswith("node 0: 3 allowed cores split among 2 ranks, 2/1 whole cores each")
 
 
 def test_exclusive_splits_smt_threads_then_shares_cores() -> None:
@@ -90,7 +90,7 @@ def test_core_complex_whole_groups_when_enough() -> None:
     slices, notes, shared = core_complex(union_cores(groups), groups, 2, "n")
     assert slices == [fs(0, 1, 2, 3), fs(4, 5)] and not shared
     assert notes == [
-        "n: 3 L3 groups (0-1, 2-3, 4-5) split among 2 rank(s), 2/1 whole group(s) each"
+        "n: 3 L3 groups (0-1, 2-3, 4-5) split among 2 ranks, 2/1 whole groups each"
     ]
 
 
@@ -99,7 +99,7 @@ def test_core_complex_seats_ranks_by_core_count_then_slices_within_groups() -> N
     slices, notes, shared = core_complex(union_cores(groups), groups, 3, "n")
     assert slices == [fs(0, 1), fs(2, 3), fs(4, 5)] and not shared
     assert "ranks per group 2/1 (by core count)" in notes[0]
-    assert notes[1].startswith("n, L3 group 0: 4 allowed cores split among 2 rank(s)")
+    assert notes[1].startswith("n, L3 group 0: 4 allowed cores split among 2 ranks")
 
 
 def test_core_complex_without_groups_falls_back_to_exclusive() -> None:
@@ -177,8 +177,8 @@ def test_exclusive_deals_priority_cores_out_and_says_so() -> None:
     assert slices == [fs(1, 0, 3, 6), fs(5, 2, 4, 7)] and not shared
     assert note == (
         "node 0: 8 allowed cores differ in highest performance (CPPC highest_perf 46 (2 "
-        "core(s)), 39 (6 core(s))): the 2 rank(s) take the highest-performance cores first, "
-        "in turn, 4 whole core(s) each"
+        "cores), 39 (6 cores)): the 2 ranks take the highest-performance cores first, "
+        "in turn, 4 whole cores each"
     )
 
 

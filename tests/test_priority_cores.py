@@ -79,8 +79,8 @@ def test_node_mode_takes_only_priority_cores_when_asked(xeon6: Topology) -> None
     fast = planner.plan(xeon6, 5, priority_cores=True)
     assert fast.cpus == xeon6.nodes[1].cpus & PRIORITY
     assert fast.reasons[-2] == (
-        "priority_cores: only the highest-performance cores (CPPC highest_perf 46 (8 core(s)), "
-        "39 (56 core(s))): CPUs 67,75,83,91,99,107,115,123,195,203,211,219,227,235,243,251"
+        "priority_cores: only the highest-performance cores (CPPC highest_perf 46 (8 cores), "
+        "39 (56 cores)): CPUs 67,75,83,91,99,107,115,123,195,203,211,219,227,235,243,251"
     )
     assert fast.mems == plain.mems
 

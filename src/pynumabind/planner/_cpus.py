@@ -277,8 +277,9 @@ def _slice_group(
         )
         if shared:
             s.warnings.append(
-                f"{where}: {len(members)} ranks but only {core_count} allowed core(s): "
-                "exclusive slices share physical cores"
+                f"{where}: {len(members)} ranks but only "
+                f"{_sets.counted(core_count, 'allowed core')}: exclusive slices share "
+                "physical cores"
             )
 
 

@@ -92,6 +92,17 @@ def _sizes(count: int, parts: int) -> str:
     return "/".join(map(str, sorted({b - a for a, b in balanced(count, parts)}, reverse=True)))
 
 
+def counted(count: int, noun: str) -> str:
+    """``1 rank``, ``2 ranks``: a count with its noun in the right number."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _each(count: int, parts: int, noun: str) -> str:
+    """``2/1 whole cores each``, ``1 whole core each``: the sizes of a balanced split."""
+    sizes = _sizes(count, parts)
+    return f"{sizes} whole {noun}{'' if sizes == '1' else 's'} each"
+
+
 def core_perf(core_list: List[frozenset[int]], perf_of: Optional[PerfOf]) -> Optional[List[int]]:
     """Each core's highest performance (its best CPU's); None unless known for all and unequal."""
     if perf_of is None:
@@ -131,7 +142,7 @@ def levels(perfs: List[int]) -> str:
     counts: Dict[int, int] = {}
     for perf in perfs:
         counts[perf] = counts.get(perf, 0) + 1
-    return ", ".join(f"{p} ({counts[p]} core(s))" for p in sorted(counts, reverse=True))
+    return ", ".join(f"{p} ({counted(counts[p], 'core')})" for p in sorted(counts, reverse=True))
 
 
 def exclusive(
@@ -151,15 +162,16 @@ def exclusive(
         slices = by_performance(core_list, perfs, ranks)
         note = (
             f"{where}: {len(core_list)} allowed cores differ in highest performance (CPPC "
-            f"highest_perf {levels(perfs)}): the {ranks} rank(s) take the highest-performance "
-            f"cores first, in turn, {_sizes(len(core_list), ranks)} whole core(s) each"
+            f"highest_perf {levels(perfs)}): the {counted(ranks, 'rank')} take the "
+            f"highest-performance cores first, in turn, {_each(len(core_list), ranks, 'core')}"
         )
         return slices, note, False
     if len(core_list) >= ranks:
         slices = [union(core_list[a:b]) for a, b in balanced(len(core_list), ranks)]
         note = (
-            f"{where}: {len(core_list)} allowed cores split among {ranks} rank(s), "
-            f"{_sizes(len(core_list), ranks)} whole core(s) each (SMT siblings kept together)"
+            f"{where}: {counted(len(core_list), 'allowed core')} split among "
+            f"{counted(ranks, 'rank')}, {_each(len(core_list), ranks, 'core')} (SMT siblings "
+            "kept together)"
         )
         return slices, note, False
     threads = [cpu for core in core_list for cpu in sorted(core)]
@@ -226,8 +238,8 @@ def core_complex(
     if len(groups) >= ranks:
         slices = [union(union(g) for g in groups[a:b]) for a, b in balanced(len(groups), ranks)]
         note = (
-            f"{where}: {len(groups)} L3 groups ({described}) split among {ranks} rank(s), "
-            f"{_sizes(len(groups), ranks)} whole group(s) each"
+            f"{where}: {counted(len(groups), 'L3 group')} ({described}) split among "
+            f"{counted(ranks, 'rank')}, {_each(len(groups), ranks, 'group')}"
         )
         return slices, [note], False
     seats = dhondt([len(g) for g in groups], ranks)

@@ -49,7 +49,7 @@ EXIT_USAGE = 2
 EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
 
-JSON_SCHEMA_VERSION = 2  # 2: a plan's "device"/"devices" are "gpu"/"gpus" (issue 24)
+JSON_SCHEMA_VERSION = 2  # 2: "device"/"devices" are "gpu"/"gpus" (plans, check workers; #24)
 
 
 class UsageError(Exception):

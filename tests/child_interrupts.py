@@ -131,48 +131,62 @@ def bind_calls() -> Dict[str, Callable[[], Binding]]:
     }
 
 
+class Tally:
+    """What the runs at points 1..k came to, as the tests read it."""
+
+    def __init__(self) -> None:
+        self.interrupted, self.swallowed = 0, 0
+        self.lost: List[str] = []
+        self.bad: List[int] = []
+
+    def not_raised(self, interrupter: Interrupter) -> None:
+        """The call returned: count a swallowed interrupt, or note a lost one."""
+        self.swallowed += interrupter.swallowed
+        self.lost.extend(filter(None, [interrupter.lost()]))
+
+    def result(self, points: int) -> Dict[str, Any]:
+        return {
+            "points": points,
+            "interrupted": self.interrupted,
+            "swallowed": self.swallowed,
+            "lost": self.lost,
+            "bad": self.bad,
+        }
+
+
 def interrupt_every_point_of_a_bind(call_name: str) -> Dict[str, Any]:
     stop = start_pool()
     call = bind_calls()[call_name]
     baseline = state()
-    bad: List[int] = []
-    lost: List[str] = []
-    interrupted, swallowed, k = 0, 0, 0
+    tally = Tally()
+    k = 0
     while True:
         k += 1
         interrupter = Interrupter(k)
         try:
             binding = interrupter.run(call)
         except KeyboardInterrupt:
-            interrupted += 1
+            tally.interrupted += 1
             if state() != baseline:
-                bad.append(k)
+                tally.bad.append(k)
                 break
             continue
-        swallowed += interrupter.swallowed
-        lost.extend(filter(None, [interrupter.lost()]))
+        tally.not_raised(interrupter)
         bound = state()
         binding.restore()
         if state() != baseline or bound[0][threading.get_native_id()] != [1]:
-            bad.append(k)
+            tally.bad.append(k)
         if not interrupter.fired:
             break
     stop.set()
-    return {
-        "points": k - 1,
-        "interrupted": interrupted,
-        "swallowed": swallowed,
-        "lost": lost,
-        "bad": bad,
-    }
+    return tally.result(k - 1)
 
 
 def interrupt_every_point_of_a_restore() -> Dict[str, Any]:
     stop = start_pool()
     baseline = state()
-    bad: List[int] = []
-    lost: List[str] = []
-    interrupted, swallowed, k = 0, 0, 0
+    tally = Tally()
+    k = 0
     while True:
         k += 1
         binding = apply_plan(PLAN)
@@ -180,21 +194,14 @@ def interrupt_every_point_of_a_restore() -> Dict[str, Any]:
         try:
             interrupter.run(binding.restore)
         except KeyboardInterrupt:
-            interrupted += 1
+            tally.interrupted += 1
             binding.restore()  # finishes what was left
         else:
-            swallowed += interrupter.swallowed
-            lost.extend(filter(None, [interrupter.lost()]))
+            tally.not_raised(interrupter)
         if state() != baseline or not binding.restored:
-            bad.append(k)
+            tally.bad.append(k)
             break
         if not interrupter.fired:
             break
     stop.set()
-    return {
-        "points": k - 1,
-        "interrupted": interrupted,
-        "swallowed": swallowed,
-        "lost": lost,
-        "bad": bad,
-    }
+    return tally.result(k - 1)

@@ -89,9 +89,7 @@ def test_core_complex_whole_groups_when_enough() -> None:
     groups = [[fs(0), fs(1)], [fs(2), fs(3)], [fs(4), fs(5)]]
     slices, notes, shared = core_complex(union_cores(groups), groups, 2, "n")
     assert slices == [fs(0, 1, 2, 3), fs(4, 5)] and not shared
-    assert notes == [
-        "n: 3 L3 groups (0-1, 2-3, 4-5) split among 2 ranks, 2/1 whole groups each"
-    ]
+    assert notes == ["n: 3 L3 groups (0-1, 2-3, 4-5) split among 2 ranks, 2/1 whole groups each"]
 
 
 def test_core_complex_seats_ranks_by_core_count_then_slices_within_groups() -> None:

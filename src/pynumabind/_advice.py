@@ -564,28 +564,11 @@ def decide(
     if min_effect < 0:
         raise ValueError("min_effect must not be negative")
     memory_found = _memory_comparisons(memory, min_effect) if memory is not None else []
-    gpu_advice: List[GpuAdvice] = []
-    gpu_found: List[Comparison] = []
-    for gpu in gpus:
-        advice, found = _gpu_advice(gpu, min_effect)
-        gpu_found += found
-        if advice is not None:
-            gpu_advice.append(advice)
+    gpu_advice, gpu_found = _all_gpu_advice(gpus, min_effect)
     comparisons = tuple(memory_found + gpu_found)
     memory_matters = [c for c in memory_found if c.measurable]
     bound_gpus = [g for g in gpu_advice if g.bind]
     if memory_matters or bound_gpus:
-        reasons = [c.text() for c in memory_matters]
-        reasons += [
-            f"{c.subject}: {c.better} beats the node's own memory, so 'preferred' (local) "
-            "memory is not the fastest here: check the firmware's NUMA settings"
-            for c in memory_matters
-            if c.worse.endswith("(local)")
-        ]
-        for advice in bound_gpus:
-            reasons += list(advice.reasons)
-        if not memory_matters and memory_found:
-            reasons.append("memory bandwidth is the same from every node (within noise)")
         return Recommendation(
             True,
             "node",
@@ -593,7 +576,7 @@ def decide(
             "binding makes a measurable difference here: bind each worker to its GPU's node"
             if bound_gpus
             else "binding makes a measurable difference to memory here: bind to one node",
-            tuple(reasons),
+            _bind_reasons(memory_found, memory_matters, bound_gpus),
             tuple(gpu_advice),
             comparisons,
             "measured",
@@ -618,6 +601,40 @@ def decide(
         "measured",
         min_effect,
     )
+
+
+def _all_gpu_advice(
+    gpus: Sequence[GpuCopies], min_effect: float
+) -> Tuple[List[GpuAdvice], List[Comparison]]:
+    """Each GPU's advice (those with any), and every GPU comparison made."""
+    gpu_advice: List[GpuAdvice] = []
+    gpu_found: List[Comparison] = []
+    for gpu in gpus:
+        advice, found = _gpu_advice(gpu, min_effect)
+        gpu_found += found
+        if advice is not None:
+            gpu_advice.append(advice)
+    return gpu_advice, gpu_found
+
+
+def _bind_reasons(
+    memory_found: List[Comparison],
+    memory_matters: List[Comparison],
+    bound_gpus: List[GpuAdvice],
+) -> Tuple[str, ...]:
+    """The reasons of a recommendation to bind: what was measurable, and what it implies."""
+    reasons = [c.text() for c in memory_matters]
+    reasons += [
+        f"{c.subject}: {c.better} beats the node's own memory, so 'preferred' (local) "
+        "memory is not the fastest here: check the firmware's NUMA settings"
+        for c in memory_matters
+        if c.worse.endswith("(local)")
+    ]
+    for advice in bound_gpus:
+        reasons += list(advice.reasons)
+    if not memory_matters and memory_found:
+        reasons.append("memory bandwidth is the same from every node (within noise)")
+    return tuple(reasons)
 
 
 def _nothing_compared(memory: Optional[MemoryMatrix], gpus: Sequence[GpuCopies]) -> Tuple[str, str]:

@@ -568,17 +568,6 @@ def measure_memory(
     rows = tuple(
         tuple(cells.cell(c, m, overhead) for m in plan.memory_nodes) for c in plan.cpu_nodes
     )
-    method = (
-        f"{size >> 20} MiB source and destination on the memory node, copied with "
-        "ctypes.memmove (GIL released) by threads bound to the CPU node; GB/s counts "
-        "read + write; samples taken round-robin over the cells"
-        + (
-            "; latency: Python pointer chase, one random 4 KiB page per load, the loop's "
-            "own cost subtracted"
-            if settings.latency
-            else ""
-        )
-    )
     return MemoryMatrix(
         tuple(plan.cpu_nodes),
         tuple(plan.memory_nodes),
@@ -586,9 +575,24 @@ def measure_memory(
         buffer_bytes=size,
         llc_bytes=llc,
         latency_overhead=overhead,
-        method=method,
+        method=_method(size, settings.latency),
         notes=tuple(notes),
     )
+
+
+def _method(size: int, latency: bool) -> str:
+    """How the memory matrix was measured, for the report."""
+    text = (
+        f"{size >> 20} MiB source and destination on the memory node, copied with "
+        "ctypes.memmove (GIL released) by threads bound to the CPU node; GB/s counts "
+        "read + write; samples taken round-robin over the cells"
+    )
+    if latency:
+        text += (
+            "; latency: Python pointer chase, one random 4 KiB page per load, the loop's "
+            "own cost subtracted"
+        )
+    return text
 
 
 # ---------------------------------------------------------------- firmware

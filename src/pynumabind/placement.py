@@ -76,7 +76,11 @@ which it reports only as a count (an extra reference holds them: memory
 pinned by ``cudaHostAlloc``/``cudaHostRegister``, RDMA or io_uring).  A page
 that was present but is not found after that move (caught mid-migration) is
 asked for again, up to three times; one still not found is reported as
-:data:`VANISHED`, never as "not present" (it was written).
+:data:`VANISHED`, never as "not present" (it was written).  Likewise, where
+some pages of a range are found and some not, the missing ones are asked for
+twice more (1 ms, then 2 ms later) before they count as not present: a page
+whose transparent huge page is being split, or that the kernel's NUMA
+balancing is migrating, reads as not present for that moment.
 **Page-locked (pinned) memory cannot be moved**; the result says so and
 points to :func:`memory_on`.  ``mlock`` alone does not prevent migration
 (Linux migrates locked pages); pinning for DMA does.  Both are tested on a
@@ -122,6 +126,7 @@ import errno
 import mmap
 import operator
 import threading
+import time
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import (
@@ -617,6 +622,10 @@ def _census(start: int, length: int, nodes: frozenset[int]) -> _Census:
     census = _Census()
     for addresses in _chunks(start, length):
         _, status = _libnuma.move_pages_status(addresses)
+        if any(where >= 0 for where in status) and any(where < 0 for where in status):
+            # Some pages present, some not: the missing ones may be mid-migration
+            # (a chunk with none present is taken as never written, asked once).
+            status = _ask_again(addresses, status)
         census.add(addresses, status, nodes)
     return census
 
@@ -649,18 +658,25 @@ def _retry_moves(census: _Census, target: _Target) -> Dict[str, int]:
     return dict(reasons)
 
 
-def _where_now(addresses: List[int], asks: int = 3) -> List[int]:
-    """Each page's node (``move_pages`` with no target), asking again for pages not found.
-
-    A page caught in migration (its entry briefly a migration entry) reads
-    as not present; asked again, it is found on its new node.  Up to
-    ``asks`` queries in all, each only of the pages still not found.
-    """
+def _where_now(addresses: List[int]) -> List[int]:
+    """Each page's node (``move_pages`` with no target), asking again for pages not found."""
     _, now = _libnuma.move_pages_status(addresses)
-    for _ in range(asks - 1):
+    return _ask_again(addresses, now)
+
+
+def _ask_again(addresses: List[int], now: List[int], asks: int = 2) -> List[int]:
+    """``now`` with the pages not found (negative status) asked for again, ``asks`` times.
+
+    A present page whose entry is briefly a migration entry (caught while
+    the kernel migrates it, or splits the transparent huge page it is part
+    of) reads as not present; asked again a moment later (1 ms, then 2 ms),
+    it is found.  Only the pages still not found are asked for each time.
+    """
+    for attempt in range(1, asks + 1):
         missing = [i for i, where in enumerate(now) if where < 0]
         if not missing:
             break
+        time.sleep(0.001 * attempt)
         _, again = _libnuma.move_pages_status([addresses[i] for i in missing])
         for i, where in zip(missing, again):
             now[i] = where

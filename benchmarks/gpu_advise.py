@@ -5,7 +5,7 @@ One ready script for the day a GPU machine is lent: it runs
 1. ``pynumabind.advise()`` (memory per CPU node x memory node, pinned
    H2D/D2H per GPU x CPU node, firmware tables, the recommendation), and
 2. the GPU copy benchmark: the same pinned copies (the library's own code,
-   :func:`pynumabind._cuda.measure_gpus`) at several sizes, so that
+   :func:`pynumabind.advisor.copies.measure_gpus`) at several sizes, so that
    small-copy overhead and large-copy bandwidth are both on record,
 
 and writes ``gpu-advise.json`` (everything, with machine facts, the
@@ -66,7 +66,8 @@ def _nvidia_smi_topology() -> Optional[str]:
 
 def _copy_benchmark(quick: bool) -> Dict[str, Any]:
     """Pinned copies per GPU x CPU node at several sizes (the library's measurement code)."""
-    from pynumabind import _cuda, discovery
+    from pynumabind import discovery
+    from pynumabind.advisor import copies as _cuda
 
     backend, why = _cuda.find_backend()
     if backend is None:
@@ -146,7 +147,7 @@ def _write(
         written.append(path)
     if advice_document is not None:
         try:
-            from pynumabind._cli_advise import write_plot
+            from pynumabind.cli.advise import write_plot
 
             path = os.path.join(out, "gpu-advise.png")
             write_plot(advice_document, path)
@@ -182,7 +183,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     results["nvidia_smi_topo"] = _step(results, "nvidia-smi", _nvidia_smi_topology)
 
     def run_advise() -> Any:
-        from pynumabind._cli_advise import render_text
+        from pynumabind.cli.advise import render_text
 
         advice = pynumabind.advise(quick=args.quick, progress=lambda line: say(f"  {line}"))
         results["advise_text"] = render_text(advice)

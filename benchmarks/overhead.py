@@ -130,7 +130,7 @@ def startup_commands(numactl: Optional[str], node: int, cpus: str) -> List[Tuple
         ("true", [shutil.which("true") or "/bin/true"]),
         ("python -c pass", [python, "-c", "pass"]),
         ("python -c 'import pynumabind'", [python, "-c", "import pynumabind"]),
-        ("python, raw syscalls via pynumabind._libnuma", [python, "-c", raw]),
+        ("python, raw syscalls via pynumabind._os.libnuma", [python, "-c", raw]),
         (BIND_LABEL, [python, "-c", bind_code()]),
     ]
     if importlib.util.find_spec("pynumabind.__main__") is not None:
@@ -157,7 +157,7 @@ STARTUP_RATIOS: Tuple[Tuple[str, str], ...] = (
     ("numactl python -c pass", "python -c pass"),
     ("sh -c 'exec numactl ... python -c pass'", "python -c pass"),
     ("python -c 'import pynumabind'", "python -c pass"),
-    ("python, raw syscalls via pynumabind._libnuma", "python -c pass"),
+    ("python, raw syscalls via pynumabind._os.libnuma", "python -c pass"),
     (BIND_LABEL, "python -c pass"),
     (BIND_LABEL, "numactl python -c pass"),
     (BIND_LABEL, "sh -c 'exec numactl ... python -c pass'"),

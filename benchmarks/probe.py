@@ -34,8 +34,8 @@ COLD_WATCHED = (
     "json",
     "inspect",
     "dataclasses",
-    "pynumabind._nvml",
-    "pynumabind._kfd",
+    "pynumabind._os.nvml",
+    "pynumabind._os.kfd",
 )
 
 # Modules a worker may or may not have loaded before it imports pynumabind;

@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from pynumabind import _libnuma
+from pynumabind._os import libnuma as _libnuma
 
 POLICIES = {
     "bind": _libnuma.MPOL_BIND,

@@ -8,7 +8,7 @@ from typing import Any, Dict
 
 def bind_and_report(cpu: int, queue: Any) -> None:
     """Bind this worker to ``cpu`` and node 0, then report what the kernel says."""
-    from pynumabind import _libnuma
+    from pynumabind._os import libnuma as _libnuma
     from pynumabind.binding import apply_plan
     from pynumabind.model import MemoryPolicy, Plan
 

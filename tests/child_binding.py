@@ -14,7 +14,9 @@ import time
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from childstate import cpus_allowed, task_cpus, thread_cpus
-from pynumabind import _libnuma, _proc, _threads
+from pynumabind._os import libnuma as _libnuma
+from pynumabind._os import proc as _proc
+from pynumabind._os import threads as _threads
 from pynumabind.binding import apply_plan
 from pynumabind.errors import BindError
 from pynumabind.model import MemoryPolicy, Plan
@@ -367,7 +369,7 @@ def verify_accepts_a_thread_pinned_elsewhere() -> Dict[str, Any]:
 
 
 def empty_id_sets_in_json() -> Dict[str, Any]:
-    from pynumabind import _cli_check
+    from pynumabind.cli import check as _cli_check
     from pynumabind.discovery import detect_topology
 
     b = apply_plan(plan("LOCAL", mems=()))
@@ -548,7 +550,7 @@ def rescan_time_limit() -> Dict[str, Any]:
 def nobody_holds_leave_no_trace() -> Dict[str, Any]:
     import gc
 
-    from pynumabind import _apply
+    from pynumabind.binding import apply as _apply
 
     tid = threading.get_native_id()
     held = apply_plan(plan(cpus=None))

@@ -14,7 +14,7 @@ from typing import Any, Dict
 
 def affinity_and_policy() -> Dict[str, Any]:
     """This process's CPUs and memory policy (after ``pynumabind exec`` bound it)."""
-    from pynumabind import _libnuma
+    from pynumabind._os import libnuma as _libnuma
 
     policy = _libnuma.get_mempolicy()
     return {

@@ -52,7 +52,11 @@ def pynvml_after_importing_discovery() -> list[str]:
     import pynumabind
 
     assert isinstance(pynumabind.Topology, type)
-    from pynumabind import _kfd, _nvml, _sysfs, _visible, discovery
+    from pynumabind import discovery
+    from pynumabind._os import kfd as _kfd
+    from pynumabind._os import nvml as _nvml
+    from pynumabind._os import sysfs as _sysfs
+    from pynumabind.discovery import visible as _visible
 
     assert all(
         m.__name__.startswith("pynumabind.") for m in (discovery, _nvml, _sysfs, _visible, _kfd)

@@ -8,7 +8,8 @@ import threading
 from typing import Any, Dict
 
 from childstate import cpus_allowed, task_cpus
-from pynumabind import _libnuma, _threads
+from pynumabind._os import libnuma as _libnuma
+from pynumabind._os import threads as _threads
 from pynumabind.binding import apply_plan
 from pynumabind.errors import BindError
 from pynumabind.model import MemoryPolicy, Plan

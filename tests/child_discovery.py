@@ -13,7 +13,7 @@ from typing import Any, Dict
 
 def allowed_cpus_after_setaffinity() -> Dict[str, Any]:
     """Load libnuma, then narrow this process to CPU 1, then detect."""
-    from pynumabind import _libnuma
+    from pynumabind._os import libnuma as _libnuma
 
     _libnuma.load()
     from childstate import cpus_allowed

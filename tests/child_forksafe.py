@@ -85,7 +85,7 @@ def fork_racing_the_first_bind(delay: str) -> str:
 
 def fork_during_a_bind() -> str:
     import pynumabind
-    from pynumabind import _apply
+    from pynumabind.binding import apply as _apply
 
     assert callable(pynumabind.bind_current_process)  # imports done: only the bind itself is racing
     inside, forked = threading.Event(), threading.Event()
@@ -111,7 +111,7 @@ def fork_during_a_bind() -> str:
 
 
 def fork_while_a_lock_is_never_released() -> str:
-    from pynumabind import _forksafe
+    from pynumabind._os import forksafe as _forksafe
 
     _forksafe.FORK_WAIT = 0.3
     taken, done = threading.Event(), threading.Event()

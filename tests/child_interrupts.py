@@ -12,7 +12,8 @@ import time
 from types import FrameType
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
-from pynumabind import _libnuma, bind_current_process
+from pynumabind import bind_current_process
+from pynumabind._os import libnuma as _libnuma
 from pynumabind.binding import Binding, apply_plan
 from pynumabind.discovery import detect_topology
 from pynumabind.model import MemoryPolicy, Plan

@@ -10,8 +10,8 @@ import mmap
 from typing import Any, Callable, Dict, List, Tuple
 
 import seccomp_filter
-from pynumabind import _libnuma
-from pynumabind.placement import bind_memory, memory_on
+from pynumabind._os import libnuma as _libnuma
+from pynumabind.binding.placement import bind_memory, memory_on
 
 
 def _filter(denied: str) -> None:

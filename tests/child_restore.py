@@ -14,8 +14,9 @@ import threading
 import time
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional
 
-from pynumabind import _apply, _proc
+from pynumabind._os import proc as _proc
 from pynumabind.binding import Binding, apply_plan
+from pynumabind.binding import apply as _apply
 from pynumabind.model import MemoryPolicy, Plan
 
 

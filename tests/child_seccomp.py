@@ -71,7 +71,7 @@ def bind_under_filter(denied: str, on_error: str, policy: str, migrate: str) -> 
 
 def raise_on_denied_migration() -> Dict[str, Any]:
     seccomp_filter.install((256, 279))
-    from pynumabind import _libnuma
+    from pynumabind._os import libnuma as _libnuma
     from pynumabind.binding import apply_plan
     from pynumabind.errors import BindError
     from pynumabind.model import MemoryPolicy, Plan

@@ -9,7 +9,7 @@ import time
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from childstate import task_cpus
-from pynumabind import _threads
+from pynumabind._os import threads as _threads
 
 
 def name_self(name: str) -> None:

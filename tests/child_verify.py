@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from pynumabind import _cli_check, _libnuma
 from pynumabind import binding as binding_module
+from pynumabind._os import libnuma as _libnuma
+from pynumabind.cli import check as _cli_check
 from pynumabind.discovery import detect_topology
 
 

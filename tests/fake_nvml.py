@@ -2,7 +2,7 @@
 
 ``install_fake_nvml(monkeypatch, desc)`` puts a module object named
 ``pynvml`` into ``sys.modules``.  It implements only the functions
-``pynumabind._nvml`` calls, with the real package's error classes (taken
+``pynumabind._os.nvml`` calls, with the real package's error classes (taken
 from the installed nvidia-ml-py, so ``except pynvml.NVMLError_NotSupported``
 means exactly what it means against a driver) and its return conventions:
 strings as ``str``, affinity masks as sequences of 64-bit words (least

@@ -18,7 +18,7 @@ from typing import Any, Dict, Iterator, List, Optional
 
 from cffi import FFI
 
-from pynumabind._libnuma import words_to_set
+from pynumabind._os.libnuma import words_to_set
 from pynumabind.errors import LibnumaUnavailableError, NumaSyscallError
 
 CDEF = """

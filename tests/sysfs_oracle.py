@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Dict, List, Mapping
 
-from pynumabind._sysfs import SysfsReader, _l3_of
+from pynumabind._os.sysfs import SysfsReader, _l3_of
 from pynumabind.errors import format_ids
 from pynumabind.model import Cpu
 

@@ -1,4 +1,4 @@
-"""The advise decision rule (pynumabind._advice), on recorded and generated matrices.
+"""The advise decision rule (pynumabind.advisor.rule), on recorded and generated matrices.
 
 Recorded matrices are built from published figures (the numbers the issue
 cites); where a source gives one direction or one metric only, the
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pynumabind._advice import (
+from pynumabind.advisor.rule import (
     NO_DIFFERENCE,
     Advice,
     CopyCell,

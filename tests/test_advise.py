@@ -23,8 +23,10 @@ from typing import Dict, Optional
 import pytest
 
 import pynumabind
-from pynumabind import _cuda, _libnuma, _measure
-from pynumabind._advice import NO_DIFFERENCE
+from pynumabind._os import libnuma as _libnuma
+from pynumabind.advisor import copies as _cuda
+from pynumabind.advisor import memory as _measure
+from pynumabind.advisor.rule import NO_DIFFERENCE
 from pynumabind.errors import ConfigError, NumaSyscallError
 from pynumabind.model import NumaNode, Topology
 

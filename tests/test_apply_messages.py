@@ -1,8 +1,8 @@
 """The words of a failed step come from values: ``_apply.fix_for`` and ``cpu_error`` run no syscall.
 
 The facts (this process's allowed memory nodes, its cpuset) are read first,
-by :func:`pynumabind._apply.allowed_mems_for` and the CPU step, through
-:mod:`pynumabind._proc`; the message functions only format what they are
+by :func:`pynumabind.binding.apply.allowed_mems_for` and the CPU step, through
+:mod:`pynumabind._os.proc`; the message functions only format what they are
 given.  Checked by making every reader fail loudly while they run.
 """
 
@@ -12,7 +12,9 @@ import errno
 
 import pytest
 
-from pynumabind import _apply, _libnuma, _proc
+from pynumabind._os import libnuma as _libnuma
+from pynumabind._os import proc as _proc
+from pynumabind.binding import apply as _apply
 from pynumabind.errors import LibnumaUnavailableError, NumaSyscallError
 
 

@@ -241,8 +241,8 @@ def test_bound_worker_reports_its_binding_and_samples() -> None:
 
 
 def _document() -> dict[str, object]:
-    from pynumabind._advice import Advice, MemoryCell, MemoryMatrix, Spread, decide
-    from pynumabind._cli_advise import render_text
+    from pynumabind.advisor.rule import Advice, MemoryCell, MemoryMatrix, Spread, decide
+    from pynumabind.cli.advise import render_text
 
     cell = MemoryCell(Spread.of([10, 11, 12]), Spread.of([90, 100, 110]), None, 2)
     memory = MemoryMatrix((0,), (0,), ((cell,),), buffer_bytes=1 << 20)
@@ -392,7 +392,7 @@ def test_discovery_is_named_in_common_only() -> None:
 
 def test_raw_binder_sets_what_it_is_asked() -> None:
     """The floor really binds (real kernel, real syscalls), and undoes it."""
-    from pynumabind import _libnuma
+    from pynumabind._os import libnuma as _libnuma
 
     original = frozenset(os.sched_getaffinity(0))
     cpu = max(original)

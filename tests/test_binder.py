@@ -15,8 +15,9 @@ import pytest
 import child_binding
 import child_cold
 from childproc import run_in_child
-from pynumabind import _apply, _libnuma
 from pynumabind import binding as binding_module
+from pynumabind._os import libnuma as _libnuma
+from pynumabind.binding import apply as _apply
 from pynumabind.discovery import detect_topology
 from pynumabind.errors import BindError, ConfigError, PlanError
 from pynumabind.model import MemoryPolicy, Plan
@@ -234,7 +235,7 @@ def test_one_info_line_per_bind() -> None:
 
 def test_kernel_refusal_becomes_a_bind_error_naming_cpus(monkeypatch) -> None:
     """How a (real, see test_cpuset) ThreadAffinityError is reported by apply_plan."""
-    from pynumabind import _threads
+    from pynumabind._os import threads as _threads
 
     def refuse(cpus, *, reference=None, max_passes=8, record=None):
         raise _threads.ThreadAffinityError(22, 4242, cpus, (4241,), ())
@@ -290,7 +291,8 @@ def test_bind_current_process_arguments_win_over_environment() -> None:
 )
 def test_bad_environment_overrides_name_their_variable(variables, error, needles) -> None:
     if error is None:  # a valid per-rank form: planned, not applied here
-        from pynumabind import _environ, planner
+        from pynumabind import planner
+        from pynumabind.discovery import environ as _environ
 
         config = _environ.resolve({"LOCAL_RANK": "0", **variables})
         assert planner.plan_for(detect_topology(), config).cpus == frozenset({1})

@@ -17,8 +17,9 @@ import pytest
 import child_cold
 import sysfs_tree as st
 from childproc import run_in_child
-from pynumabind import _sysfs, discovery, planner
 from pynumabind import binding as binding_module
+from pynumabind import discovery, planner
+from pynumabind._os import sysfs as _sysfs
 from pynumabind.cpulist import parse_cpulist
 from pynumabind.errors import PynumabindError, TopologyError
 from pynumabind.model import CpuMode, Detail, Topology
@@ -327,7 +328,7 @@ def test_import_loads_no_pynvml_numpy_json_and_a_bind_no_kfd_nvml_json() -> None
     after_import, after_bind = set(out[0]), set(out[1])
     assert not {"pynvml", "numpy", "json"} & after_import
     assert "pynumabind.binding" in after_bind  # the bind ran
-    assert not {"pynvml", "json", "pynumabind._kfd", "pynumabind._nvml"} & after_bind
+    assert not {"pynvml", "json", "pynumabind._os.kfd", "pynumabind._os.nvml"} & after_bind
 
 
 def test_a_bare_import_loads_neither_typing_nor_logging() -> None:

@@ -37,7 +37,7 @@ import pytest
 import pynumabind
 from integrations.helpers import two_node_snapshot
 from pynumabind import planner
-from pynumabind._options import OptionKeywords
+from pynumabind.options import OptionKeywords
 from recipes import INTEGRATIONS, ROOT
 
 README = ROOT / "README.md"

@@ -1,4 +1,4 @@
-"""Environment rules (``pynumabind._environ``): pure, tested with plain dicts."""
+"""Environment rules (``pynumabind.discovery.environ``): pure, tested with plain dicts."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pynumabind import _environ
-from pynumabind._environ import RANK_VARIABLES, parse_flag, resolve
-from pynumabind._options import Options
+from pynumabind.discovery import environ as _environ
+from pynumabind.discovery.environ import RANK_VARIABLES, parse_flag, resolve
 from pynumabind.errors import ConfigError
 from pynumabind.model import CpuMode, MemoryPolicy
+from pynumabind.options import Options
 
 
 def test_rank_variables_in_order_of_precedence() -> None:

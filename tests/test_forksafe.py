@@ -33,7 +33,7 @@ import pytest
 import child_forksafe
 import pynumabind
 from childproc import child_command, run_in_child
-from pynumabind import _forksafe
+from pynumabind._os import forksafe as _forksafe
 
 
 def _run(trial: Callable[..., Any], *args: object) -> Any:
@@ -83,8 +83,8 @@ def test_the_fork_lock_module_imports_nothing_of_pynumabind() -> None:
     # The package imports it eagerly, before any lazy import: it must stay a leaf.
     from test_layers import _package_imports
 
-    assert _package_imports("_forksafe") == set()
-    assert "_forksafe" in vars(pynumabind)
+    assert _package_imports("_os.forksafe") == set()
+    assert "_os" in vars(pynumabind)
     assert _forksafe.lock() is _forksafe.lock()
 
 

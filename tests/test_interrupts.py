@@ -18,7 +18,7 @@ import pytest
 
 import child_interrupts
 from childproc import run_in_child
-from pynumabind import _libnuma
+from pynumabind._os import libnuma as _libnuma
 
 pytestmark = pytest.mark.skipif(
     len(os.sched_getaffinity(0)) < 2 or 0 not in _libnuma.get_mems_allowed(),

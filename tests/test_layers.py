@@ -1,19 +1,22 @@
-"""The layers stay layers, for every module: the floors are written down once, below.
+"""The layers stay layers: the folders of ``src/pynumabind`` are the floors.
 
-Floors, bottom up (issue 24 item 6):
+A module's floor is the folder it sits in, read from the tree, not from a table:
 
-* ``model``: pure values and leaves -- the errors, id lists, the model, the
-  options object, GPU visibility over a mapping, and the fork-safety lock;
-* ``shell``: the operating-system boundary -- files, syscalls, libnuma,
-  sysfs, NVML, KFD, threads (``_proc`` joins it when branch s-os merges);
-* ``discovery``: where the machine and the settings come from --
-  :mod:`pynumabind.discovery` and the environment (``_environ``);
-* ``planning``: the pure planner package; it may use only the model floor
-  (no I/O, no environment: it takes Options already merged);
-* ``applying``: the bind steps, the rules of verification, the binding, and
-  buffer placement (``placement``: bind_memory, memory_on);
-* ``entry``: what a user or a framework calls -- the package itself, the
-  CLI and its helpers, the framework integrations.
+* ``values``: the modules at the top of the package -- the errors, id lists,
+  the model, the options object, the cffi build script (and the module it
+  builds) -- pure values every floor may pass;
+* ``_os``: the operating-system boundary -- files, syscalls, libnuma, sysfs,
+  /proc, threads, NVML, KFD, and the fork-safety lock;
+* ``discovery``: where the machine and the settings come from (topology,
+  GPU visibility, the environment);
+* ``planner``: the pure planner; it may use only the values (no I/O, no
+  environment: it takes Options already merged);
+* ``binding``: applying a plan with its journal, verifying it, the process
+  binding, and buffer placement;
+* ``advisor``: measuring whether binding helps, and the rule that decides
+  (``advisor.rule`` is pure: values only, see :data:`PURE`);
+* ``integrations``: the framework hooks;
+* ``cli``, and the package's own ``__init__``/``__main__`` (``entry``).
 
 A module may import its own floor and the floors :data:`MAY_IMPORT` lists
 for it.  Two checks, because either alone can be fooled: the source is read
@@ -21,12 +24,14 @@ for every ``import`` statement (a function-level, lazy import counts as much
 as a top-level one; ``if TYPE_CHECKING:`` imports do not run and do not
 count), and the bottom floors are imported in a fresh interpreter to see
 which pynumabind modules really got loaded.  No import cycle exists, lazy
-ones included, across all modules, subpackages too.
+ones included, across all modules, subpackages too.  The README's
+architecture table names exactly these folders, in this order.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 from typing import Dict, FrozenSet, List, Mapping, Optional, Set
 
@@ -37,77 +42,54 @@ import pynumabind
 from childproc import run_in_child
 
 PACKAGE = Path(pynumabind.__file__).parent
+README = Path(__file__).resolve().parents[1] / "README.md"
 
-#: The one table: floor -> its modules (dotted below ``pynumabind``; the
-#: package itself is ``__init__``, a subpackage is its own name).
-LAYERS: Dict[str, FrozenSet[str]] = {
-    "model": frozenset(
-        {"errors", "cpulist", "model", "_options", "_visible", "_forksafe", "_advice"}
-    ),
-    "shell": frozenset(
-        {
-            "_textfile",
-            "_proc",
-            "_libnuma",
-            "_libnuma_build",
-            "_libnuma_ffi",
-            "_threads",
-            "_kfd",
-            "_nvml",
-            "_sysfs",
-        }
-    ),
-    "discovery": frozenset({"discovery", "_environ"}),
-    "planning": frozenset(
-        {
-            "planner",
-            "planner._overrides",
-            "planner._request",
-            "planner._place",
-            "planner._cpus",
-            "planner._sets",
-            "planner._memory",
-        }
-    ),
-    "applying": frozenset({"_apply", "_verify", "binding", "placement", "_measure", "_cuda"}),
-    "entry": frozenset(
-        {
-            "__init__",
-            "__main__",
-            "cli",
-            "_cli_check",
-            "_cli_tables",
-            "_cli_advise",
-            "advisor",
-            "integrations",
-            "integrations._common",
-            "integrations.vllm",
-            "integrations.sglang",
-        }
-    ),
-}
+#: The floors, bottom up: a folder's name, or ``values``/``entry`` for the
+#: modules at the top of the package.
+FLOORS = (
+    "values",
+    "_os",
+    "discovery",
+    "planner",
+    "binding",
+    "advisor",
+    "integrations",
+    "cli",
+    "entry",
+)
 
 #: Floor -> the floors its modules may import (their own included).
 MAY_IMPORT: Dict[str, FrozenSet[str]] = {
-    "model": frozenset({"model"}),
-    "shell": frozenset({"model", "shell"}),
-    "discovery": frozenset({"model", "shell", "discovery"}),
-    "planning": frozenset({"model", "planning"}),
-    "applying": frozenset({"model", "shell", "discovery", "planning", "applying"}),
-    "entry": frozenset(LAYERS),
+    "values": frozenset({"values"}),
+    "_os": frozenset({"values", "_os"}),
+    "discovery": frozenset({"values", "_os", "discovery"}),
+    "planner": frozenset({"values", "planner"}),
+    "binding": frozenset({"values", "_os", "discovery", "planner", "binding"}),
+    "advisor": frozenset({"values", "_os", "discovery", "planner", "binding", "advisor"}),
+    "integrations": frozenset(
+        {"values", "_os", "discovery", "planner", "binding", "advisor", "integrations"}
+    ),
+    "cli": frozenset(FLOORS) - {"entry"},
+    "entry": frozenset(FLOORS),
 }
 
-#: Table entries whose module does not exist yet (they arrive with another
-#: branch); the lead removes a name here when its branch merges.
-PENDING: FrozenSet[str] = frozenset()
+#: Modules held to a lower floor than their folder's: the rule that turns
+#: measurements into advice is a pure function of values.
+PURE: Dict[str, str] = {"advisor.rule": "values", "_os.forksafe": "values"}
+
+#: The top-level modules that are entry points, not values.
+ENTRY: FrozenSet[str] = frozenset({"__init__", "__main__"})
 
 #: Modules made when the package is built (cffi's out-of-line module), absent
-#: from a source tree; ``_libnuma`` falls back without it.
+#: from a source tree; ``_os.libnuma`` falls back without it.
 BUILT: FrozenSet[str] = frozenset({"_libnuma_ffi"})
 
 #: What ``import pynumabind`` itself loads: the fork-safety lock must exist
-#: before the first lazy import (see pynumabind._forksafe).
-PACKAGE_EAGER: Set[str] = {"_forksafe"}
+#: before the first lazy import (see pynumabind._os.forksafe).
+PACKAGE_EAGER: Set[str] = {"_os", "_os.forksafe", "_version"}
+
+#: At most this many modules of its own at the top of the package.
+MAX_TOP_LEVEL = 10
 
 
 def _name(path: Path) -> str:
@@ -122,8 +104,14 @@ def _modules() -> Dict[str, Path]:
     return {_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
 
 
-def _floor_of() -> Dict[str, str]:
-    return {module: floor for floor, modules in LAYERS.items() for module in modules}
+def floor(module: str) -> str:
+    """The floor of ``module`` (dotted under ``pynumabind``), read from where it sits."""
+    if module in PURE:
+        return PURE[module]
+    head, dot, _ = module.partition(".")
+    if dot or (PACKAGE / head).is_dir():
+        return head
+    return "entry" if module in ENTRY else "values"
 
 
 def _package_of(module: str, path: Path) -> str:
@@ -199,13 +187,12 @@ def _graph() -> Dict[str, Set[str]]:
 
 def violations(graph: Mapping[str, Set[str]]) -> List[str]:
     """Every import that reaches a floor its importer may not use."""
-    floor_of = _floor_of()
     out = []
     for module, targets in sorted(graph.items()):
-        allowed = MAY_IMPORT[floor_of[module]]
+        allowed = MAY_IMPORT[floor(module)]
         for target in sorted(targets):
-            if floor_of[target] not in allowed:
-                out.append(f"{module} ({floor_of[module]}) imports {target} ({floor_of[target]})")
+            if floor(target) not in allowed:
+                out.append(f"{module} ({floor(module)}) imports {target} ({floor(target)})")
     return out
 
 
@@ -232,23 +219,34 @@ def cycle(graph: Mapping[str, Set[str]]) -> Optional[List[str]]:
     return None
 
 
-# ------------------------------------------------------------ the table itself
+# ------------------------------------------------------------ the tree itself
 
 
-def test_every_module_sits_on_exactly_one_floor() -> None:
-    listed = [module for modules in LAYERS.values() for module in modules]
-    assert len(listed) == len(set(listed)), "a module is on two floors"
-    existing = set(_modules())
-    assert existing - set(listed) == set(), "a module the table does not place"
-    missing = set(listed) - existing
-    absent = missing - PENDING - BUILT
-    assert not absent, f"table entries with no module (not pending): {absent}"
-    assert set(MAY_IMPORT) == set(LAYERS)
+def test_every_folder_is_a_floor_and_the_top_stays_small() -> None:
+    folders = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    assert folders == set(FLOORS) - {"values", "entry"}
+    top = {p.stem for p in PACKAGE.glob("*.py")}
+    assert ENTRY <= top
+    assert len(top) <= MAX_TOP_LEVEL, sorted(top)
+    assert set(PURE) <= set(_modules())
+    assert {floor(m) for m in _modules()} <= set(FLOORS)
 
 
-def test_pending_entries_are_really_pending() -> None:
-    """Once a pending module exists, the lead removes it from PENDING (this fails until then)."""
-    assert not PENDING & set(_modules()), f"remove from PENDING: {PENDING & set(_modules())}"
+def test_the_cffi_build_script_stays_beside_the_package_it_builds() -> None:
+    assert (PACKAGE / "_libnuma_build.py").is_file()
+    assert "_libnuma_build" in _package_imports("_os.libnuma")
+
+
+def test_the_readme_architecture_table_names_the_folders_in_order() -> None:
+    text = README.read_text(encoding="utf-8")
+    section = text.split("## How it works", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `([^`]+)`", section, flags=re.MULTILINE)
+    named = [row.rstrip("/").split(".")[0] for row in rows]
+    folders = [f for f in FLOORS if f not in ("values", "entry")]
+    assert [n for n in named if n in folders] == folders, rows
+    top = [m for m in _modules() if "." not in m and m not in ENTRY and not (PACKAGE / m).is_dir()]
+    for module in sorted(top):
+        assert f"`{module}`" in section or f"`{module}.py`" in section, module
 
 
 # ------------------------------------------------------------ the scan can fail
@@ -257,20 +255,27 @@ def test_pending_entries_are_really_pending() -> None:
 def test_the_ast_scan_sees_lazy_and_relative_imports_and_skips_type_only_ones() -> None:
     # _sysfs imports _kfd inside read_layout only; _verify names
     # binding.Binding only for type checkers, which is no import at run time.
-    assert "_kfd" in _package_imports("_sysfs")
-    assert "binding" not in _package_imports("_verify")
+    assert "_os.kfd" in _package_imports("_os.sysfs")
+    assert "binding" not in _package_imports("binding.verify")
     # Relative imports inside subpackages resolve to the right module.
-    assert {"_options", "planner._overrides"} <= _package_imports("planner._request")
+    assert {"options", "planner._overrides"} <= _package_imports("planner._request")
+    assert {"_os.libnuma", "binding.apply"} <= _package_imports("binding")
     assert "integrations._common" in _package_imports("integrations.vllm")
     assert "integrations.vllm" in _package_imports("integrations")  # lazy, in vllm_plugin
-    assert "__init__" in _package_imports("cli")  # from . import __version__
+    assert "_version" in _package_imports("cli")  # from .._version import __version__
+    assert "discovery" in _package_imports("cli")  # from .. import discovery
 
 
 def test_the_checks_catch_a_wrong_floor_and_a_lazy_cycle() -> None:
     # What issue 24 found: the planner importing _environ, and the
     # integrations package and its vllm module importing each other.
-    wrong = {"planner._request": {"_environ"}, "_environ": set()}
-    assert violations(wrong) == ["planner._request (planning) imports _environ (discovery)"]
+    wrong = {"planner._request": {"discovery.environ"}, "discovery.environ": set()}
+    assert violations(wrong) == [
+        "planner._request (planner) imports discovery.environ (discovery)"
+    ]
+    assert violations({"advisor.rule": {"_os.sysfs"}}) == [
+        "advisor.rule (values) imports _os.sysfs (_os)"
+    ]
     looped = {"integrations": {"integrations.vllm"}, "integrations.vllm": {"integrations"}}
     assert cycle(looped) == ["integrations", "integrations.vllm", "integrations"]
 
@@ -289,7 +294,16 @@ def test_no_import_cycle_lazy_imports_included() -> None:
     assert found is None, "import cycle: " + " -> ".join(found or [])
 
 
-BOTTOM = [*sorted(LAYERS["model"] - PENDING), "planner"]
+BOTTOM = [
+    *sorted(m for m in _modules() if floor(m) == "values" and m not in BUILT),
+    "planner",
+    "advisor.rule",
+]
+
+
+def _parents(module: str) -> Set[str]:
+    parts = module.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts))}
 
 
 @pytest.mark.parametrize("module", BOTTOM)
@@ -297,12 +311,16 @@ def test_pure_floors_load_only_what_they_may(module: str) -> None:
     names, _ = run_in_child(child_cold.pynumabind_modules_after_importing, module)
     loaded = {name[len("pynumabind.") :] for name in names}
     graph = _graph()
-    closure = {module}
-    todo = [module]
+    closure = {module} | _parents(module)
+    todo = list(closure)
     while todo:
         for below in graph[todo.pop()] - closure:
             closure.add(below)
             todo.append(below)
-    assert loaded == (closure - {"__init__"}) | PACKAGE_EAGER
-    floors = MAY_IMPORT[_floor_of()[module]]
-    assert all(_floor_of()[name] in floors for name in loaded)
+    if not _parents(module):
+        assert loaded == (closure - {"__init__"}) | PACKAGE_EAGER
+    else:
+        assert loaded <= (closure - {"__init__"}) | PACKAGE_EAGER
+    floors = MAY_IMPORT[floor(module)]
+    beside = _parents(module) | PACKAGE_EAGER
+    assert all(floor(name) in floors for name in loaded - beside), loaded

@@ -16,7 +16,7 @@ import pytest
 import child_cold
 import libnuma_oracle as oracle
 from childproc import run_in_child
-from pynumabind import _libnuma
+from pynumabind._os import libnuma as _libnuma
 from pynumabind.cpulist import parse_cpulist
 from pynumabind.errors import LibnumaUnavailableError, NumaSyscallError
 

@@ -25,7 +25,7 @@ import child_cold
 import fake_nvml
 import sysfs_tree as st
 from childproc import run_in_child
-from pynumabind import _nvml
+from pynumabind._os import nvml as _nvml
 from pynumabind.cpulist import parse_cpulist
 from pynumabind.discovery import detect_topology
 from pynumabind.errors import ConfigError

@@ -21,7 +21,7 @@ import pytest
 import child_environ
 from childproc import run_in_child
 from pynumabind import ConfigError, Options, PlanError, plan, plan_all
-from pynumabind._environ import resolve
+from pynumabind.discovery.environ import resolve
 from pynumabind.integrations import bind_gpus, per_gpu_override
 from pynumabind.model import Cpu, Gpu, NumaNode, Topology
 from pynumabind.planner._overrides import parse_cpus_override, parse_nodes_override

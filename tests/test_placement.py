@@ -29,16 +29,17 @@ import child_placement
 import pynumabind
 import seccomp_filter
 from childproc import run_in_child
-from pynumabind import _libnuma, placement
-from pynumabind.errors import ConfigError, NumaSyscallError, PlanError, UnknownIdError
-from pynumabind.model import MemoryPolicy
-from pynumabind.placement import (
+from pynumabind._os import libnuma as _libnuma
+from pynumabind.binding import placement
+from pynumabind.binding.placement import (
     NotABufferError,
     PlacementSyscallError,
     ReadOnlyBufferError,
     bind_memory,
     memory_on,
 )
+from pynumabind.errors import ConfigError, NumaSyscallError, PlanError, UnknownIdError
+from pynumabind.model import MemoryPolicy
 from topology_builders import gb200_tray, gpu, make_topology, threadripper_memoryless
 
 PAGE = mmap.PAGESIZE

@@ -1,4 +1,4 @@
-"""This process's own state (``pynumabind._proc``) on the real kernel.
+"""This process's own state (``pynumabind._os.proc``) on the real kernel.
 
 What each reader returns is checked against a second source (``/proc/uptime``
 for a start time, ``sched_getaffinity`` for the status masks, the cgroup file
@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict
 import pytest
 
 import seccomp_filter
-from pynumabind import _proc
+from pynumabind._os import proc as _proc
 from pynumabind.errors import NumaSyscallError, ProcessStateError, PynumabindError
 
 NR_SCHED_GETAFFINITY = 204  # x86-64 (asm/unistd_64.h)
@@ -239,7 +239,7 @@ def test_an_unreadable_proc_file_is_a_typed_error_naming_it() -> None:
 
 
 def test_thread_affinity_error_is_a_pynumabind_error_carrying_errno() -> None:
-    from pynumabind._threads import ThreadAffinityError
+    from pynumabind._os.threads import ThreadAffinityError
 
     error = ThreadAffinityError(errno.EINVAL, 42, frozenset({1}), (41,), ())
     assert isinstance(error, NumaSyscallError) and isinstance(error, PynumabindError)

@@ -1,4 +1,4 @@
-"""One boundary for this process's own state: ``pynumabind._proc`` (see its docstring).
+"""One boundary for this process's own state: ``pynumabind._os.proc`` (see its docstring).
 
 The rules, checked on the source of every module of the package (subpackages
 included), so that they fail the day someone writes a reader of their own:
@@ -37,21 +37,20 @@ PACKAGE = Path(pynumabind.__file__).parent
 #: Modules that may catch OSError, and why: none of these reads this
 #: process's own state (rule 1 makes sure).
 MAY_CATCH_OSERROR: Dict[str, str] = {
-    "_proc": "the boundary itself: translates every failure once",
-    "_sysfs": "files of a sysfs tree a user may name; /proc/meminfo and "
+    "_os.proc": "the boundary itself: translates every failure once",
+    "_os.sysfs": "files of a sysfs tree a user may name; /proc/meminfo and "
     "/proc/bus/pci/devices describe the machine",
-    "_kfd": "files of a sysfs tree a user may name (the KFD topology)",
-    "_libnuma": "dlopen of libnuma.so.1 (LibnumaUnavailableError)",
+    "_os.kfd": "files of a sysfs tree a user may name (the KFD topology)",
+    "_os.libnuma": "dlopen of libnuma.so.1 (LibnumaUnavailableError)",
     "discovery": "the topology snapshot file a user names",
     "cli": "the CLI's own files (--output), stdout, and execvp",
-    # The CLI's check command starts worker processes over pipes; issue 24
-    # renames the module, so both names are listed.
-    "_cli_check": "starting the check command's workers and reading their pipes",
-    # issue 21's advise
-    "_measure": "anonymous mappings (mmap) for the measurement buffers",
-    "_cuda": "dlopen of the CUDA runtime library (libcudart)",
+    # The CLI's check command starts worker processes over pipes.
+    "cli.check": "starting the check command's workers and reading their pipes",
+    # advise's measurement
+    "advisor.memory": "anonymous mappings (mmap) for the measurement buffers",
+    "advisor.copies": "dlopen of the CUDA runtime library (libcudart)",
     "advisor": "/proc/cpuinfo, which describes the machine (its hypervisor flag)",
-    "_cli_advise": "the --plot file the user names",
+    "cli.advise": "the --plot file the user names",
 }
 
 #: Where the process's own state lives.
@@ -66,8 +65,17 @@ OSERROR_NAMES: Set[str] = {
 }
 
 #: Discovery-side modules, and what they must not import.
-DISCOVERY = ("_sysfs", "_kfd", "_nvml", "_visible", "_textfile", "discovery", "_proc")
-APPLY_SIDE = {"_threads", "_apply", "_verify", "_libnuma", "binder", "binding"}
+DISCOVERY = (
+    "_os.sysfs",
+    "_os.kfd",
+    "_os.nvml",
+    "_os.textfile",
+    "_os.proc",
+    "discovery",
+    "discovery.visible",
+    "discovery.environ",
+)
+APPLY_SIDE = {"_os.threads", "binding.apply", "binding.verify", "_os.libnuma", "binding"}
 
 
 def _modules() -> Dict[str, Path]:
@@ -132,27 +140,6 @@ def oserror_handlers(source: str) -> List[str]:
     return found
 
 
-def imported_modules(source: str) -> Set[str]:
-    """The pynumabind modules ``source`` imports (relative or absolute, at any depth)."""
-    found: Set[str] = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.ImportFrom):
-            module = node.module or ""
-            if node.level == 0 and not module.startswith("pynumabind"):
-                continue
-            base = module[len("pynumabind") :].lstrip(".") if node.level == 0 else module
-            if base:
-                found.add(base.split(".")[0])
-            else:
-                found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.Import):
-            for alias in node.names:
-                parts = alias.name.split(".")
-                if parts[0] == "pynumabind" and len(parts) > 1:
-                    found.add(parts[1])
-    return found
-
-
 # ------------------------------------------------------ the checkers can fail
 
 
@@ -189,7 +176,6 @@ def g(tid):
         "line 18: except ProcessLookupError",
         "line 20: except IOError",
     ]
-    assert imported_modules(source) == {"_libnuma", "_threads"}
     clean = (
         "from .errors import PynumabindError\ntry:\n    pass\nexcept PynumabindError:\n    pass\n"
     )
@@ -198,16 +184,16 @@ def g(tid):
 
 def test_the_scan_sees_every_module_subpackages_included() -> None:
     modules = _modules()
-    assert {"_proc", "_sysfs", "_threads", "planner", "planner._cpus"} <= set(modules)
+    assert {"_os.proc", "_os.sysfs", "_os.threads", "planner", "planner._cpus"} <= set(modules)
     assert any(name.startswith("integrations") for name in modules)
     # _proc itself breaks rule 1 on purpose: the scan must see that.
-    assert state_reads(modules["_proc"].read_text(encoding="utf-8"))
+    assert state_reads(modules["_os.proc"].read_text(encoding="utf-8"))
 
 
 # ------------------------------------------------------------------ the rules
 
 
-@pytest.mark.parametrize("module", sorted(set(_modules()) - {"_proc"}))
+@pytest.mark.parametrize("module", sorted(set(_modules()) - {"_os.proc"}))
 def test_only_proc_reads_the_process_state(module: str) -> None:
     assert state_reads(_modules()[module].read_text(encoding="utf-8")) == []
 
@@ -219,6 +205,8 @@ def test_no_other_module_translates_oserror(module: str) -> None:
 
 @pytest.mark.parametrize("module", DISCOVERY)
 def test_discovery_depends_on_proc_not_on_the_apply_layer(module: str) -> None:
-    imports = imported_modules(_modules()[module].read_text(encoding="utf-8"))
-    allowed_libnuma = {"_libnuma"} if module == "_proc" else set()  # get_mempolicy, lazily
+    from test_layers import _package_imports  # resolves relative imports in subpackages
+
+    imports = _package_imports(module)
+    allowed_libnuma = {"_os.libnuma"} if module == "_os.proc" else set()  # get_mempolicy, lazily
     assert imports & APPLY_SIDE <= allowed_libnuma

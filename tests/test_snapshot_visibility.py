@@ -19,8 +19,8 @@ from typing import Any, Dict, List, Optional
 import pytest
 
 from pynumabind import Options, PlanError, TopologyError, plan_all
-from pynumabind._visible import apply_visibility
 from pynumabind.discovery import process_topology, resolve_topology
+from pynumabind.discovery.visible import apply_visibility
 from pynumabind.model import SCHEMA_VERSION, Gpu, NumaNode, Topology
 
 sys.path.insert(0, str(Path(__file__).parent / "integrations"))

@@ -1,4 +1,4 @@
-"""Thread-wide CPU affinity (``pynumabind._threads``) on the real kernel.
+"""Thread-wide CPU affinity (``pynumabind._os.threads``) on the real kernel.
 
 Every test binds inside a child interpreter (see ``childproc``), so the
 pytest process keeps its affinity.  This machine has CPUs 0-1.
@@ -14,7 +14,8 @@ import pytest
 
 import child_threads
 from childproc import run_in_child
-from pynumabind import _proc, _threads
+from pynumabind._os import proc as _proc
+from pynumabind._os import threads as _threads
 
 pytestmark = pytest.mark.skipif(
     len(os.sched_getaffinity(0)) < 2, reason="needs at least two allowed CPUs (0 and 1)"

@@ -19,8 +19,8 @@ import pytest
 import child_environ
 from childproc import run_in_child
 from pynumabind import Options, TopologyError, bind_current_process, discovery
-from pynumabind._environ import resolve
 from pynumabind.discovery import process_topology, resolve_topology
+from pynumabind.discovery.environ import resolve
 from pynumabind.model import Topology
 
 sys.path.insert(0, str(Path(__file__).parent / "integrations"))

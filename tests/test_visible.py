@@ -10,8 +10,13 @@ from hypothesis import given
 from hypothesis import strategies as st_
 
 import sysfs_tree as st
-from pynumabind._visible import apply_visibility, cuda_device_order, mig_uuids, select_visible
 from pynumabind.discovery import topology_from_sysfs
+from pynumabind.discovery.visible import (
+    apply_visibility,
+    cuda_device_order,
+    mig_uuids,
+    select_visible,
+)
 from pynumabind.errors import ConfigError
 from pynumabind.model import Gpu, NumaNode, Topology
 

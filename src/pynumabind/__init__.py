@@ -26,14 +26,13 @@ from __future__ import annotations
 
 import importlib
 
-from . import _forksafe
+from ._os import forksafe as _forksafe
+from ._version import __version__
 
 # Not ``from typing import TYPE_CHECKING``: importing typing costs a bare
 # ``import pynumabind`` several milliseconds (issue 14); type checkers treat
 # any name TYPE_CHECKING as true, and the annotations here are strings.
 TYPE_CHECKING = False
-
-__version__ = "0.1.0"
 
 # public name -> (submodule, attribute)
 _EXPORTS: Dict[str, Tuple[str, str]] = {
@@ -59,7 +58,7 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "Plan": ("model", "Plan"),
     "CpuMode": ("model", "CpuMode"),
     "MemoryPolicy": ("model", "MemoryPolicy"),
-    "Options": ("_options", "Options"),
+    "Options": ("options", "Options"),
     "plan": ("planner", "plan"),
     "plan_all": ("planner", "plan_all"),
     "plan_each": ("planner", "plan_each"),
@@ -78,12 +77,12 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "apply_plan": ("binding", "apply_plan"),
     "bind_current_process": ("binding", "bind_current_process"),
     # placing buffers (issue 21)
-    "MemoryPlacement": ("placement", "MemoryPlacement"),
-    "bind_memory": ("placement", "bind_memory"),
-    "memory_on": ("placement", "memory_on"),
+    "MemoryPlacement": ("binding.placement", "MemoryPlacement"),
+    "bind_memory": ("binding.placement", "bind_memory"),
+    "memory_on": ("binding.placement", "memory_on"),
     # measuring before binding (issue 21)
     "advise": ("advisor", "advise"),
-    "Advice": ("_advice", "Advice"),
+    "Advice": ("advisor.rule", "Advice"),
 }
 
 # Made from the table; type checkers read the "X as X" re-exports below instead.
@@ -92,10 +91,10 @@ __all__ = ["__version__", *_EXPORTS]  # noqa: PLE0604
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Dict, List, Tuple
 
-    # "X as X": an explicit re-export, for type checkers and linters.
-    from ._advice import Advice as Advice
-    from ._options import Options as Options
     from .advisor import advise as advise
+
+    # "X as X": an explicit re-export, for type checkers and linters.
+    from .advisor.rule import Advice as Advice
     from .binding import Binding as Binding
     from .binding import Skipped as Skipped
     from .binding import ThreadAction as ThreadAction
@@ -103,6 +102,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from .binding import VerifyResult as VerifyResult
     from .binding import apply_plan as apply_plan
     from .binding import bind_current_process as bind_current_process
+    from .binding.placement import MemoryPlacement as MemoryPlacement
+    from .binding.placement import bind_memory as bind_memory
+    from .binding.placement import memory_on as memory_on
     from .cpulist import format_cpulist as format_cpulist
     from .cpulist import parse_cpulist as parse_cpulist
     from .cpulist import parse_nodelist as parse_nodelist
@@ -126,9 +128,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .model import NumaNode as NumaNode
     from .model import Plan as Plan
     from .model import Topology as Topology
-    from .placement import MemoryPlacement as MemoryPlacement
-    from .placement import bind_memory as bind_memory
-    from .placement import memory_on as memory_on
+    from .options import Options as Options
     from .planner import plan as plan
     from .planner import plan_all as plan_all
     from .planner import plan_each as plan_each

@@ -4,7 +4,7 @@
 ``pynumabind._libnuma_ffi``, that holds the parsed declarations; nothing is
 compiled, so installing needs neither a C compiler nor ``numa.h``, and the
 wheel stays ``py3-none-any``.  The library itself is ``dlopen``-ed lazily at
-run time by :mod:`pynumabind._libnuma`.
+run time by :mod:`pynumabind._os.libnuma`.
 
 The declarations restate libnuma 2.0's stable ABI (``numa.h`` and
 ``numaif.h``), and only what pynumabind itself calls: they are data

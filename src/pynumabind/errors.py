@@ -127,7 +127,7 @@ class NumaSyscallError(PynumabindError, OSError):
 class ProcessStateError(PynumabindError, OSError):
     """This process's own state could not be read from the kernel.
 
-    Raised by :mod:`pynumabind._proc`, the one module that reads it: ``path``
+    Raised by :mod:`pynumabind._os.proc`, the one module that reads it: ``path``
     is the file (``/proc/self/task/42/stat``) or call it read, ``errno`` the
     kernel's error number when there was one (``None`` for a file that reads
     but does not parse).

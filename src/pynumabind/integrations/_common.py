@@ -11,7 +11,7 @@ import logging
 import os
 from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .. import _forksafe
+from .._os import forksafe as _forksafe
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..binding import Binding
@@ -157,14 +157,14 @@ def _machine(env: Mapping[str, str]) -> Topology:
 
 
 def per_gpu_override(variable: str, environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
-    """``variable`` as the core reads it (:func:`pynumabind._environ.override_text`).
+    """``variable`` as the core reads it (:func:`pynumabind.discovery.environ.override_text`).
 
     Unset, empty or ASCII-blank is None, as in the core; vLLM's
     space-separated form (``"0 0 1 1"``) is parsed by the planner's one
     override reader, like ``,`` and ``;``, with the same rule for spaces
     (ASCII whitespace only).
     """
-    from .._environ import override_text
+    from ..discovery.environ import override_text
 
     return override_text(os.environ if environ is None else environ, variable)
 
@@ -226,8 +226,8 @@ def bind_gpu(
 
 def _gpu_key(indices: Sequence[int], what: str) -> Tuple[int, ...]:
     """``indices`` sorted, once each, checked as ``gpus=`` is (the one check of a GPU list)."""
-    from .._options import Options
     from ..errors import ConfigError
+    from ..options import Options
 
     if isinstance(indices, Sequence) and not isinstance(indices, (str, bytes)) and not indices:
         raise ConfigError(f"{what}: no GPU to bind to")
@@ -269,8 +269,8 @@ def bind_gpus(
     and this process takes its GPUs' slices; without it (and without
     ``PYNUMABIND_LOCAL_GPUS``) they are a ConfigError saying what to pass.
     """
-    from .._environ import RANK_VARIABLES, SIZE_VARIABLES
     from ..binding import bind_current_process
+    from ..discovery.environ import RANK_VARIABLES, SIZE_VARIABLES
     from ..errors import ConfigError, PlanError
 
     env = os.environ if environ is None else environ

@@ -85,7 +85,7 @@ otherwise it must match ``nprocs``.
 The planner takes an :class:`~pynumabind.Options` already merged with the
 environment (by the binding or the CLI): it never reads the environment.
 The public functions take ``options=`` or, as a thin front that builds one,
-the keywords (:class:`~pynumabind._options.OptionKeywords`, written once).
+the keywords (:class:`~pynumabind.options.OptionKeywords`, written once).
 
 Modules
 -------
@@ -129,16 +129,9 @@ from typing import (
     Union,
 )
 
-from .._options import (
-    MAX_NPROCS,
-    NOT_GPU_LISTS,
-    OptionKeywords,
-    Options,
-    check_int,
-    union_front,
-)
 from ..errors import ConfigError, PlanError, PynumabindError, UnknownIdError, format_ids
 from ..model import CpuMode, MemoryPolicy, Plan, Topology
+from ..options import MAX_NPROCS, NOT_GPU_LISTS, OptionKeywords, Options, check_int, union_front
 from ._cpus import choose_cpus
 from ._memory import choose_mems
 from ._overrides import (

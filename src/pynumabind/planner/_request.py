@@ -15,7 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Tuple, Union
 
-from .._options import (
+from ..cpulist import parse_nodelist
+from ..errors import ConfigError, ListParseError, PlanError, UnknownIdError, format_ids
+from ..model import CpuMode, MemoryPolicy, Topology
+from ..options import (
     ARGUMENT,
     CHOSEN_BY_CHECK,
     COMMAND_LINE,
@@ -25,9 +28,6 @@ from .._options import (
     check_nprocs,
     shown,
 )
-from ..cpulist import parse_nodelist
-from ..errors import ConfigError, ListParseError, PlanError, UnknownIdError, format_ids
-from ..model import CpuMode, MemoryPolicy, Topology
 from ._overrides import RANK_SEPARATOR, parse_cpus_override, parse_nodes_override
 from ._place import cpu_bearing_nodes
 

@@ -1,7 +1,7 @@
 """Helpers shared by the guest-side library tests (no pytest import: spawned workers use it).
 
 Everything here reads the kernel directly (``/proc``, ``sched_getaffinity``, ``move_pages``
-through ``pynumabind._libnuma``), so a test compares what the library claims with what the
+through ``pynumabind._os.libnuma``), so a test compares what the library claims with what the
 guest kernel reports, not with the library's own bookkeeping.
 """
 
@@ -72,7 +72,7 @@ def page_nodes(region: mmap.mmap) -> List[int]:
     ``-ENOENT``; seen once in about ten guest runs, so a negative answer is asked again for a
     moment before it is believed.
     """
-    from pynumabind import _libnuma
+    from pynumabind._os import libnuma as _libnuma
 
     found = _libnuma.page_nodes(region)
     for _ in range(SETTLE_TRIES - 1):
@@ -93,7 +93,7 @@ def fresh_page_nodes(pages: int = 32) -> List[int]:
 
 def mempolicy() -> Tuple[str, List[int]]:
     """The calling thread's memory policy as (``MPOL_*`` name, sorted nodes)."""
-    from pynumabind import _libnuma
+    from pynumabind._os import libnuma as _libnuma
 
     policy = _libnuma.get_mempolicy()
     return policy.mode_name, sorted(policy.nodes)

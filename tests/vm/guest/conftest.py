@@ -46,7 +46,7 @@ def pristine() -> Iterator[None]:
     ``Binding.restore()``; this checks that restore really left every thread's mask and the
     memory policy as they were, so one test's binding cannot leak into the next.
     """
-    from pynumabind import _libnuma
+    from pynumabind._os import libnuma as _libnuma
 
     before = {tid: frozenset(os.sched_getaffinity(tid)) for tid in _task_ids()}
     policy_before = _libnuma.get_mempolicy()

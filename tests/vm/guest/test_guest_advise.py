@@ -17,7 +17,7 @@ import sys
 import pytest
 
 import pynumabind
-from pynumabind._advice import NO_DIFFERENCE
+from pynumabind.advisor.rule import NO_DIFFERENCE
 
 from ._guestlib import REPO_ROOT
 

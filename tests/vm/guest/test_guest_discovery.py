@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 
 import libnuma_oracle as oracle
-from pynumabind import Topology, _sysfs, apply_plan, plan
+from pynumabind import Topology, apply_plan, plan
+from pynumabind._os import sysfs as _sysfs
 from pynumabind.discovery import detect_topology, topology_from_sysfs
 from pynumabind.model import Detail
 from sysfs_oracle import read_cpus_per_cpu

@@ -20,9 +20,9 @@ from typing import Iterator, List
 
 import pytest
 
-from pynumabind import _libnuma
+from pynumabind._os import libnuma as _libnuma
+from pynumabind.binding.placement import NOT_ASKED, NOT_MIGRATED, bind_memory, memory_on
 from pynumabind.discovery import detect_topology
-from pynumabind.placement import NOT_ASKED, NOT_MIGRATED, bind_memory, memory_on
 
 from ._guestlib import (
     PCI_ADDRESS,
@@ -329,7 +329,7 @@ with open(sys.argv[1] + "/cgroup.procs", "w") as handle:
 
 from pynumabind import PynumabindError, _libnuma
 from pynumabind.discovery import detect_topology
-from pynumabind.placement import bind_memory, memory_on
+from pynumabind.binding.placement import bind_memory, memory_on
 
 def attempt(call):
     try:

@@ -38,12 +38,14 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-from . import _libnuma, _proc, _threads
-from .errors import PynumabindError, format_ids
-from .model import MemoryPolicy
+from .._os import libnuma as _libnuma
+from .._os import proc as _proc
+from .._os import threads as _threads
+from ..errors import PynumabindError, format_ids
+from ..model import MemoryPolicy
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .binding import Binding
+    from . import Binding
 
 __all__ = [
     "PREFERRED_SPILL_BYTES",

@@ -144,15 +144,15 @@ from typing import (
     Union,
 )
 
-from . import _libnuma
-from .errors import ConfigError, NumaSyscallError, PlanError, UnknownIdError, format_ids
-from .model import CpuMode, MemoryPolicy, Plan
-from .planner._memory import choose_mems
-from .planner._place import RankState, place_gpu
-from .planner._request import check_memory_nodes
+from .._os import libnuma as _libnuma
+from ..errors import ConfigError, NumaSyscallError, PlanError, UnknownIdError, format_ids
+from ..model import CpuMode, MemoryPolicy, Plan
+from ..planner._memory import choose_mems
+from ..planner._place import RankState, place_gpu
+from ..planner._request import check_memory_nodes
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .model import Topology
+    from ..model import Topology
 
 __all__ = [
     "NOT_ASKED",
@@ -307,7 +307,7 @@ def _node_id(value: object, what: str) -> int:
 
 def _parse_nodes(node: Union[int, str, Iterable[int]]) -> frozenset[int]:
     if isinstance(node, str):
-        from .cpulist import parse_nodelist
+        from ..cpulist import parse_nodelist
 
         nodes = parse_nodelist(node)
     elif isinstance(node, bool) or hasattr(node, "__index__"):
@@ -354,8 +354,8 @@ def _machine(topology: Optional[Topology], gpus: bool) -> Topology:
     """The machine ``node``/``gpu`` are checked against: given, or as plans get it."""
     if topology is not None:
         return topology
-    from .discovery import resolve_topology
-    from .model import Detail
+    from ..discovery import resolve_topology
+    from ..model import Detail
 
     # NVML only when a GPU is named: a node needs the nodes and allowed sets alone.
     return resolve_topology(detail=Detail.NODES, reuse=True, use_nvml=gpus)
@@ -380,7 +380,7 @@ def _target(
     else:
         assert gpu is not None
         nodes, reasons = _gpu_nodes(_machine(topology, gpus=True), gpu, parsed)
-    from ._apply import policy_request
+    from .apply import policy_request
 
     # One owner of "policy name -> MPOL_* mode" (preferred on several nodes
     # needs MPOL_PREFERRED_MANY): the binder's.  Positional: rank, GPU, CPUs.

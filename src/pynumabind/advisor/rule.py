@@ -1,6 +1,6 @@
 """What ``pynumabind advise`` found, and the rule that turns it into a recommendation.
 
-Pure: values in, values out, no I/O.  :mod:`pynumabind._measure` produces
+Pure: values in, values out, no I/O.  :mod:`pynumabind.advisor.memory` produces
 the measurements (:class:`MemoryMatrix`, :class:`GpuCopies`),
 :func:`decide` judges them, and :class:`Advice` carries both with the
 firmware's own claims (:class:`Firmware`) to the caller, the table and the
@@ -458,7 +458,7 @@ class Recommendation:
             "comparisons": [c.to_dict() for c in self.comparisons],
             "rule": (
                 f"a difference counts when the median ratio is at least {1 + self.min_effect:.2f}"
-                " and better.min / worse.max > 1 (see pynumabind._advice)"
+                " and better.min / worse.max > 1 (see pynumabind.advisor.rule)"
             ),
         }
 

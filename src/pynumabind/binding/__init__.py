@@ -56,20 +56,24 @@ from typing import (
     Union,
 )
 
-from . import _apply, _forksafe, _libnuma, _proc, _threads
-from ._apply import Journal, Skipped
-from ._options import Options, union_front
-from ._threads import ThreadAction, ThreadResult
-from ._verify import VERIFY_PAGES, VerifyResult, verify_binding
-from .cpulist import format_cpulist
-from .errors import BindError, ConfigError, PlanError, format_ids
-from .model import CpuMode, MemoryPolicy, Plan
+from .._os import forksafe as _forksafe
+from .._os import libnuma as _libnuma
+from .._os import proc as _proc
+from .._os import threads as _threads
+from .._os.threads import ThreadAction, ThreadResult
+from ..cpulist import format_cpulist
+from ..errors import BindError, ConfigError, PlanError, format_ids
+from ..model import CpuMode, MemoryPolicy, Plan
+from ..options import Options, union_front
+from . import apply as _apply
+from .apply import Journal, Skipped
+from .verify import VERIFY_PAGES, VerifyResult, verify_binding
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Unpack
 
-    from ._options import OptionKeywords
-    from .model import Topology
+    from ..model import Topology
+    from ..options import OptionKeywords
 
 __all__ = [
     "ON_ERROR_CHOICES",
@@ -476,7 +480,7 @@ def bind_current_process(
     a launcher's rank.  With ``PYNUMABIND_DISABLE=1`` it logs and returns a
     Binding that applied nothing.  ``options``: a :class:`~pynumabind.Options`
     instead of the plan keywords (``rank``, ``nprocs``, ``mode``, ``memory``
-    and :class:`~pynumabind._options.OptionKeywords`: ``gpu``, ``gpus``,
+    and :class:`~pynumabind.options.OptionKeywords`: ``gpu``, ``gpus``,
     ``nodes``, ``cpus``, ``gpu_memory``, ``interleave_nodes``...), as
     :func:`~pynumabind.planner.plan` takes them.  Every variable, visibility
     included, comes from ``environ`` (default ``os.environ``), and the
@@ -486,7 +490,7 @@ def bind_current_process(
     _check_on_error(on_error)
     given = union_front(options, dict(keywords, rank=rank, nprocs=nprocs, mode=mode, memory=memory))
     with _forksafe.lock():  # a fork waits for these first-use imports (see _forksafe)
-        from . import _environ
+        from ..discovery import environ as _environ
     env = os.environ if environ is None else environ
     resolved = _environ.resolve(env, given, need_rank=False)
     if resolved.disabled:
@@ -495,7 +499,7 @@ def bind_current_process(
     try:
         with _forksafe.lock():  # what detect reads as allowed must not be another bind's half-work
             if topology is None:
-                from .discovery import detail_for, resolve_topology
+                from ..discovery import detail_for, resolve_topology
 
                 topology = resolve_topology(
                     environ=env,
@@ -514,13 +518,14 @@ def bind_current_process(
 
 def _plan(topology: Topology, options: Options) -> Plan:
     """The plan for explicit ``gpus``, for a rank, or (no rank) for the visible GPUs."""
-    from . import _environ, planner
+    from .. import planner
+    from ..discovery import environ as _environ
 
     if options.gpus is not None:
         return planner.plan_gpus_for(topology, options, options.gpus)
     if options.rank is not None:
         return planner.plan_for(topology, options)
-    from .discovery import ray_gpus  # never imports Ray itself
+    from ..discovery import ray_gpus  # never imports Ray itself
 
     given = ray_gpus(topology)
     if given is not None:  # a Ray task or actor: the GPUs Ray gave it (issue 22)

@@ -28,9 +28,9 @@ import functools
 import time
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
-from ._advice import CopyCell, GpuCopies, Spread
-from .errors import PynumabindError
-from .model import Topology
+from ..errors import PynumabindError
+from ..model import Topology
+from .rule import CopyCell, GpuCopies, Spread
 
 __all__ = ["Backend", "CudartBackend", "TorchBackend", "find_backend", "measure_gpus"]
 
@@ -233,7 +233,7 @@ def _numa_node(topology: Topology, bus_id: Optional[str]) -> Optional[int]:
     """The node pynumabind's discovery gives the GPU at ``bus_id``."""
     if bus_id is None:
         return None
-    from ._sysfs import normalize_bus_id
+    from .._os.sysfs import normalize_bus_id
 
     try:
         wanted = normalize_bus_id(bus_id)
@@ -256,7 +256,7 @@ def _copy_cell(
     keep: List[Any],
 ) -> CopyCell:
     """Runs in a thread already bound to ``cpu_node``'s CPUs."""
-    from ._measure import _on_node, placement
+    from .memory import _on_node, placement
 
     backend.select(ordinal)
     with _on_node(cpu_node, topology):
@@ -287,7 +287,7 @@ def measure_gpus(
     progress: Callable[[str], None],
 ) -> List[GpuCopies]:
     """Every visible GPU x every CPU node in ``cpu_nodes`` (each must have memory)."""
-    from ._measure import run_bound
+    from .memory import run_bound
 
     results: List[GpuCopies] = []
     for ordinal, name, bus in backend.devices():

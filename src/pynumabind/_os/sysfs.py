@@ -25,11 +25,11 @@ import re
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
-from . import _proc
-from ._textfile import read_ascii
-from .cpulist import parse_cpulist
-from .errors import ConfigError, ListParseError, PynumabindError, TopologyError, format_ids
-from .model import Cpu, Detail, Gpu, NumaNode, Topology
+from ..cpulist import parse_cpulist
+from ..errors import ConfigError, ListParseError, PynumabindError, TopologyError, format_ids
+from ..model import Cpu, Detail, Gpu, NumaNode, Topology
+from . import proc as _proc
+from .textfile import read_ascii
 
 __all__ = [
     "DEFAULT_GPU_VENDORS",
@@ -819,7 +819,7 @@ def read_layout(
     functions = scan_pci(sysfs, online, nodes, vendors, classes)
     gpus = _gpus_from_pci(functions, vendors, nodes, notes)
     if any(g.vendor == "amd" for g in gpus):  # only AMD GPUs need the KFD topology
-        from . import _kfd
+        from . import kfd as _kfd
 
         gpus = _kfd.apply_kfd(root, gpus, notes)
     return Topology(

@@ -15,8 +15,8 @@ import math
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
-from ._advice import Advice, GpuCopies, MemoryMatrix, Spread
-from .errors import PynumabindError
+from ..advisor.rule import Advice, GpuCopies, MemoryMatrix, Spread
+from ..errors import PynumabindError
 
 __all__ = ["add_parser", "cmd_advise", "render_text", "write_plot"]
 
@@ -51,7 +51,7 @@ def _progress(line: str) -> None:
 
 def cmd_advise(args: argparse.Namespace) -> int:
     """Measure, then print the report (exit 0), or raise a PynumabindError (exit 1)."""
-    from .advisor import advise
+    from ..advisor import advise
 
     if args.plot:
         _matplotlib()  # fail before a minute of measuring, not after
@@ -83,7 +83,7 @@ def _cell(spread: Optional[Spread], error: Optional[str] = None) -> str:
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    from ._cli_tables import table
+    from .tables import table
 
     return table(headers, rows)
 

@@ -62,8 +62,8 @@ import os
 from dataclasses import replace
 from typing import Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from .errors import ConfigError, TopologyError, format_ids
-from .model import VISIBILITY_VARIABLES, Gpu, Topology
+from ..errors import ConfigError, TopologyError, format_ids
+from ..model import VISIBILITY_VARIABLES, Gpu, Topology
 
 __all__ = [
     "CUDA_DEVICE_ORDERS",

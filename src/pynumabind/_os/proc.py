@@ -49,8 +49,8 @@ import errno
 import os
 from typing import AbstractSet, Dict, List, Optional, Tuple
 
-from .cpulist import parse_cpulist
-from .errors import ListParseError, NumaSyscallError, ProcessStateError, format_ids
+from ..cpulist import parse_cpulist
+from ..errors import ListParseError, NumaSyscallError, ProcessStateError, format_ids
 
 __all__ = [
     "STATUS",
@@ -154,7 +154,7 @@ def mems_allowed() -> frozenset[int]:
     :class:`~pynumabind.errors.LibnumaUnavailableError` when it fails (see
     :func:`status_mems_allowed` for the file the kernel also shows).
     """
-    from . import _libnuma
+    from . import libnuma as _libnuma
 
     return _libnuma.get_mems_allowed()
 

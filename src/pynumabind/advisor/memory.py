@@ -1,7 +1,7 @@
 """Measure this machine for ``advise``: memory bandwidth and latency, CPU node x memory node.
 
-The shell half of ``advise`` (the rule is :mod:`pynumabind._advice`, the
-host<->GPU copies :mod:`pynumabind._cuda`).  Everything runs in this
+The shell half of ``advise`` (the rule is :mod:`pynumabind.advisor.rule`, the
+host<->GPU copies :mod:`pynumabind.advisor.copies`).  Everything runs in this
 process, in fresh threads, so nothing here changes the caller's own
 binding:
 
@@ -52,9 +52,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
-from ._advice import Firmware, HmatEntry, MemoryCell, MemoryMatrix, Placement, Spread
-from .errors import PynumabindError
-from .model import Topology
+from ..errors import PynumabindError
+from ..model import Topology
+from .rule import Firmware, HmatEntry, MemoryCell, MemoryMatrix, Placement, Spread
 
 __all__ = [
     "MAX_THREADS",
@@ -145,7 +145,7 @@ def run_bound(cpus: frozenset[int], work: Callable[[], _T], name: str = "pynumab
 
 def _bind_this_thread(cpus: frozenset[int]) -> None:
     """Bind the calling thread (tid 0) to ``cpus``; a refusal is a NumaSyscallError."""
-    from . import _proc
+    from .._os import proc as _proc
 
     _proc.set_thread_affinity(0, cpus)
 
@@ -169,7 +169,7 @@ class _Buffer:
 
 def _on_node(node: int, topology: Topology) -> Any:
     """The calling thread allocates on ``node`` inside the block (``memory_on``, MPOL_BIND)."""
-    from .placement import memory_on
+    from ..binding.placement import memory_on
 
     return memory_on(node=node, policy="bind", topology=topology)
 
@@ -197,7 +197,7 @@ def placement(
 
     ``move_pages`` with no target nodes only reports; it moves nothing.
     """
-    from . import _libnuma
+    from .._os import libnuma as _libnuma
 
     first = address - address % PAGE
     count = max(1, (address + length - first + PAGE - 1) // PAGE)
@@ -216,7 +216,7 @@ def llc_bytes(cpus: Sequence[int], sysfs_root: str = "/sys") -> Optional[int]:
     (``cpuN/cache/indexM/{level,type,size,shared_cpu_list}``); caches shared
     by several of ``cpus`` count once.
     """
-    from ._sysfs import SysfsReader
+    from .._os.sysfs import SysfsReader
 
     reader = SysfsReader(sysfs_root)
     covered: set[int] = set()
@@ -600,7 +600,7 @@ def _method(size: int, latency: bool) -> str:
 
 def firmware(topology: Topology, sysfs_root: str = "/sys") -> Firmware:
     """SLIT from the topology, HMAT from ``nodeN/accessK/initiators`` where the kernel shows it."""
-    from ._sysfs import SysfsReader
+    from .._os.sysfs import SysfsReader
 
     nodes = tuple(sorted(topology.nodes))
     distances = tuple(tuple(topology.distance(a, b) for b in nodes) for a in nodes)

@@ -34,9 +34,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type
 
-from . import _forksafe
-from .cpulist import parse_cpumask
-from .errors import PynumabindError, TopologyError
+from ..cpulist import parse_cpumask
+from ..errors import PynumabindError, TopologyError
+from . import forksafe as _forksafe
 
 __all__ = ["NVML_PY_FLOOR", "NvmlDevice", "NvmlReport", "NvmlUnavailable", "forget", "query"]
 
@@ -384,7 +384,7 @@ def _missing_note(pynvml: Any, call: str) -> str:
 
 
 def _bus_id(info: Any) -> str:
-    from ._sysfs import normalize_bus_id
+    from .sysfs import normalize_bus_id
 
     raw = getattr(info, "busId", None) or getattr(info, "busIdLegacy", None)
     if raw is None:

@@ -38,15 +38,11 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple, Union
 
-from . import _libnuma, _proc, _threads
-from .errors import (
-    BindError,
-    LibnumaUnavailableError,
-    PlanError,
-    PynumabindError,
-    format_ids,
-)
-from .model import MemoryPolicy, Plan
+from .._os import libnuma as _libnuma
+from .._os import proc as _proc
+from .._os import threads as _threads
+from ..errors import BindError, LibnumaUnavailableError, PlanError, PynumabindError, format_ids
+from ..model import MemoryPolicy, Plan
 
 __all__ = [
     "CpuUndo",

@@ -31,9 +31,9 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
-from . import _proc
-from .cpulist import format_cpulist
-from .errors import NumaSyscallError, format_ids
+from ..cpulist import format_cpulist
+from ..errors import NumaSyscallError, format_ids
+from . import proc as _proc
 
 __all__ = [
     "ThreadAction",

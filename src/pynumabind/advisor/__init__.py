@@ -5,14 +5,14 @@ machine slows them down on another.  ``advise`` measures instead of
 assuming, in this process and without changing its binding:
 
 1. memory bandwidth (and latency) for every CPU node this process may run
-   on x every memory node it may use (:mod:`pynumabind._measure`);
+   on x every memory node it may use (:mod:`pynumabind.advisor.memory`);
 2. pinned host<->GPU copy bandwidth, per GPU x CPU node, when CUDA is
-   usable from this process (:mod:`pynumabind._cuda`); otherwise the GPU
+   usable from this process (:mod:`pynumabind.advisor.copies`); otherwise the GPU
    section is empty and says why;
 3. what the firmware claims (SLIT distances, HMAT attributes), for
    comparison only;
 
-and applies the documented rule of :func:`pynumabind._advice.decide`.
+and applies the documented rule of :func:`pynumabind.advisor.rule.decide`.
 ``quick=True`` takes about 15 s on a two-node server, the default about a
 minute.  Progress goes to ``progress`` (a callable taking one line), which
 the CLI points at stderr.
@@ -26,9 +26,9 @@ from __future__ import annotations
 import time
 from typing import Callable, List, Optional
 
-from ._advice import DEFAULT_MIN_EFFECT, Advice, GpuCopies, decide
-from .errors import ConfigError
-from .model import Topology
+from ..errors import ConfigError
+from ..model import Topology
+from .rule import DEFAULT_MIN_EFFECT, Advice, GpuCopies, decide
 
 __all__ = ["Advice", "advise"]
 
@@ -58,7 +58,8 @@ def advise(
     ``repeats`` override the sizes (tests use small ones); ``min_effect`` is
     the smallest relative difference the rule counts (0.10: 10%).
     """
-    from . import _cuda, _measure
+    from . import copies as _cuda
+    from . import memory as _measure
 
     if buffer_bytes is not None and buffer_bytes < _measure.PAGE:
         raise ConfigError(f"buffer_bytes={buffer_bytes} is smaller than a page")
@@ -71,7 +72,7 @@ def advise(
     if topology is None:
         # Always this machine, read live: a PYNUMABIND_TOPOLOGY snapshot says
         # where to plan, but the measurements run here.
-        from . import discovery
+        from .. import discovery
 
         topology = discovery.detect_topology(use_nvml=gpus)
     settings = _measure.Settings(

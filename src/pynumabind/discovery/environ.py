@@ -1,6 +1,6 @@
 """What the launcher and the user said through environment variables.
 
-:func:`resolve` merges them into the one :class:`~pynumabind._options.Options`
+:func:`resolve` merges them into the one :class:`~pynumabind.options.Options`
 (explicit arguments win).  Pure apart from reading the mapping it is given
 (``os.environ`` by default in the binding), so every rule here is tested with
 plain dicts.
@@ -39,7 +39,7 @@ Rules
   given its ``gpus`` can slice a node in the exclusive modes;
   ``PYNUMABIND_PRIORITY_CORES`` (a flag, as ``PYNUMABIND_DISABLE``): mode
   ``node`` uses only the highest-performance cores (see
-  :mod:`pynumabind._options`).
+  :mod:`pynumabind.options`).
 * ``PYNUMABIND_TOPOLOGY=FILE``: plan from that snapshot (``pynumabind
   snapshot``) instead of this machine; only the file name is read here
   (:func:`~pynumabind.discovery.resolve_topology` loads it, and a missing or
@@ -58,9 +58,9 @@ import re
 from dataclasses import replace
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from ._options import ASCII_SPACE, Options, check_nprocs, parse_choice, shown
-from .errors import ConfigError
-from .model import CpuMode, MemoryPolicy
+from ..errors import ConfigError
+from ..model import CpuMode, MemoryPolicy
+from ..options import ASCII_SPACE, Options, check_nprocs, parse_choice, shown
 
 __all__ = [
     "CPUS_VARIABLE",
@@ -257,8 +257,8 @@ def _peers_and_priority(
     environ: Mapping[str, str], given: Options, sources: Dict[str, str]
 ) -> Dict[str, Any]:
     """``local_gpus`` and ``priority_cores``: the argument if given, else the variable."""
-    from .cpulist import parse_cpulist
-    from .errors import ListParseError
+    from ..cpulist import parse_cpulist
+    from ..errors import ListParseError
 
     out: Dict[str, Any] = {"local_gpus": given.local_gpus, "priority_cores": given.priority_cores}
     text = _option(environ, LOCAL_GPUS_VARIABLE)

@@ -92,13 +92,13 @@ import os
 import stat
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
-from . import _forksafe
-from ._visible import apply_visibility
-from .errors import TopologyError, format_ids
-from .model import CpuMode, Detail, Gpu, Topology
+from .._os import forksafe as _forksafe
+from ..errors import TopologyError, format_ids
+from ..model import CpuMode, Detail, Gpu, Topology
+from .visible import apply_visibility
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ._nvml import NvmlDevice, NvmlReport
+    from .._os.nvml import NvmlDevice, NvmlReport
 
 log = logging.getLogger("pynumabind.discovery")
 
@@ -319,7 +319,8 @@ def detect_topology(
     shows an NVIDIA GPU, or shows no PCI bus at all (some containers).
     ``detail`` and ``reuse``: see the module docstring, "What a bind reads".
     """
-    from . import _sysfs, _visible
+    from .._os import sysfs as _sysfs
+    from . import visible as _visible
 
     env = os.environ if environ is None else environ
     keep = reuse and detail is not Detail.FULL and gpu_vendors is None and pci_classes is None
@@ -352,7 +353,8 @@ def _with_nvml(
     no_pci = not has_nvidia and not os.path.isdir(os.path.join(sysfs_root, "bus", "pci", "devices"))
     if not (has_nvidia or no_pci):
         return base, None
-    from . import _nvml, _visible
+    from .._os import nvml as _nvml
+    from . import visible as _visible
 
     max_cpu = max(base.cpus) if base.cpus else 0
     max_node = max(base.nodes) if base.nodes else 0
@@ -383,7 +385,7 @@ def topology_from_sysfs(
 ) -> Topology:
     """The machine under sysfs ``root`` (``/sys``, or another machine's copy), without NVML.
 
-    :func:`pynumabind._sysfs.read_layout`, then :func:`~pynumabind._sysfs.with_allowed`.
+    :func:`pynumabind._os.sysfs.read_layout`, then :func:`~pynumabind._os.sysfs.with_allowed`.
 
     ``gpu_vendors`` (PCI vendor id -> name, or just ids) and ``pci_classes``
     (``"0x03"`` base class, ``"0x0302"`` base+subclass, ``"0x030200"`` full)
@@ -400,7 +402,7 @@ def topology_from_sysfs(
     ``allowed_cpus``/``allowed_mems`` override both.  ``detail`` (see
     :class:`~pynumabind.model.Detail`) says how much of the CPU layout to read.
     """
-    from . import _sysfs
+    from .._os import sysfs as _sysfs
 
     layout = _sysfs.read_layout(
         root, detail=detail, gpu_vendors=gpu_vendors, pci_classes=pci_classes
@@ -449,8 +451,9 @@ def process_topology(
     :class:`TopologyError` naming ``given_by`` (default the variable) and the
     file: never a fallback to sysfs.
     """
-    from . import _proc, _visible
-    from ._environ import TOPOLOGY_VARIABLE
+    from .._os import proc as _proc
+    from . import visible as _visible
+    from .environ import TOPOLOGY_VARIABLE
 
     env = os.environ if environ is None else environ
     source = given_by or TOPOLOGY_VARIABLE
@@ -527,7 +530,7 @@ def resolve_topology(
     elif sysfs_root is not None:
         return topology_from_sysfs(sysfs_root)
     else:
-        from ._environ import topology_file
+        from .environ import topology_file
 
         path = topology_file(env)
         if path is not None:
@@ -547,7 +550,7 @@ def resolve_topology(
 
 
 def _read_snapshot(path: str) -> str:
-    from .model import MAX_SNAPSHOT_CHARS
+    from ..model import MAX_SNAPSHOT_CHARS
 
     try:
         # O_NONBLOCK: opening a FIFO must not wait for a writer.
@@ -601,7 +604,7 @@ def ray_gpus(
     ``CUDA_VISIBLE_DEVICES`` under Ray 2.60, so it would "see" every GPU):
     that is the ConfigError of a process with no GPU to bind to.
     """
-    from .errors import ConfigError
+    from ..errors import ConfigError
 
     ids = _ray_gpu_ids()
     if ids is None:

@@ -44,15 +44,16 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from . import _proc, _verify
-from ._environ import SIZE_VARIABLES
-from ._options import CHOSEN_BY_CHECK, Options
-from .cpulist import format_cpulist
-from .errors import ConfigError, PynumabindError
-from .model import Topology
+from .._os import proc as _proc
+from ..binding import verify as _verify
+from ..cpulist import format_cpulist
+from ..discovery.environ import SIZE_VARIABLES
+from ..errors import ConfigError, PynumabindError
+from ..model import Topology
+from ..options import CHOSEN_BY_CHECK, Options
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .binding import Binding
+    from ..binding import Binding
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +145,7 @@ def check_this_process(
     rank: int, nprocs: int, options: Dict[str, Any], topology_json: Optional[str]
 ) -> WorkerReport:
     """Bind the calling process as ``rank`` and verify the result."""
-    from .binding import bind_current_process
+    from ..binding import bind_current_process
 
     topology = Topology.from_json(topology_json) if topology_json else None
     # options may carry nprocs_source: where the parent's count came from.
@@ -313,7 +314,7 @@ def run_check(
     itself, as a real worker would.  ``timeout`` bounds the whole run (see
     the module docstring).
     """
-    from .planner import local_ranks
+    from ..planner import local_ranks
 
     deadline = time.monotonic() + timeout
     count = local_ranks(topology, options)

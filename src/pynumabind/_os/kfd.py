@@ -19,9 +19,9 @@ import os
 from dataclasses import dataclass, replace
 from typing import Dict, List, Optional
 
-from ._textfile import read_ascii
-from .errors import TopologyError
-from .model import Gpu
+from ..errors import TopologyError
+from ..model import Gpu
+from .textfile import read_ascii
 
 __all__ = ["KfdGpu", "apply_kfd", "read_kfd"]
 

@@ -18,7 +18,7 @@ import errno
 import os
 import stat
 
-from .errors import TopologyError
+from ..errors import TopologyError
 
 __all__ = ["MAX_FILE_BYTES", "read_ascii"]
 

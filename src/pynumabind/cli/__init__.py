@@ -32,14 +32,15 @@ import os
 import sys
 from typing import Any, Dict, List, NoReturn, Optional, Sequence, Union
 
-from . import __version__, discovery
-from ._cli_advise import add_parser as _add_advise_parser
-from ._cli_advise import cmd_advise
-from ._cli_tables import by_rank, human_bytes, table
-from ._options import Options
-from .cpulist import format_cpulist, parse_cpulist, parse_nodelist
-from .errors import ConfigError, ListParseError, PynumabindError, TopologyError, format_ids
-from .model import CpuMode, MemoryPolicy, Plan, Topology
+from .. import discovery
+from .._version import __version__
+from ..cpulist import format_cpulist, parse_cpulist, parse_nodelist
+from ..errors import ConfigError, ListParseError, PynumabindError, TopologyError, format_ids
+from ..model import CpuMode, MemoryPolicy, Plan, Topology
+from ..options import Options
+from .advise import add_parser as _add_advise_parser
+from .advise import cmd_advise
+from .tables import by_rank, human_bytes, table
 
 log = logging.getLogger("pynumabind.cli")
 
@@ -447,8 +448,8 @@ def _plan_rows(results: Sequence[Union[Plan, PynumabindError]]) -> List[List[str
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """The per-rank table; a rank that cannot be planned shows its error, the others their plan."""
-    from ._environ import resolve
-    from .planner import plan_each_for
+    from ..discovery.environ import resolve
+    from ..planner import plan_each_for
 
     # Flags win; PYNUMABIND_* and the launcher's process count fill the
     # rest, as they do for the workers that exec and check start.
@@ -497,7 +498,7 @@ def _plan_text(results: Sequence[Union[Plan, PynumabindError]]) -> List[str]:
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
-    from .binding import bind_current_process
+    from ..binding import bind_current_process
 
     argv = list(args.argv)
     if argv and argv[0] == "--":
@@ -577,8 +578,8 @@ def _check_note(topology: Topology, options: Options, workers: int) -> Optional[
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from ._cli_check import run_check
-    from ._environ import resolve
+    from ..discovery.environ import resolve
+    from .check import run_check
 
     # As plan does: flags win, then PYNUMABIND_* and the launcher's process count.
     options = resolve(os.environ, _options(args), need_rank=False)

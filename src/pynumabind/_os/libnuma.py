@@ -32,7 +32,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from .errors import LibnumaUnavailableError, NumaSyscallError
+from ..errors import LibnumaUnavailableError, NumaSyscallError
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Set as AbstractSet
@@ -118,9 +118,9 @@ def _ffi() -> Any:
     with _lock:
         if "ffi" not in _state:
             try:
-                from ._libnuma_ffi import ffi
+                from .._libnuma_ffi import ffi
             except ImportError:
-                from ._libnuma_build import build_ffi
+                from .._libnuma_build import build_ffi
 
                 ffi = build_ffi()
                 log.debug("pynumabind._libnuma_ffi not generated; parsing declarations at run time")
@@ -130,7 +130,7 @@ def _ffi() -> Any:
 
 def _missing_symbol(lib: Any) -> Optional[str]:
     """The first required declaration ``lib`` does not export, or None."""
-    from ._libnuma_build import DECLARATIONS, OPTIONAL
+    from .._libnuma_build import DECLARATIONS, OPTIONAL
 
     # The generated module raises ffi.error, the in-line FFI AttributeError.
     missing = (AttributeError, getattr(_ffi(), "error", AttributeError))
@@ -420,7 +420,7 @@ def supports_mode(mode: int) -> Optional[bool]:
 # ------------------------------------------------- address ranges (issue 21)
 #
 # The functions above take a Python buffer; these take a raw page-aligned
-# address range, for :mod:`pynumabind.placement` (a torch tensor's
+# address range, for :mod:`pynumabind.binding.placement` (a torch tensor's
 # ``data_ptr()`` or an explicit ``(address, length)`` has no buffer object).
 
 #: Pages per ``move_pages`` call: bounds the arrays built for a huge pool.

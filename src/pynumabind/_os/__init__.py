@@ -1,0 +1,1 @@
+"""The operating-system boundary."""

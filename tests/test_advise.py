@@ -12,13 +12,17 @@ placements and verdict are tested in the QEMU guest
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import random
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import pytest
 
@@ -94,8 +98,6 @@ def test_cuda_backend_boundary() -> None:
 
 
 def test_cudart_declarations_bind_to_the_real_runtime_when_installed() -> None:
-    import ctypes
-
     try:
         lib = ctypes.CDLL("libcudart.so")
     except OSError:
@@ -250,3 +252,165 @@ def test_cli_plot_without_matplotlib_fails_before_measuring(tmp_path: Path) -> N
         "pip install 'pynumabind[plot]' (matplotlib)"
     )
     assert not (tmp_path / "a.png").exists()
+
+
+# ------------------------------------------------------------- interrupts
+
+STOP_BOUND = 5.0  # seconds; generous on two shared cores (the aim is one or two)
+INTERRUPT_TRIES = 20
+
+
+def _interrupted_cli(delay: float) -> tuple[int, float, str]:
+    """A real ``advise --quick`` child, SIGINT ``delay`` s into measuring.
+
+    Returns (exit status, seconds from the signal to the exit, stderr).
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "pynumabind", "advise", "--quick"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    seen = []
+    assert child.stderr is not None
+    for line in child.stderr:  # the bandwidth phase has begun once this line is out
+        seen.append(line)
+        if "memory: CPU node" in line:
+            break
+    time.sleep(delay)
+    sent = time.monotonic()
+    child.send_signal(signal.SIGINT)
+    try:
+        _, err = child.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.communicate()
+        raise
+    return child.returncode, time.monotonic() - sent, "".join(seen) + err
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_cli_at_once_every_time() -> None:
+    """SIGINT at random times while measuring: exit 130, "interrupted", no crash, promptly.
+
+    The copying threads used to wait on a barrier with a 120 s timeout, and
+    the buffers could be unmapped under a running copy (exit 139).  The
+    delays spread over the bandwidth rounds and into the latency phase.
+    """
+    rng = random.Random()
+    took: List[float] = []
+    for _ in range(INTERRUPT_TRIES):
+        delay = rng.uniform(0.0, 0.6)
+        rc, seconds, err = _interrupted_cli(delay)
+        assert rc == 130, (delay, rc, err)
+        assert err.strip().splitlines()[-1] == "pynumabind: error: interrupted", err
+        assert "Traceback" not in err, err
+        took.append(seconds)
+    took.sort()
+    shown = ", ".join(f"{t:.2f}" for t in took)
+    sys.stdout.write(f"stop after SIGINT, s (sorted): {shown}\n")
+    assert took[-1] < STOP_BOUND, shown
+
+
+def _copy_threads() -> List[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("pynumabind-copy-")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attempt", range(5))
+def test_ctrl_c_reaches_the_caller_of_advise(attempt: int) -> None:
+    """KeyboardInterrupt reaches the caller of ``pynumabind.advise()`` at once; no thread stays."""
+    rng = random.Random(attempt)
+    delay = rng.uniform(0.0, 0.3)
+    before = _state()
+    sent: List[float] = []
+
+    def interrupt() -> None:
+        sent.append(time.monotonic())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    def progress(line: str) -> None:
+        if "memory: CPU node" in line and not sent:
+            threading.Timer(delay, interrupt).start()
+
+    with pytest.raises(KeyboardInterrupt):
+        pynumabind.advise(quick=True, repeats=50, progress=progress)
+        time.sleep(10)  # not reached unless advise ended before the signal
+    assert sent and time.monotonic() - sent[0] < STOP_BOUND
+    assert _state() == before, "the interrupted advise changed the caller's binding"
+    for thread in _copy_threads():
+        thread.join(_measure.STOP_WAIT)
+    assert not _copy_threads(), "copy threads outlived the interrupted advise"
+
+
+def test_a_buffer_is_unmapped_only_when_no_copy_uses_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    buffer = _measure._Buffer(_measure.PAGE)
+    entered, leave = threading.Event(), threading.Event()
+
+    def user() -> None:
+        with buffer.use():
+            entered.set()
+            leave.wait(10)
+
+    thread = threading.Thread(target=user)
+    thread.start()
+    entered.wait(10)
+    threading.Timer(0.3, leave.set).start()
+    began = time.monotonic()
+    buffer.close()  # waits for the user to leave
+    assert time.monotonic() - began >= 0.25
+    thread.join()
+    assert buffer.map.closed
+    with pytest.raises(_measure._Stopped):  # a closing buffer takes no new copy
+        with buffer.use():
+            pass
+
+    stuck = _measure._Buffer(_measure.PAGE)
+    monkeypatch.setattr(_measure, "STOP_WAIT", 0.1)
+    entered.clear()
+    leave.clear()
+    buffer = stuck
+    thread = threading.Thread(target=user)
+    thread.start()
+    entered.wait(10)
+    stuck.close()  # the user outlasts the wait: the mapping stays
+    assert not stuck.map.closed and stuck.closing
+    ctypes.memset(stuck.address, 0, _measure.PAGE)  # still mapped: no crash
+    leave.set()
+    thread.join()
+
+
+def test_run_bound_interrupted_stops_its_thread_before_returning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What the GPU copies rely on: after the interrupt the worker has ended, or is ``stuck``."""
+    stop = _measure.Stop()
+    ended = threading.Event()
+
+    def work() -> None:
+        while not stop.is_set():
+            time.sleep(0.01)
+        time.sleep(0.2)  # winding down: the caller must wait for this
+        ended.set()
+
+    threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt):
+        _measure.run_bound(frozenset(os.sched_getaffinity(0)), work, stop=stop)
+    assert ended.is_set() and not stop.stuck
+
+    stop = _measure.Stop()
+    release = threading.Event()
+
+    def ignores_stop() -> None:
+        release.wait(10)
+
+    monkeypatch.setattr(_measure, "STOP_WAIT", 0.2)
+    try:
+        threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+        with pytest.raises(KeyboardInterrupt):
+            _measure.run_bound(frozenset(os.sched_getaffinity(0)), ignores_stop, stop=stop)
+    finally:
+        release.set()
+    assert stop.stuck

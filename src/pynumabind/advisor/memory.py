@@ -24,6 +24,15 @@ binding:
   round per cell sets the number of passes).  The samples are taken
   round-robin over the cells, so load from elsewhere during the run falls
   on every cell alike, not on the one measured at that moment.
+* **Interrupts.**  Ctrl-C (KeyboardInterrupt) reaches the caller within
+  milliseconds, wherever it lands: the main thread never waits on a
+  barrier or a long timeout, only on conditions a signal interrupts; the
+  copying threads check a stop flag between :data:`COPY_CHUNK` pieces; the
+  first touch is cut into :data:`TOUCH_CHUNK` pieces.  A buffer is never
+  unmapped under a running copy (that is a segfault, not an exception):
+  each buffer counts the threads using it and is unmapped only when none
+  is, and an interrupted or outlasted close (:data:`STOP_WAIT`) leaves the
+  mapping in place instead.
 * **Latency.**  A pointer chase: one bound thread follows a chain of
   dependent loads through the buffer, every step to another 4 KiB page
   chosen at random (so it includes a TLB miss unless transparent huge pages
@@ -73,7 +82,10 @@ PLACEMENT_SAMPLES = 1024
 PAGE = mmap.PAGESIZE
 LINE = 64  # bytes per cache line
 WORD = 8  # bytes per chain entry
-BARRIER_TIMEOUT = 120.0  # seconds; a wedged measuring thread must not hang advise
+ROUND_TIMEOUT = 120.0  # seconds; a wedged measuring thread must not hang advise
+STOP_WAIT = 5.0  # seconds an interrupted measurement waits for its threads to end
+COPY_CHUNK = 16 << 20  # bytes per memmove: a stop request is seen within one chunk (~2 ms)
+TOUCH_CHUNK = 64 << 20  # bytes per first-touch memset
 
 Progress = Callable[[str], None]
 _T = TypeVar("_T")
@@ -119,13 +131,34 @@ class Settings:
 # ------------------------------------------------------------ bound threads
 
 
-def run_bound(cpus: frozenset[int], work: Callable[[], _T], name: str = "pynumabind-advise") -> _T:
+class Stop(threading.Event):
+    """Asks measuring threads to stop; ``stuck`` when one did not within :data:`STOP_WAIT`.
+
+    The thread that owns buffers a measuring thread uses frees them only
+    when ``stuck`` is false: a buffer is never freed under a running copy
+    (a copy into unmapped memory is a segfault, not an exception).
+    """
+
+    stuck: bool = False
+
+
+def run_bound(
+    cpus: frozenset[int],
+    work: Callable[[], _T],
+    name: str = "pynumabind-advise",
+    stop: Optional[Stop] = None,
+) -> _T:
     """``work()`` in a fresh thread bound to ``cpus``; its result, or its exception re-raised.
 
     Only the new thread's mask is set (``sched_setaffinity(0)`` from inside
-    it), so the caller's binding is never touched.
+    it), so the caller's binding is never touched.  The wait is
+    interruptible: a KeyboardInterrupt reaches the caller at once.  With
+    ``stop``, the interrupt first sets it (``work`` checks it between its
+    steps) and waits up to :data:`STOP_WAIT` for the thread to end, so the
+    caller may free what the thread used; ``stop.stuck`` says it did not end.
     """
     box: Dict[str, Any] = {}
+    finished = threading.Event()
 
     def body() -> None:
         try:
@@ -133,14 +166,45 @@ def run_bound(cpus: frozenset[int], work: Callable[[], _T], name: str = "pynumab
             box["result"] = work()
         except BaseException as exc:  # re-raised in the caller
             box["error"] = exc
+        finally:
+            finished.set()
 
     thread = threading.Thread(target=body, name=name, daemon=True)
-    thread.start()
-    thread.join()
+    try:
+        thread.start()
+        finished.wait()
+    except BaseException:
+        if stop is not None:
+            stop.set()
+            stop.stuck = stop.stuck or not _outwait(thread, finished, STOP_WAIT)
+        raise
     if "error" in box:
         raise box["error"]
     result: _T = box["result"]
     return result
+
+
+def _outwait(thread: threading.Thread, finished: threading.Event, seconds: float) -> bool:
+    """Wait up to ``seconds`` for ``thread`` to set ``finished``, through further interrupts.
+
+    Used only while an interrupt is already on its way to the caller: a
+    second Ctrl-C must not cut short the wait that keeps buffers allocated
+    until their copies are over.  ``finished`` rather than ``join``: a
+    ``join`` cut short by KeyboardInterrupt can mark a running thread as
+    stopped (CPython 3.11), and ``is_alive`` would then lie.
+    """
+    if thread.ident is None:  # never started
+        return True
+    deadline = time.monotonic() + seconds
+    while not finished.is_set():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        try:
+            finished.wait(min(left, 0.05))
+        except KeyboardInterrupt:
+            continue
+    return True
 
 
 def _bind_this_thread(cpus: frozenset[int]) -> None:
@@ -153,16 +217,50 @@ def _bind_this_thread(cpus: frozenset[int]) -> None:
 # ------------------------------------------------------------------ buffers
 
 
+class _Stopped(Exception):
+    """A copy was cut short: its crew or its buffer is closing (never reaches the caller)."""
+
+
 class _Buffer:
-    """An anonymous mapping and its address (for ctypes and move_pages)."""
+    """An anonymous mapping and its address (for ctypes and move_pages).
+
+    Copying threads hold it in use (:meth:`use`) and check :attr:`closing`
+    between chunks; :meth:`close` marks it closing, waits until no thread
+    uses it, and only then unmaps it.  A close that is interrupted, or that
+    a copy outlasts (:data:`STOP_WAIT`), leaves the mapping in place: a
+    leak, never a copy into unmapped memory.
+    """
 
     def __init__(self, size: int) -> None:
         self.size = size
         self.map = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         self._anchor = ctypes.c_char.from_buffer(self.map)
         self.address = ctypes.addressof(self._anchor)
+        self.closing = False
+        self._users = 0
+        self._gate = threading.Condition()
+
+    @contextlib.contextmanager
+    def use(self) -> Iterator[None]:
+        with self._gate:
+            if self.closing:
+                raise _Stopped()
+            self._users += 1
+        try:
+            yield
+        finally:
+            with self._gate:
+                self._users -= 1
+                self._gate.notify_all()
 
     def close(self) -> None:
+        with self._gate:
+            self.closing = True
+            deadline = time.monotonic() + STOP_WAIT
+            while self._users and time.monotonic() < deadline:
+                self._gate.wait(deadline - time.monotonic())
+            if self._users:
+                return  # a copy still runs in it: keep the mapping
         del self._anchor
         self.map.close()
 
@@ -183,7 +281,8 @@ def _buffers(node: int, sizes: Sequence[int], topology: Topology) -> Iterator[Li
             for size in sizes:
                 buffer = _Buffer(size)
                 made.append(buffer)
-                ctypes.memset(buffer.address, 1, size)
+                for offset in range(0, size, TOUCH_CHUNK):  # an interrupt lands between chunks
+                    ctypes.memset(buffer.address + offset, 1, min(TOUCH_CHUNK, size - offset))
         yield made
     finally:
         for buffer in made:
@@ -284,16 +383,22 @@ class _CopyCrew:
     """``threads`` threads bound to ``cpus``; each round, each copies its slice of a buffer.
 
     The threads are started (and bound) once and reused for every memory
-    node: a round names the source, destination, size and passes.
+    node: a round names the source, destination, size and passes.  The main
+    thread posts a round and waits for it under one condition; the wait is
+    interruptible, and every copy is cut into :data:`COPY_CHUNK` pieces with
+    a stop check between them, so an interrupt stops the crew within
+    milliseconds.  No wait is on a barrier: a thread that is gone cannot
+    hold the others (or the caller) for a timeout.
     """
 
     def __init__(self, cpus: frozenset[int], threads: int) -> None:
         self.threads = threads
-        self.job: Tuple[int, int, int, int] = (0, 0, 0, 0)  # src, dst, slice, passes
-        self.stop = False
         self.errors: List[BaseException] = []
-        self.start = threading.Barrier(threads + 1)
-        self.done = threading.Barrier(threads + 1)
+        self._cond = threading.Condition()
+        self._job: Tuple[_Buffer, _Buffer, int, int] = (None, None, 0, 0)  # type: ignore[assignment]
+        self._round = 0  # number of the round posted last
+        self._pending = 0  # threads still copying in it
+        self._stopping = False
         self.crew = [
             threading.Thread(
                 target=self._work, args=(cpus, k), name=f"pynumabind-copy-{k}", daemon=True
@@ -303,46 +408,97 @@ class _CopyCrew:
         for thread in self.crew:
             thread.start()
 
+    def _next_job(self, seen: int) -> Optional[Tuple[_Buffer, _Buffer, int, int]]:
+        """Wait for a round after ``seen``; None when the crew stops (or idles too long)."""
+        with self._cond:
+            deadline = time.monotonic() + ROUND_TIMEOUT
+            while self._round == seen and not self._stopping:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None  # an orphaned crew does not live on
+                self._cond.wait(left)
+            return None if self._stopping else self._job
+
     def _work(self, cpus: frozenset[int], k: int) -> None:
         try:
             _bind_this_thread(cpus)
-            while True:
-                self.start.wait(BARRIER_TIMEOUT)
-                if self.stop:
-                    return
-                src, dst, part, passes = self.job
-                for _ in range(passes):
-                    ctypes.memmove(dst + k * part, src + k * part, part)
-                self.done.wait(BARRIER_TIMEOUT)
-        except threading.BrokenBarrierError:
-            return
         except BaseException as exc:
-            self.errors.append(exc)
-            self.start.abort()
-            self.done.abort()
+            with self._cond:
+                self.errors.append(exc)
+                self._cond.notify_all()
+            return
+        seen = 0
+        while True:
+            job = self._next_job(seen)
+            if job is None:
+                return
+            seen += 1
+            try:
+                self._copy(job, k)
+            except _Stopped:
+                pass
+            except BaseException as exc:
+                with self._cond:
+                    self.errors.append(exc)
+            finally:
+                with self._cond:
+                    self._pending -= 1
+                    self._cond.notify_all()
 
-    def round(self, src: int, dst: int, size: int, passes: int) -> float:
-        """GB/s of every thread copying its slice of ``size`` bytes ``passes`` times."""
-        part = size // self.threads - (size // self.threads) % LINE
-        self.job = (src, dst, part, passes)
-        try:
-            self.start.wait(BARRIER_TIMEOUT)
-            began = time.perf_counter()
-            self.done.wait(BARRIER_TIMEOUT)
-        except threading.BrokenBarrierError:
-            self.close()
-            if self.errors:
-                raise self.errors[0] from None
-            raise PynumabindError("a measuring thread stopped answering") from None
-        seconds = max(time.perf_counter() - began, 1e-9)
-        return 2 * part * self.threads * passes / seconds / 1e9  # read + write
+    def _copy(self, job: Tuple[_Buffer, _Buffer, int, int], k: int) -> None:
+        src, dst, part, passes = job
+        with src.use(), dst.use():
+            first = k * part
+            for _ in range(passes):
+                for offset in range(first, first + part, COPY_CHUNK):
+                    if self._stopping or src.closing or dst.closing:
+                        raise _Stopped()
+                    length = min(COPY_CHUNK, first + part - offset)
+                    ctypes.memmove(dst.address + offset, src.address + offset, length)
+
+    def round(self, src: _Buffer, dst: _Buffer, passes: int) -> float:
+        """GB/s of every thread copying its slice of ``src`` into ``dst`` ``passes`` times."""
+        part = src.size // self.threads - (src.size // self.threads) % LINE
+        with self._cond:
+            if self.errors or self._stopping:
+                raise self._failure()
+            self._job = (src, dst, part, passes)
+            self._pending = self.threads
+            self._round += 1
+            self._cond.notify_all()
+        began = time.perf_counter()
+        with self._cond:
+            deadline = time.monotonic() + ROUND_TIMEOUT
+            while self._pending and not self.errors:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(min(left, 0.25))
+            seconds = max(time.perf_counter() - began, 1e-9)
+            if self._pending or self.errors:
+                failure = self._failure()
+            else:
+                return 2 * part * self.threads * passes / seconds / 1e9  # read + write
+        self.close()
+        raise failure
+
+    def _failure(self) -> BaseException:
+        if self.errors:
+            return self.errors[0]
+        return PynumabindError("a measuring thread stopped answering")
 
     def close(self) -> None:
-        self.stop = True
-        with contextlib.suppress(threading.BrokenBarrierError):
-            self.start.wait(1.0)
+        """Stop the threads (each within one chunk) and wait briefly for them to end.
+
+        The buffers do not depend on this wait (they wait for their own
+        users), so it stays interruptible.
+        """
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        deadline = time.monotonic() + STOP_WAIT
         for thread in self.crew:
-            thread.join(BARRIER_TIMEOUT)
+            thread.join(max(0.0, deadline - time.monotonic()))
 
 
 # ----------------------------------------------------------------- latency
@@ -483,7 +639,7 @@ def _bandwidth_rounds(
             progress(f"memory: CPU node {c} ({cells.threads[c]} threads) x memory node {m}")
             src, dst = buffers[m]
             try:
-                warm = crews[c].round(src.address, dst.address, src.size, 1)
+                warm = crews[c].round(src, dst, 1)
                 seconds = 2 * src.size / (warm * 1e9)
                 passes[(c, m)] = max(1, math.ceil(settings.sample_seconds / max(seconds, 1e-6)))
             except _MEASURED_ERRORS as exc:
@@ -492,7 +648,7 @@ def _bandwidth_rounds(
             for c, m in cells.pairs():
                 src, dst = buffers[m]
                 try:
-                    value = crews[c].round(src.address, dst.address, src.size, passes[(c, m)])
+                    value = crews[c].round(src, dst, passes[(c, m)])
                     cells.bandwidth.setdefault((c, m), []).append(value)
                 except _MEASURED_ERRORS as exc:
                     cells.fail([(c, m)], exc)

@@ -231,13 +231,54 @@ def test_cli_table_and_plot(tmp_path: Path) -> None:
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_cli_errors_are_one_line_with_exit_codes(tmp_path: Path) -> None:
+def test_cli_errors_are_one_line_with_exit_codes() -> None:
     usage = cli("--bogus")
     assert usage.returncode == 2 and "Traceback" not in usage.stderr
-    unwritable = cli("--quick", "--no-latency", "--plot", str(tmp_path / "no/such/dir/a.png"))
-    assert unwritable.returncode == 1, unwritable.stderr
-    assert unwritable.stderr.strip().splitlines()[-1].startswith("pynumabind: error: cannot write")
-    assert "Traceback" not in unwritable.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        ("", "--plot: the file name is empty"),
+        ("report", "--plot 'report' has no extension, which names the format: e.g. report.png"),
+        ("x.foo", "--plot 'x.foo': matplotlib cannot write .foo files (it writes "),
+        ("no/such/dir/a.png", "--plot: cannot write 'no/such/dir/a.png': No such file or"),
+        ("adir.png", "--plot: cannot write 'adir.png': Is a directory"),
+    ],
+)
+def test_cli_plot_path_is_checked_before_measuring(
+    tmp_path: Path, name: str, problem: str
+) -> None:
+    pytest.importorskip("matplotlib")
+    (tmp_path / "adir.png").mkdir()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    here = str(Path(pynumabind.__file__).resolve().parents[1])  # this tree, from any cwd
+    done = subprocess.run(
+        [sys.executable, "-m", "pynumabind", "advise", "--quick", "--plot", name],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": here},
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.splitlines()  # one line: nothing was measured
+    assert line.startswith(f"pynumabind: error: {problem}"), line
+    assert done.stdout == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # the check left nothing
+
+
+def test_cli_prints_the_report_even_when_the_plot_then_fails(tmp_path: Path) -> None:
+    """The path passes the check (it opens for appending) but the write fails: disk full."""
+    pytest.importorskip("matplotlib")
+    full = tmp_path / "full.png"
+    full.symlink_to("/dev/full")
+    done = cli("--quick", "--json", "--no-latency", "--plot", str(full))
+    assert done.returncode == 1, done.stderr
+    assert json.loads(done.stdout)["memory"]["cpu_nodes"] == [0]  # the report is out
+    last = done.stderr.strip().splitlines()[-1]
+    assert last == f"pynumabind: error: cannot write {str(full)!r}: No space left on device"
+    assert "Traceback" not in done.stderr
 
 
 def test_cli_plot_without_matplotlib_fails_before_measuring(tmp_path: Path) -> None:

@@ -4,7 +4,15 @@ The measuring is :func:`pynumabind.advise`; this module parses the options,
 prints progress on stderr, renders an :class:`~pynumabind.Advice` as tables
 (:func:`render_text`) or JSON, and draws the optional heatmap
 (:func:`write_plot`, needs matplotlib: ``pip install 'pynumabind[plot]'``).
-A missing matplotlib is found before anything is measured.
+
+``--plot FILE`` is checked before anything is measured, since measuring
+takes up to a minute: a missing matplotlib is a failure (exit 1); an empty
+name, a name without an extension (the extension is the format: no file is
+written under another name than the one given), a format matplotlib cannot
+write, and a path that cannot be written (tried by opening it for appending,
+which changes nothing, and removing it again if it was new) are usage
+errors (exit 2) naming the problem.  The report is printed before the plot
+is drawn, so a plot that still fails (exit 1) loses no measurement.
 """
 
 from __future__ import annotations
@@ -12,13 +20,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
 from ..advisor.rule import Advice, GpuCopies, MemoryMatrix, Spread
-from ..errors import PynumabindError
+from ..errors import ConfigError, PynumabindError
 
-__all__ = ["add_parser", "cmd_advise", "render_text", "write_plot"]
+__all__ = ["add_parser", "check_plot_path", "cmd_advise", "render_text", "write_plot"]
 
 PLOT_HINT = "pip install 'pynumabind[plot]' (matplotlib)"
 
@@ -33,7 +42,12 @@ def add_parser(commands: Any) -> None:
         "--quick", action="store_true", help="fewer, smaller measurements (~15 s on two nodes)"
     )
     advise.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    advise.add_argument("--plot", metavar="FILE", help="also write a heatmap PNG (matplotlib)")
+    advise.add_argument(
+        "--plot",
+        metavar="FILE",
+        help="also write heatmaps to FILE; its extension is the format (.png, .svg, .pdf, ...; "
+        "matplotlib)",
+    )
     advise.add_argument("--no-gpu", action="store_true", help="do not measure host<->GPU copies")
     advise.add_argument(
         "--no-latency", action="store_true", help="do not measure latency (pointer chase)"
@@ -53,24 +67,65 @@ def cmd_advise(args: argparse.Namespace) -> int:
     """Measure, then print the report (exit 0), or raise a PynumabindError (exit 1)."""
     from ..advisor import advise
 
-    if args.plot:
-        _matplotlib()  # fail before a minute of measuring, not after
+    plot = args.plot
+    if plot is not None:
+        check_plot_path(plot)  # before a minute of measuring, not after
     advice = advise(
         quick=args.quick,
         gpus=not args.no_gpu,
         latency=not args.no_latency,
         progress=_progress,
     )
-    if args.plot:
-        write_plot(advice.to_dict(), args.plot)
-        _progress(f"wrote {args.plot}")
     if sys.stdout is None:
         raise PynumabindError("standard output is closed")
     if args.json:
         sys.stdout.write(json.dumps(advice.to_dict(), indent=2) + "\n")
     else:
         sys.stdout.write(render_text(advice) + "\n")
+    sys.stdout.flush()  # the report is out even if the plot fails
+    if plot is not None:
+        write_plot(advice.to_dict(), plot)
+        _progress(f"wrote {plot}")
     return 0
+
+
+def check_plot_path(path: str) -> str:
+    """The format of plot file ``path``; a ConfigError naming what is wrong with it.
+
+    Checked before measuring (see the module docstring); a missing
+    matplotlib is a PynumabindError.
+    """
+    if not path:
+        raise ConfigError("--plot: the file name is empty")
+    extension = os.path.splitext(path)[1][1:].lower()
+    formats = _formats()
+    known = ", ".join(formats)
+    if not extension:
+        raise ConfigError(
+            f"--plot {path!r} has no extension, which names the format: e.g. {path}.png "
+            f"(matplotlib writes {known})"
+        )
+    if extension not in formats:
+        raise ConfigError(
+            f"--plot {path!r}: matplotlib cannot write .{extension} files (it writes {known})"
+        )
+    _check_writable(path)
+    return extension
+
+
+def _check_writable(path: str) -> None:
+    """Open ``path`` for appending (changes nothing), and remove it again if it was new."""
+    existed = os.path.lexists(path)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        raise ConfigError(f"--plot: cannot write {path!r}: {exc.strerror or exc}") from None
+    os.close(fd)
+    if not existed:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 # ---------------------------------------------------------------- tables
@@ -223,8 +278,19 @@ def _matplotlib() -> Any:
     return plt
 
 
+def _formats() -> List[str]:
+    """The file formats matplotlib can write (their extensions)."""
+    _matplotlib()
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    return sorted(FigureCanvasBase.get_supported_filetypes())
+
+
 def write_plot(document: Dict[str, Any], path: str) -> None:
-    """Heatmaps of an advise JSON document (``Advice.to_dict()``): memory, then each GPU; PNG.
+    """Heatmaps of an advise JSON document (``Advice.to_dict()``): memory, then each GPU.
+
+    The format is ``path``'s extension (PNG without one); the file written
+    is exactly ``path``.
 
     It reads the JSON form, so a saved result (the benchmarks keep them) can
     be drawn again later.
@@ -257,10 +323,13 @@ def write_plot(document: Dict[str, Any], path: str) -> None:
         position += 1
     fig.suptitle(document["recommendation"]["verdict"], fontsize=8)
     fig.tight_layout()
+    extension = os.path.splitext(path)[1][1:].lower() or "png"
     try:
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=110, format=extension)  # exactly ``path``, nothing appended
     except OSError as exc:
         raise PynumabindError(f"cannot write {path!r}: {exc.strerror or exc}") from exc
+    except (ValueError, RuntimeError) as exc:  # e.g. no LaTeX for .pgf
+        raise PynumabindError(f"cannot draw {path!r}: {exc}") from exc
     finally:
         plt.close(fig)
 

@@ -30,6 +30,7 @@ import pynumabind
 from pynumabind._os import libnuma as _libnuma
 from pynumabind.advisor import copies as _cuda
 from pynumabind.advisor import memory as _measure
+from pynumabind.advisor import rule
 from pynumabind.advisor.rule import NO_DIFFERENCE
 from pynumabind.errors import ConfigError, NumaSyscallError
 from pynumabind.model import NumaNode, Topology
@@ -64,6 +65,8 @@ def test_one_node_json_shape_and_verdict(advice: pynumabind.Advice) -> None:
     spread = memory["bandwidth_spread"][0][0]
     assert spread["n"] == 3 and spread["min"] <= spread["median"] <= spread["max"]
     assert memory["buffer_bytes"] == SMALL
+    if memory["llc_bytes"] and SMALL < _measure.MIN_LLC_MULTIPLE * memory["llc_bytes"]:
+        assert any("partly cache speed" in note for note in memory["notes"])  # said, not hidden
     assert memory["latency_overhead_ns"]["median"] > 0
     rec = data["recommendation"]
     assert rec["bind"] is False and rec["mode"] == "none" and rec["memory"] == "none"
@@ -186,13 +189,94 @@ def test_firmware_reads_slit_and_hmat(tmp_path: Path) -> None:
     assert "no HMAT" in (_measure.firmware(topology, str(tmp_path / "none")).hmat_note or "")
 
 
-def test_buffer_size_is_several_llcs_within_free_memory() -> None:
+def test_buffer_size_is_several_llcs_within_available_memory() -> None:
     settings = _measure.Settings()
-    assert _measure.buffer_size(settings, 32 << 20, None) == 128 << 20
-    assert _measure.buffer_size(settings, None, None) == 64 << 20
-    assert _measure.buffer_size(settings, 32 << 20, 100 << 20) == 25 << 20
-    assert _measure.buffer_size(settings, 1 << 40, None) == settings.max_buffer
-    assert _measure.buffer_size(_measure.Settings(quick=True), 32 << 20, None) == 64 << 20
+    mib = 1 << 20
+    assert _measure.buffer_size(settings, 32 * mib, None) == 128 * mib
+    assert _measure.buffer_size(settings, None, None) == 64 * mib
+    assert _measure.buffer_size(settings, 32 * mib, 300 * mib) == 75 * mib  # a quarter
+    assert _measure.buffer_size(settings, 512 * mib, None) == settings.max_buffer
+    assert _measure.buffer_size(_measure.Settings(quick=True), 32 * mib, None) == 64 * mib
+    # Never under twice the LLC: too little memory skips the node instead.
+    assert _measure.buffer_size(settings, 32 * mib, 100 * mib) is None
+    assert _measure.buffer_size(settings, 32 * mib, 256 * mib) == 64 * mib
+    # A cache larger than half the cap (1.1 GiB of L3 on some CPUs) raises the cap.
+    assert _measure.buffer_size(settings, 1100 * mib, None) == 2200 * mib
+    # An explicit size is the caller's: as given, rounded down to pages.
+    explicit = _measure.Settings(buffer_bytes=5 * _measure.PAGE + 1)
+    assert _measure.buffer_size(explicit, 32 * mib, 1) == 5 * _measure.PAGE
+
+
+def _meminfo_tree(root: Path, node: int, **fields: int) -> None:
+    """``nodeN/meminfo`` as the kernel writes it, values in kB."""
+    path = root / f"devices/system/node/node{node}"
+    path.mkdir(parents=True, exist_ok=True)
+    names = {"Active_file": "Active(file)", "Inactive_file": "Inactive(file)"}
+    lines = [f"Node {node} {names.get(k, k)}:{v:>16} kB" for k, v in fields.items()]
+    (path / "meminfo").write_text("\n".join(lines) + "\n")
+
+
+def test_memory_available_counts_reclaimable_cache_per_node(tmp_path: Path) -> None:
+    _meminfo_tree(tmp_path, 0, MemTotal=8 << 20, MemFree=1024, Active_file=2048,
+                  Inactive_file=4096, SReclaimable=1024, AnonPages=999)  # fmt: skip
+    _meminfo_tree(tmp_path, 1, MemTotal=8 << 20, MemFree=6 << 20)
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal: 16777216 kB\nMemFree: 10 kB\nMemAvailable: 4194304 kB\n")
+    found = _measure.memory_available([0, 1, 2], str(tmp_path), str(meminfo))
+    assert found[0] == (1024 + (2048 + 4096 + 1024) // 2) << 10  # free + half the reclaimable
+    assert found[1] == 4 << 30  # never more than the system's MemAvailable
+    assert found[2] is None  # no meminfo, and not the only node
+    assert _measure.memory_available([2], str(tmp_path), str(meminfo)) == {2: 4 << 30}
+    assert _measure.memory_available([2], str(tmp_path), str(tmp_path / "none")) == {2: None}
+    this = _measure.memory_available([0])[0]  # this machine, for real
+    assert this is not None and 0 < this <= os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGESIZE")
+
+
+def _cache_tree(root: Path, cpus: frozenset[int], llc: str) -> None:
+    for cpu in cpus:
+        path = root / f"devices/system/cpu/cpu{cpu}/cache/index3"
+        path.mkdir(parents=True)
+        for name, text in (("level", "3"), ("type", "Unified"), ("size", llc)):
+            (path / name).write_text(f"{text}\n")
+        (path / "shared_cpu_list").write_text(",".join(map(str, sorted(cpus))) + "\n")
+
+
+def test_a_node_short_of_memory_is_skipped_not_measured_as_cache(tmp_path: Path) -> None:
+    """This machine's real node 0, with what sysfs says replaced: a 32 MiB LLC, 100 MiB free."""
+    from pynumabind import discovery
+    from pynumabind.cli.advise import render_text
+
+    topology = discovery.detect_topology(use_nvml=False)
+    _cache_tree(tmp_path, topology.nodes[0].cpus, "32768K")
+    _meminfo_tree(tmp_path, 0, MemFree=100 << 10)
+    lines: List[str] = []
+    settings = _measure.Settings(quick=True, repeats=2, latency=False)
+    matrix = _measure.measure_memory(topology, settings, lines.append, str(tmp_path))
+    cell = matrix.cell(0, 0)
+    assert cell.bandwidth is None and cell.error is None
+    assert cell.skipped is not None
+    assert "memory node 0 can give 100 MiB now" in cell.skipped
+    assert "2 x the last-level cache (32 MiB)" in cell.skipped
+    assert not any("placing" in line for line in lines)  # no buffer was made
+    assert any("skipped" in line for line in lines)
+    assert matrix.to_dict()["skipped"] == [[cell.skipped]]
+    advice = pynumabind.Advice(matrix, (), "-", None, None, rule.decide(matrix))
+    assert advice.recommendation.basis == "no measurements"
+    text = render_text(advice)
+    assert "node 0             skipped" in text and cell.skipped in text
+
+
+def test_a_full_page_cache_does_not_shrink_the_buffers(tmp_path: Path) -> None:
+    """40 MiB free, 2 GiB of clean page cache: MemFree alone gave 10 MiB buffers, cache speed."""
+    from pynumabind import discovery
+
+    topology = discovery.detect_topology(use_nvml=False)
+    _cache_tree(tmp_path, topology.nodes[0].cpus, "32768K")
+    _meminfo_tree(tmp_path, 0, MemFree=40 << 10, Inactive_file=2 << 20)
+    settings = _measure.Settings(quick=True, repeats=2, latency=False)
+    matrix = _measure.measure_memory(topology, settings, lambda _: None, str(tmp_path))
+    assert matrix.buffer_bytes == 64 << 20  # the quick size: two LLCs, at least 64 MiB
+    assert matrix.cell(0, 0).bandwidth is not None and matrix.cell(0, 0).skipped is None
 
 
 # ------------------------------------------------------------------- CLI
@@ -246,9 +330,7 @@ def test_cli_errors_are_one_line_with_exit_codes() -> None:
         ("adir.png", "--plot: cannot write 'adir.png': Is a directory"),
     ],
 )
-def test_cli_plot_path_is_checked_before_measuring(
-    tmp_path: Path, name: str, problem: str
-) -> None:
+def test_cli_plot_path_is_checked_before_measuring(tmp_path: Path, name: str, problem: str) -> None:
     pytest.importorskip("matplotlib")
     (tmp_path / "adir.png").mkdir()
     before = sorted(p.name for p in tmp_path.iterdir())

@@ -18,7 +18,17 @@ binding:
   copy in parallel (one per allowed CPU of the node, at most
   :data:`MAX_THREADS`: one thread cannot saturate a server's memory).  Each
   buffer is several times the CPU node's last-level cache (the sum of its
-  distinct LLC instances, from sysfs), so the copy streams from memory.  A
+  distinct LLC instances, from sysfs), so the copy streams from memory.
+* **Sizes.**  Two buffers live on a memory node at once, so each gets at
+  most a quarter of what the kernel can give there (:func:`memory_available`:
+  the node's free memory plus half its reclaimable page cache and slab,
+  from ``nodeN/meminfo``, never more than the system's ``MemAvailable``;
+  ``MemFree`` alone would count a full page cache as used).  A buffer is
+  never made smaller than :data:`MIN_LLC_MULTIPLE` times the LLC: a copy
+  that fits in the cache measures the cache.  A memory node that cannot
+  hold two such buffers is not measured, and its cells say why
+  (:attr:`MemoryCell.skipped`).  An explicit ``buffer_bytes`` is used as
+  given, with a note when it is below that size.  A
   sample is ``2 x bytes / seconds`` (read + write, STREAM's convention) over
   enough passes to last :attr:`Settings.sample_seconds` (a first, untimed
   round per cell sets the number of passes).  The samples are taken
@@ -78,6 +88,7 @@ __all__ = [
 ]
 
 MAX_THREADS = 32
+MIN_LLC_MULTIPLE = 2  # no buffer below this many times the LLC: it would measure the cache
 PLACEMENT_SAMPLES = 1024
 PAGE = mmap.PAGESIZE
 LINE = 64  # bytes per cache line
@@ -360,20 +371,77 @@ def _size(text: Optional[str]) -> Optional[int]:
     return int(digits) * scale if digits.isdigit() else None
 
 
-def buffer_size(settings: Settings, llc: Optional[int], free: Optional[int]) -> int:
-    """Bytes of one buffer: several LLCs, at least ``min_buffer``, within the node's free memory.
+def buffer_size(settings: Settings, llc: Optional[int], available: Optional[int]) -> Optional[int]:
+    """Bytes of one buffer: several LLCs, at least ``min_buffer``, within the node's memory.
 
     Two buffers (source and destination) live on the node at once, so each
-    gets at most a quarter of its free memory.
+    gets at most a quarter of ``available`` (bytes the kernel can give
+    there).  None when that is below :data:`MIN_LLC_MULTIPLE` times ``llc``:
+    such a buffer would measure the cache, so the node is not measured.
+    An explicit ``settings.buffer_bytes`` is returned as given.
     """
     if settings.buffer_bytes is not None:
-        size = settings.buffer_bytes
-    else:
-        size = max(settings.min_buffer, settings.llc_multiple * (llc or 0))
-        size = min(size, settings.max_buffer)
-        if free is not None:
-            size = min(size, max(free // 4, 4 * PAGE))
-    return max(PAGE, size - size % PAGE)
+        return max(PAGE, settings.buffer_bytes - settings.buffer_bytes % PAGE)
+    floor = MIN_LLC_MULTIPLE * (llc or 0)
+    size = max(settings.min_buffer, settings.llc_multiple * (llc or 0))
+    size = min(size, max(settings.max_buffer, floor))  # the cap never undercuts the floor
+    if available is not None:
+        size = min(size, available // 4)
+    size -= size % PAGE
+    return size if size >= max(floor, PAGE) else None
+
+
+_NODE_MEMINFO = ("MemFree", "Active(file)", "Inactive(file)", "SReclaimable")
+
+
+def memory_available(
+    nodes: Sequence[int], sysfs_root: str = "/sys", meminfo: str = "/proc/meminfo"
+) -> Dict[int, Optional[int]]:
+    """Bytes the kernel can give on each node; None where unknown.
+
+    Per node (``nodeN/meminfo``): ``MemFree`` plus half of the file pages
+    and the reclaimable slab (the kernel keeps part of them; half is on the
+    safe side), at most the system's ``MemAvailable``.  A node without a
+    readable meminfo gets ``MemAvailable`` when it is the only node given.
+    """
+    from .._os.sysfs import SysfsReader
+
+    reader = SysfsReader(sysfs_root)
+    system = _meminfo_field(meminfo, "MemAvailable")
+    found: Dict[int, Optional[int]] = {}
+    for node in nodes:
+        text = reader.text("devices", "system", "node", f"node{node}", "meminfo", required=False)
+        fields = _node_meminfo(text or "")
+        value: Optional[int] = system if len(nodes) == 1 else None
+        if "MemFree" in fields:
+            reclaimable = sum(fields.get(name, 0) for name in _NODE_MEMINFO[1:])
+            estimate = fields["MemFree"] + reclaimable // 2
+            value = estimate if system is None else min(estimate, system)
+        found[node] = value
+    return found
+
+
+def _node_meminfo(text: str) -> Dict[str, int]:
+    """``Node 0 MemFree:  3194736 kB`` lines -> {"MemFree": bytes}."""
+    fields: Dict[str, int] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 4 and parts[0] == "Node" and parts[-1] == "kB" and parts[-2].isdigit():
+            fields[parts[2].rstrip(":")] = int(parts[-2]) << 10
+    return fields
+
+
+def _meminfo_field(path: str, name: str) -> Optional[int]:
+    """One ``Name:  N kB`` field of /proc/meminfo, in bytes; None if absent or unreadable."""
+    try:
+        with open(path, encoding="ascii", errors="replace") as handle:
+            for line in handle:
+                parts = line.split()
+                if len(parts) == 3 and parts[0] == f"{name}:" and parts[1].isdigit():
+                    return int(parts[1]) << 10
+    except OSError:
+        return None
+    return None
 
 
 # --------------------------------------------------------------- bandwidth
@@ -594,6 +662,7 @@ class _Cells:
         self.bandwidth: Dict[Tuple[int, int], List[float]] = {}
         self.latency: Dict[Tuple[int, int], List[float]] = {}
         self.errors: Dict[Tuple[int, int], str] = {}
+        self.skipped: Dict[int, str] = {}  # memory node -> why it is not measured
         self.placements: Dict[int, Placement] = {}
         self.threads = {c: min(len(plan.cpus[c]), MAX_THREADS) for c in plan.cpu_nodes}
 
@@ -602,7 +671,7 @@ class _Cells:
             (c, m)
             for c in self.plan.cpu_nodes
             for m in self.plan.memory_nodes
-            if (c, m) not in self.errors
+            if (c, m) not in self.errors and m not in self.skipped
         ]
 
     def fail(self, pairs: Sequence[Tuple[int, int]], exc: BaseException) -> None:
@@ -610,6 +679,8 @@ class _Cells:
             self.errors.setdefault(pair, f"{type(exc).__name__}: {exc}")
 
     def cell(self, c: int, m: int, overhead: Optional[Spread]) -> MemoryCell:
+        if m in self.skipped:
+            return MemoryCell(threads=self.threads[c], skipped=self.skipped[m])
         if (c, m) in self.errors:
             return MemoryCell(threads=self.threads[c], error=self.errors[(c, m)])
         raw = self.latency.get((c, m))
@@ -702,15 +773,16 @@ def measure_memory(
             "nothing to measure"
         )
     llc = max((llc_bytes(sorted(plan.cpus[c]), sysfs_root) or 0) for c in plan.cpu_nodes) or None
-    notes: List[str] = []
-    if llc is None:
-        notes.append("LLC size unreadable from sysfs: buffers are the minimum size")
-    size = min(buffer_size(settings, llc, plan.free.get(m)) for m in plan.memory_nodes)
+    size, skipped, notes = _sizes(plan, settings, llc, sysfs_root)
     cells = _Cells(plan)
+    cells.skipped.update(skipped)
     overhead: Optional[Spread] = None
     with contextlib.ExitStack() as stack:
         buffers: Dict[int, List[_Buffer]] = {}
         for m in plan.memory_nodes:
+            if m in skipped:
+                progress(f"memory: node {m} skipped: {skipped[m]}")
+                continue
             progress(f"memory: placing 2 x {size >> 20} MiB on memory node {m}")
             try:
                 buffers[m] = stack.enter_context(_buffers(m, [size, size], topology))
@@ -734,6 +806,49 @@ def measure_memory(
         method=_method(size, settings.latency),
         notes=tuple(notes),
     )
+
+
+def _sizes(
+    plan: _NodePlan, settings: Settings, llc: Optional[int], sysfs_root: str
+) -> Tuple[int, Dict[int, str], List[str]]:
+    """(bytes per buffer, why each memory node too short of memory is skipped, notes).
+
+    One size for every measured node, so their figures compare like with like.
+    """
+    notes: List[str] = []
+    if llc is None:
+        notes.append(
+            "LLC size unreadable from sysfs: buffers are the minimum size, and whether they "
+            "exceed the cache is unknown"
+        )
+    available = memory_available(plan.memory_nodes, sysfs_root)
+    sizes: Dict[int, int] = {}
+    skipped: Dict[int, str] = {}
+    for m in plan.memory_nodes:
+        known = available.get(m)
+        if known is None:
+            known = plan.free.get(m)  # MemFree from the topology: better than nothing
+        size = buffer_size(settings, llc, known)
+        if size is None:
+            skipped[m] = (
+                f"not measured: memory node {m} can give {_mib(known or 0)} now, room for "
+                f"two buffers of {_mib((known or 0) // 4)}, and a buffer under "
+                f"{MIN_LLC_MULTIPLE} x the last-level cache ({_mib(llc or 0)}) would measure "
+                "the cache, not memory"
+            )
+        else:
+            sizes[m] = size
+    size = min(sizes.values(), default=0)
+    if settings.buffer_bytes is not None and llc and size < MIN_LLC_MULTIPLE * llc:
+        notes.append(
+            f"buffers of {_mib(size)} (buffer_bytes) are under {MIN_LLC_MULTIPLE} x the "
+            f"last-level cache ({_mib(llc)}): the figures are partly cache speed"
+        )
+    return size, skipped, notes
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1 << 20):.0f} MiB" if size >= 1 << 20 else f"{size} bytes"
 
 
 def _method(size: int, latency: bool) -> str:

@@ -193,13 +193,19 @@ class Placement:
 
 @dataclass(frozen=True)
 class MemoryCell:
-    """One (CPU node, memory node) measurement; ``error`` when it could not run."""
+    """One (CPU node, memory node) measurement.
+
+    ``error`` when it could not run; ``skipped`` (why) when it was not run
+    because its buffers could not be made large enough to stream from
+    memory rather than from the cache.
+    """
 
     bandwidth: Optional[Spread] = None  # GB/s, read + write
     latency: Optional[Spread] = None  # ns per dependent load, overhead subtracted
     placement: Optional[Placement] = None
     threads: int = 0
     error: Optional[str] = None
+    skipped: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -243,6 +249,7 @@ class MemoryMatrix:
             "placement": grid(lambda c: None if c.placement is None else c.placement.to_dict()),
             "threads": grid(lambda c: c.threads),
             "errors": grid(lambda c: c.error),
+            "skipped": grid(lambda c: c.skipped),
             "buffer_bytes": self.buffer_bytes,
             "llc_bytes": self.llc_bytes,
             "method": self.method,

@@ -131,9 +131,9 @@ def _check_writable(path: str) -> None:
 # ---------------------------------------------------------------- tables
 
 
-def _cell(spread: Optional[Spread], error: Optional[str] = None) -> str:
+def _cell(spread: Optional[Spread], error: Optional[str] = None, skipped: bool = False) -> str:
     if spread is None:
-        return "error" if error else "-"
+        return "skipped" if skipped else "error" if error else "-"
     return spread.text()
 
 
@@ -148,14 +148,17 @@ def _memory_lines(memory: MemoryMatrix) -> List[str]:
     bandwidth, latency, where = [], [], []
     errors: List[str] = []
     for cpu, row in zip(memory.cpu_nodes, memory.cells):
-        bandwidth.append([f"node {cpu}", *(_cell(c.bandwidth, c.error) for c in row)])
-        latency.append([f"node {cpu}", *(_cell(c.latency, c.error) for c in row)])
+        bandwidth.append(
+            [f"node {cpu}", *(_cell(c.bandwidth, c.error, bool(c.skipped)) for c in row)]
+        )
+        latency.append([f"node {cpu}", *(_cell(c.latency, c.error, bool(c.skipped)) for c in row)])
         where.append([f"node {cpu}", *(c.placement.text() if c.placement else "-" for c in row)])
         errors += [
             f"CPU node {cpu} x memory node {m}: {c.error}"
             for m, c in zip(memory.memory_nodes, row)
             if c.error
         ]
+        errors += [c.skipped for c in row if c.skipped and c.skipped not in errors]
     threads = sorted({c.threads for row in memory.cells for c in row})
     lines = [
         f"Memory bandwidth, GB/s: median (quartiles) of {_repeats(memory)} repeats, "
@@ -172,7 +175,7 @@ def _memory_lines(memory: MemoryMatrix) -> List[str]:
         ]
     lines += ["Where each buffer landed (move_pages on sampled pages)", _table(heads, where)]
     lines += [f"  {e}" for e in errors]
-    lines += [f"Method: {memory.method}", *(f"Note: {n}" for n in memory.notes)]
+    lines += ["", f"Method: {memory.method}", *(f"Note: {n}" for n in memory.notes)]
     return lines
 
 

@@ -28,6 +28,7 @@ from pynumabind.advisor.rule import (
     compare,
     decide,
 )
+from pynumabind.model import SCHEMA_VERSION
 
 
 def spread(median: float, rel: float = 0.02, n: int = 9) -> Spread:
@@ -182,7 +183,7 @@ def test_advice_json_has_the_documented_fields() -> None:
     gpus = (gpu(0, 0, [28, 28], [28, 28]),)
     advice = Advice(memory, gpus, "measured with test", "test", None, decide(memory, gpus))
     data = json.loads(json.dumps(advice.to_dict()))
-    assert data["schema"] == 1
+    assert data["schema"] == SCHEMA_VERSION  # the package's one JSON version
     assert data["memory"]["cpu_nodes"] == [0, 1]
     assert data["memory"]["memory_nodes"] == [0, 1]
     assert data["memory"]["bandwidth_gbs"] == [[100, 50], [50, 100]]

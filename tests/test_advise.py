@@ -33,7 +33,7 @@ from pynumabind.advisor import memory as _measure
 from pynumabind.advisor import rule
 from pynumabind.advisor.rule import NO_DIFFERENCE
 from pynumabind.errors import ConfigError, NumaSyscallError
-from pynumabind.model import NumaNode, Topology
+from pynumabind.model import SCHEMA_VERSION, NumaNode, Topology
 
 SMALL = 4 << 20  # bytes per buffer: enough for real copies, quick on two shared cores
 
@@ -56,7 +56,7 @@ def advice() -> pynumabind.Advice:
 
 def test_one_node_json_shape_and_verdict(advice: pynumabind.Advice) -> None:
     data = json.loads(json.dumps(advice.to_dict()))
-    assert data["schema"] == 1
+    assert data["schema"] == SCHEMA_VERSION
     memory = data["memory"]
     assert memory["cpu_nodes"] == [0] and memory["memory_nodes"] == [0]
     (row,) = memory["bandwidth_gbs"]
@@ -298,6 +298,7 @@ def test_cli_json_and_progress_on_stderr() -> None:
     done = cli("--quick", "--json", "--no-latency")
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
+    assert data["schema"] == SCHEMA_VERSION  # the number every command's JSON carries
     assert data["memory"]["cpu_nodes"] == [0]
     assert data["recommendation"]["bind"] is False
     assert data["memory"]["latency_ns"] == [[None]]

@@ -61,6 +61,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ..model import SCHEMA_VERSION  # one version for every JSON document (see model)
+
 __all__ = [
     "DEFAULT_MIN_EFFECT",
     "NO_DIFFERENCE",
@@ -82,7 +84,6 @@ __all__ = [
 
 DEFAULT_MIN_EFFECT = 0.10
 NO_DIFFERENCE = "binding makes no measurable difference to memory or copies here"
-SCHEMA_VERSION = 1
 
 
 # ------------------------------------------------------------------ values

@@ -614,6 +614,25 @@ def test_plan_grammar_for_one() -> None:
         assert wrong not in result.stdout
 
 
+@pytest.mark.parametrize("mode", ["node", "socket", "exclusive", "core-complex"])
+def test_plan_reasons_for_one_rank_on_one_node_read_right(mode: str) -> None:
+    result = run("plan", "--no-nvml", "--nprocs", "1", "--mode", mode, "-v")
+    assert result.returncode == 0, result.stderr
+    for wrong in ("node(s)", "package(s)", "nodes 0\n", "ranks 0 ", "among 1 rank", "1 rank,"):
+        assert wrong not in result.stdout, (wrong, result.stdout)
+    if mode in ("exclusive", "core-complex"):
+        assert f"mode {mode}: rank 0 alone on node 0 gets CPU" in result.stdout
+    assert "memory policy preferred (local first, spills over instead of OOM): node 0\n" in (
+        result.stdout
+    )
+
+
+def test_snapshot_counts_in_the_right_number(tmp_path: Path) -> None:
+    done = run("snapshot", "--no-nvml", "-o", str(tmp_path / "one.json"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("wrote the topology (1 NUMA node, 0 GPUs) to ")
+
+
 def test_errors_name_the_options_of_the_command_line() -> None:
     no_rank = run("exec", "--no-nvml", "--", "true")
     assert_one_line_error(no_rank, 2, "pass --rank or set one of LOCAL_RANK")

@@ -686,6 +686,12 @@ class Advice:
     def bind(self) -> bool:
         return self.recommendation.bind
 
+    def __str__(self) -> str:
+        """The report ``pynumabind advise`` prints (:func:`.report.render_text`)."""
+        from .report import render_text
+
+        return render_text(self)
+
     def to_dict(self) -> Dict[str, Any]:
         """The documented JSON form (``pynumabind advise --json``)."""
         return {

@@ -41,7 +41,7 @@ from ..model import SCHEMA_VERSION, CpuMode, MemoryPolicy, Plan, Topology
 from ..options import Options
 from .advise import add_parser as _add_advise_parser
 from .advise import cmd_advise
-from .tables import by_rank, human_bytes, table
+from .tables import by_rank, counted, human_bytes, table
 
 log = logging.getLogger("pynumabind.cli")
 
@@ -628,7 +628,8 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise PynumabindError(f"cannot write {args.output!r}: {exc.strerror}") from exc
         _emit(
-            f"wrote the topology ({len(topology.nodes)} NUMA nodes, {len(topology.gpus)} GPUs) "
+            f"wrote the topology ({counted(len(topology.nodes), 'NUMA node')}, "
+            f"{counted(len(topology.gpus), 'GPU')}) "
             f"to {os.path.abspath(args.output)}; use it with --topology FILE"
         )
     else:

@@ -1,8 +1,9 @@
 """``pynumabind advise [--quick] [--json] [--plot FILE]``: the command and its rendering.
 
 The measuring is :func:`pynumabind.advise`; this module parses the options,
-prints progress on stderr, renders an :class:`~pynumabind.Advice` as tables
-(:func:`render_text`) or JSON, and draws the optional heatmap
+prints progress on stderr, prints the :class:`~pynumabind.Advice` as tables
+(:func:`pynumabind.advisor.report.render_text`, also ``str(advice)``) or
+JSON, and draws the optional heatmap
 (:func:`write_plot`, needs matplotlib: ``pip install 'pynumabind[plot]'``).
 
 ``--plot FILE`` is checked before anything is measured, since measuring
@@ -22,9 +23,9 @@ import json
 import math
 import os
 import sys
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional
 
-from ..advisor.rule import Advice, GpuCopies, MemoryMatrix, Spread
+from ..advisor.report import render_text
 from ..errors import ConfigError, PynumabindError
 
 __all__ = ["add_parser", "check_plot_path", "cmd_advise", "render_text", "write_plot"]
@@ -126,143 +127,6 @@ def _check_writable(path: str) -> None:
             os.unlink(path)
         except OSError:
             pass
-
-
-# ---------------------------------------------------------------- tables
-
-
-def _cell(spread: Optional[Spread], error: Optional[str] = None, skipped: bool = False) -> str:
-    if spread is None:
-        return "skipped" if skipped else "error" if error else "-"
-    return spread.text()
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    from .tables import table
-
-    return table(headers, rows)
-
-
-def _memory_lines(memory: MemoryMatrix) -> List[str]:
-    heads = ["CPU node \\ memory", *(f"node {m}" for m in memory.memory_nodes)]
-    bandwidth, latency, where = [], [], []
-    errors: List[str] = []
-    for cpu, row in zip(memory.cpu_nodes, memory.cells):
-        bandwidth.append(
-            [f"node {cpu}", *(_cell(c.bandwidth, c.error, bool(c.skipped)) for c in row)]
-        )
-        latency.append([f"node {cpu}", *(_cell(c.latency, c.error, bool(c.skipped)) for c in row)])
-        where.append([f"node {cpu}", *(c.placement.text() if c.placement else "-" for c in row)])
-        errors += [
-            f"CPU node {cpu} x memory node {m}: {c.error}"
-            for m, c in zip(memory.memory_nodes, row)
-            if c.error
-        ]
-        errors += [c.skipped for c in row if c.skipped and c.skipped not in errors]
-    threads = sorted({c.threads for row in memory.cells for c in row})
-    lines = [
-        f"Memory bandwidth, GB/s: median (quartiles) of {_repeats(memory)} repeats, "
-        f"{'/'.join(map(str, threads))} threads per CPU node",
-        _table(heads, bandwidth),
-        "",
-    ]
-    if memory.latency_overhead is not None:
-        lines += [
-            "Memory latency, ns per dependent load (the chase loop's own "
-            f"{memory.latency_overhead.median:.0f} ns subtracted; '-': within its jitter)",
-            _table(heads, latency),
-            "",
-        ]
-    lines += ["Where each buffer landed (move_pages on sampled pages)", _table(heads, where)]
-    lines += [f"  {e}" for e in errors]
-    lines += ["", f"Method: {memory.method}", *(f"Note: {n}" for n in memory.notes)]
-    return lines
-
-
-def _repeats(memory: MemoryMatrix) -> int:
-    counts = [c.bandwidth.n for row in memory.cells for c in row if c.bandwidth is not None]
-    return max(counts, default=0)
-
-
-def _gpu_lines(gpus: Sequence[GpuCopies]) -> List[str]:
-    rows = []
-    for gpu in gpus:
-        for cell in gpu.cells:
-            rows.append(
-                [
-                    f"GPU {gpu.index}" + (f" ({gpu.name})" if gpu.name else ""),
-                    "-" if gpu.numa_node is None else str(gpu.numa_node),
-                    f"node {cell.cpu_node}",
-                    _cell(cell.h2d, cell.error),
-                    _cell(cell.d2h, cell.error),
-                    cell.placement.text() if cell.placement else (cell.error or "-"),
-                ]
-            )
-    return [
-        "Pinned host<->GPU copies, GB/s: median (quartiles)",
-        _table(["GPU", "its node", "buffer+thread", "H2D", "D2H", "pinned buffer"], rows),
-    ]
-
-
-def _firmware_lines(advice: Advice) -> List[str]:
-    firmware = advice.firmware
-    if firmware is None:
-        return []
-    rows = [
-        [f"node {a}", *("-" if d is None else str(d) for d in row)]
-        for a, row in zip(firmware.nodes, firmware.distances)
-    ]
-    lines = [
-        "Firmware: SLIT distances",
-        _table(["", *(f"node {n}" for n in firmware.nodes)], rows),
-    ]
-    if firmware.hmat:
-        hmat = [
-            [
-                f"node {h.target}",
-                f"access{h.access}",
-                ",".join(map(str, h.initiators)) or "-",
-                *(
-                    "-" if v is None else str(v)
-                    for v in (
-                        h.read_bandwidth_mbs,
-                        h.write_bandwidth_mbs,
-                        h.read_latency_ns,
-                        h.write_latency_ns,
-                    )
-                ),
-            ]
-            for h in firmware.hmat
-        ]
-        heads = ["memory", "class", "initiators", "read MB/s", "write MB/s", "read ns", "write ns"]
-        lines += ["", "Firmware: HMAT", _table(heads, hmat)]
-    elif firmware.hmat_note:
-        lines.append(f"HMAT: {firmware.hmat_note}")
-    return lines
-
-
-def render_text(advice: Advice) -> str:
-    """The report a person reads: measurements, firmware, then the recommendation."""
-    lines: List[str] = []
-    if advice.memory is not None:
-        lines += [*_memory_lines(advice.memory), ""]
-    if advice.gpus:
-        lines += [*_gpu_lines(advice.gpus), ""]
-    else:
-        lines += [f"GPU copies: none measured: {advice.gpu_status}", ""]
-    lines += [*_firmware_lines(advice), ""]
-    lines += [f"Note: {n}" for n in advice.notes]
-    rec = advice.recommendation
-    lines += [
-        f"Recommendation: {rec.verdict}",
-        f"  bind: {'yes' if rec.bind else 'no'}   CPU mode: {rec.mode}   memory: {rec.memory}",
-    ]
-    for gpu in rec.gpus:
-        where = f"node {gpu.node}" if gpu.node is not None else "no binding"
-        lines.append(f"  GPU {gpu.gpu}: {where} (mode {gpu.mode}, memory {gpu.memory})")
-    lines += ["Reasons:", *(f"  - {r}" for r in rec.reasons)]
-    lines.append(f"({advice.seconds:.0f} s{', quick' if advice.quick else ''})")
-    return "\n".join(lines)
 
 
 # ------------------------------------------------------------------ plot

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import mmap
 import os
 import random
 import signal
@@ -22,7 +23,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 import pytest
 
@@ -538,3 +539,71 @@ def test_run_bound_interrupted_stops_its_thread_before_returning(
     finally:
         release.set()
     assert stop.stuck
+
+
+class _HostCopies(_cuda.Backend):
+    """A Backend whose "GPU" is host memory: real memmoves, slow enough to interrupt.
+
+    No GPU here: this drives :func:`pynumabind.advisor.copies.measure_gpus`'s
+    own stop-and-free protocol with real copies, and records whether a buffer
+    was ever freed while a copy into it ran.
+    """
+
+    name = "host-test"
+
+    def __init__(self) -> None:
+        self.copying = 0
+        self.freed_during_copy = False
+        self.freed: List[object] = []
+        self.lock = threading.Lock()
+
+    def devices(self) -> List[tuple]:
+        return [(0, "host", None)]
+
+    def select(self, ordinal: int) -> None:
+        pass
+
+    def pinned(self, size: int) -> tuple:
+        buffer = mmap.mmap(-1, size)
+        return buffer, ctypes.addressof(ctypes.c_char.from_buffer(buffer))
+
+    def device_buffer(self, ordinal: int, size: int) -> object:
+        return self.pinned(size)[0]
+
+    def copy(self, direction: int, host: object, device: object, size: int) -> None:
+        with self.lock:
+            self.copying += 1
+        try:
+            for _ in range(20):  # ~0.1 s per copy: an interrupt lands inside one
+                ctypes.memmove(
+                    ctypes.addressof(ctypes.c_char.from_buffer(device)),  # type: ignore[arg-type]
+                    ctypes.addressof(ctypes.c_char.from_buffer(host)),  # type: ignore[arg-type]
+                    size,
+                )
+                time.sleep(0.005)
+        finally:
+            with self.lock:
+                self.copying -= 1
+
+    def free(self, handles: Sequence[object]) -> None:
+        with self.lock:
+            self.freed_during_copy = self.freed_during_copy or self.copying > 0
+        self.freed.extend(handles)
+
+
+@pytest.mark.parametrize("delay", [0.05, 0.2, 0.45])
+def test_interrupted_gpu_copies_free_nothing_under_a_running_copy(delay: float) -> None:
+    from pynumabind import discovery
+
+    backend = _HostCopies()
+    topology = discovery.detect_topology(use_nvml=False)
+    threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT)).start()
+    began = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        _cuda.measure_gpus(
+            backend, topology, [0], size=1 << 20, repeats=50, progress=lambda _: None
+        )
+        time.sleep(10)  # not reached unless the copies ended before the signal
+    assert time.monotonic() - began < delay + 1.0  # one copy (~0.1 s) to wind down, not 100
+    assert backend.freed and not backend.freed_during_copy
+    assert backend.copying == 0

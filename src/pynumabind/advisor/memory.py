@@ -476,16 +476,16 @@ class _CopyCrew:
         for thread in self.crew:
             thread.start()
 
-    def _next_job(self, seen: int) -> Optional[Tuple[_Buffer, _Buffer, int, int]]:
-        """Wait for a round after ``seen``; None when the crew stops (or idles too long)."""
+    def _next_job(self, seen: int) -> Tuple[int, Optional[Tuple[_Buffer, _Buffer, int, int]]]:
+        """(its number, the round after ``seen``); no job when the crew stops or idles too long."""
         with self._cond:
             deadline = time.monotonic() + ROUND_TIMEOUT
             while self._round == seen and not self._stopping:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    return None  # an orphaned crew does not live on
+                    return seen, None  # an orphaned crew does not live on
                 self._cond.wait(left)
-            return None if self._stopping else self._job
+            return self._round, None if self._stopping else self._job
 
     def _work(self, cpus: frozenset[int], k: int) -> None:
         try:
@@ -497,10 +497,9 @@ class _CopyCrew:
             return
         seen = 0
         while True:
-            job = self._next_job(seen)
+            seen, job = self._next_job(seen)
             if job is None:
                 return
-            seen += 1
             try:
                 self._copy(job, k)
             except _Stopped:

@@ -830,10 +830,10 @@ def _sizes(
         size = buffer_size(settings, llc, known)
         if size is None:
             skipped[m] = (
-                f"not measured: memory node {m} can give {_mib(known or 0)} now, room for "
-                f"two buffers of {_mib((known or 0) // 4)}, and a buffer under "
-                f"{MIN_LLC_MULTIPLE} x the last-level cache ({_mib(llc or 0)}) would measure "
-                "the cache, not memory"
+                f"not measured: memory node {m} can give {_mib(known or 0)} now, so a buffer "
+                f"could have {_mib((known or 0) // 4)} (a quarter: two live there at once), "
+                f"less than {MIN_LLC_MULTIPLE} x the last-level cache ({_mib(llc or 0)}): it "
+                "would measure the cache, not memory"
             )
         else:
             sizes[m] = size

@@ -82,7 +82,7 @@ topology (``pynumabind.apply_visibility`` is this one).
 what it sees: inside a Ray task or actor (``ray`` already imported and
 initialised; never imported here) it is ``ray.get_gpu_ids()``, mapped to
 visible indices; an empty answer is a ConfigError, since a ``num_gpus=0``
-actor sees every GPU under Ray 2.60 (issue 22).
+actor sees every GPU under Ray 2.60, and binding it to all of them would be wrong.
 """
 
 from __future__ import annotations
@@ -212,7 +212,8 @@ def _gpu_nodes(
     numa, memory_node = _nvml_nodes(topology, device, label, notes)
     sysfs_node = pci.numa_node if pci is not None else None
     if memory_node is None and device.numa_node_id is None and pci is not None:
-        # NOT_SUPPORTED says nothing against what sysfs knows (issue 13).
+        # NOT_SUPPORTED (old drivers, GPUs without the query) says nothing
+        # against what sysfs knows.
         memory_node = pci.memory_node
         if memory_node is not None:
             notes.append(
@@ -574,7 +575,7 @@ def _read_snapshot(path: str) -> str:
         ) from exc
 
 
-# ------------------------------------------------------------ Ray (issue 22)
+# ------------------------------------------------------------ Ray
 
 
 def _ray_gpu_ids() -> Optional[List[str]]:

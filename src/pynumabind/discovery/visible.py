@@ -43,7 +43,7 @@ gives the right GPU for ``2,3`` and none for ``0``.  ``PCI_BUS_ID`` order
 counts positions among all GPUs, so on a list known to be filtered it is a
 :class:`TopologyError`.
 
-Applied once (issue 25): a topology whose GPUs visibility has filtered
+Applied once, never twice: a topology whose GPUs visibility has filtered
 records the variables that did it (``Topology.visibility``).  Applying
 visibility to it again is accepted only under the very same settings (it is
 returned unchanged); any other setting is a :class:`TopologyError`, since the

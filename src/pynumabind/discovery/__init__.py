@@ -319,6 +319,19 @@ def detect_topology(
     (what a snapshot records); ``use_nvml=False`` skips NVML.  NVML is only loaded when sysfs
     shows an NVIDIA GPU, or shows no PCI bus at all (some containers).
     ``detail`` and ``reuse``: see the module docstring, "What a bind reads".
+    ``sysfs_root``, ``allowed_cpus``, ``allowed_mems``, ``gpu_vendors`` and
+    ``pci_classes`` mean what they mean for :func:`topology_from_sysfs`.
+
+    Returns:
+        The :class:`~pynumabind.Topology`: nodes, CPUs, the GPUs this process
+        sees (in its numbering), distances and its allowed sets, with notes
+        on anything discovery could not tell.
+
+    Raises:
+        TopologyError: sysfs is missing or malformed, or the visible-device
+            variables cannot be applied to the GPUs found.
+        ConfigError: ``CUDA_VISIBLE_DEVICES`` (or a friend) or
+            ``CUDA_DEVICE_ORDER`` has a bad value.
     """
     from .._os import sysfs as _sysfs
     from . import visible as _visible
@@ -402,6 +415,15 @@ def topology_from_sysfs(
     other root they default to every online CPU and every node with memory.
     ``allowed_cpus``/``allowed_mems`` override both.  ``detail`` (see
     :class:`~pynumabind.model.Detail`) says how much of the CPU layout to read.
+
+    Returns:
+        The :class:`~pynumabind.Topology` of the tree.
+
+    Raises:
+        TopologyError: a file the layout needs is missing, unreadable or
+            malformed (the message names it).
+        ConfigError: with ``environ``, a visible-device variable has a bad
+            value.
     """
     from .._os import sysfs as _sysfs
 
@@ -425,6 +447,14 @@ def load_topology(path: str) -> Topology:
     :data:`~pynumabind.model.MAX_SNAPSHOT_CHARS` bytes of it, and the
     contents are checked as :meth:`Topology.from_dict` says.  Every error
     names the file.
+
+    Returns:
+        The :class:`~pynumabind.Topology` as recorded: the snapshot's GPUs
+        and allowed sets, not this process's.
+
+    Raises:
+        TopologyError: the file is missing, not a regular file, too large,
+            not JSON, or not a valid snapshot.
     """
     text = _read_snapshot(path)
     try:
@@ -522,6 +552,16 @@ def resolve_topology(
     the file name, as for every ``PYNUMABIND_`` variable (:mod:`._environ`).
     When the visible-device variables hide every GPU of a machine that has
     some, a warning naming them is logged.
+
+    Returns:
+        The :class:`~pynumabind.Topology` to plan on.
+
+    Raises:
+        TopologyError: the snapshot or sysfs tree chosen is missing or bad
+            (the message names the file; for a snapshot this process binds
+            on, also ``--topology`` or ``PYNUMABIND_TOPOLOGY``), or that
+            snapshot lacks CPUs this process may run on.
+        ConfigError: a visible-device variable has a bad value.
     """
     env = os.environ if environ is None else environ
     if snapshot is not None and not bind_here:

@@ -338,6 +338,17 @@ def apply_visibility(
     index entries are matched by physical index, and a topology already
     filtered (``visibility`` set) is accepted only under the same settings
     (see the module docstring).  ``environ`` defaults to ``os.environ``.
+
+    Returns:
+        A copy of ``topology`` whose ``gpus`` are the visible ones, indexed
+        as CUDA (or ROCm) numbers them in this process.
+
+    Raises:
+        ConfigError: ``CUDA_VISIBLE_DEVICES``, ``CUDA_DEVICE_ORDER`` or a
+            friend has a bad value, or names a GPU by UUID where no UUID is
+            known.
+        TopologyError: ``topology`` was filtered under other settings, or
+            ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` meets a filtered GPU list.
     """
     env = os.environ if environ is None else environ
     settings = _settings(env)

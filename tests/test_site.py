@@ -46,6 +46,7 @@ TOPICS = (
     "environment",
     "troubleshooting",
     "glossary",
+    "development",
 )
 VOCABULARY = ("policy", "mode", "gpu", "gpus", "copies", "node", "rank")
 

@@ -3,7 +3,8 @@
 Sphinx itself builds the site with warnings as errors in ``.ci/release-checks``
 (``pip install '.[docs]'``); these checks need nothing but the test extra:
 
-* every name in ``pynumabind.__all__`` has an entry in the reference;
+* every name in ``pynumabind.__all__`` has an entry in the reference, and
+  every public function's docstring says what it returns and what it raises;
 * every ``PYNUMABIND_*`` variable the library reads is described on the
   environment page, and the page describes no variable the library does not read;
 * the topic pages exist and are in the table of contents, and the glossary
@@ -18,6 +19,7 @@ Sphinx itself builds the site with warnings as errors in ``.ci/release-checks``
 from __future__ import annotations
 
 import doctest
+import inspect
 import json
 import os
 import re
@@ -78,6 +80,18 @@ def _documented() -> Set[str]:
 def test_every_public_name_is_in_the_reference() -> None:
     missing = sorted(set(pynumabind.__all__) - _documented())
     assert not missing, f"docs/site/reference.rst lacks {missing}"
+
+
+def test_every_public_function_says_what_it_returns_and_raises() -> None:
+    """Parameters and their types come from the signature; these two sections from the docstring."""
+    functions = [
+        name for name in pynumabind.__all__ if inspect.isfunction(getattr(pynumabind, name))
+    ]
+    assert {"bind_current_process", "plan", "bind_memory", "advise"} <= set(functions)
+    for name in functions:
+        doc = inspect.getdoc(getattr(pynumabind, name)) or ""
+        for section in ("Returns:", "Raises:"):
+            assert re.search(rf"^{section}$", doc, re.M), f"pynumabind.{name}: no {section} section"
 
 
 def test_the_reference_documents_only_public_names() -> None:

@@ -497,6 +497,18 @@ def plan(
     GPUs' plans (:func:`plan_gpus_for`).  ``options``: a
     :class:`~pynumabind.Options` instead of the keywords (not both).  Raises
     :class:`PlanError` or :class:`ConfigError` naming what was wrong.
+
+    Returns:
+        The rank's :class:`~pynumabind.Plan`: CPUs, memory nodes, policy and
+        the reasons for each decision.  Pure: nothing is applied.
+
+    Raises:
+        ConfigError: a bad argument or option (named), neither ``rank`` nor
+            ``gpus``, or both ``options`` and keywords.
+        PlanError: the rank cannot be planned on this topology: the CPUs it
+            needs are not allowed, a node or GPU does not exist
+            (:class:`~pynumabind.errors.UnknownIdError`), or its GPU's node is
+            unknown under ``require_node``.
     """
     options = union_front(
         options, dict(keywords, rank=rank, nprocs=nprocs, mode=mode, policy=policy)
@@ -521,6 +533,15 @@ def plan_each(
 
     For callers that want the other ranks when some cannot be planned (the
     CLI's table; a launcher whose cpuset covers only some ranks).
+
+    Returns:
+        One entry per local rank, in rank order: its
+        :class:`~pynumabind.Plan`, or the :class:`~pynumabind.PynumabindError`
+        that rank's planning raised.
+
+    Raises:
+        ConfigError: a bad argument or option, which no rank could be planned
+            with.
     """
     options = Options.from_arguments(
         nprocs=nprocs, mode=mode, policy=policy, options=options, **keywords

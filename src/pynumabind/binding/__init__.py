@@ -568,7 +568,7 @@ def _plan(topology: Topology, options: Options) -> Plan:
     from ..discovery import ray_gpus  # never imports Ray itself
 
     given = ray_gpus(topology)
-    if given is not None:  # a Ray task or actor: the GPUs Ray gave it (issue 22)
+    if given is not None:  # a Ray task or actor: the GPUs Ray gave it, not all it sees
         rule = (
             f"no launcher rank: bound to the {len(given)} GPU(s) Ray gave this process "
             "(ray.get_gpu_ids())"

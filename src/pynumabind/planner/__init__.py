@@ -562,6 +562,14 @@ def plan_all(
 
     ``rank_gpus`` optionally gives each rank's GPU index.  Raises the first
     failing rank's error (:func:`plan_each` gives every rank's).
+
+    Returns:
+        One :class:`~pynumabind.Plan` per local rank, in rank order.
+
+    Raises:
+        ConfigError: a bad argument or option (named).
+        PlanError: the first rank that cannot be planned, as :func:`plan`
+            raises it.
     """
     return _all_or_first_error(
         plan_each(topology, nprocs, mode, policy, options=options, **keywords)

@@ -13,6 +13,8 @@ Sphinx itself builds the site with warnings as errors in ``.ci/release-checks``
   builder runs them) against the snapshot they read, and that snapshot is what
   ``pynumabind snapshot`` writes for the recorded DGX H100 of ``tests/machines``;
 * every ``pynumabind COMMAND --option`` the pages name exists;
+* the CHANGELOG has a dated section for this version, and neither it nor
+  ``src/`` cites issue numbers;
 * the README links into the site, to pages that exist.
 """
 
@@ -245,6 +247,31 @@ def test_the_commands_and_options_the_pages_name_exist() -> None:
             assert re.search(rf"(?<![\w-]){re.escape(option)}\b", helps[command]), (
                 f"{page}: `pynumabind {command}` has no option {option}"
             )
+
+
+# ------------------------------------------------------------ the release
+
+
+def test_the_changelog_has_a_section_for_this_version() -> None:
+    """Keep a Changelog: ``## [Unreleased]``, then ``## [X.Y.Z] - YYYY-MM-DD`` with its link."""
+    text = _text(ROOT / "CHANGELOG.md")
+    assert "keepachangelog.com" in text
+    versions = re.findall(r"^## \[([^\]]+)\](?: - (\d{4}-\d{2}-\d{2}))?$", text, re.M)
+    assert versions[0] == ("Unreleased", ""), versions
+    assert (pynumabind.__version__, versions[1][1]) in versions[1:], versions
+    for version, _ in versions:
+        assert re.search(rf"^\[{re.escape(version)}\]: https://", text, re.M), version
+
+
+_TICKET = re.compile(r"\bissues? #?\d+|\(#\d+\)|(?<![\w&])#\d+\b", re.I)
+
+
+def test_no_issue_numbers_in_the_source_or_the_changelog() -> None:
+    """Comments, docstrings and the changelog say the reason, not the ticket."""
+    paths = [*sorted((ROOT / "src").rglob("*.py")), ROOT / "CHANGELOG.md"]
+    for path in paths:
+        for number, line in enumerate(_text(path).splitlines(), 1):
+            assert not _TICKET.search(line), f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
 
 
 # ------------------------------------------------------------ the README

@@ -96,6 +96,25 @@ def test_every_public_function_says_what_it_returns_and_raises() -> None:
             assert re.search(rf"^{section}$", doc, re.M), f"pynumabind.{name}: no {section} section"
 
 
+def _args_section(doc: str) -> Set[str]:
+    """The names an ``Args:`` section describes (``name:``, ``**keywords:``)."""
+    match = re.search(r"^Args:\n((?:    .*\n|\n)+)", doc + "\n", re.M)
+    return set(re.findall(r"^    \**(\w+):", match.group(1), re.M)) if match else set()
+
+
+def test_every_parameter_of_a_public_function_is_described() -> None:
+    functions = [
+        name for name in pynumabind.__all__ if inspect.isfunction(getattr(pynumabind, name))
+    ]
+    for name in functions:
+        function = getattr(pynumabind, name)
+        described = _args_section(inspect.getdoc(function) or "")
+        parameters = set(inspect.signature(function).parameters)
+        missing = sorted(parameters - described)
+        assert not missing, f"pynumabind.{name}: its Args: section lacks {missing}"
+        assert not described - parameters, f"pynumabind.{name}: {described - parameters}"
+
+
 def test_the_reference_documents_only_public_names() -> None:
     """An entry for a name the package no longer exports would fail the build, or mislead."""
     extra = sorted(_documented() - set(pynumabind.__all__))

@@ -436,6 +436,12 @@ def parse_cpulist(
     ascending order).  Ids are not checked against ``universe``: the caller
     knows the topology and can name the CPUs that do exist.
 
+    Args:
+        text: The list.
+        universe: All of the machine's CPUs (for ``all`` and ``!``).
+        allowed: This process's CPUs (for ``+``).
+        max_id: The largest id accepted.
+
     Returns:
         The CPU ids, as a frozenset (empty for ``""``).
 
@@ -456,6 +462,12 @@ def parse_nodelist(
     max_id: int = DEFAULT_MAX_ID,
 ) -> frozenset[int]:
     """Parse a node list; same grammar as :func:`parse_cpulist`.
+
+    Args:
+        text: The list.
+        universe: All of the machine's nodes (for ``all`` and ``!``).
+        allowed: This process's memory nodes (for ``+``).
+        max_id: The largest id accepted.
 
     Returns:
         The node ids, as a frozenset.
@@ -489,6 +501,9 @@ def format_cpulist(ids: Iterable[int]) -> str:
     The JSON form of a set of ids: an empty set is ``""``, as the kernel
     writes it.  The text itself comes from :func:`~pynumabind.errors.format_ids`,
     the one formatter; this adds the check that every id is a non-negative int.
+
+    Args:
+        ids: The ids, in any order, duplicates allowed.
 
     Returns:
         The list, ranges collapsed: ``{0, 1, 2, 3, 8, 9}`` is ``"0-3,8-9"``.

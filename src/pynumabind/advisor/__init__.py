@@ -59,6 +59,18 @@ def advise(
     the smallest relative difference the rule counts (0.10: 10%).
     ``progress`` receives a line per step (the CLI prints them on stderr).
 
+    Args:
+        quick: Smaller buffers and fewer samples (about 15 s on two nodes).
+        copies: Measure pinned host<->GPU copies (needs CUDA).
+        latency: Measure latency (a pointer chase) besides bandwidth.
+        topology: The machine; it must be this one.
+        buffer_bytes: The buffer size of each measurement.
+        repeats: How many samples each figure takes.
+        min_effect: The smallest relative difference the rule counts.
+        progress: Called with a line per step.
+        sysfs_root: The sysfs to read (the firmware's SLIT and HMAT, the
+            nodes' memory).
+
     Returns:
         An :class:`Advice`: the measurements, the firmware's SLIT and HMAT,
         and the :class:`~pynumabind.advisor.rule.Recommendation` with its

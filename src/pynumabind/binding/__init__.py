@@ -318,6 +318,15 @@ def apply_plan(plan: Plan, *, migrate: bool = False, on_error: str = "warn") -> 
     nodes.  See the module docstring for ``on_error``, and :mod:`._apply`
     for the steps and their undo journal.
 
+    Args:
+        plan: The plan to apply (from :func:`~pynumabind.plan`).
+        migrate: Also move the pages already allocated onto the plan's
+            nodes (``migrate_pages``); the binding reports how many could not
+            be moved.
+        on_error: What a denied memory-policy step does: ``"warn"`` (keep the
+            CPU binding, log one warning, return a partial binding) or
+            ``"raise"`` (roll everything back and raise).
+
     Returns:
         The :class:`Binding`, read back from the kernel; ``partial`` when
         ``on_error="warn"`` let a denied memory-policy step go (``skipped``
@@ -510,6 +519,26 @@ def bind_current_process(
     included, comes from ``environ`` (default ``os.environ``), and the
     machine from :func:`~pynumabind.discovery.resolve_topology`.  See
     :func:`apply_plan` for ``migrate`` and ``on_error``.
+
+    Args:
+        rank: The local rank (default: from the launcher's variables).
+        options: The plan's settings as one :class:`~pynumabind.Options`,
+            instead of the keywords.
+        topology: The machine to plan on (default:
+            :func:`~pynumabind.resolve_topology`).
+        nprocs: How many local processes (default: the launcher's count, else
+            one per visible GPU).
+        mode: The CPU mode (default ``PYNUMABIND_MODE``, else ``node``).
+        policy: The memory policy (default ``PYNUMABIND_POLICY``, else
+            ``preferred``).
+        migrate: Also move the pages already allocated (see
+            :func:`apply_plan`).
+        on_error: ``"warn"`` or ``"raise"`` (see :func:`apply_plan`).
+        environ: Where every variable comes from (default ``os.environ``).
+        **keywords: the rest of :class:`~pynumabind.Options`'s settings, by
+            name: ``nodes``, ``cpus``, ``gpu``, ``gpus``, ``rank_gpus``,
+            ``gpu_memory``, ``interleave_nodes``, ``require_node``,
+            ``local_gpus``, ``priority_cores`` (each described there).
 
     Returns:
         The :class:`Binding`: the plan, what each thread got, the policy read

@@ -732,6 +732,15 @@ def bind_memory(
     ``PYNUMABIND_TOPOLOGY``'s snapshot when set, else this machine).  See
     the module docstring for every rule and error.
 
+    Args:
+        buffer: The memory to place: a writable buffer, a CPU tensor or
+            ``(address, length)``.
+        node: The node (or, for ``interleave``, the nodes) to place it on.
+        gpu: Instead of ``node``: the GPU index whose memory node it goes to.
+        policy: ``"bind"``, ``"preferred"`` or ``"interleave"``.
+        move: Also move the pages that exist already.
+        topology: The machine ``node`` and ``gpu`` are checked against.
+
     Returns:
         A :class:`MemoryPlacement`: the nodes and policy applied, the pages
         per node, and each page not moved with its reason.
@@ -869,6 +878,13 @@ def memory_on(
 
     For memory pinned by registration (``cudaHostRegister``) the order is
     the same idea: :func:`bind_memory` the buffer first, register it after.
+
+    Args:
+        node: The node (or, for ``interleave``, the nodes) to allocate on.
+        gpu: Instead of ``node``: the GPU index whose memory node to allocate
+            on.
+        policy: ``"bind"``, ``"preferred"`` or ``"interleave"``.
+        topology: The machine ``node`` and ``gpu`` are checked against.
 
     Returns:
         The context manager; entering it sets the policy, leaving it puts

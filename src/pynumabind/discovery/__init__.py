@@ -322,6 +322,21 @@ def detect_topology(
     ``sysfs_root``, ``allowed_cpus``, ``allowed_mems``, ``gpu_vendors`` and
     ``pci_classes`` mean what they mean for :func:`topology_from_sysfs`.
 
+    Args:
+        environ: Where ``CUDA_VISIBLE_DEVICES`` and friends come from (default
+            ``os.environ``).
+        use_nvml: Ask NVML (when an NVIDIA GPU is present).
+        sysfs_root: The sysfs to read (default ``/sys``).
+        allowed_cpus: The CPUs the process may use (default: read fresh).
+        allowed_mems: The memory nodes it may use (default: read fresh).
+        gpu_vendors: Which PCI vendors count as GPUs (default: NVIDIA, AMD).
+        pci_classes: Which PCI classes count as GPUs (default: every display
+            controller, 0x03, and processing accelerators, 0x1200).
+        detail: How much of the CPU layout to read (default: all of it).
+        reuse: Keep the layout for the process and reuse it next time.
+        visible_only: List only the GPUs this process sees (``False``: every
+            GPU of the machine, as a snapshot records).
+
     Returns:
         The :class:`~pynumabind.Topology`: nodes, CPUs, the GPUs this process
         sees (in its numbering), distances and its allowed sets, with notes
@@ -416,6 +431,16 @@ def topology_from_sysfs(
     ``allowed_cpus``/``allowed_mems`` override both.  ``detail`` (see
     :class:`~pynumabind.model.Detail`) says how much of the CPU layout to read.
 
+    Args:
+        root: The sysfs tree (default ``/sys``).
+        allowed_cpus: The CPUs the process may use.
+        allowed_mems: The memory nodes it may use.
+        gpu_vendors: Which PCI vendors count as GPUs.
+        pci_classes: Which PCI classes count as GPUs.
+        environ: Apply this mapping's visible-device variables (default:
+            list every GPU).
+        detail: How much of the CPU layout to read.
+
     Returns:
         The :class:`~pynumabind.Topology` of the tree.
 
@@ -447,6 +472,9 @@ def load_topology(path: str) -> Topology:
     :data:`~pynumabind.model.MAX_SNAPSHOT_CHARS` bytes of it, and the
     contents are checked as :meth:`Topology.from_dict` says.  Every error
     names the file.
+
+    Args:
+        path: The snapshot file.
 
     Returns:
         The :class:`~pynumabind.Topology` as recorded: the snapshot's GPUs
@@ -552,6 +580,17 @@ def resolve_topology(
     the file name, as for every ``PYNUMABIND_`` variable (:mod:`._environ`).
     When the visible-device variables hide every GPU of a machine that has
     some, a warning naming them is logged.
+
+    Args:
+        environ: Where every variable comes from (default ``os.environ``).
+        snapshot: A snapshot file to plan on (the CLI's ``--topology``).
+        sysfs_root: A sysfs tree to plan on (the CLI's ``--sysfs-root``).
+        use_nvml: Ask NVML when reading this machine.
+        detail: How much of this machine's CPU layout to read.
+        reuse: Keep this machine's layout for the process.
+        bind_here: The plan is for binding here: take this process's allowed
+            sets and visible GPUs on the snapshot's machine.
+        visible_only: List only the GPUs this process sees.
 
     Returns:
         The :class:`~pynumabind.Topology` to plan on.

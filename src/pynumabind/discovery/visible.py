@@ -339,6 +339,13 @@ def apply_visibility(
     filtered (``visibility`` set) is accepted only under the same settings
     (see the module docstring).  ``environ`` defaults to ``os.environ``.
 
+    Args:
+        topology: The machine, every GPU listed with its physical index.
+        environ: Where ``CUDA_VISIBLE_DEVICES``, ``CUDA_DEVICE_ORDER``,
+            ``ROCR_VISIBLE_DEVICES`` and friends come from.
+        mig_parents: MIG UUID -> its GPU's UUID (from NVML), so
+            ``MIG-<uuid>`` entries can be resolved.
+
     Returns:
         A copy of ``topology`` whose ``gpus`` are the visible ones, indexed
         as CUDA (or ROCm) numbers them in this process.

@@ -28,9 +28,9 @@ from typing import Callable, List, Optional
 
 from ..errors import ConfigError
 from ..model import Topology
-from .rule import DEFAULT_MIN_EFFECT, Advice, GpuCopies, decide
+from .rule import DEFAULT_MIN_EFFECT, Advice, GpuCopies, Recommendation, decide
 
-__all__ = ["Advice", "advise"]
+__all__ = ["Advice", "Recommendation", "advise"]
 
 
 def _quiet(_line: str) -> None:
@@ -40,7 +40,7 @@ def _quiet(_line: str) -> None:
 def advise(
     *,
     quick: bool = False,
-    gpus: bool = True,
+    copies: bool = True,
     latency: bool = True,
     topology: Optional[Topology] = None,
     buffer_bytes: Optional[int] = None,
@@ -51,12 +51,36 @@ def advise(
 ) -> Advice:
     """Measure this machine and recommend a binding; returns an :class:`Advice`.
 
-    ``gpus=False`` skips the host<->GPU copies, ``latency=False`` the
+    ``copies=False`` skips the pinned host<->GPU copies, ``latency=False`` the
     pointer chase.  ``topology`` defaults to this machine as this process
     sees it (allowed CPUs and memory nodes included); it must describe *this*
     machine, since the measurements run here.  ``buffer_bytes`` and
     ``repeats`` override the sizes (tests use small ones); ``min_effect`` is
     the smallest relative difference the rule counts (0.10: 10%).
+    ``progress`` receives a line per step (the CLI prints them on stderr).
+
+    Args:
+        quick: Smaller buffers and fewer samples (about 15 s on two nodes).
+        copies: Measure pinned host<->GPU copies (needs CUDA).
+        latency: Measure latency (a pointer chase) besides bandwidth.
+        topology: The machine; it must be this one.
+        buffer_bytes: The buffer size of each measurement.
+        repeats: How many samples each figure takes.
+        min_effect: The smallest relative difference the rule counts.
+        progress: Called with a line per step.
+        sysfs_root: The sysfs to read (the firmware's SLIT and HMAT, the
+            nodes' memory).
+
+    Returns:
+        An :class:`Advice`: the measurements, the firmware's SLIT and HMAT,
+        and the :class:`~pynumabind.advisor.rule.Recommendation` with its
+        reasons.  No CUDA to measure copies with, or a single node, is
+        reported in it, not raised.
+
+    Raises:
+        ConfigError: ``buffer_bytes`` smaller than a page, ``repeats`` below
+            1, or ``min_effect`` outside [0, 10).
+        TopologyError: this machine's topology cannot be read.
     """
     from . import copies as _cuda
     from . import memory as _measure
@@ -74,22 +98,22 @@ def advise(
         # where to plan, but the measurements run here.
         from .. import discovery
 
-        topology = discovery.detect_topology(use_nvml=gpus)
+        topology = discovery.detect_topology(use_nvml=copies)
     settings = _measure.Settings(
         quick=quick, buffer_bytes=buffer_bytes, repeats=repeats, latency=latency
     )
     notes: List[str] = list(_virtualization_note(sysfs_root))
     memory = _measure.measure_memory(topology, settings, say, sysfs_root)
-    copies: List[GpuCopies] = []
+    measured: List[GpuCopies] = []
     backend_name: Optional[str] = None
-    if not gpus:
-        status = "GPU copies not measured (gpus=False)"
+    if not copies:
+        status = "not measured (copies=False)"
     else:
         backend, status = _cuda.find_backend()
         if backend is not None:
             backend_name = backend.name
             cpu_nodes = [n for n in memory.cpu_nodes if n in memory.memory_nodes]
-            copies = _cuda.measure_gpus(
+            measured = _cuda.measure_gpus(
                 backend,
                 topology,
                 cpu_nodes,
@@ -101,12 +125,12 @@ def advise(
         else:
             say(status)
     firmware = _measure.firmware(topology, sysfs_root)
-    recommendation = decide(memory, copies, min_effect=min_effect)
+    recommendation = decide(memory, measured, min_effect=min_effect)
     return Advice(
         memory=memory,
-        gpus=tuple(copies),
-        gpu_status=status,
-        gpu_backend=backend_name,
+        copies=tuple(measured),
+        copies_status=status,
+        copies_backend=backend_name,
         firmware=firmware,
         recommendation=recommendation,
         quick=quick,

@@ -147,20 +147,23 @@ def render_text(advice: Advice) -> str:
     lines: List[str] = []
     if advice.memory is not None:
         lines += [*_memory_lines(advice.memory), ""]
-    if advice.gpus:
-        lines += [*_gpu_lines(advice.gpus), ""]
+    if advice.copies:
+        lines += [*_gpu_lines(advice.copies), ""]
+    elif advice.copies_status == "not measured (copies=False)":
+        lines += ["GPU copies: not measured (--no-copies)", ""]
     else:
-        lines += [f"GPU copies: none measured: {advice.gpu_status}", ""]
+        lines += [f"GPU copies: none measured: {advice.copies_status}", ""]
     lines += [*_firmware_lines(advice), ""]
     lines += [f"Note: {n}" for n in advice.notes]
     rec = advice.recommendation
     lines += [
         f"Recommendation: {rec.verdict}",
-        f"  bind: {'yes' if rec.bind else 'no'}   CPU mode: {rec.mode}   memory: {rec.memory}",
+        f"  bind: {'yes' if rec.bind else 'no'}   CPU mode: {rec.mode}   "
+        f"memory policy: {rec.policy}",
     ]
-    for gpu in rec.gpus:
+    for gpu in rec.per_gpu:
         where = f"node {gpu.node}" if gpu.node is not None else "no binding"
-        lines.append(f"  GPU {gpu.gpu}: {where} (mode {gpu.mode}, memory {gpu.memory})")
+        lines.append(f"  GPU {gpu.gpu}: {where} (mode {gpu.mode}, policy {gpu.policy})")
     reasons = [r for r in rec.reasons if r != rec.verdict]  # not the headline again
     if reasons:
         lines += ["Reasons:", *(f"  - {r}" for r in reasons)]

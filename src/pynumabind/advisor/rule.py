@@ -423,7 +423,7 @@ class GpuAdvice:
     bind: bool
     node: Optional[int]
     mode: str
-    memory: str
+    policy: str
     reasons: Tuple[str, ...]
 
     def to_dict(self) -> Dict[str, Any]:
@@ -432,7 +432,7 @@ class GpuAdvice:
             "bind": self.bind,
             "node": self.node,
             "mode": self.mode,
-            "memory": self.memory,
+            "policy": self.policy,
             "reasons": list(self.reasons),
         }
 
@@ -446,10 +446,10 @@ class Recommendation:
 
     bind: bool
     mode: str
-    memory: str
+    policy: str
     verdict: str
     reasons: Tuple[str, ...]
-    gpus: Tuple[GpuAdvice, ...] = ()
+    per_gpu: Tuple[GpuAdvice, ...] = ()
     comparisons: Tuple[Comparison, ...] = ()
     basis: str = "measured"
     min_effect: float = DEFAULT_MIN_EFFECT
@@ -458,11 +458,11 @@ class Recommendation:
         return {
             "bind": self.bind,
             "mode": self.mode,
-            "memory": self.memory,
+            "policy": self.policy,
             "verdict": self.verdict,
             "basis": self.basis,
             "reasons": list(self.reasons),
-            "gpus": [g.to_dict() for g in self.gpus],
+            "per_gpu": [g.to_dict() for g in self.per_gpu],
             "comparisons": [c.to_dict() for c in self.comparisons],
             "rule": (
                 f"a difference counts when the median ratio is at least {1 + self.min_effect:.2f}"
@@ -673,9 +673,9 @@ class Advice:
     """Everything ``advise`` measured and read, and what it recommends."""
 
     memory: Optional[MemoryMatrix]
-    gpus: Tuple[GpuCopies, ...]
-    gpu_status: str  # why the GPU section is empty, or which backend measured it
-    gpu_backend: Optional[str]
+    copies: Tuple[GpuCopies, ...]
+    copies_status: str  # why no copies were measured, or which backend measured them
+    copies_backend: Optional[str]
     firmware: Optional[Firmware]
     recommendation: Recommendation
     quick: bool = False
@@ -699,11 +699,11 @@ class Advice:
             "quick": self.quick,
             "seconds": round(self.seconds, 2),
             "memory": None if self.memory is None else self.memory.to_dict(),
-            "gpus": [g.to_dict() for g in self.gpus],
-            "gpu_status": {
-                "measured": bool(self.gpus),
-                "backend": self.gpu_backend,
-                "reason": self.gpu_status,
+            "copies": [g.to_dict() for g in self.copies],
+            "copies_status": {
+                "measured": bool(self.copies),
+                "backend": self.copies_backend,
+                "reason": self.copies_status,
             },
             "firmware": None if self.firmware is None else self.firmware.to_dict(),
             "recommendation": self.recommendation.to_dict(),

@@ -108,7 +108,7 @@ class Binding:
       action); empty when the plan leaves CPUs alone.
     * ``cpus``: the calling thread's affinity now.
     * ``policy_mode``/``policy_nodes``: the ``MPOL_*`` mode and nodes
-      requested (``None``: memory policy untouched); ``mempolicy``: the
+      requested (``None``: memory policy untouched); ``policy_read_back``: the
       calling thread's policy read back with ``get_mempolicy`` (``None`` when
       it could not be read).
     * ``threads_keeping_policy``: other threads that existed at bind time and
@@ -127,7 +127,7 @@ class Binding:
     cpus: Optional[frozenset[int]] = None
     policy_mode: Optional[int] = None
     policy_nodes: frozenset[int] = frozenset()
-    mempolicy: Optional[_libnuma.MemPolicy] = None
+    policy_read_back: Optional[_libnuma.MemPolicy] = None
     memory_applied: bool = False
     threads_keeping_policy: Tuple[int, ...] = ()
     partial: bool = False
@@ -195,11 +195,11 @@ class Binding:
         Id sets are cpulists, ``""`` when empty (as in ``Plan.to_dict``).
         """
         policy = None
-        if self.mempolicy is not None:
+        if self.policy_read_back is not None:
             policy = {
-                "mode": self.mempolicy.mode_name,
-                "nodes": format_cpulist(self.mempolicy.nodes),
-                "flags": self.mempolicy.flags,
+                "mode": self.policy_read_back.mode_name,
+                "nodes": format_cpulist(self.policy_read_back.nodes),
+                "flags": self.policy_read_back.flags,
             }
         return {
             "plan": None if self.plan is None else self.plan.to_dict(),
@@ -212,7 +212,7 @@ class Binding:
             "policy_requested": self.policy_name,
             "policy_nodes": format_cpulist(self.policy_nodes),
             "memory_applied": self.memory_applied,
-            "mempolicy": policy,
+            "policy_read_back": policy,
             "threads_keeping_policy": list(self.threads_keeping_policy),
             "skipped": [s.to_dict() for s in self.skipped],
             "migrated": self.migrated,
@@ -232,6 +232,9 @@ class Binding:
         ``pages`` fresh anonymous pages to see (``move_pages``) where the
         kernel put them; :mod:`._verify` holds the rules.  Memory is checked
         only when called from the binding thread, whose policy it is.
+
+        Returns:
+            A :class:`VerifyResult`: ``ok``, and each finding.
         """
         with _forksafe.lock():  # it may load libnuma; a fork waits (see _forksafe)
             return verify_binding(self, pages)
@@ -255,6 +258,11 @@ class Binding:
         thread by now -- and listed in :attr:`threads_exited_at_restore` and
         the log.  Holds the bind lock: restores and binds are serialised, and
         a fork waits for a restore in progress.
+
+        Raises:
+            BindError: the restore was refused (another thread, a forked
+                child, a newer binding still in force) or something could
+                not be put back.
         """
         journal = self._undo
         if journal is None:
@@ -282,10 +290,11 @@ class Binding:
 
 def _who(plan: Plan) -> str:
     """``rank 1 GPU 1 (0000:...)``, or for a union plan (no rank) ``GPUs 0-1``/``GPU 3 (...)``."""
-    gpu = "none" if plan.gpu is None else f"{plan.gpu.index} ({plan.gpu.pci_bus_id})"
+    info = plan.gpu_info
+    gpu = "none" if info is None else f"{info.index} ({info.pci_bus_id})"
     if plan.rank is not None:
         return f"rank {plan.rank} GPU {gpu}"
-    if len(plan.gpus) == 1 and plan.gpu is not None:
+    if len(plan.gpus) == 1 and plan.gpu_info is not None:
         return f"GPU {gpu}"
     return f"GPUs {format_ids(frozenset(plan.gpus))}"
 
@@ -308,6 +317,30 @@ def apply_plan(plan: Plan, *, migrate: bool = False, on_error: str = "warn") -> 
     ``migrate=True`` also moves pages already allocated onto the plan's
     nodes.  See the module docstring for ``on_error``, and :mod:`._apply`
     for the steps and their undo journal.
+
+    Args:
+        plan: The plan to apply (from :func:`~pynumabind.plan`).
+        migrate: Also move the pages already allocated onto the plan's
+            nodes (``migrate_pages``); the binding reports how many could not
+            be moved.
+        on_error: What a denied memory-policy step does: ``"warn"`` (keep the
+            CPU binding, log one warning, return a partial binding) or
+            ``"raise"`` (roll everything back and raise).
+
+    Returns:
+        The :class:`Binding`, read back from the kernel; ``partial`` when
+        ``on_error="warn"`` let a denied memory-policy step go (``skipped``
+        says which, why, and the fix).
+
+    Raises:
+        BindError: a step failed and everything already applied was rolled
+            back: the CPU side always, the memory policy with
+            ``on_error="raise"``.
+        PlanError: the plan has an empty CPU set.
+        ConfigError: ``on_error`` is neither ``"warn"`` nor ``"raise"``.
+
+    A memory-policy step that fails because ``libnuma.so.1`` is missing is
+    handled as a denied one: skipped with a warning, or rolled back.
     """
     _check_on_error(on_error)
     if plan.cpus is not None and not plan.cpus:
@@ -376,7 +409,7 @@ def _apply_steps(
         cpus=_caller_cpus(scan, caller, before),
         policy_mode=request.mode,
         policy_nodes=request.nodes,
-        mempolicy=readback,
+        policy_read_back=readback,
         memory_applied=memory_applied,
         threads_keeping_policy=threads_keeping,
         partial=bool(skipped),
@@ -425,7 +458,7 @@ def _log_outcome(binding: Binding) -> None:
     plan = binding.plan
     if (
         plan is not None
-        and plan.gpu is not None
+        and plan.gpu_info is not None
         and plan.cpus is None
         and plan.mode is not CpuMode.NONE
     ):
@@ -433,8 +466,8 @@ def _log_outcome(binding: Binding) -> None:
             "pynumabind: %s left unbound: the NUMA node of GPU %d (%s) is unknown; "
             "name it with PYNUMABIND_NODES, or set PYNUMABIND_REQUIRE_NODE=1 to fail instead",
             _who(plan),
-            plan.gpu.index,
-            plan.gpu.pci_bus_id,
+            plan.gpu_info.index,
+            plan.gpu_info.pci_bus_id,
         )
     if log.isEnabledFor(logging.INFO):
         log.info("%s", binding.summary())
@@ -461,7 +494,7 @@ def bind_current_process(
     topology: Optional[Topology] = None,
     nprocs: Optional[int] = None,
     mode: Union[str, CpuMode, None] = None,
-    memory: Union[str, MemoryPolicy, None] = None,
+    policy: Union[str, MemoryPolicy, None] = None,
     migrate: bool = False,
     on_error: str = "warn",
     environ: Optional[Mapping[str, str]] = None,
@@ -479,16 +512,52 @@ def bind_current_process(
     indices, not with ``rank``) asks for that union explicitly and wins over
     a launcher's rank.  With ``PYNUMABIND_DISABLE=1`` it logs and returns a
     Binding that applied nothing.  ``options``: a :class:`~pynumabind.Options`
-    instead of the plan keywords (``rank``, ``nprocs``, ``mode``, ``memory``
+    instead of the plan keywords (``rank``, ``nprocs``, ``mode``, ``policy``
     and :class:`~pynumabind.options.OptionKeywords`: ``gpu``, ``gpus``,
     ``nodes``, ``cpus``, ``gpu_memory``, ``interleave_nodes``...), as
     :func:`~pynumabind.planner.plan` takes them.  Every variable, visibility
     included, comes from ``environ`` (default ``os.environ``), and the
     machine from :func:`~pynumabind.discovery.resolve_topology`.  See
     :func:`apply_plan` for ``migrate`` and ``on_error``.
+
+    Args:
+        rank: The local rank (default: from the launcher's variables).
+        options: The plan's settings as one :class:`~pynumabind.Options`,
+            instead of the keywords.
+        topology: The machine to plan on (default:
+            :func:`~pynumabind.resolve_topology`).
+        nprocs: How many local processes (default: the launcher's count, else
+            one per visible GPU).
+        mode: The CPU mode (default ``PYNUMABIND_MODE``, else ``node``).
+        policy: The memory policy (default ``PYNUMABIND_POLICY``, else
+            ``preferred``).
+        migrate: Also move the pages already allocated (see
+            :func:`apply_plan`).
+        on_error: ``"warn"`` or ``"raise"`` (see :func:`apply_plan`).
+        environ: Where every variable comes from (default ``os.environ``).
+        **keywords: the rest of :class:`~pynumabind.Options`'s settings, by
+            name: ``nodes``, ``cpus``, ``gpu``, ``gpus``, ``rank_gpus``,
+            ``gpu_memory``, ``interleave_nodes``, ``require_node``,
+            ``local_gpus``, ``priority_cores`` (each described there).
+
+    Returns:
+        The :class:`Binding`: the plan, what each thread got, the policy read
+        back, and whether anything was skipped; with ``PYNUMABIND_DISABLE=1``,
+        one that applied nothing.
+
+    Raises:
+        ConfigError: a bad argument or variable (named), or no rank and no
+            visible GPU ("no local rank").
+        PlanError: the plan cannot be made here, for instance the CPUs it
+            needs are outside this process's cpuset or affinity mask (the
+            message names the CPUs wanted and allowed).
+        TopologyError: the machine cannot be read, or the snapshot given is
+            missing or bad.
+        BindError: applying failed and was rolled back (see
+            :func:`apply_plan`).
     """
     _check_on_error(on_error)
-    given = union_front(options, dict(keywords, rank=rank, nprocs=nprocs, mode=mode, memory=memory))
+    given = union_front(options, dict(keywords, rank=rank, nprocs=nprocs, mode=mode, policy=policy))
     with _forksafe.lock():  # a fork waits for these first-use imports (see _forksafe)
         from ..discovery import environ as _environ
     env = os.environ if environ is None else environ
@@ -528,7 +597,7 @@ def _plan(topology: Topology, options: Options) -> Plan:
     from ..discovery import ray_gpus  # never imports Ray itself
 
     given = ray_gpus(topology)
-    if given is not None:  # a Ray task or actor: the GPUs Ray gave it (issue 22)
+    if given is not None:  # a Ray task or actor: the GPUs Ray gave it, not all it sees
         rule = (
             f"no launcher rank: bound to the {len(given)} GPU(s) Ray gave this process "
             "(ray.get_gpu_ids())"

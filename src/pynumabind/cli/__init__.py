@@ -121,7 +121,7 @@ def _plan_options(parser: argparse.ArgumentParser, *, with_nprocs: bool = True) 
         help="how CPUs are chosen: %(choices)s (default: node)",
     )
     group.add_argument(
-        "--memory",
+        "--policy",
         type=str.lower,
         choices=[p.value for p in MemoryPolicy],
         metavar="POLICY",
@@ -294,7 +294,7 @@ def _options(args: argparse.Namespace) -> Options:
         rank=getattr(args, "rank", None),
         nprocs=getattr(args, "nprocs", None),
         mode=args.mode,
-        memory=args.memory,
+        policy=args.policy,
         nodes=args.nodes,
         cpus=args.cpus,
         flags=True,
@@ -435,7 +435,8 @@ def _plan_rows(results: Sequence[Union[Plan, PynumabindError]]) -> List[List[str
         if not isinstance(plan, Plan):
             rows.append([str(rank), "-", "-", "error", "-", "-"])
             continue
-        gpu = "none" if plan.gpu is None else f"{plan.gpu.index} {plan.gpu.pci_bus_id}"
+        info = plan.gpu_info
+        gpu = "none" if info is None else f"{info.index} {info.pci_bus_id}"
         rows.append(
             [
                 str(plan.rank),
@@ -618,7 +619,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     if args.output is not None and not args.output:
         raise UsageError("snapshot -o: the file name is empty (omit -o to write to stdout)")
     # Every GPU of the machine, not only those CUDA_VISIBLE_DEVICES shows: the
-    # snapshot's users apply their own visibility to it (issue 25).
+    # snapshot's users apply their own visibility to it, by physical index.
     topology = machine_topology(args, visible_only=False)
     text = topology.to_json() + "\n"
     if args.output:

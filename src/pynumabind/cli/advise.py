@@ -49,7 +49,9 @@ def add_parser(commands: Any) -> None:
         help="also write heatmaps to FILE; its extension is the format (.png, .svg, .pdf, ...; "
         "matplotlib)",
     )
-    advise.add_argument("--no-gpu", action="store_true", help="do not measure host<->GPU copies")
+    advise.add_argument(
+        "--no-copies", action="store_true", help="do not measure pinned host<->GPU copies"
+    )
     advise.add_argument(
         "--no-latency", action="store_true", help="do not measure latency (pointer chase)"
     )
@@ -73,7 +75,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
         check_plot_path(plot)  # before a minute of measuring, not after
     advice = advise(
         quick=args.quick,
-        gpus=not args.no_gpu,
+        copies=not args.no_copies,
         latency=not args.no_latency,
         progress=_progress,
     )
@@ -164,7 +166,7 @@ def write_plot(document: Dict[str, Any], path: str) -> None:
     """
     plt = _matplotlib()
     memory = document.get("memory")
-    gpus = document.get("gpus") or []
+    gpus = document.get("copies") or []
     panels = (1 if memory else 0) + len(gpus)
     if panels == 0:
         raise PynumabindError("nothing was measured: no plot to draw")

@@ -670,7 +670,12 @@ def _nothing_compared(memory: Optional[MemoryMatrix], gpus: Sequence[GpuCopies])
 
 @dataclass(frozen=True)
 class Advice:
-    """Everything ``advise`` measured and read, and what it recommends."""
+    """Everything ``advise`` measured and read, and what it recommends.
+
+    ``str(advice)`` (``print(advice)``) is the report ``pynumabind advise``
+    prints (:func:`pynumabind.advisor.report.render_text`);
+    :meth:`to_dict` is its JSON form.
+    """
 
     memory: Optional[MemoryMatrix]
     copies: Tuple[GpuCopies, ...]

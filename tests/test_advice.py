@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pynumabind.advisor.report import render_text
 from pynumabind.advisor.rule import (
     NO_DIFFERENCE,
     Advice,
@@ -28,6 +29,7 @@ from pynumabind.advisor.rule import (
     compare,
     decide,
 )
+from pynumabind.model import SCHEMA_VERSION
 
 
 def spread(median: float, rel: float = 0.02, n: int = 9) -> Spread:
@@ -182,7 +184,7 @@ def test_advice_json_has_the_documented_fields() -> None:
     gpus = (gpu(0, 0, [28, 28], [28, 28]),)
     advice = Advice(memory, gpus, "measured with test", "test", None, decide(memory, gpus))
     data = json.loads(json.dumps(advice.to_dict()))
-    assert data["schema"] == 1
+    assert data["schema"] == SCHEMA_VERSION  # the package's one JSON version
     assert data["memory"]["cpu_nodes"] == [0, 1]
     assert data["memory"]["memory_nodes"] == [0, 1]
     assert data["memory"]["bandwidth_gbs"] == [[100, 50], [50, 100]]
@@ -190,6 +192,32 @@ def test_advice_json_has_the_documented_fields() -> None:
     rec = data["recommendation"]
     assert rec["bind"] is True and rec["mode"] == "node" and rec["policy"] == "preferred"
     assert isinstance(rec["reasons"], list) and rec["reasons"]
+
+
+def test_str_of_an_advice_is_the_report_the_command_prints() -> None:
+    memory = matrix([[100, 50], [50, 100]])
+    gpus = (gpu(0, 0, [28, 20], [28, 20]),)
+    advice = Advice(memory, gpus, "measured with test", "test", None, decide(memory, gpus))
+    text = str(advice)
+    assert text == render_text(advice)
+    assert not text.startswith("Advice(")  # not the dataclass repr
+    lines = text.splitlines()
+    assert lines[0].startswith("Memory bandwidth, GB/s")
+    assert "Pinned host<->GPU copies, GB/s: median (quartiles)" in lines
+    assert f"Recommendation: {advice.recommendation.verdict}" in lines
+    assert lines[lines.index("Reasons:") + 1].startswith("  - memory bandwidth from CPU node 0")
+    method = next(i for i, line in enumerate(lines) if line.startswith("Method: "))
+    assert lines[method - 1] == ""  # a paragraph of its own, after the tables
+
+
+def test_a_reason_that_repeats_the_verdict_is_not_printed_again() -> None:
+    memory = matrix([[100]])
+    advice = Advice(memory, (), "CUDA is not usable", None, None, decide(memory))
+    rec = advice.recommendation
+    assert rec.reasons == (rec.verdict,)  # the data keeps it: JSON readers need a reason
+    text = str(advice)
+    assert text.count(rec.verdict) == 1
+    assert "Reasons:" not in text
 
 
 # ----------------------------------------------------------- properties

@@ -12,13 +12,18 @@ placements and verdict are tested in the QEMU guest
 
 from __future__ import annotations
 
+import ctypes
 import json
+import mmap
 import os
+import random
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, List, Optional, Sequence
 
 import pytest
 
@@ -26,9 +31,10 @@ import pynumabind
 from pynumabind._os import libnuma as _libnuma
 from pynumabind.advisor import copies as _cuda
 from pynumabind.advisor import memory as _measure
+from pynumabind.advisor import rule
 from pynumabind.advisor.rule import NO_DIFFERENCE
 from pynumabind.errors import ConfigError, NumaSyscallError
-from pynumabind.model import NumaNode, Topology
+from pynumabind.model import SCHEMA_VERSION, NumaNode, Topology
 
 SMALL = 4 << 20  # bytes per buffer: enough for real copies, quick on two shared cores
 
@@ -51,7 +57,7 @@ def advice() -> pynumabind.Advice:
 
 def test_one_node_json_shape_and_verdict(advice: pynumabind.Advice) -> None:
     data = json.loads(json.dumps(advice.to_dict()))
-    assert data["schema"] == 1
+    assert data["schema"] == SCHEMA_VERSION
     memory = data["memory"]
     assert memory["cpu_nodes"] == [0] and memory["memory_nodes"] == [0]
     (row,) = memory["bandwidth_gbs"]
@@ -60,6 +66,8 @@ def test_one_node_json_shape_and_verdict(advice: pynumabind.Advice) -> None:
     spread = memory["bandwidth_spread"][0][0]
     assert spread["n"] == 3 and spread["min"] <= spread["median"] <= spread["max"]
     assert memory["buffer_bytes"] == SMALL
+    if memory["llc_bytes"] and SMALL < _measure.MIN_LLC_MULTIPLE * memory["llc_bytes"]:
+        assert any("partly cache speed" in note for note in memory["notes"])  # said, not hidden
     assert memory["latency_overhead_ns"]["median"] > 0
     rec = data["recommendation"]
     assert rec["bind"] is False and rec["mode"] == "none" and rec["policy"] == "none"
@@ -94,8 +102,6 @@ def test_cuda_backend_boundary() -> None:
 
 
 def test_cudart_declarations_bind_to_the_real_runtime_when_installed() -> None:
-    import ctypes
-
     try:
         lib = ctypes.CDLL("libcudart.so")
     except OSError:
@@ -184,13 +190,94 @@ def test_firmware_reads_slit_and_hmat(tmp_path: Path) -> None:
     assert "no HMAT" in (_measure.firmware(topology, str(tmp_path / "none")).hmat_note or "")
 
 
-def test_buffer_size_is_several_llcs_within_free_memory() -> None:
+def test_buffer_size_is_several_llcs_within_available_memory() -> None:
     settings = _measure.Settings()
-    assert _measure.buffer_size(settings, 32 << 20, None) == 128 << 20
-    assert _measure.buffer_size(settings, None, None) == 64 << 20
-    assert _measure.buffer_size(settings, 32 << 20, 100 << 20) == 25 << 20
-    assert _measure.buffer_size(settings, 1 << 40, None) == settings.max_buffer
-    assert _measure.buffer_size(_measure.Settings(quick=True), 32 << 20, None) == 64 << 20
+    mib = 1 << 20
+    assert _measure.buffer_size(settings, 32 * mib, None) == 128 * mib
+    assert _measure.buffer_size(settings, None, None) == 64 * mib
+    assert _measure.buffer_size(settings, 32 * mib, 300 * mib) == 75 * mib  # a quarter
+    assert _measure.buffer_size(settings, 512 * mib, None) == settings.max_buffer
+    assert _measure.buffer_size(_measure.Settings(quick=True), 32 * mib, None) == 64 * mib
+    # Never under twice the LLC: too little memory skips the node instead.
+    assert _measure.buffer_size(settings, 32 * mib, 100 * mib) is None
+    assert _measure.buffer_size(settings, 32 * mib, 256 * mib) == 64 * mib
+    # A cache larger than half the cap (1.1 GiB of L3 on some CPUs) raises the cap.
+    assert _measure.buffer_size(settings, 1100 * mib, None) == 2200 * mib
+    # An explicit size is the caller's: as given, rounded down to pages.
+    explicit = _measure.Settings(buffer_bytes=5 * _measure.PAGE + 1)
+    assert _measure.buffer_size(explicit, 32 * mib, 1) == 5 * _measure.PAGE
+
+
+def _meminfo_tree(root: Path, node: int, **fields: int) -> None:
+    """``nodeN/meminfo`` as the kernel writes it, values in kB."""
+    path = root / f"devices/system/node/node{node}"
+    path.mkdir(parents=True, exist_ok=True)
+    names = {"Active_file": "Active(file)", "Inactive_file": "Inactive(file)"}
+    lines = [f"Node {node} {names.get(k, k)}:{v:>16} kB" for k, v in fields.items()]
+    (path / "meminfo").write_text("\n".join(lines) + "\n")
+
+
+def test_memory_available_counts_reclaimable_cache_per_node(tmp_path: Path) -> None:
+    _meminfo_tree(tmp_path, 0, MemTotal=8 << 20, MemFree=1024, Active_file=2048,
+                  Inactive_file=4096, SReclaimable=1024, AnonPages=999)  # fmt: skip
+    _meminfo_tree(tmp_path, 1, MemTotal=8 << 20, MemFree=6 << 20)
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal: 16777216 kB\nMemFree: 10 kB\nMemAvailable: 4194304 kB\n")
+    found = _measure.memory_available([0, 1, 2], str(tmp_path), str(meminfo))
+    assert found[0] == (1024 + (2048 + 4096 + 1024) // 2) << 10  # free + half the reclaimable
+    assert found[1] == 4 << 30  # never more than the system's MemAvailable
+    assert found[2] is None  # no meminfo, and not the only node
+    assert _measure.memory_available([2], str(tmp_path), str(meminfo)) == {2: 4 << 30}
+    assert _measure.memory_available([2], str(tmp_path), str(tmp_path / "none")) == {2: None}
+    this = _measure.memory_available([0])[0]  # this machine, for real
+    assert this is not None and 0 < this <= os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGESIZE")
+
+
+def _cache_tree(root: Path, cpus: frozenset[int], llc: str) -> None:
+    for cpu in cpus:
+        path = root / f"devices/system/cpu/cpu{cpu}/cache/index3"
+        path.mkdir(parents=True)
+        for name, text in (("level", "3"), ("type", "Unified"), ("size", llc)):
+            (path / name).write_text(f"{text}\n")
+        (path / "shared_cpu_list").write_text(",".join(map(str, sorted(cpus))) + "\n")
+
+
+def test_a_node_short_of_memory_is_skipped_not_measured_as_cache(tmp_path: Path) -> None:
+    """This machine's real node 0, with what sysfs says replaced: a 32 MiB LLC, 100 MiB free."""
+    from pynumabind import discovery
+    from pynumabind.cli.advise import render_text
+
+    topology = discovery.detect_topology(use_nvml=False)
+    _cache_tree(tmp_path, topology.nodes[0].cpus, "32768K")
+    _meminfo_tree(tmp_path, 0, MemFree=100 << 10)
+    lines: List[str] = []
+    settings = _measure.Settings(quick=True, repeats=2, latency=False)
+    matrix = _measure.measure_memory(topology, settings, lines.append, str(tmp_path))
+    cell = matrix.cell(0, 0)
+    assert cell.bandwidth is None and cell.error is None
+    assert cell.skipped is not None
+    assert "memory node 0 can give 100 MiB now" in cell.skipped
+    assert "2 x the last-level cache (32 MiB)" in cell.skipped
+    assert not any("placing" in line for line in lines)  # no buffer was made
+    assert any("skipped" in line for line in lines)
+    assert matrix.to_dict()["skipped"] == [[cell.skipped]]
+    advice = pynumabind.Advice(matrix, (), "-", None, None, rule.decide(matrix))
+    assert advice.recommendation.basis == "no measurements"
+    text = render_text(advice)
+    assert "node 0             skipped" in text and cell.skipped in text
+
+
+def test_a_full_page_cache_does_not_shrink_the_buffers(tmp_path: Path) -> None:
+    """40 MiB free, 2 GiB of clean page cache: MemFree alone gave 10 MiB buffers, cache speed."""
+    from pynumabind import discovery
+
+    topology = discovery.detect_topology(use_nvml=False)
+    _cache_tree(tmp_path, topology.nodes[0].cpus, "32768K")
+    _meminfo_tree(tmp_path, 0, MemFree=40 << 10, Inactive_file=2 << 20)
+    settings = _measure.Settings(quick=True, repeats=2, latency=False)
+    matrix = _measure.measure_memory(topology, settings, lambda _: None, str(tmp_path))
+    assert matrix.buffer_bytes == 64 << 20  # the quick size: two LLCs, at least 64 MiB
+    assert matrix.cell(0, 0).bandwidth is not None and matrix.cell(0, 0).skipped is None
 
 
 # ------------------------------------------------------------------- CLI
@@ -212,6 +299,7 @@ def test_cli_json_and_progress_on_stderr() -> None:
     done = cli("--quick", "--json", "--no-latency")
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
+    assert data["schema"] == SCHEMA_VERSION  # the number every command's JSON carries
     assert data["memory"]["cpu_nodes"] == [0]
     assert data["recommendation"]["bind"] is False
     assert data["memory"]["latency_ns"] == [[None]]
@@ -229,13 +317,52 @@ def test_cli_table_and_plot(tmp_path: Path) -> None:
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_cli_errors_are_one_line_with_exit_codes(tmp_path: Path) -> None:
+def test_cli_errors_are_one_line_with_exit_codes() -> None:
     usage = cli("--bogus")
     assert usage.returncode == 2 and "Traceback" not in usage.stderr
-    unwritable = cli("--quick", "--no-latency", "--plot", str(tmp_path / "no/such/dir/a.png"))
-    assert unwritable.returncode == 1, unwritable.stderr
-    assert unwritable.stderr.strip().splitlines()[-1].startswith("pynumabind: error: cannot write")
-    assert "Traceback" not in unwritable.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        ("", "--plot: the file name is empty"),
+        ("report", "--plot 'report' has no extension, which names the format: e.g. report.png"),
+        ("x.foo", "--plot 'x.foo': matplotlib cannot write .foo files (it writes "),
+        ("no/such/dir/a.png", "--plot: cannot write 'no/such/dir/a.png': No such file or"),
+        ("adir.png", "--plot: cannot write 'adir.png': Is a directory"),
+    ],
+)
+def test_cli_plot_path_is_checked_before_measuring(tmp_path: Path, name: str, problem: str) -> None:
+    pytest.importorskip("matplotlib")
+    (tmp_path / "adir.png").mkdir()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    here = str(Path(pynumabind.__file__).resolve().parents[1])  # this tree, from any cwd
+    done = subprocess.run(
+        [sys.executable, "-m", "pynumabind", "advise", "--quick", "--plot", name],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": here},
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.splitlines()  # one line: nothing was measured
+    assert line.startswith(f"pynumabind: error: {problem}"), line
+    assert done.stdout == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # the check left nothing
+
+
+def test_cli_prints_the_report_even_when_the_plot_then_fails(tmp_path: Path) -> None:
+    """The path passes the check (it opens for appending) but the write fails: disk full."""
+    pytest.importorskip("matplotlib")
+    full = tmp_path / "full.png"
+    full.symlink_to("/dev/full")
+    done = cli("--quick", "--json", "--no-latency", "--plot", str(full))
+    assert done.returncode == 1, done.stderr
+    assert json.loads(done.stdout)["memory"]["cpu_nodes"] == [0]  # the report is out
+    last = done.stderr.strip().splitlines()[-1]
+    assert last == f"pynumabind: error: cannot write {str(full)!r}: No space left on device"
+    assert "Traceback" not in done.stderr
 
 
 def test_cli_plot_without_matplotlib_fails_before_measuring(tmp_path: Path) -> None:
@@ -250,3 +377,233 @@ def test_cli_plot_without_matplotlib_fails_before_measuring(tmp_path: Path) -> N
         "pip install 'pynumabind[plot]' (matplotlib)"
     )
     assert not (tmp_path / "a.png").exists()
+
+
+# ------------------------------------------------------------- interrupts
+
+STOP_BOUND = 5.0  # seconds; generous on two shared cores (the aim is one or two)
+INTERRUPT_TRIES = 20
+
+
+def _interrupted_cli(delay: float) -> tuple[int, float, str]:
+    """A real ``advise --quick`` child, SIGINT ``delay`` s into measuring.
+
+    Returns (exit status, seconds from the signal to the exit, stderr).
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "pynumabind", "advise", "--quick"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    seen = []
+    assert child.stderr is not None
+    for line in child.stderr:  # the bandwidth phase has begun once this line is out
+        seen.append(line)
+        if "memory: CPU node" in line:
+            break
+    time.sleep(delay)
+    sent = time.monotonic()
+    child.send_signal(signal.SIGINT)
+    try:
+        _, err = child.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.communicate()
+        raise
+    return child.returncode, time.monotonic() - sent, "".join(seen) + err
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_cli_at_once_every_time() -> None:
+    """SIGINT at random times while measuring: exit 130, "interrupted", no crash, promptly.
+
+    The copying threads used to wait on a barrier with a 120 s timeout, and
+    the buffers could be unmapped under a running copy (exit 139).  The
+    delays spread over the bandwidth rounds and into the latency phase.
+    """
+    rng = random.Random()
+    took: List[float] = []
+    for _ in range(INTERRUPT_TRIES):
+        delay = rng.uniform(0.0, 0.6)
+        rc, seconds, err = _interrupted_cli(delay)
+        assert rc == 130, (delay, rc, err)
+        assert err.strip().splitlines()[-1] == "pynumabind: error: interrupted", err
+        assert "Traceback" not in err, err
+        took.append(seconds)
+    took.sort()
+    shown = ", ".join(f"{t:.2f}" for t in took)
+    sys.stdout.write(f"stop after SIGINT, s (sorted): {shown}\n")
+    assert took[-1] < STOP_BOUND, shown
+
+
+def _copy_threads() -> List[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("pynumabind-copy-")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attempt", range(5))
+def test_ctrl_c_reaches_the_caller_of_advise(attempt: int) -> None:
+    """KeyboardInterrupt reaches the caller of ``pynumabind.advise()`` at once; no thread stays."""
+    rng = random.Random(attempt)
+    delay = rng.uniform(0.0, 0.3)
+    before = _state()
+    sent: List[float] = []
+
+    def interrupt() -> None:
+        sent.append(time.monotonic())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    def progress(line: str) -> None:
+        if "memory: CPU node" in line and not sent:
+            threading.Timer(delay, interrupt).start()
+
+    with pytest.raises(KeyboardInterrupt):
+        pynumabind.advise(quick=True, repeats=50, progress=progress)
+        time.sleep(10)  # not reached unless advise ended before the signal
+    assert sent and time.monotonic() - sent[0] < STOP_BOUND
+    assert _state() == before, "the interrupted advise changed the caller's binding"
+    for thread in _copy_threads():
+        thread.join(_measure.STOP_WAIT)
+    assert not _copy_threads(), "copy threads outlived the interrupted advise"
+
+
+def test_a_buffer_is_unmapped_only_when_no_copy_uses_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    buffer = _measure._Buffer(_measure.PAGE)
+    entered, leave = threading.Event(), threading.Event()
+
+    def user() -> None:
+        with buffer.use():
+            entered.set()
+            leave.wait(10)
+
+    thread = threading.Thread(target=user)
+    thread.start()
+    entered.wait(10)
+    threading.Timer(0.3, leave.set).start()
+    began = time.monotonic()
+    buffer.close()  # waits for the user to leave
+    assert time.monotonic() - began >= 0.25
+    thread.join()
+    assert buffer.map.closed
+    with pytest.raises(_measure._Stopped):  # a closing buffer takes no new copy
+        with buffer.use():
+            pass
+
+    stuck = _measure._Buffer(_measure.PAGE)
+    monkeypatch.setattr(_measure, "STOP_WAIT", 0.1)
+    entered.clear()
+    leave.clear()
+    buffer = stuck
+    thread = threading.Thread(target=user)
+    thread.start()
+    entered.wait(10)
+    stuck.close()  # the user outlasts the wait: the mapping stays
+    assert not stuck.map.closed and stuck.closing
+    ctypes.memset(stuck.address, 0, _measure.PAGE)  # still mapped: no crash
+    leave.set()
+    thread.join()
+
+
+def test_run_bound_interrupted_stops_its_thread_before_returning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What the GPU copies rely on: after the interrupt the worker has ended, or is ``stuck``."""
+    stop = _measure.Stop()
+    ended = threading.Event()
+
+    def work() -> None:
+        while not stop.is_set():
+            time.sleep(0.01)
+        time.sleep(0.2)  # winding down: the caller must wait for this
+        ended.set()
+
+    threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt):
+        _measure.run_bound(frozenset(os.sched_getaffinity(0)), work, stop=stop)
+    assert ended.is_set() and not stop.stuck
+
+    stop = _measure.Stop()
+    release = threading.Event()
+
+    def ignores_stop() -> None:
+        release.wait(10)
+
+    monkeypatch.setattr(_measure, "STOP_WAIT", 0.2)
+    try:
+        threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+        with pytest.raises(KeyboardInterrupt):
+            _measure.run_bound(frozenset(os.sched_getaffinity(0)), ignores_stop, stop=stop)
+    finally:
+        release.set()
+    assert stop.stuck
+
+
+class _HostCopies(_cuda.Backend):
+    """A Backend whose "GPU" is host memory: real memmoves, slow enough to interrupt.
+
+    No GPU here: this drives :func:`pynumabind.advisor.copies.measure_gpus`'s
+    own stop-and-free protocol with real copies, and records whether a buffer
+    was ever freed while a copy into it ran.
+    """
+
+    name = "host-test"
+
+    def __init__(self) -> None:
+        self.copying = 0
+        self.freed_during_copy = False
+        self.freed: List[object] = []
+        self.lock = threading.Lock()
+
+    def devices(self) -> List[tuple]:
+        return [(0, "host", None)]
+
+    def select(self, ordinal: int) -> None:
+        pass
+
+    def pinned(self, size: int) -> tuple:
+        buffer = mmap.mmap(-1, size)
+        return buffer, ctypes.addressof(ctypes.c_char.from_buffer(buffer))
+
+    def device_buffer(self, ordinal: int, size: int) -> object:
+        return self.pinned(size)[0]
+
+    def copy(self, direction: int, host: object, device: object, size: int) -> None:
+        with self.lock:
+            self.copying += 1
+        try:
+            for _ in range(20):  # ~0.1 s per copy: an interrupt lands inside one
+                ctypes.memmove(
+                    ctypes.addressof(ctypes.c_char.from_buffer(device)),  # type: ignore[arg-type]
+                    ctypes.addressof(ctypes.c_char.from_buffer(host)),  # type: ignore[arg-type]
+                    size,
+                )
+                time.sleep(0.005)
+        finally:
+            with self.lock:
+                self.copying -= 1
+
+    def free(self, handles: Sequence[object]) -> None:
+        with self.lock:
+            self.freed_during_copy = self.freed_during_copy or self.copying > 0
+        self.freed.extend(handles)
+
+
+@pytest.mark.parametrize("delay", [0.05, 0.2, 0.45])
+def test_interrupted_gpu_copies_free_nothing_under_a_running_copy(delay: float) -> None:
+    from pynumabind import discovery
+
+    backend = _HostCopies()
+    topology = discovery.detect_topology(use_nvml=False)
+    threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT)).start()
+    began = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        _cuda.measure_gpus(
+            backend, topology, [0], size=1 << 20, repeats=50, progress=lambda _: None
+        )
+        time.sleep(10)  # not reached unless the copies ended before the signal
+    assert time.monotonic() - began < delay + 1.0  # one copy (~0.1 s) to wind down, not 100
+    assert backend.freed and not backend.freed_during_copy
+    assert backend.copying == 0

@@ -16,7 +16,7 @@ import pytest
 import child_cli
 from childproc import child_command
 from pynumabind.discovery import load_topology
-from pynumabind.model import Cpu, Gpu, NumaNode, Topology
+from pynumabind.model import SCHEMA_VERSION, Cpu, Gpu, NumaNode, Topology
 
 # The script installed with the interpreter running the tests, not whatever is on PATH.
 _BESIDE = Path(sys.executable).with_name("pynumabind")
@@ -116,9 +116,24 @@ def test_show_json_is_the_topology_schema(snapshot: Path) -> None:
     result = run("show", "--json", "--topology", str(snapshot))
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
-    assert document["schema"] == 2
+    assert document["schema"] == SCHEMA_VERSION == 2
     assert Topology.from_dict(document["topology"]) == two_socket_machine()
     assert isinstance(document["warnings"], list)
+
+
+def test_every_json_document_carries_the_one_schema_version(tmp_path: Path) -> None:
+    """One rule (pynumabind.model.SCHEMA_VERSION) for every command; advise: test_advise."""
+    written = tmp_path / "snap.json"
+    assert run("snapshot", "--no-nvml", "-o", str(written)).returncode == 0
+    documents = [json.loads(written.read_text())]
+    for args in (["show"], ["plan"], ["check"]):
+        done = run(*args, "--no-nvml", "--json")
+        assert done.returncode == 0, done.stderr
+        documents.append(json.loads(done.stdout))
+    execd = run("exec", "--no-nvml", "--json", "--rank", "0", "--", "true")
+    assert execd.returncode == 0, execd.stderr
+    documents.append(json.loads(execd.stderr))  # exec's report goes to stderr
+    assert [d["schema"] for d in documents] == [SCHEMA_VERSION] * 5
 
 
 def test_show_warns_about_unknown_gpu_node_and_memory_only_nodes(tmp_path: Path) -> None:
@@ -217,14 +232,22 @@ def test_bad_input_is_one_line_error(
 
 
 def test_unreadable_topology_file(tmp_path: Path) -> None:
+    """Whatever is wrong with the file, it is a bad option value: exit 2, as a missing one."""
     missing = tmp_path / "nope.json"
     assert_one_line_error(run("show", "--topology", str(missing)), 2, str(missing))
     garbage = tmp_path / "garbage.json"
     garbage.write_text("{not json")
-    assert_one_line_error(run("plan", "--topology", str(garbage)), 1, "not valid JSON")
+    assert_one_line_error(run("plan", "--topology", str(garbage)), 2, "not valid JSON")
     binary = tmp_path / "binary.json"
     binary.write_bytes(b'{"schema": 1, "nodes": "\xd0\x00\xff"}')
-    assert_one_line_error(run("show", "--topology", str(binary)), 1, "not UTF-8")
+    assert_one_line_error(run("show", "--topology", str(binary)), 2, "not UTF-8")
+    assert_one_line_error(run("show", "--topology", "/etc/passwd"), 2, "'/etc/passwd'", "JSON")
+    assert_one_line_error(run("show", "--topology", str(tmp_path)), 2, "Is a directory")
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text('{"schema": 2, "nodes": 7}')
+    assert_one_line_error(run("show", "--topology", str(wrong)), 2, "malformed topology snapshot")
+    by_variable = run("plan", env={"PYNUMABIND_TOPOLOGY": "/etc/passwd"})
+    assert_one_line_error(by_variable, 2, "PYNUMABIND_TOPOLOGY", "'/etc/passwd'")
 
 
 def test_missing_sysfs_root_is_usage_error(tmp_path: Path) -> None:
@@ -589,6 +612,25 @@ def test_plan_grammar_for_one() -> None:
     assert "gets CPU 0" in result.stdout
     for wrong in ("1 local ranks", "1 ranks", "gets CPUs 0\n"):
         assert wrong not in result.stdout
+
+
+@pytest.mark.parametrize("mode", ["node", "socket", "exclusive", "core-complex"])
+def test_plan_reasons_for_one_rank_on_one_node_read_right(mode: str) -> None:
+    result = run("plan", "--no-nvml", "--nprocs", "1", "--mode", mode, "-v")
+    assert result.returncode == 0, result.stderr
+    for wrong in ("node(s)", "package(s)", "nodes 0\n", "ranks 0 ", "among 1 rank", "1 rank,"):
+        assert wrong not in result.stdout, (wrong, result.stdout)
+    if mode in ("exclusive", "core-complex"):
+        assert f"mode {mode}: rank 0 alone on node 0 gets CPU" in result.stdout
+    assert "memory policy preferred (local first, spills over instead of OOM): node 0\n" in (
+        result.stdout
+    )
+
+
+def test_snapshot_counts_in_the_right_number(tmp_path: Path) -> None:
+    done = run("snapshot", "--no-nvml", "-o", str(tmp_path / "one.json"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("wrote the topology (1 NUMA node, 0 GPUs) to ")
 
 
 def test_errors_name_the_options_of_the_command_line() -> None:

@@ -17,6 +17,7 @@ from pynumabind.planner._sets import (
     exclusive,
     fastest,
     l3_groups,
+    named,
     union,
 )
 
@@ -56,6 +57,18 @@ def test_exclusive_gives_whole_cores_when_there_are_enough() -> None:
     slices, note, shared = exclusive([fs(0, 8), fs(1, 9), fs(2, 10)], 2, "node 0")
     assert slices == [fs(0, 8, 1, 9), fs(2, 10)] and not shared
     assert note.startswith("node 0: 3 allowed cores split among 2 ranks, 2/1 whole cores each")
+
+
+def test_one_rank_gets_everything_and_the_note_says_so_in_its_own_words() -> None:
+    perf = {0: 10, 8: 10, 1: 5, 9: 5}.__getitem__  # unequal: the performance branch for >1
+    slices, note, shared = exclusive([fs(0, 8), fs(1, 9)], 1, "node 0", perf)
+    assert slices == [fs(0, 8, 1, 9)] and not shared
+    assert note == "node 0: the one rank gets every allowed core (2)"
+    groups = [[fs(0), fs(1)], [fs(2), fs(3)]]
+    slices, notes, shared = core_complex([fs(0), fs(1), fs(2), fs(3)], groups, 1, "node 0")
+    assert slices == [fs(0, 1, 2, 3)] and not shared
+    assert notes == ["node 0: the one rank gets every L3 group (2: 0-1, 2-3)"]
+    assert named("node", fs(0)) == "node 0" and named("node", fs(0, 1, 3)) == "nodes 0-1,3"
 
 
 def test_exclusive_splits_smt_threads_then_shares_cores() -> None:

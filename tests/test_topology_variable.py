@@ -148,7 +148,8 @@ def test_bind_current_process_plans_from_the_snapshot(snapshot: Path) -> None:
 def test_bind_current_process_never_falls_back_to_sysfs(tmp_path: Path) -> None:
     missing = tmp_path / "gone.json"
     line = _bind_in_child({"PYNUMABIND_TOPOLOGY": str(missing), "LOCAL_RANK": "0"})
-    assert line.startswith("ERROR TopologyError PYNUMABIND_TOPOLOGY: ")
+    # SnapshotFileError: a TopologyError (and a ConfigError: the CLI's usage error).
+    assert line.startswith("ERROR SnapshotFileError PYNUMABIND_TOPOLOGY: ")
     assert str(missing) in line
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "ProcessStateError",
     "PynumabindError",
     "ReadOnlyBufferError",
+    "SnapshotFileError",
     "TopologyError",
     "UnknownIdError",
     "format_ids",
@@ -93,6 +94,16 @@ class ConfigError(PynumabindError, ValueError):
 
 class TopologyError(PynumabindError):
     """The machine's topology could not be read or is inconsistent."""
+
+
+class SnapshotFileError(TopologyError, ConfigError):
+    """A topology snapshot file (``--topology``, ``PYNUMABIND_TOPOLOGY``) cannot be used.
+
+    Missing, unreadable, not a regular file, too large, not UTF-8, not JSON,
+    or not a snapshot.  A :class:`TopologyError`, as it always was, and a
+    :class:`ConfigError`: the file is a bad value, which the CLI reports as
+    a usage error (exit status 2) whatever is wrong with it.
+    """
 
 
 class PlanError(PynumabindError, ValueError):

@@ -49,6 +49,14 @@ __all__ = [
     "Topology",
 ]
 
+#: The version of every JSON document pynumabind writes: the snapshot, the
+#: ``--json`` output of show, plan, check and exec, and ``advise --json``
+#: (``Advice.to_dict()``).  One number for the package, so a reader never
+#: wonders which counter a document follows.  It goes up by one when any of
+#: those documents changes incompatibly (a field removed or renamed, or its
+#: meaning changed); a new field does not change it.  2: "device"/"devices"
+#: became "gpu"/"gpus" in plans and check workers, the snapshot gained
+#: ``visibility``, and advise (1 until then) joined the one number.
 SCHEMA_VERSION = 2
 #: Snapshot schemas this pynumabind reads.  1: no ``visibility`` field (read as
 #: ``None``; such a file may list only the GPUs visible when it was taken, which

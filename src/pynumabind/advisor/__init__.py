@@ -64,7 +64,9 @@ def advise(
         copies: Measure pinned host<->GPU copies (needs CUDA).
         latency: Measure latency (a pointer chase) besides bandwidth.
         topology: The machine; it must be this one.
-        buffer_bytes: The buffer size of each measurement.
+        buffer_bytes: The buffer size of each measurement, as given (by
+            default several times the last-level cache, within what each
+            node can give; a node that cannot hold that is skipped).
         repeats: How many samples each figure takes.
         min_effect: The smallest relative difference the rule counts.
         progress: Called with a line per step.
@@ -81,6 +83,9 @@ def advise(
         ConfigError: ``buffer_bytes`` smaller than a page, ``repeats`` below
             1, or ``min_effect`` outside [0, 10).
         TopologyError: this machine's topology cannot be read.
+        KeyboardInterrupt: Ctrl-C, within milliseconds wherever it lands;
+            the measuring threads stop and no buffer is freed under a
+            running copy (see :mod:`pynumabind.advisor.memory`).
     """
     from . import copies as _cuda
     from . import memory as _measure

@@ -19,6 +19,12 @@ faults the pages in the calling thread, so they land there), checks with
 of the whole buffer (the first of each is a discarded warm-up).  Pinned
 buffers stay allocated until the GPU is done, so torch's caching host
 allocator cannot hand one node's block to the next node's measurement.
+
+An interrupt (Ctrl-C) reaches the caller at once; the copying thread is
+asked to stop between copies and waited for (up to
+:data:`~pynumabind.advisor.memory.STOP_WAIT`) before the buffers are freed,
+and if it has not ended by then they are left allocated: a buffer is never
+freed under a running copy.
 """
 
 from __future__ import annotations
@@ -254,9 +260,10 @@ def _copy_cell(
     size: int,
     repeats: int,
     keep: List[Any],
+    stop: Any,
 ) -> CopyCell:
-    """Runs in a thread already bound to ``cpu_node``'s CPUs."""
-    from .memory import _on_node, placement
+    """Runs in a thread already bound to ``cpu_node``'s CPUs; ends early once ``stop`` is set."""
+    from .memory import _on_node, _Stopped, placement
 
     backend.select(ordinal)
     with _on_node(cpu_node, topology):
@@ -270,6 +277,8 @@ def _copy_cell(
         backend.copy(direction, host, device, size)  # warm-up
         samples = []
         for _ in range(repeats):
+            if stop.is_set():
+                raise _Stopped()
             began = time.perf_counter()
             backend.copy(direction, host, device, size)
             samples.append(size / (time.perf_counter() - began) / 1e9)
@@ -287,12 +296,13 @@ def measure_gpus(
     progress: Callable[[str], None],
 ) -> List[GpuCopies]:
     """Every visible GPU x every CPU node in ``cpu_nodes`` (each must have memory)."""
-    from .memory import run_bound
+    from .memory import Stop, run_bound
 
     results: List[GpuCopies] = []
     for ordinal, name, bus in backend.devices():
         cells: List[CopyCell] = []
         keep: List[Any] = []
+        stop = Stop()
         try:
             for cpu_node in cpu_nodes:
                 progress(f"gpu {ordinal}: pinned copies from CPU node {cpu_node}")
@@ -306,13 +316,15 @@ def measure_gpus(
                     size=size,
                     repeats=repeats,
                     keep=keep,
+                    stop=stop,
                 )
                 try:
-                    cells.append(run_bound(cpus, work))
+                    cells.append(run_bound(cpus, work, stop=stop))
                 except (PynumabindError, OSError, RuntimeError, MemoryError) as exc:
                     cells.append(CopyCell(cpu_node, error=f"{type(exc).__name__}: {exc}"))
         finally:
-            backend.free(keep)
+            if not stop.stuck:  # never free a buffer under a running copy
+                backend.free(keep)
         node = _numa_node(topology, bus)
         results.append(GpuCopies(ordinal, name, bus, node, tuple(cells), size))
     return results

@@ -18,12 +18,31 @@ binding:
   copy in parallel (one per allowed CPU of the node, at most
   :data:`MAX_THREADS`: one thread cannot saturate a server's memory).  Each
   buffer is several times the CPU node's last-level cache (the sum of its
-  distinct LLC instances, from sysfs), so the copy streams from memory.  A
+  distinct LLC instances, from sysfs), so the copy streams from memory.
+* **Sizes.**  Two buffers live on a memory node at once, so each gets at
+  most a quarter of what the kernel can give there (:func:`memory_available`:
+  the node's free memory plus half its reclaimable page cache and slab,
+  from ``nodeN/meminfo``, never more than the system's ``MemAvailable``;
+  ``MemFree`` alone would count a full page cache as used).  A buffer is
+  never made smaller than :data:`MIN_LLC_MULTIPLE` times the LLC: a copy
+  that fits in the cache measures the cache.  A memory node that cannot
+  hold two such buffers is not measured, and its cells say why
+  (:attr:`MemoryCell.skipped`).  An explicit ``buffer_bytes`` is used as
+  given, with a note when it is below that size.  A
   sample is ``2 x bytes / seconds`` (read + write, STREAM's convention) over
   enough passes to last :attr:`Settings.sample_seconds` (a first, untimed
   round per cell sets the number of passes).  The samples are taken
   round-robin over the cells, so load from elsewhere during the run falls
   on every cell alike, not on the one measured at that moment.
+* **Interrupts.**  Ctrl-C (KeyboardInterrupt) reaches the caller within
+  milliseconds, wherever it lands: the main thread never waits on a
+  barrier or a long timeout, only on conditions a signal interrupts; the
+  copying threads check a stop flag between :data:`COPY_CHUNK` pieces; the
+  first touch is cut into :data:`TOUCH_CHUNK` pieces.  A buffer is never
+  unmapped under a running copy (that is a segfault, not an exception):
+  each buffer counts the threads using it and is unmapped only when none
+  is, and an interrupted or outlasted close (:data:`STOP_WAIT`) leaves the
+  mapping in place instead.
 * **Latency.**  A pointer chase: one bound thread follows a chain of
   dependent loads through the buffer, every step to another 4 KiB page
   chosen at random (so it includes a TLB miss unless transparent huge pages
@@ -69,11 +88,15 @@ __all__ = [
 ]
 
 MAX_THREADS = 32
+MIN_LLC_MULTIPLE = 2  # no buffer below this many times the LLC: it would measure the cache
 PLACEMENT_SAMPLES = 1024
 PAGE = mmap.PAGESIZE
 LINE = 64  # bytes per cache line
 WORD = 8  # bytes per chain entry
-BARRIER_TIMEOUT = 120.0  # seconds; a wedged measuring thread must not hang advise
+ROUND_TIMEOUT = 120.0  # seconds; a wedged measuring thread must not hang advise
+STOP_WAIT = 5.0  # seconds an interrupted measurement waits for its threads to end
+COPY_CHUNK = 16 << 20  # bytes per memmove: a stop request is seen within one chunk (~2 ms)
+TOUCH_CHUNK = 64 << 20  # bytes per first-touch memset
 
 Progress = Callable[[str], None]
 _T = TypeVar("_T")
@@ -119,13 +142,34 @@ class Settings:
 # ------------------------------------------------------------ bound threads
 
 
-def run_bound(cpus: frozenset[int], work: Callable[[], _T], name: str = "pynumabind-advise") -> _T:
+class Stop(threading.Event):
+    """Asks measuring threads to stop; ``stuck`` when one did not within :data:`STOP_WAIT`.
+
+    The thread that owns buffers a measuring thread uses frees them only
+    when ``stuck`` is false: a buffer is never freed under a running copy
+    (a copy into unmapped memory is a segfault, not an exception).
+    """
+
+    stuck: bool = False
+
+
+def run_bound(
+    cpus: frozenset[int],
+    work: Callable[[], _T],
+    name: str = "pynumabind-advise",
+    stop: Optional[Stop] = None,
+) -> _T:
     """``work()`` in a fresh thread bound to ``cpus``; its result, or its exception re-raised.
 
     Only the new thread's mask is set (``sched_setaffinity(0)`` from inside
-    it), so the caller's binding is never touched.
+    it), so the caller's binding is never touched.  The wait is
+    interruptible: a KeyboardInterrupt reaches the caller at once.  With
+    ``stop``, the interrupt first sets it (``work`` checks it between its
+    steps) and waits up to :data:`STOP_WAIT` for the thread to end, so the
+    caller may free what the thread used; ``stop.stuck`` says it did not end.
     """
     box: Dict[str, Any] = {}
+    finished = threading.Event()
 
     def body() -> None:
         try:
@@ -133,14 +177,45 @@ def run_bound(cpus: frozenset[int], work: Callable[[], _T], name: str = "pynumab
             box["result"] = work()
         except BaseException as exc:  # re-raised in the caller
             box["error"] = exc
+        finally:
+            finished.set()
 
     thread = threading.Thread(target=body, name=name, daemon=True)
-    thread.start()
-    thread.join()
+    try:
+        thread.start()
+        finished.wait()
+    except BaseException:
+        if stop is not None:
+            stop.set()
+            stop.stuck = stop.stuck or not _outwait(thread, finished, STOP_WAIT)
+        raise
     if "error" in box:
         raise box["error"]
     result: _T = box["result"]
     return result
+
+
+def _outwait(thread: threading.Thread, finished: threading.Event, seconds: float) -> bool:
+    """Wait up to ``seconds`` for ``thread`` to set ``finished``, through further interrupts.
+
+    Used only while an interrupt is already on its way to the caller: a
+    second Ctrl-C must not cut short the wait that keeps buffers allocated
+    until their copies are over.  ``finished`` rather than ``join``: a
+    ``join`` cut short by KeyboardInterrupt can mark a running thread as
+    stopped (CPython 3.11), and ``is_alive`` would then lie.
+    """
+    if thread.ident is None:  # never started
+        return True
+    deadline = time.monotonic() + seconds
+    while not finished.is_set():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        try:
+            finished.wait(min(left, 0.05))
+        except KeyboardInterrupt:
+            continue
+    return True
 
 
 def _bind_this_thread(cpus: frozenset[int]) -> None:
@@ -153,16 +228,50 @@ def _bind_this_thread(cpus: frozenset[int]) -> None:
 # ------------------------------------------------------------------ buffers
 
 
+class _Stopped(Exception):
+    """A copy was cut short: its crew or its buffer is closing (never reaches the caller)."""
+
+
 class _Buffer:
-    """An anonymous mapping and its address (for ctypes and move_pages)."""
+    """An anonymous mapping and its address (for ctypes and move_pages).
+
+    Copying threads hold it in use (:meth:`use`) and check :attr:`closing`
+    between chunks; :meth:`close` marks it closing, waits until no thread
+    uses it, and only then unmaps it.  A close that is interrupted, or that
+    a copy outlasts (:data:`STOP_WAIT`), leaves the mapping in place: a
+    leak, never a copy into unmapped memory.
+    """
 
     def __init__(self, size: int) -> None:
         self.size = size
         self.map = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         self._anchor = ctypes.c_char.from_buffer(self.map)
         self.address = ctypes.addressof(self._anchor)
+        self.closing = False
+        self._users = 0
+        self._gate = threading.Condition()
+
+    @contextlib.contextmanager
+    def use(self) -> Iterator[None]:
+        with self._gate:
+            if self.closing:
+                raise _Stopped()
+            self._users += 1
+        try:
+            yield
+        finally:
+            with self._gate:
+                self._users -= 1
+                self._gate.notify_all()
 
     def close(self) -> None:
+        with self._gate:
+            self.closing = True
+            deadline = time.monotonic() + STOP_WAIT
+            while self._users and time.monotonic() < deadline:
+                self._gate.wait(deadline - time.monotonic())
+            if self._users:
+                return  # a copy still runs in it: keep the mapping
         del self._anchor
         self.map.close()
 
@@ -183,7 +292,8 @@ def _buffers(node: int, sizes: Sequence[int], topology: Topology) -> Iterator[Li
             for size in sizes:
                 buffer = _Buffer(size)
                 made.append(buffer)
-                ctypes.memset(buffer.address, 1, size)
+                for offset in range(0, size, TOUCH_CHUNK):  # an interrupt lands between chunks
+                    ctypes.memset(buffer.address + offset, 1, min(TOUCH_CHUNK, size - offset))
         yield made
     finally:
         for buffer in made:
@@ -261,20 +371,77 @@ def _size(text: Optional[str]) -> Optional[int]:
     return int(digits) * scale if digits.isdigit() else None
 
 
-def buffer_size(settings: Settings, llc: Optional[int], free: Optional[int]) -> int:
-    """Bytes of one buffer: several LLCs, at least ``min_buffer``, within the node's free memory.
+def buffer_size(settings: Settings, llc: Optional[int], available: Optional[int]) -> Optional[int]:
+    """Bytes of one buffer: several LLCs, at least ``min_buffer``, within the node's memory.
 
     Two buffers (source and destination) live on the node at once, so each
-    gets at most a quarter of its free memory.
+    gets at most a quarter of ``available`` (bytes the kernel can give
+    there).  None when that is below :data:`MIN_LLC_MULTIPLE` times ``llc``:
+    such a buffer would measure the cache, so the node is not measured.
+    An explicit ``settings.buffer_bytes`` is returned as given.
     """
     if settings.buffer_bytes is not None:
-        size = settings.buffer_bytes
-    else:
-        size = max(settings.min_buffer, settings.llc_multiple * (llc or 0))
-        size = min(size, settings.max_buffer)
-        if free is not None:
-            size = min(size, max(free // 4, 4 * PAGE))
-    return max(PAGE, size - size % PAGE)
+        return max(PAGE, settings.buffer_bytes - settings.buffer_bytes % PAGE)
+    floor = MIN_LLC_MULTIPLE * (llc or 0)
+    size = max(settings.min_buffer, settings.llc_multiple * (llc or 0))
+    size = min(size, max(settings.max_buffer, floor))  # the cap never undercuts the floor
+    if available is not None:
+        size = min(size, available // 4)
+    size -= size % PAGE
+    return size if size >= max(floor, PAGE) else None
+
+
+_NODE_MEMINFO = ("MemFree", "Active(file)", "Inactive(file)", "SReclaimable")
+
+
+def memory_available(
+    nodes: Sequence[int], sysfs_root: str = "/sys", meminfo: str = "/proc/meminfo"
+) -> Dict[int, Optional[int]]:
+    """Bytes the kernel can give on each node; None where unknown.
+
+    Per node (``nodeN/meminfo``): ``MemFree`` plus half of the file pages
+    and the reclaimable slab (the kernel keeps part of them; half is on the
+    safe side), at most the system's ``MemAvailable``.  A node without a
+    readable meminfo gets ``MemAvailable`` when it is the only node given.
+    """
+    from .._os.sysfs import SysfsReader
+
+    reader = SysfsReader(sysfs_root)
+    system = _meminfo_field(meminfo, "MemAvailable")
+    found: Dict[int, Optional[int]] = {}
+    for node in nodes:
+        text = reader.text("devices", "system", "node", f"node{node}", "meminfo", required=False)
+        fields = _node_meminfo(text or "")
+        value: Optional[int] = system if len(nodes) == 1 else None
+        if "MemFree" in fields:
+            reclaimable = sum(fields.get(name, 0) for name in _NODE_MEMINFO[1:])
+            estimate = fields["MemFree"] + reclaimable // 2
+            value = estimate if system is None else min(estimate, system)
+        found[node] = value
+    return found
+
+
+def _node_meminfo(text: str) -> Dict[str, int]:
+    """``Node 0 MemFree:  3194736 kB`` lines -> {"MemFree": bytes}."""
+    fields: Dict[str, int] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 4 and parts[0] == "Node" and parts[-1] == "kB" and parts[-2].isdigit():
+            fields[parts[2].rstrip(":")] = int(parts[-2]) << 10
+    return fields
+
+
+def _meminfo_field(path: str, name: str) -> Optional[int]:
+    """One ``Name:  N kB`` field of /proc/meminfo, in bytes; None if absent or unreadable."""
+    try:
+        with open(path, encoding="ascii", errors="replace") as handle:
+            for line in handle:
+                parts = line.split()
+                if len(parts) == 3 and parts[0] == f"{name}:" and parts[1].isdigit():
+                    return int(parts[1]) << 10
+    except OSError:
+        return None
+    return None
 
 
 # --------------------------------------------------------------- bandwidth
@@ -284,16 +451,22 @@ class _CopyCrew:
     """``threads`` threads bound to ``cpus``; each round, each copies its slice of a buffer.
 
     The threads are started (and bound) once and reused for every memory
-    node: a round names the source, destination, size and passes.
+    node: a round names the source, destination, size and passes.  The main
+    thread posts a round and waits for it under one condition; the wait is
+    interruptible, and every copy is cut into :data:`COPY_CHUNK` pieces with
+    a stop check between them, so an interrupt stops the crew within
+    milliseconds.  No wait is on a barrier: a thread that is gone cannot
+    hold the others (or the caller) for a timeout.
     """
 
     def __init__(self, cpus: frozenset[int], threads: int) -> None:
         self.threads = threads
-        self.job: Tuple[int, int, int, int] = (0, 0, 0, 0)  # src, dst, slice, passes
-        self.stop = False
         self.errors: List[BaseException] = []
-        self.start = threading.Barrier(threads + 1)
-        self.done = threading.Barrier(threads + 1)
+        self._cond = threading.Condition()
+        self._job: Tuple[_Buffer, _Buffer, int, int] = (None, None, 0, 0)  # type: ignore[assignment]
+        self._round = 0  # number of the round posted last
+        self._pending = 0  # threads still copying in it
+        self._stopping = False
         self.crew = [
             threading.Thread(
                 target=self._work, args=(cpus, k), name=f"pynumabind-copy-{k}", daemon=True
@@ -303,46 +476,96 @@ class _CopyCrew:
         for thread in self.crew:
             thread.start()
 
+    def _next_job(self, seen: int) -> Tuple[int, Optional[Tuple[_Buffer, _Buffer, int, int]]]:
+        """(its number, the round after ``seen``); no job when the crew stops or idles too long."""
+        with self._cond:
+            deadline = time.monotonic() + ROUND_TIMEOUT
+            while self._round == seen and not self._stopping:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return seen, None  # an orphaned crew does not live on
+                self._cond.wait(left)
+            return self._round, None if self._stopping else self._job
+
     def _work(self, cpus: frozenset[int], k: int) -> None:
         try:
             _bind_this_thread(cpus)
-            while True:
-                self.start.wait(BARRIER_TIMEOUT)
-                if self.stop:
-                    return
-                src, dst, part, passes = self.job
-                for _ in range(passes):
-                    ctypes.memmove(dst + k * part, src + k * part, part)
-                self.done.wait(BARRIER_TIMEOUT)
-        except threading.BrokenBarrierError:
-            return
         except BaseException as exc:
-            self.errors.append(exc)
-            self.start.abort()
-            self.done.abort()
+            with self._cond:
+                self.errors.append(exc)
+                self._cond.notify_all()
+            return
+        seen = 0
+        while True:
+            seen, job = self._next_job(seen)
+            if job is None:
+                return
+            try:
+                self._copy(job, k)
+            except _Stopped:
+                pass
+            except BaseException as exc:
+                with self._cond:
+                    self.errors.append(exc)
+            finally:
+                with self._cond:
+                    self._pending -= 1
+                    self._cond.notify_all()
 
-    def round(self, src: int, dst: int, size: int, passes: int) -> float:
-        """GB/s of every thread copying its slice of ``size`` bytes ``passes`` times."""
-        part = size // self.threads - (size // self.threads) % LINE
-        self.job = (src, dst, part, passes)
-        try:
-            self.start.wait(BARRIER_TIMEOUT)
-            began = time.perf_counter()
-            self.done.wait(BARRIER_TIMEOUT)
-        except threading.BrokenBarrierError:
-            self.close()
-            if self.errors:
-                raise self.errors[0] from None
-            raise PynumabindError("a measuring thread stopped answering") from None
-        seconds = max(time.perf_counter() - began, 1e-9)
-        return 2 * part * self.threads * passes / seconds / 1e9  # read + write
+    def _copy(self, job: Tuple[_Buffer, _Buffer, int, int], k: int) -> None:
+        src, dst, part, passes = job
+        with src.use(), dst.use():
+            first = k * part
+            for _ in range(passes):
+                for offset in range(first, first + part, COPY_CHUNK):
+                    if self._stopping or src.closing or dst.closing:
+                        raise _Stopped()
+                    length = min(COPY_CHUNK, first + part - offset)
+                    ctypes.memmove(dst.address + offset, src.address + offset, length)
+
+    def round(self, src: _Buffer, dst: _Buffer, passes: int) -> float:
+        """GB/s of every thread copying its slice of ``src`` into ``dst`` ``passes`` times."""
+        part = src.size // self.threads - (src.size // self.threads) % LINE
+        with self._cond:
+            if self.errors or self._stopping:
+                raise self._failure()
+            self._job = (src, dst, part, passes)
+            self._pending = self.threads
+            self._round += 1
+            self._cond.notify_all()
+        began = time.perf_counter()
+        with self._cond:
+            deadline = time.monotonic() + ROUND_TIMEOUT
+            while self._pending and not self.errors:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(min(left, 0.25))
+            seconds = max(time.perf_counter() - began, 1e-9)
+            if self._pending or self.errors:
+                failure = self._failure()
+            else:
+                return 2 * part * self.threads * passes / seconds / 1e9  # read + write
+        self.close()
+        raise failure
+
+    def _failure(self) -> BaseException:
+        if self.errors:
+            return self.errors[0]
+        return PynumabindError("a measuring thread stopped answering")
 
     def close(self) -> None:
-        self.stop = True
-        with contextlib.suppress(threading.BrokenBarrierError):
-            self.start.wait(1.0)
+        """Stop the threads (each within one chunk) and wait briefly for them to end.
+
+        The buffers do not depend on this wait (they wait for their own
+        users), so it stays interruptible.
+        """
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        deadline = time.monotonic() + STOP_WAIT
         for thread in self.crew:
-            thread.join(BARRIER_TIMEOUT)
+            thread.join(max(0.0, deadline - time.monotonic()))
 
 
 # ----------------------------------------------------------------- latency
@@ -438,6 +661,7 @@ class _Cells:
         self.bandwidth: Dict[Tuple[int, int], List[float]] = {}
         self.latency: Dict[Tuple[int, int], List[float]] = {}
         self.errors: Dict[Tuple[int, int], str] = {}
+        self.skipped: Dict[int, str] = {}  # memory node -> why it is not measured
         self.placements: Dict[int, Placement] = {}
         self.threads = {c: min(len(plan.cpus[c]), MAX_THREADS) for c in plan.cpu_nodes}
 
@@ -446,7 +670,7 @@ class _Cells:
             (c, m)
             for c in self.plan.cpu_nodes
             for m in self.plan.memory_nodes
-            if (c, m) not in self.errors
+            if (c, m) not in self.errors and m not in self.skipped
         ]
 
     def fail(self, pairs: Sequence[Tuple[int, int]], exc: BaseException) -> None:
@@ -454,6 +678,8 @@ class _Cells:
             self.errors.setdefault(pair, f"{type(exc).__name__}: {exc}")
 
     def cell(self, c: int, m: int, overhead: Optional[Spread]) -> MemoryCell:
+        if m in self.skipped:
+            return MemoryCell(threads=self.threads[c], skipped=self.skipped[m])
         if (c, m) in self.errors:
             return MemoryCell(threads=self.threads[c], error=self.errors[(c, m)])
         raw = self.latency.get((c, m))
@@ -483,7 +709,7 @@ def _bandwidth_rounds(
             progress(f"memory: CPU node {c} ({cells.threads[c]} threads) x memory node {m}")
             src, dst = buffers[m]
             try:
-                warm = crews[c].round(src.address, dst.address, src.size, 1)
+                warm = crews[c].round(src, dst, 1)
                 seconds = 2 * src.size / (warm * 1e9)
                 passes[(c, m)] = max(1, math.ceil(settings.sample_seconds / max(seconds, 1e-6)))
             except _MEASURED_ERRORS as exc:
@@ -492,7 +718,7 @@ def _bandwidth_rounds(
             for c, m in cells.pairs():
                 src, dst = buffers[m]
                 try:
-                    value = crews[c].round(src.address, dst.address, src.size, passes[(c, m)])
+                    value = crews[c].round(src, dst, passes[(c, m)])
                     cells.bandwidth.setdefault((c, m), []).append(value)
                 except _MEASURED_ERRORS as exc:
                     cells.fail([(c, m)], exc)
@@ -546,15 +772,16 @@ def measure_memory(
             "nothing to measure"
         )
     llc = max((llc_bytes(sorted(plan.cpus[c]), sysfs_root) or 0) for c in plan.cpu_nodes) or None
-    notes: List[str] = []
-    if llc is None:
-        notes.append("LLC size unreadable from sysfs: buffers are the minimum size")
-    size = min(buffer_size(settings, llc, plan.free.get(m)) for m in plan.memory_nodes)
+    size, skipped, notes = _sizes(plan, settings, llc, sysfs_root)
     cells = _Cells(plan)
+    cells.skipped.update(skipped)
     overhead: Optional[Spread] = None
     with contextlib.ExitStack() as stack:
         buffers: Dict[int, List[_Buffer]] = {}
         for m in plan.memory_nodes:
+            if m in skipped:
+                progress(f"memory: node {m} skipped: {skipped[m]}")
+                continue
             progress(f"memory: placing 2 x {size >> 20} MiB on memory node {m}")
             try:
                 buffers[m] = stack.enter_context(_buffers(m, [size, size], topology))
@@ -578,6 +805,49 @@ def measure_memory(
         method=_method(size, settings.latency),
         notes=tuple(notes),
     )
+
+
+def _sizes(
+    plan: _NodePlan, settings: Settings, llc: Optional[int], sysfs_root: str
+) -> Tuple[int, Dict[int, str], List[str]]:
+    """(bytes per buffer, why each memory node too short of memory is skipped, notes).
+
+    One size for every measured node, so their figures compare like with like.
+    """
+    notes: List[str] = []
+    if llc is None:
+        notes.append(
+            "LLC size unreadable from sysfs: buffers are the minimum size, and whether they "
+            "exceed the cache is unknown"
+        )
+    available = memory_available(plan.memory_nodes, sysfs_root)
+    sizes: Dict[int, int] = {}
+    skipped: Dict[int, str] = {}
+    for m in plan.memory_nodes:
+        known = available.get(m)
+        if known is None:
+            known = plan.free.get(m)  # MemFree from the topology: better than nothing
+        size = buffer_size(settings, llc, known)
+        if size is None:
+            skipped[m] = (
+                f"not measured: memory node {m} can give {_mib(known or 0)} now, so a buffer "
+                f"could have {_mib((known or 0) // 4)} (a quarter: two live there at once), "
+                f"less than {MIN_LLC_MULTIPLE} x the last-level cache ({_mib(llc or 0)}): it "
+                "would measure the cache, not memory"
+            )
+        else:
+            sizes[m] = size
+    size = min(sizes.values(), default=0)
+    if settings.buffer_bytes is not None and llc and size < MIN_LLC_MULTIPLE * llc:
+        notes.append(
+            f"buffers of {_mib(size)} (buffer_bytes) are under {MIN_LLC_MULTIPLE} x the "
+            f"last-level cache ({_mib(llc)}): the figures are partly cache speed"
+        )
+    return size, skipped, notes
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1 << 20):.0f} MiB" if size >= 1 << 20 else f"{size} bytes"
 
 
 def _method(size: int, latency: bool) -> str:

@@ -61,6 +61,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ..model import SCHEMA_VERSION  # one version for every JSON document (see model)
+
 __all__ = [
     "DEFAULT_MIN_EFFECT",
     "NO_DIFFERENCE",
@@ -82,7 +84,6 @@ __all__ = [
 
 DEFAULT_MIN_EFFECT = 0.10
 NO_DIFFERENCE = "binding makes no measurable difference to memory or copies here"
-SCHEMA_VERSION = 1
 
 
 # ------------------------------------------------------------------ values
@@ -193,13 +194,19 @@ class Placement:
 
 @dataclass(frozen=True)
 class MemoryCell:
-    """One (CPU node, memory node) measurement; ``error`` when it could not run."""
+    """One (CPU node, memory node) measurement.
+
+    ``error`` when it could not run; ``skipped`` (why) when it was not run
+    because its buffers could not be made large enough to stream from
+    memory rather than from the cache.
+    """
 
     bandwidth: Optional[Spread] = None  # GB/s, read + write
     latency: Optional[Spread] = None  # ns per dependent load, overhead subtracted
     placement: Optional[Placement] = None
     threads: int = 0
     error: Optional[str] = None
+    skipped: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -243,6 +250,7 @@ class MemoryMatrix:
             "placement": grid(lambda c: None if c.placement is None else c.placement.to_dict()),
             "threads": grid(lambda c: c.threads),
             "errors": grid(lambda c: c.error),
+            "skipped": grid(lambda c: c.skipped),
             "buffer_bytes": self.buffer_bytes,
             "llc_bytes": self.llc_bytes,
             "method": self.method,
@@ -662,7 +670,12 @@ def _nothing_compared(memory: Optional[MemoryMatrix], gpus: Sequence[GpuCopies])
 
 @dataclass(frozen=True)
 class Advice:
-    """Everything ``advise`` measured and read, and what it recommends."""
+    """Everything ``advise`` measured and read, and what it recommends.
+
+    ``str(advice)`` (``print(advice)``) is the report ``pynumabind advise``
+    prints (:func:`pynumabind.advisor.report.render_text`);
+    :meth:`to_dict` is its JSON form.
+    """
 
     memory: Optional[MemoryMatrix]
     copies: Tuple[GpuCopies, ...]
@@ -677,6 +690,12 @@ class Advice:
     @property
     def bind(self) -> bool:
         return self.recommendation.bind
+
+    def __str__(self) -> str:
+        """The report ``pynumabind advise`` prints (:func:`.report.render_text`)."""
+        from .report import render_text
+
+        return render_text(self)
 
     def to_dict(self) -> Dict[str, Any]:
         """The documented JSON form (``pynumabind advise --json``)."""

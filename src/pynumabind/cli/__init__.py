@@ -9,7 +9,8 @@ tree, or a ``--topology`` snapshot), prints aligned tables or, with
   bound as planned);
 * 2: usage error (bad options or option values, bad environment variables,
   and any value naming something this machine lacks: a CPU, a NUMA node, a
-  rank beyond the local ranks, a topology file that does not exist);
+  rank beyond the local ranks, a topology file that does not exist or is
+  not a snapshot);
 * 126/127: ``exec`` could not run the command (not executable / not found).
 
 Errors are one line on stderr, never a traceback, and name the option of the
@@ -36,11 +37,11 @@ from .. import discovery
 from .._version import __version__
 from ..cpulist import format_cpulist, parse_cpulist, parse_nodelist
 from ..errors import ConfigError, ListParseError, PynumabindError, TopologyError, format_ids
-from ..model import CpuMode, MemoryPolicy, Plan, Topology
+from ..model import SCHEMA_VERSION, CpuMode, MemoryPolicy, Plan, Topology
 from ..options import Options
 from .advise import add_parser as _add_advise_parser
 from .advise import cmd_advise
-from .tables import by_rank, human_bytes, table
+from .tables import by_rank, counted, human_bytes, table
 
 log = logging.getLogger("pynumabind.cli")
 
@@ -50,7 +51,9 @@ EXIT_USAGE = 2
 EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
 
-JSON_SCHEMA_VERSION = 2  # 2: a plan's and a check worker's GPU keys are "gpu"/"gpus"
+#: Every document a command prints is versioned by the package's one JSON
+#: schema number (the rule: :data:`pynumabind.model.SCHEMA_VERSION`).
+JSON_SCHEMA_VERSION = SCHEMA_VERSION
 
 
 class UsageError(Exception):
@@ -626,7 +629,8 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise PynumabindError(f"cannot write {args.output!r}: {exc.strerror}") from exc
         _emit(
-            f"wrote the topology ({len(topology.nodes)} NUMA nodes, {len(topology.gpus)} GPUs) "
+            f"wrote the topology ({counted(len(topology.nodes), 'NUMA node')}, "
+            f"{counted(len(topology.gpus), 'GPU')}) "
             f"to {os.path.abspath(args.output)}; use it with --topology FILE"
         )
     else:

@@ -1,10 +1,19 @@
 """``pynumabind advise [--quick] [--json] [--plot FILE]``: the command and its rendering.
 
 The measuring is :func:`pynumabind.advise`; this module parses the options,
-prints progress on stderr, renders an :class:`~pynumabind.Advice` as tables
-(:func:`render_text`) or JSON, and draws the optional heatmap
+prints progress on stderr, prints the :class:`~pynumabind.Advice` as tables
+(:func:`pynumabind.advisor.report.render_text`, also ``str(advice)``) or
+JSON, and draws the optional heatmap
 (:func:`write_plot`, needs matplotlib: ``pip install 'pynumabind[plot]'``).
-A missing matplotlib is found before anything is measured.
+
+``--plot FILE`` is checked before anything is measured, since measuring
+takes up to a minute: a missing matplotlib is a failure (exit 1); an empty
+name, a name without an extension (the extension is the format: no file is
+written under another name than the one given), a format matplotlib cannot
+write, and a path that cannot be written (tried by opening it for appending,
+which changes nothing, and removing it again if it was new) are usage
+errors (exit 2) naming the problem.  The report is printed before the plot
+is drawn, so a plot that still fails (exit 1) loses no measurement.
 """
 
 from __future__ import annotations
@@ -12,13 +21,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional
 
-from ..advisor.rule import Advice, GpuCopies, MemoryMatrix, Spread
-from ..errors import PynumabindError
+from ..advisor.report import render_text
+from ..errors import ConfigError, PynumabindError
 
-__all__ = ["add_parser", "cmd_advise", "render_text", "write_plot"]
+__all__ = ["add_parser", "check_plot_path", "cmd_advise", "render_text", "write_plot"]
 
 PLOT_HINT = "pip install 'pynumabind[plot]' (matplotlib)"
 
@@ -33,7 +43,12 @@ def add_parser(commands: Any) -> None:
         "--quick", action="store_true", help="fewer, smaller measurements (~15 s on two nodes)"
     )
     advise.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    advise.add_argument("--plot", metavar="FILE", help="also write a heatmap PNG (matplotlib)")
+    advise.add_argument(
+        "--plot",
+        metavar="FILE",
+        help="also write heatmaps to FILE; its extension is the format (.png, .svg, .pdf, ...; "
+        "matplotlib)",
+    )
     advise.add_argument(
         "--no-copies", action="store_true", help="do not measure pinned host<->GPU copies"
     )
@@ -55,161 +70,65 @@ def cmd_advise(args: argparse.Namespace) -> int:
     """Measure, then print the report (exit 0), or raise a PynumabindError (exit 1)."""
     from ..advisor import advise
 
-    if args.plot:
-        _matplotlib()  # fail before a minute of measuring, not after
+    plot = args.plot
+    if plot is not None:
+        check_plot_path(plot)  # before a minute of measuring, not after
     advice = advise(
         quick=args.quick,
         copies=not args.no_copies,
         latency=not args.no_latency,
         progress=_progress,
     )
-    if args.plot:
-        write_plot(advice.to_dict(), args.plot)
-        _progress(f"wrote {args.plot}")
     if sys.stdout is None:
         raise PynumabindError("standard output is closed")
     if args.json:
         sys.stdout.write(json.dumps(advice.to_dict(), indent=2) + "\n")
     else:
         sys.stdout.write(render_text(advice) + "\n")
+    sys.stdout.flush()  # the report is out even if the plot fails
+    if plot is not None:
+        write_plot(advice.to_dict(), plot)
+        _progress(f"wrote {plot}")
     return 0
 
 
-# ---------------------------------------------------------------- tables
+def check_plot_path(path: str) -> str:
+    """The format of plot file ``path``; a ConfigError naming what is wrong with it.
+
+    Checked before measuring (see the module docstring); a missing
+    matplotlib is a PynumabindError.
+    """
+    if not path:
+        raise ConfigError("--plot: the file name is empty")
+    extension = os.path.splitext(path)[1][1:].lower()
+    formats = _formats()
+    known = ", ".join(formats)
+    if not extension:
+        raise ConfigError(
+            f"--plot {path!r} has no extension, which names the format: e.g. {path}.png "
+            f"(matplotlib writes {known})"
+        )
+    if extension not in formats:
+        raise ConfigError(
+            f"--plot {path!r}: matplotlib cannot write .{extension} files (it writes {known})"
+        )
+    _check_writable(path)
+    return extension
 
 
-def _cell(spread: Optional[Spread], error: Optional[str] = None) -> str:
-    if spread is None:
-        return "error" if error else "-"
-    return spread.text()
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    from .tables import table
-
-    return table(headers, rows)
-
-
-def _memory_lines(memory: MemoryMatrix) -> List[str]:
-    heads = ["CPU node \\ memory", *(f"node {m}" for m in memory.memory_nodes)]
-    bandwidth, latency, where = [], [], []
-    errors: List[str] = []
-    for cpu, row in zip(memory.cpu_nodes, memory.cells):
-        bandwidth.append([f"node {cpu}", *(_cell(c.bandwidth, c.error) for c in row)])
-        latency.append([f"node {cpu}", *(_cell(c.latency, c.error) for c in row)])
-        where.append([f"node {cpu}", *(c.placement.text() if c.placement else "-" for c in row)])
-        errors += [
-            f"CPU node {cpu} x memory node {m}: {c.error}"
-            for m, c in zip(memory.memory_nodes, row)
-            if c.error
-        ]
-    threads = sorted({c.threads for row in memory.cells for c in row})
-    lines = [
-        f"Memory bandwidth, GB/s: median (quartiles) of {_repeats(memory)} repeats, "
-        f"{'/'.join(map(str, threads))} threads per CPU node",
-        _table(heads, bandwidth),
-        "",
-    ]
-    if memory.latency_overhead is not None:
-        lines += [
-            "Memory latency, ns per dependent load (the chase loop's own "
-            f"{memory.latency_overhead.median:.0f} ns subtracted; '-': within its jitter)",
-            _table(heads, latency),
-            "",
-        ]
-    lines += ["Where each buffer landed (move_pages on sampled pages)", _table(heads, where)]
-    lines += [f"  {e}" for e in errors]
-    lines += [f"Method: {memory.method}", *(f"Note: {n}" for n in memory.notes)]
-    return lines
-
-
-def _repeats(memory: MemoryMatrix) -> int:
-    counts = [c.bandwidth.n for row in memory.cells for c in row if c.bandwidth is not None]
-    return max(counts, default=0)
-
-
-def _gpu_lines(gpus: Sequence[GpuCopies]) -> List[str]:
-    rows = []
-    for gpu in gpus:
-        for cell in gpu.cells:
-            rows.append(
-                [
-                    f"GPU {gpu.index}" + (f" ({gpu.name})" if gpu.name else ""),
-                    "-" if gpu.numa_node is None else str(gpu.numa_node),
-                    f"node {cell.cpu_node}",
-                    _cell(cell.h2d, cell.error),
-                    _cell(cell.d2h, cell.error),
-                    cell.placement.text() if cell.placement else (cell.error or "-"),
-                ]
-            )
-    return [
-        "Pinned host<->GPU copies, GB/s: median (quartiles)",
-        _table(["GPU", "its node", "buffer+thread", "H2D", "D2H", "pinned buffer"], rows),
-    ]
-
-
-def _firmware_lines(advice: Advice) -> List[str]:
-    firmware = advice.firmware
-    if firmware is None:
-        return []
-    rows = [
-        [f"node {a}", *("-" if d is None else str(d) for d in row)]
-        for a, row in zip(firmware.nodes, firmware.distances)
-    ]
-    lines = [
-        "Firmware: SLIT distances",
-        _table(["", *(f"node {n}" for n in firmware.nodes)], rows),
-    ]
-    if firmware.hmat:
-        hmat = [
-            [
-                f"node {h.target}",
-                f"access{h.access}",
-                ",".join(map(str, h.initiators)) or "-",
-                *(
-                    "-" if v is None else str(v)
-                    for v in (
-                        h.read_bandwidth_mbs,
-                        h.write_bandwidth_mbs,
-                        h.read_latency_ns,
-                        h.write_latency_ns,
-                    )
-                ),
-            ]
-            for h in firmware.hmat
-        ]
-        heads = ["memory", "class", "initiators", "read MB/s", "write MB/s", "read ns", "write ns"]
-        lines += ["", "Firmware: HMAT", _table(heads, hmat)]
-    elif firmware.hmat_note:
-        lines.append(f"HMAT: {firmware.hmat_note}")
-    return lines
-
-
-def render_text(advice: Advice) -> str:
-    """The report a person reads: measurements, firmware, then the recommendation."""
-    lines: List[str] = []
-    if advice.memory is not None:
-        lines += [*_memory_lines(advice.memory), ""]
-    if advice.copies:
-        lines += [*_gpu_lines(advice.copies), ""]
-    elif advice.copies_status == "not measured (copies=False)":
-        lines += ["GPU copies: not measured (--no-copies)", ""]
-    else:
-        lines += [f"GPU copies: none measured: {advice.copies_status}", ""]
-    lines += [*_firmware_lines(advice), ""]
-    lines += [f"Note: {n}" for n in advice.notes]
-    rec = advice.recommendation
-    lines += [
-        f"Recommendation: {rec.verdict}",
-        f"  bind: {'yes' if rec.bind else 'no'}   CPU mode: {rec.mode}   "
-        f"memory policy: {rec.policy}",
-    ]
-    for gpu in rec.per_gpu:
-        where = f"node {gpu.node}" if gpu.node is not None else "no binding"
-        lines.append(f"  GPU {gpu.gpu}: {where} (mode {gpu.mode}, policy {gpu.policy})")
-    lines += ["Reasons:", *(f"  - {r}" for r in rec.reasons)]
-    lines.append(f"({advice.seconds:.0f} s{', quick' if advice.quick else ''})")
-    return "\n".join(lines)
+def _check_writable(path: str) -> None:
+    """Open ``path`` for appending (changes nothing), and remove it again if it was new."""
+    existed = os.path.lexists(path)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        raise ConfigError(f"--plot: cannot write {path!r}: {exc.strerror or exc}") from None
+    os.close(fd)
+    if not existed:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 # ------------------------------------------------------------------ plot
@@ -228,8 +147,19 @@ def _matplotlib() -> Any:
     return plt
 
 
+def _formats() -> List[str]:
+    """The file formats matplotlib can write (their extensions)."""
+    _matplotlib()
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    return sorted(FigureCanvasBase.get_supported_filetypes())
+
+
 def write_plot(document: Dict[str, Any], path: str) -> None:
-    """Heatmaps of an advise JSON document (``Advice.to_dict()``): memory, then each GPU; PNG.
+    """Heatmaps of an advise JSON document (``Advice.to_dict()``): memory, then each GPU.
+
+    The format is ``path``'s extension (PNG without one); the file written
+    is exactly ``path``.
 
     It reads the JSON form, so a saved result (the benchmarks keep them) can
     be drawn again later.
@@ -262,10 +192,13 @@ def write_plot(document: Dict[str, Any], path: str) -> None:
         position += 1
     fig.suptitle(document["recommendation"]["verdict"], fontsize=8)
     fig.tight_layout()
+    extension = os.path.splitext(path)[1][1:].lower() or "png"
     try:
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=110, format=extension)  # exactly ``path``, nothing appended
     except OSError as exc:
         raise PynumabindError(f"cannot write {path!r}: {exc.strerror or exc}") from exc
+    except (ValueError, RuntimeError) as exc:  # e.g. no LaTeX for .pgf
+        raise PynumabindError(f"cannot draw {path!r}: {exc}") from exc
     finally:
         plt.close(fig)
 

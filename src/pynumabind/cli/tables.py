@@ -7,17 +7,10 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence, Tuple
 
+from ..advisor.report import table  # the one table format (the advise report's too)
+from ..planner._sets import counted  # "1 NUMA node", "2 GPUs": the planner's rule
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Left-aligned columns separated by two spaces; no trailing blanks."""
-    widths = [len(h) for h in headers]
-    for row in rows:
-        for i, cell in enumerate(row):
-            widths[i] = max(widths[i], len(cell))
-    lines: List[str] = []
-    for row in [list(headers), *[list(r) for r in rows]]:
-        lines.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
-    return "\n".join(lines)
+__all__ = ["by_rank", "counted", "human_bytes", "table"]
 
 
 def human_bytes(value: Optional[int]) -> str:

@@ -93,7 +93,7 @@ import stat
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from .._os import forksafe as _forksafe
-from ..errors import TopologyError, format_ids
+from ..errors import SnapshotFileError, TopologyError, format_ids
 from ..model import CpuMode, Detail, Gpu, Topology
 from .visible import apply_visibility
 
@@ -481,14 +481,15 @@ def load_topology(path: str) -> Topology:
         and allowed sets, not this process's.
 
     Raises:
-        TopologyError: the file is missing, not a regular file, too large,
-            not JSON, or not a valid snapshot.
+        SnapshotFileError: (a TopologyError, and a ConfigError: the CLI's
+            usage error) the file is missing, not a regular file, too
+            large, not UTF-8, not JSON, or not a valid snapshot.
     """
     text = _read_snapshot(path)
     try:
         return Topology.from_json(text)
     except TopologyError as exc:
-        raise TopologyError(f"topology file {path!r}: {exc}") from exc
+        raise SnapshotFileError(f"topology file {path!r}: {exc}") from exc
 
 
 @_forksafe.guarded  # it imports and loads on first use (see _forksafe)
@@ -518,8 +519,8 @@ def process_topology(
     source = given_by or TOPOLOGY_VARIABLE
     try:
         snapshot = load_topology(path)
-    except TopologyError as exc:
-        raise TopologyError(f"{source}: {exc}") from exc
+    except SnapshotFileError as exc:
+        raise SnapshotFileError(f"{source}: {exc}") from exc
     cpus = _proc.process_affinity()
     missing = cpus - snapshot.online_cpus
     if missing:
@@ -637,18 +638,18 @@ def _read_snapshot(path: str) -> str:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         with os.fdopen(fd, "rb") as handle:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise TopologyError(f"topology file {path!r} is not a regular file")
+                raise SnapshotFileError(f"topology file {path!r} is not a regular file")
             data = handle.read(MAX_SNAPSHOT_CHARS + 1)
     except OSError as exc:
-        raise TopologyError(f"cannot read topology file {path!r}: {exc.strerror}") from exc
+        raise SnapshotFileError(f"cannot read topology file {path!r}: {exc.strerror}") from exc
     if len(data) > MAX_SNAPSHOT_CHARS:
-        raise TopologyError(
+        raise SnapshotFileError(
             f"topology file {path!r} is larger than {MAX_SNAPSHOT_CHARS} bytes: not a snapshot"
         )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise TopologyError(
+        raise SnapshotFileError(
             f"topology file {path!r} is not UTF-8 text (byte {exc.start}): "
             "expected JSON written by 'pynumabind snapshot'"
         ) from exc

@@ -139,7 +139,7 @@ def _node_cpus(topology: Topology, state: RankState) -> None:
         return
     state.cpus = got
     state.reasons.append(
-        f"mode node: all allowed CPUs of node(s) {format_ids(state.nodes)}: {format_ids(got)}"
+        f"mode node: all allowed CPUs of {_sets.named('node', state.nodes)}: {format_ids(got)}"
     )
 
 
@@ -151,7 +151,7 @@ def _mode_socket(topology: Topology, state: RankState) -> None:
         wanted = _sets.union(topology.package_cpus(p) for p in packages)
     else:
         state.reasons.append(
-            f"mode socket: packages of node(s) {format_ids(state.nodes)} unknown; "
+            f"mode socket: packages of {_sets.named('node', state.nodes)} unknown; "
             "using the node's CPUs"
         )
     got = wanted & topology.allowed_cpus
@@ -160,8 +160,8 @@ def _mode_socket(topology: Topology, state: RankState) -> None:
         return
     state.cpus = got
     state.reasons.append(
-        f"mode socket: all allowed CPUs of package(s) {format_ids(packages)} "
-        f"(node(s) {format_ids(nodes_of(topology, got))}): {format_ids(got)}"
+        f"mode socket: all allowed CPUs of {_sets.named('package', packages)} "
+        f"({_sets.named('node', nodes_of(topology, got))}): {format_ids(got)}"
     )
 
 
@@ -265,14 +265,16 @@ def _slice_group(
         for s in members:
             s.error = _empty(topology, s, wanted, "its ")
         return
-    where = f"node(s) {format_ids(key)}"
+    where = _sets.named("node", key)
     slices, notes, shared, core_count = _slices(topology, mode, pool, len(members), where)
     peers = rank_ids(s.rank for s in members)
     for position, (s, got) in enumerate(zip(members, slices)):
         s.cpus = got
         s.reasons.extend(notes)
         s.reasons.append(
-            f"mode {mode.value}: ranks {peers} share {where}; rank {s.rank} is "
+            f"mode {mode.value}: rank {s.rank} alone on {where} gets {_cpus_text(got)}"
+            if len(members) == 1
+            else f"mode {mode.value}: ranks {peers} share {where}; rank {s.rank} is "
             f"number {position} and gets {_cpus_text(got)}"
         )
         if shared:

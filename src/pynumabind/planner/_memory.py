@@ -15,6 +15,7 @@ from typing import List, Optional, Tuple
 from ..errors import PlanError, format_ids
 from ..model import MemoryPolicy, Topology
 from ._place import RankState, nodes_of
+from ._sets import named
 
 __all__ = ["choose_mems"]
 
@@ -140,5 +141,5 @@ def choose_mems(
             f"(allowed mems {format_ids(topology.allowed_mems)})"
         )
     frozen = frozenset(chosen)
-    state.reasons.append(f"memory policy {_DESCRIBED[policy]}: nodes {format_ids(frozen)}")
+    state.reasons.append(f"memory policy {_DESCRIBED[policy]}: {named('node', frozen)}")
     return frozen, policy

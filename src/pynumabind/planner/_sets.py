@@ -97,6 +97,11 @@ def counted(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
+def named(noun: str, ids: AbstractSet[int]) -> str:
+    """``node 0``, ``nodes 0-1``: ids after their noun in the right number."""
+    return f"{noun}{'' if len(ids) == 1 else 's'} {format_ids(ids)}"
+
+
 def _each(count: int, parts: int, noun: str) -> str:
     """``2/1 whole cores each``, ``1 whole core each``: the sizes of a balanced split."""
     sizes = _sizes(count, parts)
@@ -157,6 +162,9 @@ def exclusive(
     share physical cores.  ``perf_of``: where the cores differ in it, they
     are dealt out highest-performance first (:func:`by_performance`).
     """
+    if ranks == 1:  # nothing to split
+        note = f"{where}: the one rank gets every allowed core ({len(core_list)})"
+        return [union(core_list)], note, False
     perfs = core_perf(core_list, perf_of) if len(core_list) >= ranks else None
     if perfs is not None:
         slices = by_performance(core_list, perfs, ranks)
@@ -235,6 +243,9 @@ def core_complex(
             shared,
         )
     described = ", ".join(format_ids(union(g)) for g in groups)
+    if ranks == 1:  # nothing to split
+        note = f"{where}: the one rank gets every L3 group ({len(groups)}: {described})"
+        return [union(union(g) for g in groups)], [note], False
     if len(groups) >= ranks:
         slices = [union(union(g) for g in groups[a:b]) for a, b in balanced(len(groups), ranks)]
         note = (

@@ -101,3 +101,50 @@ def test_cli_json_in_the_guest() -> None:
     assert data["copies"] == [] and data["copies_status"]["reason"]
     assert set(data["recommendation"]) >= {"bind", "mode", "policy", "reasons"}
     sys.stdout.write(done.stdout)
+
+
+def test_a_node_short_of_memory_is_skipped_the_others_measured() -> None:
+    """Node 2 (256 MiB) filled by this process: its column is skipped and says why.
+
+    The buffers are sized per node by what the kernel can give there, and
+    never below twice the last-level cache: a node that cannot hold two of
+    them is not measured (its figures would be cache speed).  Nodes 0 and 1
+    still are, with buffers of at least that size.
+    """
+    import ctypes
+    import mmap
+
+    from pynumabind.advisor import memory as _measure
+
+    # As advise reckons it: the largest LLC total of one CPU node (nodes 0 and 1: CPUs 0-1, 2-3).
+    llc = max(_measure.llc_bytes([0, 1]) or 0, _measure.llc_bytes([2, 3]) or 0) or None
+    floor = _measure.MIN_LLC_MULTIPLE * (llc or 0)
+    before = _measure.memory_available([2])[2]
+    assert before is not None and 0 < before <= 256 << 20
+    keep = max(2 * floor, 8 << 20)  # leaves a quarter under the floor, and no OOM
+    fill = mmap.mmap(-1, max(before - keep, mmap.PAGESIZE))
+    try:
+        with pynumabind.memory_on(node=2, policy="bind"):
+            ctypes.memset(ctypes.addressof(ctypes.c_char.from_buffer(fill)), 1, len(fill))
+        after = _measure.memory_available([2])[2]
+        advice = pynumabind.advise(quick=True, repeats=3, latency=False)
+    finally:
+        fill.close()
+    memory = advice.memory
+    assert memory is not None and memory.memory_nodes == (0, 1, 2)
+    skipped = [cell.skipped for cell in memory.cells[0] + memory.cells[1]]
+    if llc is None:  # the guest CPU shows no cache: nothing to hold the size against
+        assert any("LLC size unreadable" in note for note in memory.notes), memory.notes
+        return
+    assert memory.llc_bytes == llc
+    assert after is not None and after // 4 < floor, (after, floor)
+    for row in memory.cells:
+        for node, cell in zip(memory.memory_nodes, row):
+            if node == 2:
+                assert cell.bandwidth is None and cell.skipped is not None, skipped
+                assert "memory node 2 can give" in cell.skipped
+                assert f"less than 2 x the last-level cache ({llc >> 20} MiB)" in cell.skipped
+            else:
+                assert cell.skipped is None and cell.bandwidth is not None, skipped
+    assert memory.buffer_bytes >= floor
+    assert "skipped" in str(advice) and memory.cells[0][2].skipped in str(advice)

@@ -55,9 +55,30 @@ shared with whatever lies next to the buffer, and those neighbours' bytes
 move and get the policy too.  ``mbind`` also splits the mapping at the range
 ends (each call may add up to two entries to ``/proc/self/maps``; the limit
 is ``vm.max_map_count``), and the policy stays on those addresses until they
-are unmapped (a ``malloc`` heap reuses them).  Huge pages: a transparent
-huge page is counted as its 4 KiB pages; ``hugetlbfs`` mappings need
-huge-page-aligned ranges and are not supported.
+are unmapped (a ``malloc`` heap reuses them).
+
+**Huge pages.**  A transparent huge page is counted as its 4 KiB pages.
+The kernel migrates a huge page whole: left alone, binding an 8 KiB range
+inside a 2 MiB huge page would move the other 510 pages with it, and
+binding its two halves to two nodes one after the other would leave both on
+the second.  So, when moving, where pages outside the range share the
+huge-page-aligned block of one of its edges (the size the kernel names in
+``/sys/kernel/mm/transparent_hugepage/hpage_pmd_size``) and are present,
+the policy is set first without moving (``mbind`` splits the mapping at the
+range's ends, so ``khugepaged`` cannot make a huge page across them again:
+seen on Linux 6.18 when the split came first), then each such edge's huge
+page is split with ``madvise(MADV_COLD)`` on the edge page (it splits a
+huge page it covers in part; the one page is also marked cold, a reclaim
+hint), then the pages are moved.  Neighbours stay where they are.  Where the
+split cannot be done (an ``mlock``-ed huge page: ``MADV_COLD`` refuses
+locked memory; one shared with another process; Linux before 5.4) the
+kernel moves the huge page whole, and the result says how many pages
+outside the range moved (``moved_outside``, from the neighbours' nodes
+before and after, by ``move_pages``; a note says why).  ``complete`` is
+about the range only.  Tested on a real kernel in the QEMU guest (Linux
+6.1): the 8 KiB range, the two halves, and an ``mlock``-ed huge page that
+moves whole and is counted.  ``hugetlbfs`` mappings need huge-page-aligned
+ranges and are not supported.
 
 **Moving.**  ``move=True`` passes ``MPOL_MF_MOVE``: pages mapped only by this
 process and not already on one of the policy's nodes move (so interleaving
@@ -70,7 +91,10 @@ will be allocated under the policy when first touched, and are counted as
 (``move_pages`` with no target).  A page still off the nodes gets one more
 explicit ``move_pages`` to the node (one-node targets), which either moves
 it or says why not: a per-page errno (``EBUSY``: busy or locked in place;
-``EACCES``: shared; ``ENOMEM``: the node is full; ...), or
+``EACCES``: shared; ``ENOMEM``: the node is full; ...; when the kernel
+refuses the whole call, as Linux does with ``ENOMEM`` once the node is full
+after moving what fitted, each page still off the nodes gets that errno,
+the counts are kept and a note says "node N is full"), or
 :data:`NOT_MIGRATED` for pages the kernel tried and failed to migrate,
 which it reports only as a count (an extra reference holds them: memory
 pinned by ``cudaHostAlloc``/``cudaHostRegister``, RDMA or io_uring).  A page
@@ -90,19 +114,29 @@ pinned by io_uring's buffer registration (the same long-term pin
 sets the policy for pages not yet allocated; pages elsewhere are reported
 under :data:`NOT_ASKED`.
 
-**Buffers.**  Anything that exports a writable, C-contiguous buffer
-(``bytearray``, ``mmap``, ``memoryview``, a numpy array, ``array.array``);
-a CPU tensor, duck-typed by ``data_ptr()``, ``numel()`` and
-``element_size()`` (its span from ``size()``/``stride()`` when it has them;
-torch is never imported here); or an explicit ``(address, length)`` tuple,
-which the caller must keep mapped.  A buffer object is held exported for the
-whole call, so a ``bytearray`` cannot be resized under it.
+**Buffers.**  Anything that exports a writable buffer whose bytes are one
+range (``bytearray``, ``mmap``, ``memoryview``, a numpy array,
+``array.array``), in any layout: C or Fortran order, negative strides (a
+reversed view starts its memory at its last element); the span is worked
+out from the shape and strides, and its address read through CPython's
+buffer API when the layout is not C order.  A strided view with gaps
+between its elements is refused.  A CPU tensor, duck-typed by
+``data_ptr()``, ``numel()`` and ``element_size()``: its span from
+``size()``/``stride()`` when it has them, negative strides included (every
+byte from its lowest to its highest element, gaps and all); torch is never
+imported here.  Or an explicit ``(address, length)`` tuple, which the caller
+must keep mapped.  A span must end, page-aligned, below 2**64 (``mbind``'s
+end would wrap).  A buffer object is held exported for the whole call, so a
+``bytearray`` cannot be resized under it.
 
-**Errors.**  Not a buffer, or a non-contiguous one, or a GPU tensor:
-:class:`NotABufferError`.  A read-only buffer (``bytes``, a read-only
-``mmap``): :class:`ReadOnlyBufferError` (its pages are often shared, a file's
-page cache, and are no staging buffer).  Both ``node`` and ``gpu``, neither,
-a bad policy name, a zero length: :class:`~pynumabind.errors.ConfigError`.
+**Errors.**  Not a buffer, one with gaps, a GPU tensor, or a tensor-like
+object whose ``numel()``/``size()``/``stride()``/``element_size()`` are not
+integers or do not agree: :class:`NotABufferError`.  A read-only buffer
+(``bytes``, a read-only ``mmap``): :class:`ReadOnlyBufferError` (its pages
+are often shared, a file's page cache, and are no staging buffer).  Both
+``node`` and ``gpu``, neither, a bad policy name, a zero length, a span that
+is no memory range (a negative address; a huge ``numel`` or an address that
+reaches 2**64): :class:`~pynumabind.errors.ConfigError` naming the span.
 A node that does not exist, has no memory or is outside the allowed memory
 nodes, or an unknown GPU: :class:`~pynumabind.errors.PlanError` (the wrong
 ids among them: its subclass :class:`~pynumabind.errors.UnknownIdError`).  The kernel
@@ -112,6 +146,52 @@ address range with an unmapped hole, ``EINVAL``): :class:`PlacementSyscallError`
 the errno and what to do.  When only the read-back (``move_pages``) is
 denied, the policy was applied and the result says the page counts are
 unknown instead of raising.
+
+**What memory_on guarantees.**  A memory policy belongs to a thread, not
+to a block of code; :func:`memory_on` keeps each thread's blocks in force
+(innermost last) and puts back, when the last of them ends, the policy from
+before the first.  Its undo is recorded before ``set_mempolicy`` is called,
+as a bind's journal is.
+
+* *Nesting, exceptions*: the policy from before each block comes back when
+  it ends, after an exception too.
+* *Coroutines and generators*: while a block is suspended at an ``await``
+  or ``yield``, its policy is still the thread's, so whatever the thread
+  runs meanwhile (other asyncio tasks, the generator's caller) allocates
+  under it.  Keep the block synchronous: allocate inside it, and leave it
+  before awaiting.  Blocks may still end out of order (two tasks each in a
+  block, the first leaving first; a suspended generator closed inside its
+  caller's block): the one leaving hands what it would have put back to the
+  block entered after it, the thread keeps the innermost block's policy
+  until that ends, and then the policy from before both comes back; one
+  :class:`RuntimeWarning` says so.  A generator closed, finished or freed
+  on its own thread ends its block.
+* *KeyboardInterrupt* (or any exception) landing anywhere in ``__enter__``
+  or ``__exit__``, after ``set_mempolicy`` or before the restore, rolls the
+  block back.  One landing on the very first instruction of ``__exit__``,
+  before any of it runs, cannot be caught there; the block then ends when
+  its object is freed, which for ``with memory_on(...):`` is when the
+  interrupt's traceback is (a finalizer, armed only while a block is in
+  force).  Tested at every interpreter check point of a block, and with
+  real SIGINTs at random moments (``tests/test_placement.py``).
+* *fork*: a child forked inside a block has one thread, the forking
+  thread's copy, with its policy and its blocks; leaving the block there
+  puts the previous policy back, in the child as in the parent.
+* *A cpuset change*: when the cpuset's ``mems`` change during a block so
+  that none of the saved policy's nodes is allowed any more, the kernel
+  refuses it (``EINVAL``).  The nearest policy it accepts is put back: the
+  same mode and flags over the allowed part of the saved nodes, else over
+  the nodes the kernel's own remapping gives them (what the saved policy
+  would have become had it been in force: the i-th allowed node before
+  becomes the i-th, modulo their count, after), else the default policy;
+  one :class:`RuntimeWarning` names the policy refused, the allowed nodes
+  before and now, and what was put back.  The block's policy is never left
+  in place (unless the kernel refuses even the default: a seccomp filter
+  installed inside the block, a :class:`PlacementSyscallError`).  Where only
+  some saved nodes are gone, the kernel itself keeps the allowed part.
+* *Another thread*: a block left on a thread other than the one that
+  entered it is a ConfigError naming both; a policy can only be put back by
+  its own thread.
 
 Nothing here changes another thread, and :func:`bind_memory` changes no
 thread state at all; :func:`memory_on` changes only the calling thread's
@@ -622,7 +702,9 @@ class MemoryPlacement:
     :data:`NOT_MIGRATED`, :data:`NOT_ASKED` or :data:`VANISHED`; :data:`REASONS`
     explains each) to the number of present pages left off ``nodes`` for it.
     ``pages_per_node`` is ``None`` when the kernel would not say (a seccomp
-    profile denying ``move_pages``); ``notes`` then say so.
+    profile denying ``move_pages``); ``notes`` then say so.  ``moved_outside``
+    counts the pages outside the range that moved with it because they shared
+    a transparent huge page the kernel could not split (see "Huge pages").
     """
 
     address: int
@@ -1302,6 +1384,14 @@ def memory_on(
     (or by threads it starts there, which keep the policy) follow it; memory
     an allocator already holds does not move.  The arguments are checked
     now; the policy changes on entry.
+
+    The policy is the thread's, not the block's: do not ``await`` or
+    ``yield`` inside the block (whatever the thread runs while it is
+    suspended allocates under it).  Blocks that end out of order, an
+    interrupt at any point, a ``fork`` inside the block and a cpuset change
+    during it all end with the policy from before the block, or the nearest
+    one the kernel accepts (see "What memory_on guarantees" in the module
+    docstring).
 
     Pinned memory cannot be moved after the fact, so this is how it is
     placed: CUDA's pinned allocator touches its pages in the calling thread::

@@ -1131,6 +1131,18 @@ def _index(stack: List[_Block], block: _Block) -> Optional[int]:
     return None
 
 
+def _drop(stack: List[_Block], block: _Block) -> None:
+    """Remove ``block`` from ``stack`` by identity, found afresh.
+
+    Not by an index found earlier: a finalizer (:func:`_abandoned`) may end
+    another block of this thread in between, when the garbage collector
+    runs inside a call.
+    """
+    index = _index(stack, block)
+    if index is not None:
+        del stack[index]
+
+
 def _describe(policy: _libnuma.MemPolicy) -> str:
     if policy.mode in _NO_NODES:
         return policy.mode_name
@@ -1235,7 +1247,7 @@ def _leave(stack: List[_Block], block: _Block) -> None:
     if index + 1 < len(stack):
         above = stack[index + 1]
         above.previous, above.allowed = block.previous, block.allowed
-        del stack[index]
+        _drop(stack, block)
         warnings.warn(
             "memory_on blocks left out of order on one thread (a coroutine or generator "
             "suspended inside a block while another entered one): a memory policy is per "
@@ -1248,9 +1260,9 @@ def _leave(stack: List[_Block], block: _Block) -> None:
     try:
         _put_back(block)
     except NumaSyscallError:
-        del stack[index]  # refused even the default: nothing more can be put back for it
+        _drop(stack, block)  # refused even the default: nothing more can be put back for it
         raise
-    del stack[index]
+    _drop(stack, block)
 
 
 class MemoryOn:
@@ -1299,9 +1311,7 @@ class MemoryOn:
             self._finalizer.atexit = False
             _libnuma.set_mempolicy(self._target.mode, self.nodes)
         except NumaSyscallError as exc:  # refused: nothing changed
-            index = _index(stack, block)
-            if index is not None:
-                del stack[index]
+            _drop(stack, block)
             self._ended()
             raise _refused(exc, f"set_mempolicy({self.mode})", self.nodes) from None
         except BaseException:  # KeyboardInterrupt, maybe after the change: undo it

@@ -125,7 +125,7 @@ between its elements is refused.  A CPU tensor, duck-typed by
 ``size()``/``stride()`` when it has them, negative strides included (every
 byte from its lowest to its highest element, gaps and all); torch is never
 imported here.  Or an explicit ``(address, length)`` tuple, which the caller
-must keep mapped.  A span must end, page-aligned, below 2**64 (``mbind``'s
+must keep mapped.  A span must end, page-aligned, below ``2**64`` (``mbind``'s
 end would wrap).  A buffer object is held exported for the whole call, so a
 ``bytearray`` cannot be resized under it.
 
@@ -136,7 +136,7 @@ integers or do not agree: :class:`NotABufferError`.  A read-only buffer
 are often shared, a file's page cache, and are no staging buffer).  Both
 ``node`` and ``gpu``, neither, a bad policy name, a zero length, a span that
 is no memory range (a negative address; a huge ``numel`` or an address that
-reaches 2**64): :class:`~pynumabind.errors.ConfigError` naming the span.
+reaches ``2**64``): :class:`~pynumabind.errors.ConfigError` naming the span.
 A node that does not exist, has no memory or is outside the allowed memory
 nodes, or an unknown GPU: :class:`~pynumabind.errors.PlanError` (the wrong
 ids among them: its subclass :class:`~pynumabind.errors.UnknownIdError`).  The kernel

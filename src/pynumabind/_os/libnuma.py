@@ -492,3 +492,48 @@ def address_policy(address: int) -> MemPolicy:
         raise NumaSyscallError(ffi.errno, f"get_mempolicy(MPOL_F_ADDR, {address:#x})")
     raw = int(mode[0])
     return MemPolicy(raw & ~MPOL_MODE_FLAGS, words_to_set(mask), raw & MPOL_MODE_FLAGS)
+
+
+#: ``madvise`` advice (linux/mman.h): deactivate the pages; splits a huge page it covers in part.
+MADV_COLD = 20
+
+
+def madvise(start: int, length: int, advice: int) -> None:
+    """``madvise`` on ``length`` bytes at ``start`` (page-aligned); raises with errno.
+
+    libc's, through ctypes (libnuma has no wrapper); loaded on first use.
+    """
+    libc = _state.get("libc")
+    if libc is None:
+        import ctypes
+
+        with _lock:
+            if "libc" not in _state:
+                loaded = ctypes.CDLL(None, use_errno=True)
+                loaded.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+                loaded.madvise.restype = ctypes.c_int
+                _state["libc"] = loaded
+            libc = _state["libc"]
+    import ctypes
+
+    if libc.madvise(start, length, advice) != 0:
+        raise NumaSyscallError(ctypes.get_errno(), f"madvise({advice}) at {start:#x}")
+
+
+#: Where the kernel says how large a transparent huge page is (absent without THP).
+HUGE_PAGE_SIZE_FILE = "/sys/kernel/mm/transparent_hugepage/hpage_pmd_size"
+
+
+def huge_page_size() -> int:
+    """The transparent huge page size in bytes, 0 where the kernel has none; read once."""
+    cached: Optional[int] = _state.get("huge_page_size")
+    if cached is None:
+        from ..errors import PynumabindError
+        from .textfile import read_ascii
+
+        try:
+            cached = int(read_ascii(HUGE_PAGE_SIZE_FILE, "THP size file").strip())
+        except (OSError, ValueError, PynumabindError):
+            cached = 0
+        _state["huge_page_size"] = cached
+    return cached

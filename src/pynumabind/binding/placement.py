@@ -55,9 +55,30 @@ shared with whatever lies next to the buffer, and those neighbours' bytes
 move and get the policy too.  ``mbind`` also splits the mapping at the range
 ends (each call may add up to two entries to ``/proc/self/maps``; the limit
 is ``vm.max_map_count``), and the policy stays on those addresses until they
-are unmapped (a ``malloc`` heap reuses them).  Huge pages: a transparent
-huge page is counted as its 4 KiB pages; ``hugetlbfs`` mappings need
-huge-page-aligned ranges and are not supported.
+are unmapped (a ``malloc`` heap reuses them).
+
+**Huge pages.**  A transparent huge page is counted as its 4 KiB pages.
+The kernel migrates a huge page whole: left alone, binding an 8 KiB range
+inside a 2 MiB huge page would move the other 510 pages with it, and
+binding its two halves to two nodes one after the other would leave both on
+the second.  So, when moving, where pages outside the range share the
+huge-page-aligned block of one of its edges (the size the kernel names in
+``/sys/kernel/mm/transparent_hugepage/hpage_pmd_size``) and are present,
+the policy is set first without moving (``mbind`` splits the mapping at the
+range's ends, so ``khugepaged`` cannot make a huge page across them again:
+seen on Linux 6.18 when the split came first), then each such edge's huge
+page is split with ``madvise(MADV_COLD)`` on the edge page (it splits a
+huge page it covers in part; the one page is also marked cold, a reclaim
+hint), then the pages are moved.  Neighbours stay where they are.  Where the
+split cannot be done (an ``mlock``-ed huge page: ``MADV_COLD`` refuses
+locked memory; one shared with another process; Linux before 5.4) the
+kernel moves the huge page whole, and the result says how many pages
+outside the range moved (``moved_outside``, from the neighbours' nodes
+before and after, by ``move_pages``; a note says why).  ``complete`` is
+about the range only.  Tested on a real kernel in the QEMU guest (Linux
+6.1): the 8 KiB range, the two halves, and an ``mlock``-ed huge page that
+moves whole and is counted.  ``hugetlbfs`` mappings need huge-page-aligned
+ranges and are not supported.
 
 **Moving.**  ``move=True`` passes ``MPOL_MF_MOVE``: pages mapped only by this
 process and not already on one of the policy's nodes move (so interleaving
@@ -70,7 +91,10 @@ will be allocated under the policy when first touched, and are counted as
 (``move_pages`` with no target).  A page still off the nodes gets one more
 explicit ``move_pages`` to the node (one-node targets), which either moves
 it or says why not: a per-page errno (``EBUSY``: busy or locked in place;
-``EACCES``: shared; ``ENOMEM``: the node is full; ...), or
+``EACCES``: shared; ``ENOMEM``: the node is full; ...; when the kernel
+refuses the whole call, as Linux does with ``ENOMEM`` once the node is full
+after moving what fitted, each page still off the nodes gets that errno,
+the counts are kept and a note says "node N is full"), or
 :data:`NOT_MIGRATED` for pages the kernel tried and failed to migrate,
 which it reports only as a count (an extra reference holds them: memory
 pinned by ``cudaHostAlloc``/``cudaHostRegister``, RDMA or io_uring).  A page
@@ -90,19 +114,29 @@ pinned by io_uring's buffer registration (the same long-term pin
 sets the policy for pages not yet allocated; pages elsewhere are reported
 under :data:`NOT_ASKED`.
 
-**Buffers.**  Anything that exports a writable, C-contiguous buffer
-(``bytearray``, ``mmap``, ``memoryview``, a numpy array, ``array.array``);
-a CPU tensor, duck-typed by ``data_ptr()``, ``numel()`` and
-``element_size()`` (its span from ``size()``/``stride()`` when it has them;
-torch is never imported here); or an explicit ``(address, length)`` tuple,
-which the caller must keep mapped.  A buffer object is held exported for the
-whole call, so a ``bytearray`` cannot be resized under it.
+**Buffers.**  Anything that exports a writable buffer whose bytes are one
+range (``bytearray``, ``mmap``, ``memoryview``, a numpy array,
+``array.array``), in any layout: C or Fortran order, negative strides (a
+reversed view starts its memory at its last element); the span is worked
+out from the shape and strides, and its address read through CPython's
+buffer API when the layout is not C order.  A strided view with gaps
+between its elements is refused.  A CPU tensor, duck-typed by
+``data_ptr()``, ``numel()`` and ``element_size()``: its span from
+``size()``/``stride()`` when it has them, negative strides included (every
+byte from its lowest to its highest element, gaps and all); torch is never
+imported here.  Or an explicit ``(address, length)`` tuple, which the caller
+must keep mapped.  A span must end, page-aligned, below ``2**64`` (``mbind``'s
+end would wrap).  A buffer object is held exported for the whole call, so a
+``bytearray`` cannot be resized under it.
 
-**Errors.**  Not a buffer, or a non-contiguous one, or a GPU tensor:
-:class:`NotABufferError`.  A read-only buffer (``bytes``, a read-only
-``mmap``): :class:`ReadOnlyBufferError` (its pages are often shared, a file's
-page cache, and are no staging buffer).  Both ``node`` and ``gpu``, neither,
-a bad policy name, a zero length: :class:`~pynumabind.errors.ConfigError`.
+**Errors.**  Not a buffer, one with gaps, a GPU tensor, or a tensor-like
+object whose ``numel()``/``size()``/``stride()``/``element_size()`` are not
+integers or do not agree: :class:`NotABufferError`.  A read-only buffer
+(``bytes``, a read-only ``mmap``): :class:`ReadOnlyBufferError` (its pages
+are often shared, a file's page cache, and are no staging buffer).  Both
+``node`` and ``gpu``, neither, a bad policy name, a zero length, a span that
+is no memory range (a negative address; a huge ``numel`` or an address that
+reaches ``2**64``): :class:`~pynumabind.errors.ConfigError` naming the span.
 A node that does not exist, has no memory or is outside the allowed memory
 nodes, or an unknown GPU: :class:`~pynumabind.errors.PlanError` (the wrong
 ids among them: its subclass :class:`~pynumabind.errors.UnknownIdError`).  The kernel
@@ -113,6 +147,52 @@ the errno and what to do.  When only the read-back (``move_pages``) is
 denied, the policy was applied and the result says the page counts are
 unknown instead of raising.
 
+**What memory_on guarantees.**  A memory policy belongs to a thread, not
+to a block of code; :func:`memory_on` keeps each thread's blocks in force
+(innermost last) and puts back, when the last of them ends, the policy from
+before the first.  Its undo is recorded before ``set_mempolicy`` is called,
+as a bind's journal is.
+
+* *Nesting, exceptions*: the policy from before each block comes back when
+  it ends, after an exception too.
+* *Coroutines and generators*: while a block is suspended at an ``await``
+  or ``yield``, its policy is still the thread's, so whatever the thread
+  runs meanwhile (other asyncio tasks, the generator's caller) allocates
+  under it.  Keep the block synchronous: allocate inside it, and leave it
+  before awaiting.  Blocks may still end out of order (two tasks each in a
+  block, the first leaving first; a suspended generator closed inside its
+  caller's block): the one leaving hands what it would have put back to the
+  block entered after it, the thread keeps the innermost block's policy
+  until that ends, and then the policy from before both comes back; one
+  :class:`RuntimeWarning` says so.  A generator closed, finished or freed
+  on its own thread ends its block.
+* *KeyboardInterrupt* (or any exception) landing anywhere in ``__enter__``
+  or ``__exit__``, after ``set_mempolicy`` or before the restore, rolls the
+  block back.  One landing on the very first instruction of ``__exit__``,
+  before any of it runs, cannot be caught there; the block then ends when
+  its object is freed, which for ``with memory_on(...):`` is when the
+  interrupt's traceback is (a finalizer, armed only while a block is in
+  force).  Tested at every interpreter check point of a block, and with
+  real SIGINTs at random moments (``tests/test_placement.py``).
+* *fork*: a child forked inside a block has one thread, the forking
+  thread's copy, with its policy and its blocks; leaving the block there
+  puts the previous policy back, in the child as in the parent.
+* *A cpuset change*: when the cpuset's ``mems`` change during a block so
+  that none of the saved policy's nodes is allowed any more, the kernel
+  refuses it (``EINVAL``).  The nearest policy it accepts is put back: the
+  same mode and flags over the allowed part of the saved nodes, else over
+  the nodes the kernel's own remapping gives them (what the saved policy
+  would have become had it been in force: the i-th allowed node before
+  becomes the i-th, modulo their count, after), else the default policy;
+  one :class:`RuntimeWarning` names the policy refused, the allowed nodes
+  before and now, and what was put back.  The block's policy is never left
+  in place (unless the kernel refuses even the default: a seccomp filter
+  installed inside the block, a :class:`PlacementSyscallError`).  Where only
+  some saved nodes are gone, the kernel itself keeps the allowed part.
+* *Another thread*: a block left on a thread other than the one that
+  entered it is a ConfigError naming both; a policy can only be put back by
+  its own thread.
+
 Nothing here changes another thread, and :func:`bind_memory` changes no
 thread state at all; :func:`memory_on` changes only the calling thread's
 policy, for the block.  Threads started inside the block inherit the policy
@@ -122,11 +202,14 @@ and keep it.
 from __future__ import annotations
 
 import collections
+import contextlib
 import errno
 import mmap
 import operator
 import threading
 import time
+import warnings
+import weakref
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import (
@@ -203,7 +286,7 @@ REASONS: Mapping[str, str] = {
         "shared with another process; moving it needs MPOL_MF_MOVE_ALL and CAP_SYS_NICE, "
         "which bind_memory does not use"
     ),
-    "ENOMEM": "the target node has no free memory for it",
+    "ENOMEM": "the target node is full (no free memory for it)",
     "EFAULT": "not an ordinary page (the shared zero page, or a special mapping)",
     "EIO": "the page could not be written back (a dirty file page)",
     "EINVAL": "a page the kernel cannot migrate (a special or device mapping)",
@@ -383,6 +466,66 @@ def _is_tensor(obj: object) -> bool:
     return all(callable(getattr(obj, name, None)) for name in ("data_ptr", "numel", "element_size"))
 
 
+#: One past the last byte address: a range must end at or below it (mbind's end wraps past it).
+_ADDRESS_END = 1 << 64
+
+
+def _checked(address: int, length: int, kind: str, what: str) -> _Span:
+    """A span that is a possible memory range, else a ConfigError naming why not."""
+    if length <= 0:
+        raise ConfigError(f"zero-length buffer ({what}): nothing to place")
+    if address < 0:
+        raise ConfigError(f"{what} starts at a negative address ({address}): not a memory range")
+    page = mmap.PAGESIZE
+    end = -(-(address + length) // page) * page
+    if end >= _ADDRESS_END:
+        raise ConfigError(
+            f"{what} is not a memory range: {length} bytes from {address:#x}, page-aligned, "
+            f"reach {end:#x}, beyond the 64-bit address space (the kernel takes ranges that "
+            f"end below {_ADDRESS_END:#x})"
+        )
+    return _Span(address, length, kind)
+
+
+def _extent(shape: Tuple[int, ...], strides: Tuple[int, ...], itemsize: int) -> Tuple[int, int]:
+    """(first, end) byte offsets of every element from the element at index 0.
+
+    Negative strides reach below the first element: a reversed view starts
+    its memory at its last element.
+    """
+    first = sum(min(0, (d - 1) * s) for d, s in zip(shape, strides))
+    last = sum(max(0, (d - 1) * s) for d, s in zip(shape, strides))
+    return first, last + itemsize
+
+
+def _ask(tensor: Any, name: str, kind: str) -> Any:
+    try:
+        return getattr(tensor, name)()
+    except Exception as exc:  # a duck-typed object's own failure, named
+        raise NotABufferError(f"{kind}.{name}() failed: {type(exc).__name__}: {exc}") from None
+
+
+def _ints(values: Any, name: str, kind: str) -> Tuple[int, ...]:
+    try:
+        return tuple(operator.index(v) for v in values)
+    except TypeError:
+        raise NotABufferError(
+            f"{kind}.{name}() returned {values!r:.60}, not integers: not a tensor bind_memory "
+            "can address"
+        ) from None
+
+
+def _int(tensor: Any, name: str, kind: str) -> int:
+    value = _ask(tensor, name, kind)
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise NotABufferError(
+            f"{kind}.{name}() returned {value!r:.60}, not an integer: not a tensor bind_memory "
+            "can address"
+        ) from None
+
+
 def _tensor_span(tensor: Any) -> _Span:
     kind = type(tensor).__name__
     device = getattr(getattr(tensor, "device", None), "type", "cpu")
@@ -391,28 +534,77 @@ def _tensor_span(tensor: Any) -> _Span:
             f"a {kind} on device {device!r}: its memory is the device's; bind_memory places "
             "host memory (a CPU tensor, pinned or not)"
         )
-    count = int(tensor.numel())
+    count = _int(tensor, "numel", kind)
     if count <= 0:
         raise ConfigError(f"zero-length buffer (an empty {kind}): nothing to place")
-    elements = count
-    size, stride = getattr(tensor, "size", None), getattr(tensor, "stride", None)
-    if callable(size) and callable(stride):
-        dims = tuple(int(s) for s in size())
-        steps = tuple(int(s) for s in stride())
-        if len(dims) == len(steps) and all(s >= 0 for s in steps):
-            elements = 1 + sum((d - 1) * s for d, s in zip(dims, steps))
-    return _Span(int(tensor.data_ptr()), elements * int(tensor.element_size()), kind)
+    itemsize = _int(tensor, "element_size", kind)
+    address = _int(tensor, "data_ptr", kind)
+    if itemsize <= 0:
+        raise NotABufferError(f"{kind}.element_size() is {itemsize}: not a tensor")
+    first, end = 0, count * itemsize
+    if callable(getattr(tensor, "size", None)) and callable(getattr(tensor, "stride", None)):
+        dims = _ints(_ask(tensor, "size", kind), "size", kind)
+        steps = _ints(_ask(tensor, "stride", kind), "stride", kind)
+        if len(dims) != len(steps):
+            raise NotABufferError(
+                f"{kind}.size() has {len(dims)} dimensions and stride() {len(steps)}: "
+                "its memory cannot be worked out"
+            )
+        if any(d <= 0 for d in dims):
+            raise ConfigError(f"zero-length buffer (an empty {kind}): nothing to place")
+        first, end = _extent(dims, tuple(s * itemsize for s in steps), itemsize)
+    what = f"a {kind} of {count} elements of {itemsize} bytes at {address:#x}"
+    return _checked(address + first, end - first, kind, what)
 
 
 def _explicit_span(pair: Tuple[Any, ...]) -> _Span:
     if len(pair) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in pair):
         raise NotABufferError(f"a tuple must be (address, length) of two ints, not {pair!r:.80}")
     address, length = pair
-    if length == 0:
-        raise ConfigError("zero-length buffer ((address, 0)): nothing to place")
-    if length < 0 or address < 0 or address + length > 1 << 64:
-        raise ConfigError(f"(address, length) = ({address:#x}, {length}) is not a memory range")
-    return _Span(address, length, "(address, length)")
+    what = f"(address, length) = ({address:#x}, {length})"
+    if length < 0:
+        raise ConfigError(f"{what} is not a memory range: a negative length")
+    return _checked(address, length, "(address, length)", what)
+
+
+def _strided_address(view: memoryview) -> int:
+    """The address of element 0 of a buffer that is not C-contiguous (CPython's buffer API).
+
+    cffi and ctypes read a buffer's address only through a C-contiguous
+    request; a Fortran-ordered or reversed one is asked for with its strides.
+    The view passed is held open by the caller, so the address stays valid.
+    """
+    import ctypes
+
+    class PyBuffer(ctypes.Structure):
+        _fields_ = [
+            ("buf", ctypes.c_void_p),
+            ("obj", ctypes.c_void_p),
+            ("len", ctypes.c_ssize_t),
+            ("itemsize", ctypes.c_ssize_t),
+            ("readonly", ctypes.c_int),
+            ("ndim", ctypes.c_int),
+            ("format", ctypes.c_char_p),
+            ("shape", ctypes.c_void_p),
+            ("strides", ctypes.c_void_p),
+            ("suboffsets", ctypes.c_void_p),
+            ("internal", ctypes.c_void_p),
+        ]
+
+    api = ctypes.pythonapi
+    get, release = api.PyObject_GetBuffer, api.PyBuffer_Release
+    get.argtypes = [ctypes.py_object, ctypes.POINTER(PyBuffer), ctypes.c_int]
+    get.restype = ctypes.c_int
+    release.argtypes = [ctypes.POINTER(PyBuffer)]
+    release.restype = None
+    info = PyBuffer()
+    pybuf_strides_writable = 0x0018 | 0x0001  # PyBUF_STRIDES | PyBUF_WRITABLE
+    if get(view, ctypes.byref(info), pybuf_strides_writable) != 0:  # pragma: no cover
+        raise BufferError("PyObject_GetBuffer failed")  # ctypes raises the set error first
+    try:
+        return int(info.buf or 0)
+    finally:
+        release(ctypes.byref(info))
 
 
 class _Exported:
@@ -444,15 +636,29 @@ class _Exported:
                 f"{kind} is read-only: bind_memory places writable buffers (staging buffers, "
                 "pools); a read-only buffer's pages are often shared (a file's page cache)"
             )
-        if not view.c_contiguous:
-            raise NotABufferError(
-                f"{kind} is not contiguous: give the array it is a view of, or (address, length)"
-            )
         if view.nbytes == 0:
             raise ConfigError(f"zero-length buffer (an empty {kind}): nothing to place")
-        ffi = _libnuma._ffi()
-        self.pointer = ffi.from_buffer(view, require_writable=True)
-        return _Span(int(ffi.cast("uintptr_t", self.pointer)), view.nbytes, kind)
+        if view.c_contiguous:
+            ffi = _libnuma._ffi()
+            self.pointer = ffi.from_buffer(view, require_writable=True)
+            return _Span(int(ffi.cast("uintptr_t", self.pointer)), view.nbytes, kind)
+        shape, strides = tuple(view.shape or ()), tuple(view.strides or ())
+        first, end = _extent(shape, strides, view.itemsize)
+        if end - first != view.nbytes:
+            raise NotABufferError(
+                f"{kind} is not contiguous (shape {shape}, strides {strides}: its "
+                f"{view.nbytes} bytes are spread over {end - first}): give the array it is a "
+                "view of, or (address, length)"
+            )
+        # Any dense layout (Fortran order, negative strides): its bytes are one range.
+        try:
+            address = _strided_address(view)
+        except (AttributeError, BufferError, TypeError, ValueError) as exc:
+            raise NotABufferError(
+                f"{kind} is contiguous but not in C order, and its address cannot be read "
+                f"here ({type(exc).__name__}: {exc}): give (address, length)"
+            ) from None
+        return _checked(address + first, view.nbytes, kind, f"a {kind}")
 
     def close(self) -> None:
         if self.pointer is not None:
@@ -496,7 +702,9 @@ class MemoryPlacement:
     :data:`NOT_MIGRATED`, :data:`NOT_ASKED` or :data:`VANISHED`; :data:`REASONS`
     explains each) to the number of present pages left off ``nodes`` for it.
     ``pages_per_node`` is ``None`` when the kernel would not say (a seccomp
-    profile denying ``move_pages``); ``notes`` then say so.
+    profile denying ``move_pages``); ``notes`` then say so.  ``moved_outside``
+    counts the pages outside the range that moved with it because they shared
+    a transparent huge page the kernel could not split (see "Huge pages").
     """
 
     address: int
@@ -513,6 +721,7 @@ class MemoryPlacement:
     not_moved: Mapping[str, int] = field(default_factory=dict, hash=False)
     reasons: Tuple[str, ...] = ()
     notes: Tuple[str, ...] = ()
+    moved_outside: int = 0
 
     @property
     def on_nodes(self) -> Optional[int]:
@@ -533,7 +742,7 @@ class MemoryPlacement:
 
     def summary(self) -> str:
         where = f"{self.kernel_policy} on node {format_ids(self.nodes)}"
-        head = f"{self.size} bytes at {self.address:#x} ({self.pages} pages): {where}"
+        head = f"{self.size} bytes at {self.address:#x} ({_pages(self.pages)}): {where}"
         if self.pages_per_node is None:
             return f"{head}; page locations unknown"
         counts = ", ".join(f"{c} on node {n}" for n, c in sorted(self.pages_per_node.items()))
@@ -542,6 +751,8 @@ class MemoryPlacement:
             parts.append(f"{self.not_present} not present yet")
         for reason, count in sorted(self.not_moved.items()):
             parts.append(f"{count} not moved ({reason}: {REASONS.get(reason, reason)})")
+        if self.moved_outside:
+            parts.append(f"{_pages(self.moved_outside)} outside the range moved with it")
         return "; ".join(parts)
 
     def to_dict(self) -> Dict[str, Any]:
@@ -563,6 +774,7 @@ class MemoryPlacement:
             "complete": self.complete,
             "reasons": list(self.reasons),
             "notes": list(self.notes),
+            "moved_outside": self.moved_outside,
         }
 
 
@@ -617,7 +829,12 @@ def _retry_moves(census: _Census, target: _Target) -> Dict[str, int]:
         batch = strays[index : index + _libnuma.MOVE_PAGES_CHUNK]
         said: List[int] = [_libnuma.STATUS_UNWRITTEN] * len(batch)
         if one is not None:
-            _, said = _libnuma.move_pages_status(batch, one, _libnuma.MPOL_MF_MOVE)
+            try:
+                _, said = _libnuma.move_pages_status(batch, one, _libnuma.MPOL_MF_MOVE)
+            except NumaSyscallError as exc:
+                # The whole call refused (ENOMEM: the node is full, after moving what
+                # fitted): each page still off the nodes is left for that reason.
+                said = [-(exc.errno or errno.EIO)] * len(batch)
         now = _where_now(batch)
         for address, answer, where in zip(batch, said, now):
             old = census.stray.pop(address)
@@ -661,15 +878,89 @@ def _ask_again(addresses: List[int], now: List[int], asks: int = 2) -> List[int]
     return now
 
 
-def _report(span: _Span, start: int, length: int, target: _Target, move: bool) -> MemoryPlacement:
+def _pages(count: int) -> str:
+    return f"{count} page" if count == 1 else f"{count} pages"
+
+
+def _present(addresses: List[int]) -> Dict[int, int]:
+    """The node of each present page among ``addresses`` (``move_pages`` query)."""
+    found: Dict[int, int] = {}
+    for index in range(0, len(addresses), _libnuma.MOVE_PAGES_CHUNK):
+        batch = addresses[index : index + _libnuma.MOVE_PAGES_CHUNK]
+        _, status = _libnuma.move_pages_status(batch)
+        found.update((a, where) for a, where in zip(batch, status) if where >= 0)
+    return found
+
+
+def _edge_neighbours(start: int, length: int) -> List[int]:
+    """The pages outside the range that may share a transparent huge page with its edges.
+
+    A huge page (and any smaller large folio, which lies inside one) is
+    aligned to its size, so those are the rest of the huge-page-aligned
+    blocks holding the range's first and last pages.
+    """
+    huge, page = _libnuma.huge_page_size(), mmap.PAGESIZE
+    if huge <= page:
+        return []
+    end = start + length
+    low, high = start - start % huge, -(-end // huge) * huge
+    return list(range(low, start, page)) + list(range(end, high, page))
+
+
+def _neighbours_before(start: int, length: int) -> Dict[int, int]:
+    """Where the present pages sharing a possible huge page with the range's edges are."""
+    neighbours = _edge_neighbours(start, length)
+    if not neighbours:
+        return {}
+    try:
+        return _present(neighbours)
+    except NumaSyscallError:
+        return {}  # the query is denied: so is the census, which says so
+
+
+def _split_edges(start: int, length: int, neighbours: Mapping[int, int]) -> None:
+    """Split the huge pages the range's edges cut, where neighbours are present (best effort).
+
+    ``madvise(MADV_COLD)`` on the range's edge page splits a huge page it
+    covers only in part (and marks that one page as cold, a hint to
+    reclaim: the only effect left).  It cannot split a huge page that is
+    ``mlock``-ed, shared with another process or busy at that moment.
+    """
+    page, end = mmap.PAGESIZE, start + length
+    edges = {start for a in neighbours if a < start} | {end - page for a in neighbours if a >= end}
+    for edge in sorted(edges):
+        try:
+            _libnuma.madvise(edge, page, _libnuma.MADV_COLD)
+        except NumaSyscallError:
+            pass  # before Linux 5.4, or a locked or special mapping: counted afterwards
+
+
+def _moved_outside(before: Mapping[int, int]) -> int:
+    """How many of the neighbour pages ``before`` are now on another node."""
+    if not before:
+        return 0
+    now = _present(sorted(before))
+    return sum(1 for address, node in before.items() if now.get(address, node) != node)
+
+
+def _report(
+    span: _Span,
+    start: int,
+    length: int,
+    target: _Target,
+    move: bool,
+    *,
+    neighbours: Mapping[int, int],
+) -> MemoryPlacement:
     per_node: Optional[Dict[int, int]] = None
-    absent = 0
+    absent = outside = 0
     not_moved: Dict[str, int] = {}
     notes: List[str] = []
     try:
         census = _census(start, length, target.nodes)
         if census.stray:
             not_moved = _retry_moves(census, target) if move else {NOT_ASKED: len(census.stray)}
+        outside = _moved_outside(neighbours)
     except NumaSyscallError as exc:
         notes.append(
             f"the policy was applied, but where the pages are is unknown: {exc} "
@@ -680,10 +971,21 @@ def _report(span: _Span, start: int, length: int, target: _Target, move: bool) -
         absent = sum(c for s, c in census.counts.items() if s < 0)
         if any(reason in _PINNED_REASONS for reason in not_moved):
             notes.append(_PINNED_HINT)
+        if "ENOMEM" in not_moved:
+            notes.append(
+                f"node {format_ids(target.nodes)} is full: {_pages(not_moved['ENOMEM'])} could "
+                "not be moved there (ENOMEM); free memory on it, or place the buffer elsewhere"
+            )
         if absent:
             notes.append(
-                f"{absent} page(s) not present yet (never written): they will be allocated on "
+                f"{_pages(absent)} not present yet (never written): allocated on "
                 f"node {format_ids(target.nodes)} when first written"
+            )
+        if outside:
+            notes.append(
+                f"{_pages(outside)} outside the range moved with it: they shared a transparent "
+                "huge page with its edges, which the kernel could not split (it moves a huge "
+                "page whole)"
             )
     return MemoryPlacement(
         address=span.address,
@@ -700,6 +1002,7 @@ def _report(span: _Span, start: int, length: int, target: _Target, move: bool) -
         not_moved=not_moved,
         reasons=target.reasons,
         notes=tuple(notes),
+        moved_outside=outside,
     )
 
 
@@ -766,11 +1069,18 @@ def bind_memory(
         flags = _libnuma.MPOL_MF_MOVE if move else 0
         mode = _libnuma.MODE_NAMES.get(target.mode, str(target.mode))
         operation = f"mbind({mode}) of {length} bytes at {start:#x}"
+        neighbours = _neighbours_before(start, length) if move else {}
         try:
+            if neighbours:
+                # Huge pages: see "Which pages".  The policy first, without moving: the
+                # mapping is split at the range's ends, so no huge page can form across
+                # them again; then the edges' huge pages are split; then the move.
+                _libnuma.mbind_range(start, length, target.mode, target.nodes, 0)
+                _split_edges(start, length, neighbours)
             _libnuma.mbind_range(start, length, target.mode, target.nodes, flags)
         except NumaSyscallError as exc:
             raise _refused(exc, operation, target.nodes) from None
-        return _report(span, start, length, target, move)
+        return _report(span, start, length, target, move, neighbours=neighbours)
     finally:
         if exported is not None:
             exported.close()
@@ -779,12 +1089,189 @@ def bind_memory(
 # ---------------------------------------------------------------- memory_on
 
 
+_NO_NODES = (_libnuma.MPOL_DEFAULT, _libnuma.MPOL_LOCAL)
+
+
+class _Block:
+    """One ``memory_on`` block in force on a thread: what to put back when it ends.
+
+    ``previous`` is the policy before the block (as ``get_mempolicy`` read
+    it), ``allowed`` the thread's allowed memory nodes then (the kernel's
+    remapping of ``previous`` after a cpuset change starts from them).  A
+    block left out of order hands both to the block entered after it.
+    """
+
+    __slots__ = ("allowed", "previous", "thread")
+
+    def __init__(self, previous: _libnuma.MemPolicy, allowed: frozenset[int]) -> None:
+        self.previous = previous
+        self.allowed = allowed
+        self.thread = threading.get_native_id()
+
+
+class _Blocks(threading.local):
+    """Each thread's blocks in force, innermost last.
+
+    A ``threading.local``: a forked child's one thread keeps the forking
+    thread's list (its copy of that thread's policy and blocks), and the
+    other threads' lists are gone with them.
+    """
+
+    def __init__(self) -> None:
+        self.stack: List[_Block] = []
+
+
+_BLOCKS = _Blocks()
+
+
+def _index(stack: List[_Block], block: _Block) -> Optional[int]:
+    for index, entry in enumerate(stack):
+        if entry is block:
+            return index
+    return None
+
+
+def _drop(stack: List[_Block], block: _Block) -> None:
+    """Remove ``block`` from ``stack`` by identity, found afresh.
+
+    Not by an index found earlier: a finalizer (:func:`_abandoned`) may end
+    another block of this thread in between, when the garbage collector
+    runs inside a call.
+    """
+    index = _index(stack, block)
+    if index is not None:
+        del stack[index]
+
+
+def _describe(policy: _libnuma.MemPolicy) -> str:
+    if policy.mode in _NO_NODES:
+        return policy.mode_name
+    return f"{policy.mode_name} on node {format_ids(policy.nodes)}"
+
+
+def _remap(nodes: AbstractSet[int], old: AbstractSet[int], new: AbstractSet[int]) -> frozenset[int]:
+    """``nodes`` moved from the allowed set ``old`` to ``new`` as the kernel does it.
+
+    The kernel's ``nodes_remap``: the i-th node of ``old`` becomes the
+    (i mod len(new))-th of ``new``; a node outside ``old`` stays itself.
+    This is what a policy in force (without ``MPOL_F_STATIC_NODES``) becomes
+    when its cpuset's ``mems`` change.
+    """
+    before, after = sorted(old), sorted(new)
+    if not before or not after:
+        return frozenset(nodes)
+    return frozenset(after[before.index(n) % len(after)] if n in old else n for n in nodes)
+
+
+def _nearest(block: _Block) -> Iterator[Tuple[_libnuma.MemPolicy, str]]:
+    """What to put back, nearest first, when the kernel refuses ``block.previous``."""
+    previous = block.previous
+    try:
+        allowed = _libnuma.get_mems_allowed()
+    except NumaSyscallError:
+        allowed = frozenset()
+    part = previous.nodes & allowed
+    if part:
+        yield (
+            _libnuma.MemPolicy(previous.mode, frozenset(part), previous.flags),
+            "the same policy over the allowed part of its nodes",
+        )
+    moved = _remap(previous.nodes, block.allowed, allowed) & allowed
+    if moved and moved != part:
+        yield (
+            _libnuma.MemPolicy(previous.mode, moved, previous.flags),
+            "the same policy on the nodes the kernel remaps its nodes to",
+        )
+    yield _libnuma.MemPolicy(_libnuma.MPOL_DEFAULT, frozenset(), 0), "the default policy"
+
+
+def _set(policy: _libnuma.MemPolicy) -> None:
+    nodes = policy.nodes if policy.mode not in _NO_NODES else frozenset()
+    _libnuma.set_mempolicy(policy.mode, nodes, policy.flags)
+
+
+def _put_back(block: _Block) -> None:
+    """Set ``block.previous`` again, or the nearest policy the kernel accepts (one warning).
+
+    The kernel refuses the saved policy (``EINVAL``) when none of its nodes
+    is allowed any more: the cpuset's ``mems`` changed during the block.
+    Then the same mode over the allowed part of its nodes, else over the
+    nodes the kernel's own remapping gives, else the default policy is set,
+    and a :class:`RuntimeWarning` says which.  The block's policy is never
+    left in place unless the kernel refuses even the default (``EPERM``
+    under a seccomp filter installed during the block): that raises.
+    """
+    previous = block.previous
+    try:
+        _set(previous)
+        return
+    except NumaSyscallError as exc:
+        if exc.errno != errno.EINVAL or previous.mode in _NO_NODES:
+            raise
+        refused = exc
+    for policy, how in _nearest(block):
+        try:
+            _set(policy)
+        except NumaSyscallError:
+            continue
+        try:
+            allowed = format_ids(_libnuma.get_mems_allowed())
+        except NumaSyscallError:
+            allowed = "unknown"
+        warnings.warn(
+            f"memory_on: the kernel refused the policy from before the block, "
+            f"{_describe(previous)} (EINVAL: this thread's allowed memory nodes are now "
+            f"{allowed}, were {format_ids(block.allowed)}: its cpuset changed during the "
+            f"block); put back {how}, {_describe(policy)}",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+        return
+    raise refused
+
+
+def _leave(stack: List[_Block], block: _Block) -> None:
+    """Take ``block`` off its thread's stack, putting the policy back if it is innermost.
+
+    Idempotent, so that an interrupt anywhere in it can be finished by
+    calling it again: the policy is put back before the block leaves the
+    stack.  A block that is not innermost (a coroutine or generator
+    suspended inside a block, another one entered meanwhile and still in
+    force) hands what it would have put back to the block entered after it,
+    which puts it back when it ends; the thread keeps that block's policy
+    meanwhile.  One :class:`RuntimeWarning` says so.
+    """
+    index = _index(stack, block)
+    if index is None:
+        return
+    if index + 1 < len(stack):
+        above = stack[index + 1]
+        above.previous, above.allowed = block.previous, block.allowed
+        _drop(stack, block)
+        warnings.warn(
+            "memory_on blocks left out of order on one thread (a coroutine or generator "
+            "suspended inside a block while another entered one): a memory policy is per "
+            "thread, so code the thread ran meanwhile allocated under the innermost block's "
+            "policy; the policy from before both is put back when the last one ends",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return
+    try:
+        _put_back(block)
+    except NumaSyscallError:
+        _drop(stack, block)  # refused even the default: nothing more can be put back for it
+        raise
+    _drop(stack, block)
+
+
 class MemoryOn:
     """The context manager :func:`memory_on` returns; use it once, in one thread.
 
     ``nodes``, ``mode`` and ``reasons`` say where the block allocates and
-    why; ``previous`` is the calling thread's policy as ``get_mempolicy``
-    read it on entry (mode, nodes and mode flags), which is set again on exit.
+    why; ``previous`` is the policy that is set again on exit (mode, nodes
+    and mode flags, as ``get_mempolicy`` read it when the block, or an
+    enclosing block left before it, was entered), ``None`` outside the block.
     """
 
     def __init__(self, target: _Target) -> None:
@@ -793,9 +1280,14 @@ class MemoryOn:
         self.mode = _libnuma.MODE_NAMES.get(target.mode, str(target.mode))
         self.policy = target.policy.value
         self.reasons = target.reasons
-        self.previous: Optional[_libnuma.MemPolicy] = None
-        self._thread: Optional[int] = None
+        self._block: Optional[_Block] = None
+        self._finalizer: Optional[weakref.finalize[[_Block], MemoryOn]] = None
         self._used = False
+
+    @property
+    def previous(self) -> Optional[_libnuma.MemPolicy]:
+        block = self._block
+        return None if block is None else block.previous
 
     def __repr__(self) -> str:
         return f"memory_on({self.mode} on node {format_ids(self.nodes)})"
@@ -806,15 +1298,26 @@ class MemoryOn:
         self._used = True
         try:
             previous = _libnuma.get_mempolicy()
+            allowed = _libnuma.get_mems_allowed()
         except NumaSyscallError as exc:
             raise _refused(exc, "get_mempolicy (reading the policy to restore)", None) from None
-        operation = f"set_mempolicy({self.mode})"
+        block = _Block(previous, allowed)
+        stack = _BLOCKS.stack
         try:
+            # The undo is recorded before the change (as a bind's journal is).
+            self._block = block
+            stack.append(block)
+            self._finalizer = weakref.finalize(self, _abandoned, block)
+            self._finalizer.atexit = False
             _libnuma.set_mempolicy(self._target.mode, self.nodes)
-        except NumaSyscallError as exc:
-            raise _refused(exc, operation, self.nodes) from None
-        self.previous = previous
-        self._thread = threading.get_native_id()
+        except NumaSyscallError as exc:  # refused: nothing changed
+            _drop(stack, block)
+            self._ended()
+            raise _refused(exc, f"set_mempolicy({self.mode})", self.nodes) from None
+        except BaseException:  # KeyboardInterrupt, maybe after the change: undo it
+            _leave(stack, block)
+            self._ended()
+            raise
         return self
 
     def __exit__(
@@ -823,26 +1326,56 @@ class MemoryOn:
         exc: Optional[BaseException],
         traceback: Optional[TracebackType],
     ) -> None:
-        previous, thread = self.previous, self._thread
-        if previous is None or thread is None:
+        block = self._block
+        if block is None:
             return
-        if threading.get_native_id() != thread:
-            raise ConfigError(
-                f"memory_on block entered on thread {thread} and left on thread "
-                f"{threading.get_native_id()}: a memory policy is per thread, so thread "
-                f"{thread} still allocates on node {format_ids(self.nodes)}"
-            )
-        self.previous = None
-        nodes = previous.nodes if previous.mode not in _NO_NODES else frozenset()
         try:
-            _libnuma.set_mempolicy(previous.mode, nodes, previous.flags)
+            stack = _BLOCKS.stack
+            mine = _index(stack, block) is not None
+        except BaseException:  # an interrupt: this thread's block ends all the same
+            _leave(_BLOCKS.stack, block)
+            self._ended()
+            raise
+        if not mine:
+            raise ConfigError(
+                f"memory_on block entered on thread {block.thread} and left on thread "
+                f"{threading.get_native_id()}: a memory policy is per thread, so thread "
+                f"{block.thread} still allocates on node {format_ids(self.nodes)}"
+            )
+        try:
+            _leave(stack, block)
         except NumaSyscallError as refused:
+            self._ended()
+            previous = block.previous
             raise _refused(
-                refused, f"set_mempolicy({previous.mode_name}) restoring the policy", nodes
+                refused, f"set_mempolicy({previous.mode_name}) restoring the policy", previous.nodes
             ) from None
+        except BaseException:  # an interrupt inside: finish putting the policy back
+            _leave(stack, block)
+            self._ended()
+            raise
+        self._ended()
+
+    def _ended(self) -> None:
+        self._block = None
+        finalizer, self._finalizer = self._finalizer, None
+        if finalizer is not None:
+            finalizer.detach()
 
 
-_NO_NODES = (_libnuma.MPOL_DEFAULT, _libnuma.MPOL_LOCAL)
+def _abandoned(block: _Block) -> None:
+    """A block whose object was freed while still in force ends now, if on this thread.
+
+    Where an interrupt lands at the very start of ``__exit__``, before any
+    of it runs, nothing in it can put the policy back; nor is ``__exit__``
+    called for a suspended generator that is never closed.  The object then
+    dies (when the interrupt's traceback or the generator is freed) and this
+    ends its block.  Only while a block is in force is this callback armed,
+    so a Ctrl-C is never swallowed by a finaliser of a block that ended.
+    On another thread it can do nothing: a memory policy is per thread.
+    """
+    with contextlib.suppress(Exception):  # nothing may escape a finaliser
+        _leave(_BLOCKS.stack, block)
 
 
 def memory_on(
@@ -861,6 +1394,14 @@ def memory_on(
     (or by threads it starts there, which keep the policy) follow it; memory
     an allocator already holds does not move.  The arguments are checked
     now; the policy changes on entry.
+
+    The policy is the thread's, not the block's: do not ``await`` or
+    ``yield`` inside the block (whatever the thread runs while it is
+    suspended allocates under it).  Blocks that end out of order, an
+    interrupt at any point, a ``fork`` inside the block and a cpuset change
+    during it all end with the policy from before the block, or the nearest
+    one the kernel accepts (see "What memory_on guarantees" in the module
+    docstring).
 
     Pinned memory cannot be moved after the fact, so this is how it is
     placed: CUDA's pinned allocator touches its pages in the calling thread::

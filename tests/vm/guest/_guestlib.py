@@ -214,3 +214,21 @@ def run_python(
     result: Dict[str, Any] = json.loads(lines[-1])
     result["_stderr"] = err
     return result
+
+
+def is_thp(address: int) -> Optional[bool]:
+    """Whether the page at ``address`` (this process) is part of a transparent huge page.
+
+    Read from ``/proc/self/pagemap`` (its frame) and ``/proc/kpageflags`` (``KPF_THP``), both
+    root-only; None when the page is not present.
+    """
+    page = mmap.PAGESIZE
+    with open("/proc/self/pagemap", "rb") as pagemap:
+        pagemap.seek(address // page * 8)
+        entry = int.from_bytes(pagemap.read(8), "little")
+    frame = entry & ((1 << 55) - 1)
+    if not entry >> 63 or not frame:
+        return None
+    with open("/proc/kpageflags", "rb") as flags:
+        flags.seek(frame * 8)
+        return bool(int.from_bytes(flags.read(8), "little") >> 22 & 1)

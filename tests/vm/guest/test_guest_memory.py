@@ -16,7 +16,7 @@ import json
 import mmap
 import os
 from pathlib import Path
-from typing import Iterator, List
+from typing import Iterator, List, Tuple
 
 import pytest
 
@@ -29,6 +29,7 @@ from ._guestlib import (
     PCI_ADDRESS_NODE2,
     PCI_CLASS,
     PCI_VENDOR,
+    is_thp,
     page_nodes,
     run_python,
 )
@@ -389,3 +390,182 @@ def test_nodes_outside_cpuset_mems_are_refused_by_name(mems0_cgroup: Path) -> No
     accounted = within["pages_per_node"]["0"] + within["not_present"]
     assert accounted + within["not_moved"].get("vanished", 0) == within["pages"], shown
     assert report["policy"] == "MPOL_DEFAULT"
+
+
+# ----------------------------------------------- bind_memory and transparent huge pages
+
+
+def huge_page_on(node: int) -> Tuple[mmap.mmap, int]:
+    """A mapping holding one transparent huge page written on ``node``; (mapping, its address)."""
+    huge = _libnuma.huge_page_size()
+    assert huge > PAGE, "this guest kernel has transparent huge pages"
+    region = mmap.mmap(-1, 3 * huge, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    offset = -address_of(region) % huge
+    region.madvise(mmap.MADV_HUGEPAGE, offset, huge)
+    _libnuma.set_mempolicy(_libnuma.MPOL_BIND, {node})
+    try:
+        region[offset : offset + huge : PAGE] = b"\1" * (huge // PAGE)
+    finally:
+        _libnuma.set_mempolicy(_libnuma.MPOL_DEFAULT)
+    first = address_of(region) + offset
+    assert is_thp(first) and is_thp(first + huge - PAGE), "one huge page was allocated"
+    return region, first
+
+
+def nodes_at(first: int, count: int) -> List[int]:
+    """Node of each of ``count`` pages from ``first`` (an independent move_pages query)."""
+    _, status = _libnuma.move_pages_status([first + i * PAGE for i in range(count)])
+    return status
+
+
+def test_a_range_inside_a_huge_page_moves_alone() -> None:
+    region, first = huge_page_on(0)
+    huge_pages = _libnuma.huge_page_size() // PAGE
+    try:
+        result = bind_memory((first + 100 * PAGE, 2 * PAGE), node=1)
+        assert nodes_at(first, huge_pages) == [0] * 100 + [1, 1] + [0] * (huge_pages - 102)
+        assert result.pages_per_node == {1: 2} and result.complete
+        assert result.moved_outside == 0 and "outside" not in result.summary()
+    finally:
+        region.close()
+
+
+def test_two_halves_of_a_huge_page_bound_to_two_nodes_stay_apart() -> None:
+    region, first = huge_page_on(0)
+    half = _libnuma.huge_page_size() // PAGE // 2
+    try:
+        low = bind_memory((first, half * PAGE), node=1)
+        high = bind_memory((first + half * PAGE, half * PAGE), node=2)
+        assert nodes_at(first, 2 * half) == [1] * half + [2] * half  # the first half stayed
+        assert low.complete and high.complete and low.moved_outside == high.moved_outside == 0
+    finally:
+        region.close()
+
+
+def test_a_huge_page_that_cannot_be_split_moves_whole_and_the_result_says_so() -> None:
+    """An mlock-ed huge page is not split (MADV_COLD refuses locked memory); the kernel
+    migrates it whole, and the result counts the pages outside the range that moved."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mlock.argtypes = libc.munlock.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    region, first = huge_page_on(0)
+    huge = _libnuma.huge_page_size()
+    assert libc.mlock(first, huge) == 0, os.strerror(ctypes.get_errno())
+    try:
+        result = bind_memory((first + 100 * PAGE, 2 * PAGE), node=1)
+        where = nodes_at(first, huge // PAGE)
+        moved = sum(1 for i, n in enumerate(where) if n == 1 and not 100 <= i < 102)
+        assert result.pages_per_node == {1: 2} and result.complete
+        assert moved > 0 and result.moved_outside == moved, (moved, result.summary())
+        assert f"{moved} pages outside the range moved with it" in result.summary()
+        assert any("could not split" in note for note in result.notes), result.notes
+    finally:
+        libc.munlock(first, huge)
+        region.close()
+
+
+# ------------------------------------------------------------ bind_memory, a full node
+
+
+HUGETLB_NODE2 = Path("/sys/devices/system/node/node2/hugepages/hugepages-2048kB/nr_hugepages")
+
+
+@pytest.fixture
+def node2_full() -> Iterator[int]:
+    """Node 2's memory taken by hugetlb pages (no process owns them, so no OOM kill); its
+    free memory left, in bytes.  Given back afterwards."""
+    HUGETLB_NODE2.write_text("1024")  # far more than 256 MiB: the kernel takes what it can
+    try:
+        assert int(HUGETLB_NODE2.read_text()) > 0
+        meminfo = Path("/sys/devices/system/node/node2/meminfo").read_text()
+        free_kb = int(next(line for line in meminfo.splitlines() if "MemFree" in line).split()[3])
+        yield free_kb * 1024
+    finally:
+        HUGETLB_NODE2.write_text("0")
+
+
+def test_a_full_node_keeps_the_counts_and_lists_the_pages_under_enomem(node2_full: int) -> None:
+    pages = BIG_PAGES  # 64 MiB, far more than node 2 has left
+    assert node2_full < pages * PAGE // 2, node2_full
+    region = touched_on(0, pages)
+    try:
+        result = bind_memory(region, node=2)
+        where = page_nodes(region)
+        assert result.pages_per_node == {n: where.count(n) for n in set(where)}, result.summary()
+        assert where.count(0) > pages // 2  # most could not go
+        assert result.not_moved.get("ENOMEM", 0) == where.count(0), result.summary()
+        assert sum(result.pages_per_node.values()) == pages and not result.complete
+        assert any(note.startswith("node 2 is full: ") for note in result.notes), result.notes
+        assert "max_map_count" not in " ".join(result.notes)
+    finally:
+        region.close()
+
+
+# ------------------------------------------------------- memory_on, cpuset mems change
+
+
+_CPUSET_CHANGE_CHILD = """
+import json, os, sys, warnings
+group = sys.argv[1]
+with open(group + "/cgroup.procs", "w") as handle:
+    handle.write(str(os.getpid()))  # this process joins the group (cpuset.mems=0-2)
+
+from pynumabind._os import libnuma as _libnuma
+from pynumabind.binding.placement import memory_on
+
+def mems(text):
+    with open(group + "/cpuset.mems", "w") as handle:
+        handle.write(text)
+
+def policy():
+    now = _libnuma.get_mempolicy()
+    return [now.mode_name, sorted(now.nodes)]
+
+def leave_after(saved_mode, saved_nodes, new_mems):
+    mems("0-2")
+    _libnuma.set_mempolicy(saved_mode, set(saved_nodes))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with memory_on(node=0, policy="preferred"):
+            inside = policy()
+            mems(new_mems)  # the cpuset changes during the block
+    return {"inside": inside, "after": policy(), "warnings": [str(w.message) for w in caught]}
+
+report = {
+    "none_allowed": leave_after(_libnuma.MPOL_BIND, {1, 2}, "0"),
+    "part_allowed": leave_after(_libnuma.MPOL_INTERLEAVE, {1, 2}, "0,2"),
+}
+_libnuma.set_mempolicy(_libnuma.MPOL_DEFAULT)
+print(json.dumps(report))
+"""
+
+
+@pytest.fixture
+def all_mems_cgroup() -> Iterator[Path]:
+    """A cgroup v2 group with cpuset.mems 0-2, which a child joins and then narrows."""
+    root = Path("/sys/fs/cgroup")
+    group = root / "pynumabind-mems-change"
+    (root / "cgroup.subtree_control").write_text("+cpuset")
+    group.mkdir(exist_ok=True)
+    try:
+        (group / "cpuset.mems").write_text("0-2")
+        yield group
+    finally:
+        for pid in (group / "cgroup.procs").read_text().split():
+            (root / "cgroup.procs").write_text(pid)
+        group.rmdir()
+
+
+def test_a_cpuset_change_during_a_block_restores_the_nearest_allowed_policy(
+    all_mems_cgroup: Path,
+) -> None:
+    report = run_python(_CPUSET_CHANGE_CHILD, [str(all_mems_cgroup)])
+    gone = report["none_allowed"]  # BIND on 1-2 before, mems now 0: nothing of it allowed
+    assert gone["inside"] == ["MPOL_PREFERRED", [0]]
+    # The kernel refuses BIND on 1-2 (EINVAL); its own remapping of 1-2 onto node 0 is put
+    # back, never the block's MPOL_PREFERRED, and one warning says so.
+    assert gone["after"] == ["MPOL_BIND", [0]], report
+    assert len(gone["warnings"]) == 1, report
+    assert "MPOL_BIND on node 1-2" in gone["warnings"][0]
+    assert "allowed memory nodes are now 0, were 0-2" in gone["warnings"][0]
+    part = report["part_allowed"]  # INTERLEAVE on 1-2 before, mems now 0,2: the kernel keeps 2
+    assert part["after"] == ["MPOL_INTERLEAVE", [2]] and part["warnings"] == [], report

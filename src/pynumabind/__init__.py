@@ -45,6 +45,7 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "LibnumaUnavailableError": ("errors", "LibnumaUnavailableError"),
     "NumaSyscallError": ("errors", "NumaSyscallError"),
     "BindError": ("errors", "BindError"),
+    "AdviceRecordError": ("errors", "AdviceRecordError"),
     # id lists (the override syntax)
     "parse_cpulist": ("cpulist", "parse_cpulist"),
     "parse_nodelist": ("cpulist", "parse_nodelist"),
@@ -82,7 +83,8 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "memory_on": ("binding.placement", "memory_on"),
     # measuring before binding (issue 21)
     "advise": ("advisor", "advise"),
-    "Advice": ("advisor.rule", "Advice"),
+    "Advice": ("advisor.record", "Advice"),
+    "load_advice": ("advisor.record", "load_advice"),
 }
 
 # Made from the table; type checkers read the "X as X" re-exports below instead.
@@ -94,7 +96,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .advisor import advise as advise
 
     # "X as X": an explicit re-export, for type checkers and linters.
-    from .advisor.rule import Advice as Advice
+    from .advisor.record import Advice as Advice
+    from .advisor.record import load_advice as load_advice
     from .binding import Binding as Binding
     from .binding import Skipped as Skipped
     from .binding import ThreadAction as ThreadAction
@@ -113,6 +116,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .discovery import load_topology as load_topology
     from .discovery import resolve_topology as resolve_topology
     from .discovery import topology_from_sysfs as topology_from_sysfs
+    from .errors import AdviceRecordError as AdviceRecordError
     from .errors import BindError as BindError
     from .errors import ConfigError as ConfigError
     from .errors import LibnumaUnavailableError as LibnumaUnavailableError

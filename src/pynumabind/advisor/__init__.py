@@ -13,6 +13,9 @@ assuming, in this process and without changing its binding:
    comparison only;
 
 and applies the documented rule of :func:`pynumabind.advisor.rule.decide`.
+:meth:`Advice.save <pynumabind.advisor.record.Advice.save>` keeps the
+result as the machine's advice record, which mode ``advised`` follows
+(:mod:`pynumabind.advisor.record`).
 ``quick=True`` takes about 15 s on a two-node server, the default about a
 minute.  Progress goes to ``progress`` (a callable taking one line), which
 the CLI points at stderr.
@@ -24,13 +27,16 @@ function would replace ``pynumabind.advise`` with itself once imported.
 from __future__ import annotations
 
 import time
-from typing import Callable, List, Optional
+from typing import TYPE_CHECKING, Callable, List, Optional
 
 from ..errors import ConfigError
 from ..model import Topology
-from .rule import DEFAULT_MIN_EFFECT, Advice, GpuCopies, decide
+from .rule import DEFAULT_MIN_EFFECT, GpuCopies, decide
 
-__all__ = ["Advice", "advise"]
+if TYPE_CHECKING:  # pragma: no cover
+    from .record import Advice
+
+__all__ = ["advise"]
 
 
 def _quiet(_line: str) -> None:
@@ -60,6 +66,7 @@ def advise(
     """
     from . import copies as _cuda
     from . import memory as _measure
+    from .record import Advice  # the one with save(); imported here, so rule stays light
 
     if buffer_bytes is not None and buffer_bytes < _measure.PAGE:
         raise ConfigError(f"buffer_bytes={buffer_bytes} is smaller than a page")

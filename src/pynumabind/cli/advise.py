@@ -1,10 +1,13 @@
-"""``pynumabind advise [--quick] [--json] [--plot FILE]``: the command and its rendering.
+"""``pynumabind advise [--quick] [--json] [--plot FILE] [--save [PATH]]``: command and rendering.
 
 The measuring is :func:`pynumabind.advise`; this module parses the options,
 prints progress on stderr, renders an :class:`~pynumabind.Advice` as tables
 (:func:`render_text`) or JSON, and draws the optional heatmap
 (:func:`write_plot`, needs matplotlib: ``pip install 'pynumabind[plot]'``).
-A missing matplotlib is found before anything is measured.
+A missing matplotlib is found before anything is measured, and so is a
+``--save`` path that would overwrite a file that is not an advice record.
+``--save`` writes the record mode ``advised`` follows
+(:mod:`pynumabind.advisor.record`: where, and how).
 """
 
 from __future__ import annotations
@@ -34,6 +37,15 @@ def add_parser(commands: Any) -> None:
     )
     advise.add_argument("--json", action="store_true", help="print JSON instead of tables")
     advise.add_argument("--plot", metavar="FILE", help="also write a heatmap PNG (matplotlib)")
+    advise.add_argument(
+        "--save",
+        nargs="?",
+        const="",
+        metavar="PATH",
+        help="also save the result as this machine's advice record, which mode 'advised' "
+        "follows (default PATH: $PYNUMABIND_ADVICE, else /var/lib/pynumabind/advice.json as "
+        "root, ~/.cache/pynumabind/advice.json otherwise)",
+    )
     advise.add_argument("--no-gpu", action="store_true", help="do not measure host<->GPU copies")
     advise.add_argument(
         "--no-latency", action="store_true", help="do not measure latency (pointer chase)"
@@ -41,6 +53,23 @@ def add_parser(commands: Any) -> None:
     advise.add_argument(
         "-v", "--verbose", action="count", default=0, help="log more (repeat for debug)"
     )
+
+
+def _save_target(save: Optional[str]) -> Optional[str]:
+    """Where ``--save`` writes (None: not saving), checked before anything is measured.
+
+    A path that holds something other than an advice record is refused now,
+    not after a minute of measuring; the path rule's default when no PATH.
+    """
+    if save is None:
+        return None
+    import os
+
+    from ..advisor import record as _record
+
+    target = os.path.abspath(save if save else _record.save_path(os.environ))
+    _record.refuse_foreign(target)
+    return target
 
 
 def _progress(line: str) -> None:
@@ -55,6 +84,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
 
     if args.plot:
         _matplotlib()  # fail before a minute of measuring, not after
+    target = _save_target(args.save)
     advice = advise(
         quick=args.quick,
         gpus=not args.no_gpu,
@@ -64,6 +94,12 @@ def cmd_advise(args: argparse.Namespace) -> int:
     if args.plot:
         write_plot(advice.to_dict(), args.plot)
         _progress(f"wrote {args.plot}")
+    if target is not None:
+        written = advice.save(target)
+        _progress(
+            f"saved the advice record to {written}; PYNUMABIND_MODE=advised (or --mode advised) "
+            "makes binds on this machine follow it"
+        )
     if sys.stdout is None:
         raise PynumabindError("standard output is closed")
     if args.json:

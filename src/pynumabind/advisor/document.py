@@ -58,6 +58,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Ty
 
 from ..cpulist import format_cpulist, parse_cpulist
 from ..errors import AdviceRecordError, ListParseError
+from ..model import Topology
 from .rule import (
     DEFAULT_MIN_EFFECT,
     SCHEMA_VERSION,
@@ -85,6 +86,7 @@ __all__ = [
     "Record",
     "advice_from_dict",
     "is_record",
+    "machine_of",
     "parse_record",
     "record_dict",
     "staleness",
@@ -161,6 +163,38 @@ class Machine:
             f"{len(self.gpus)} GPU{'s' if len(self.gpus) != 1 else ''}, {cpu}, "
             f"kernel {self.kernel}"
         )
+
+
+def machine_of(
+    topology: Topology,
+    *,
+    cpu_model: Optional[str],
+    kernel: str,
+    memory_bytes: Optional[Mapping[int, Optional[int]]] = None,
+) -> Machine:
+    """The :class:`Machine` of ``topology`` (every GPU it lists, by bus id).
+
+    ``memory_bytes`` maps node -> size; default each node's ``memory_total``.
+    """
+    ids = sorted(topology.nodes)
+    sizes = memory_bytes if memory_bytes is not None else {}
+    return Machine(
+        cpu_model=cpu_model,
+        nodes=tuple(
+            MachineNode(
+                n,
+                topology.nodes[n].cpus,
+                sizes.get(n) if memory_bytes is not None else topology.nodes[n].memory_total,
+            )
+            for n in ids
+        ),
+        distances=tuple(tuple(topology.distance(a, b) for b in ids) for a in ids),
+        gpus=tuple(
+            MachineGpu(g.pci_bus_id, g.model)
+            for g in sorted(topology.gpus, key=lambda g: g.pci_bus_id)
+        ),
+        kernel=kernel,
+    )
 
 
 def _size(value: Optional[int]) -> str:
@@ -518,6 +552,7 @@ def _recommendation(reader: _Reader, data: Mapping[str, Any]) -> Recommendation:
                 mode=child.get(entry, "mode", str),
                 memory=child.get(entry, "memory", str),
                 reasons=_strings(child, entry, "reasons"),
+                reported_node=child.optional(entry, "reported_node", int),
             )
         )
     comparisons = []

@@ -80,10 +80,9 @@ from . import rule as _rule
 from .document import (
     MAX_RECORD_BYTES,
     Machine,
-    MachineGpu,
-    MachineNode,
     Record,
     is_record,
+    machine_of,
     parse_record,
     record_dict,
     staleness,
@@ -229,21 +228,23 @@ def this_machine(sysfs_root: str = "/sys") -> Machine:
         reuse=True,
         visible_only=False,
     )
-    ids = sorted(topology.nodes)
-    sizes = _sysfs.node_memory_sizes(sysfs_root, ids)
-    return Machine(
+    return machine_of(
+        topology,
         cpu_model=_sysfs.cpu_model(),
-        nodes=tuple(MachineNode(n, topology.nodes[n].cpus, sizes.get(n)) for n in ids),
-        distances=tuple(tuple(topology.distance(a, b) for b in ids) for a in ids),
-        gpus=tuple(
-            MachineGpu(g.pci_bus_id, g.model)
-            for g in sorted(topology.gpus, key=lambda g: g.pci_bus_id)
-        ),
         kernel=_sysfs.kernel_release(),
+        memory_bytes=_sysfs.node_memory_sizes(sysfs_root, sorted(topology.nodes)),
     )
 
 
 # ------------------------------------------------------------------- save
+
+
+def _cannot_write(target: str, exc: OSError) -> AdviceRecordError:
+    where = f" ({exc.filename})" if exc.filename and exc.filename != target else ""
+    return AdviceRecordError(
+        f"cannot write the advice record {target}: {exc.strerror or exc}{where}; name a file "
+        f"you may write with {ADVICE_VARIABLE}=FILE or advise --save FILE"
+    )
 
 
 def refuse_foreign(path: str) -> None:
@@ -253,7 +254,7 @@ def refuse_foreign(path: str) -> None:
     except FileNotFoundError:
         return
     except OSError as exc:
-        raise AdviceRecordError(f"cannot write the advice record {path}: {exc.strerror}") from exc
+        raise _cannot_write(path, exc) from exc
     if not stat.S_ISREG(info.st_mode):
         raise AdviceRecordError(
             f"refusing to write the advice record {path}: it is not a regular file"
@@ -303,11 +304,7 @@ def save_record(
         os.replace(temporary, target)
         temporary = None
     except OSError as exc:
-        where = exc.filename or target
-        raise AdviceRecordError(
-            f"cannot write the advice record {target}: {exc.strerror or exc} ({where}); "
-            f"as another user, set {ADVICE_VARIABLE}=FILE to a file you may write"
-        ) from exc
+        raise _cannot_write(target, exc) from exc
     finally:
         if temporary is not None:
             try:
@@ -415,14 +412,16 @@ class Advised:
         return replace(plan, reasons=(*self.reasons, *plan.reasons), warnings=warnings)
 
 
-def _usable(env: Mapping[str, str]) -> Tuple[Optional[Record], Optional[str]]:
+def _usable(
+    env: Mapping[str, str], machine: Optional[Machine]
+) -> Tuple[Optional[Record], Optional[str]]:
     """The record, or why there is none to follow (no file, stale, unreadable)."""
     try:
         path, looked = _found(env)
         if path is None:
             return None, f"no advice record ({' or '.join(looked)})"
         record = load_record(path, environ=env)
-        differences = staleness(record.machine, this_machine())
+        differences = staleness(record.machine, this_machine() if machine is None else machine)
     except PynumabindError as exc:  # AdviceRecordError, or the machine could not be read
         return None, str(exc)
     if differences:
@@ -449,16 +448,31 @@ def _gpu_for(record: Record, gpu: Gpu) -> Optional[GpuAdvice]:
     return None
 
 
+def _reported_cpu_nodes(topology: Topology, gpu: Gpu) -> frozenset[int]:
+    """The CPU node(s) the GPU's own report places it on: its node, else its CPU affinity's.
+
+    A GPU on a CPU-less node (its own memory, Grace/GB200) is on the nodes of
+    its CPU affinity: copies measured fastest from there are no move.
+    """
+    node = topology.nodes.get(gpu.numa_node) if gpu.numa_node is not None else None
+    if node is not None and node.cpus:
+        return frozenset({node.id})
+    return frozenset(n for n in (topology.node_of_cpu(c) for c in gpu.local_cpus) if n is not None)
+
+
 def _moved(record: Record, topology: Topology) -> Tuple[Topology, List[str]]:
-    """``topology`` with each GPU whose copies were fastest elsewhere on that node."""
+    """``topology`` with each GPU whose copies were fastest from another node on that node."""
     rec = record.advice.recommendation
     gpus = list(topology.gpus)
     reasons: List[str] = []
     for position, gpu in enumerate(gpus):
         advice = _gpu_for(record, gpu)
-        if advice is None or not advice.moved or advice.node not in topology.nodes:
+        if advice is None or not advice.bind or advice.node is None:
             continue
-        assert advice.node is not None
+        if advice.node not in topology.nodes or not topology.nodes[advice.node].cpus:
+            continue
+        if advice.node in _reported_cpu_nodes(topology, gpu):
+            continue
         gpus[position] = replace(gpu, numa_node=advice.node, source="advice record")
         reasons.append(
             f"mode advised: GPU {gpu.index} ({gpu.pci_bus_id}): {rec.moved_text(advice)}; "
@@ -478,10 +492,13 @@ def resolve_advised(
     options: Options,
     topology: Topology,
     environ: Optional[Mapping[str, str]] = None,
+    *,
+    machine: Optional[Machine] = None,
 ) -> Advised:
     """Mode ``advised`` as plain values; any other mode comes back unchanged.
 
-    Reads the record and this machine's fingerprint; measures nothing.
+    Reads the record and this machine's fingerprint (``machine``, default
+    :func:`this_machine`); measures nothing.
     """
     if options.cpu_mode is not CpuMode.ADVISED:
         return Advised(options, topology)
@@ -492,7 +509,7 @@ def resolve_advised(
             f"give one ({given})"
         )
     env = os.environ if environ is None else environ
-    record, problem = _usable(env)
+    record, problem = _usable(env, machine)
     if record is None:
         text = (
             f"mode advised: {problem}; run `{SAVE_COMMAND}` on this machine (as root for "

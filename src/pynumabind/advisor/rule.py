@@ -463,8 +463,8 @@ class Recommendation:
     def moved_text(self, advice: GpuAdvice) -> str:
         """Why GPU ``advice.gpu`` goes to a node it does not report, with the measured ratios.
 
-        ``GPU 1's copies are fastest from node 0, not node 1 which it reports:
-        pinned H2D 1.42x, D2H 1.38x``.
+        ``its copies are fastest from node 0, not node 1 which it reports:
+        pinned H2D 1.42x, D2H 1.38x faster``.
         """
         ratios = [
             f"{c.subject.rsplit(' ', 1)[-1]} {c.ratio:.2f}x"
@@ -474,10 +474,7 @@ class Recommendation:
             and c.worse == f"node {advice.reported_node}"
         ]
         reported = "no node" if advice.reported_node is None else f"node {advice.reported_node}"
-        text = (
-            f"GPU {advice.gpu}'s copies are fastest from node {advice.node}, not {reported} "
-            "which it reports"
-        )
+        text = f"its copies are fastest from node {advice.node}, not {reported} which it reports"
         return text + (f": pinned {', '.join(ratios)} faster" if ratios else "")
 
     def options(self) -> Options:

@@ -14,12 +14,15 @@ import json
 import logging
 import os
 import stat
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 from typing import Dict, List, Optional
 
 import pytest
 
+import child_advised
+from childproc import run_in_child
 from pynumabind.advisor import document as _document
 from pynumabind.advisor import record as _record
 from pynumabind.advisor.document import (
@@ -33,12 +36,14 @@ from pynumabind.advisor.document import (
     staleness,
 )
 from pynumabind.advisor.rule import Advice, decide
+from pynumabind.cpulist import format_cpulist
 from pynumabind.errors import AdviceRecordError, ConfigError
 from pynumabind.model import CpuMode, MemoryPolicy, Topology
 from pynumabind.options import Options
 from pynumabind.planner import local_ranks, plan_for
 from test_advice import gpu as copies
 from test_advice import matrix
+from test_cli import run as run_cli
 from topology_builders import gb200_tray, gpu, make_topology
 
 GiB = 1 << 30
@@ -510,3 +515,82 @@ def test_this_machine_is_read_from_the_kernel() -> None:
     document = record_dict(advice_of(matrix([[1.0]])), here, "t", "v")
     assert parse_record(json.dumps(document)).machine == here
     assert _document.RECORD_KIND == document["record"]
+
+
+# ----------------------------------------------------- this machine, for real
+
+
+def _records_for_this_machine(tmp_path: Path) -> Dict[str, str]:
+    """A "do not bind" and a "bind" record of this machine, and a missing one."""
+    here = _record.this_machine()
+    no = advice_of(matrix([[100, 98], [99, 100]]))
+    yes = advice_of(matrix([[100, 50], [50, 100]]))
+    assert (no.bind, yes.bind) == (False, True)
+    return {
+        "no": _record.save_record(no, str(tmp_path / "no.json"), machine=here),
+        "yes": _record.save_record(yes, str(tmp_path / "yes.json"), machine=here),
+        "missing": str(tmp_path / "missing.json"),
+    }
+
+
+def _exec(record: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    return run_cli(
+        "exec", "--rank", "0", "--mode", "advised", *extra, "--",
+        "cat", "/proc/self/status", "/proc/self/numa_maps",
+        env={"PYNUMABIND_ADVICE": record},
+    )  # fmt: skip
+
+
+def _policies(numa_maps: str) -> set[str]:
+    return {line.split()[1] for line in numa_maps.splitlines() if "kernelpagesize_kB" in line}
+
+
+def test_exec_rank0_advised_follows_the_record_on_this_machine(tmp_path: Path) -> None:
+    records = _records_for_this_machine(tmp_path)
+    node0 = sorted(_record.this_machine().nodes[0].cpus)
+    everything = sorted(os.sched_getaffinity(0))
+    # "do not bind": the command runs with every CPU and the default policy.
+    unbound = _exec(records["no"], "--json")
+    assert unbound.returncode == 0, unbound.stderr
+    assert f"Cpus_allowed_list:\t{format_cpulist(frozenset(everything))}" in unbound.stdout
+    assert _policies(unbound.stdout) == {"default"}
+    report = json.loads(unbound.stderr.strip().splitlines()[-1])
+    assert report["not_bound"].startswith("mode advised: not bound, on purpose")
+    assert records["no"] in report["not_bound"] and report["applied"] is False
+    # "bind": node 0's CPUs, memory preferred on node 0.
+    bound = _exec(records["yes"])
+    assert bound.returncode == 0, bound.stderr
+    assert f"Cpus_allowed_list:\t{format_cpulist(frozenset(node0))}" in bound.stdout
+    assert _policies(bound.stdout) == {"prefer:0"}
+    # No record: one warning naming the file and the command, then the default plan.
+    missing = _exec(records["missing"])
+    assert missing.returncode == 0, missing.stderr
+    warned = [line for line in missing.stderr.splitlines() if "advise --save" in line]
+    assert len(warned) == 1 and records["missing"] in warned[0], missing.stderr
+    assert _policies(missing.stdout) == {"prefer:0"}
+
+
+def test_check_and_plan_say_the_worker_was_left_unbound_on_purpose(tmp_path: Path) -> None:
+    records = _records_for_this_machine(tmp_path)
+    env = {"PYNUMABIND_ADVICE": records["no"], "PYNUMABIND_MODE": "advised"}
+    check = run_cli("check", "--json", env=env)
+    assert check.returncode == 0, check.stderr
+    (worker,) = json.loads(check.stdout)["workers"]
+    assert worker["ok"] and worker["planned_cpus"] == "unbound" and worker["policy"] == "none"
+    assert "binding makes no measurable difference" in worker["not_bound"]
+    table = run_cli("check", env=env)
+    assert "Not bound, on purpose" in table.stdout and records["no"] in table.stdout
+    plan = run_cli("plan", "--json", env={**env, "PYNUMABIND_ADVICE": records["yes"]})
+    (rank,) = json.loads(plan.stdout)["ranks"]
+    assert rank["policy"] == "preferred" and rank["mode"] == "node"
+    assert rank["reasons"][0].startswith("mode advised: the advice record")
+
+
+def test_bind_current_process_advised_returns_a_binding_that_says_why(tmp_path: Path) -> None:
+    records = _records_for_this_machine(tmp_path)
+    found, _ = run_in_child(child_advised.bind_advised, records["no"])
+    assert found["not_bound"].startswith("mode advised: not bound, on purpose")
+    assert found["applied"] is False and found["policy"] == "MPOL_DEFAULT"
+    assert "left unbound on purpose" in found["summary"]
+    found, _ = run_in_child(child_advised.bind_advised, records["yes"])
+    assert found["not_bound"] is None and found["policy"] == "MPOL_PREFERRED"

@@ -32,7 +32,7 @@ import time
 import traceback
 from typing import Any, Callable, Dict, List, Optional
 
-from .common import say
+from .common import detect_topology, say
 
 DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 COPY_SIZES_MIB = (8, 64, 512)
@@ -66,13 +66,12 @@ def _nvidia_smi_topology() -> Optional[str]:
 
 def _copy_benchmark(quick: bool) -> Dict[str, Any]:
     """Pinned copies per GPU x CPU node at several sizes (the library's measurement code)."""
-    from pynumabind import discovery
     from pynumabind.advisor import copies as _cuda
 
     backend, why = _cuda.find_backend()
     if backend is None:
         return {"measured": False, "reason": why}
-    topology = discovery.detect_topology()
+    topology = detect_topology()
     nodes = [
         n.id
         for n in topology.nodes.values()

@@ -122,7 +122,7 @@ def startup_commands(numactl: Optional[str], node: int, cpus: str) -> List[Tuple
     python = sys.executable
     bind = [f"--cpunodebind={node}", f"--membind={node}"]
     raw = (
-        "import os; from pynumabind import _libnuma; "
+        "import os; from pynumabind._os import libnuma as _libnuma; "
         f"os.sched_setaffinity(0, {{{cpus}}}); "
         f"_libnuma.set_mempolicy(_libnuma.MPOL_BIND, {{{node}}})"
     )

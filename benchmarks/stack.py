@@ -38,11 +38,11 @@ REPS = 200
 
 _WORKER = """
 import json, os, sys, time
-from pynumabind import _libnuma
+from pynumabind._os import libnuma as _libnuma
 from pynumabind.binding import apply_plan
 from pynumabind.model import MemoryPolicy, Plan
 count, reps = int(sys.argv[1]), int(sys.argv[2])
-plan = Plan(rank=0, gpu=None, cpus=frozenset(os.sched_getaffinity(0)),
+plan = Plan(rank=0, gpu_info=None, cpus=frozenset(os.sched_getaffinity(0)),
             mems=frozenset({min(_libnuma.get_mems_allowed())}), policy=MemoryPolicy.PREFERRED)
 start = time.perf_counter()
 kept = [apply_plan(plan) for _ in range(count)]

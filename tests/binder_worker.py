@@ -16,7 +16,7 @@ def bind_and_report(cpu: int, queue: Any) -> None:
     try:
         plan = Plan(
             rank=cpu,
-            gpu=None,
+            gpu_info=None,
             cpus=frozenset({cpu}),
             mems=frozenset({0}),
             policy=MemoryPolicy.PREFERRED,

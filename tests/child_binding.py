@@ -27,7 +27,7 @@ def plan(
 ) -> Plan:
     return Plan(
         rank=0,
-        gpu=None,
+        gpu_info=None,
         cpus=None if cpus is None else frozenset(cpus),
         mems=frozenset(mems),
         policy=MemoryPolicy[policy],
@@ -104,7 +104,8 @@ def local_on_an_old_kernel() -> Dict[str, Any]:
     _libnuma._state["lib"] = OldKernelLib(_libnuma.load())
     b = apply_plan(plan("LOCAL", mems=()))
     v = b.verify()
-    return {"notes": list(b.notes), "verify": v.to_dict(), "mempolicy": b.to_dict()["mempolicy"]}
+    read_back = b.to_dict()["policy_read_back"]
+    return {"notes": list(b.notes), "verify": v.to_dict(), "mempolicy": read_back}
 
 
 def threads_rebound_pinned_left() -> Dict[str, Any]:
@@ -310,7 +311,7 @@ def bind_from_launcher_environment() -> Dict[str, Any]:
 def arguments_win_over_environment() -> Dict[str, Any]:
     import pynumabind
 
-    binding = pynumabind.bind_current_process(0, memory="bind", cpus="0")
+    binding = pynumabind.bind_current_process(0, policy="bind", cpus="0")
     assert binding.plan is not None
     return {
         "plan": binding.plan.to_dict(),
@@ -323,12 +324,12 @@ def interleave_nodes_reach_the_planner() -> Dict[str, Any]:
     from pynumabind import bind_current_process
     from pynumabind.errors import ConfigError
 
-    b = bind_current_process(0, memory="interleave", interleave_nodes="0", environ={})
+    b = bind_current_process(0, policy="interleave", interleave_nodes="0", environ={})
     assert b.plan is not None
     out: Dict[str, Any] = {"policy": policy_now(), "mems": sorted(b.plan.mems)}
     b.restore()
     try:
-        bind_current_process(0, memory="bind", interleave_nodes="0", environ={})
+        bind_current_process(0, policy="bind", interleave_nodes="0", environ={})
         out["error"] = None
     except ConfigError as exc:
         out["error"] = str(exc)
@@ -376,7 +377,7 @@ def empty_id_sets_in_json() -> Dict[str, Any]:
     out = {"binding": b.to_dict()}
     b.restore()
     snapshot = detect_topology(use_nvml=False).to_json(indent=None)
-    out["check"] = _cli_check.check_this_process(0, 1, {"memory": "none"}, snapshot).to_dict()
+    out["check"] = _cli_check.check_this_process(0, 1, {"policy": "none"}, snapshot).to_dict()
     return out
 
 

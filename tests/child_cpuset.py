@@ -19,7 +19,7 @@ def apply_cpus(wanted: str) -> Dict[str, Any]:
     """Bind to the CPUs ``wanted`` (comma-separated) and memory node 0; report."""
     plan = Plan(
         rank=0,
-        gpu=None,
+        gpu_info=None,
         cpus=frozenset(int(cpu) for cpu in wanted.split(",")),
         mems=frozenset({0}),
         policy=MemoryPolicy.BIND,

@@ -18,7 +18,9 @@ from pynumabind.binding import Binding, apply_plan
 from pynumabind.discovery import detect_topology
 from pynumabind.model import MemoryPolicy, Plan
 
-PLAN = Plan(rank=0, gpu=None, cpus=frozenset({1}), mems=frozenset({0}), policy=MemoryPolicy.BIND)
+PLAN = Plan(
+    rank=0, gpu_info=None, cpus=frozenset({1}), mems=frozenset({0}), policy=MemoryPolicy.BIND
+)
 
 State = Tuple[Dict[int, List[int]], int, List[int]]
 
@@ -127,7 +129,7 @@ def bind_calls() -> Dict[str, Callable[[], Binding]]:
     return {
         "apply_plan": lambda: apply_plan(PLAN, migrate=True),
         "bind_current_process": lambda: bind_current_process(
-            0, topology=topology, nprocs=1, memory="bind", cpus="1", environ={}
+            0, topology=topology, nprocs=1, policy="bind", cpus="1", environ={}
         ),
     }
 

@@ -25,7 +25,7 @@ def plan(
 ) -> Plan:
     return Plan(
         rank=0,
-        gpu=None,
+        gpu_info=None,
         cpus=None if cpus is None else frozenset(cpus),
         mems=frozenset(mems),
         policy=MemoryPolicy[policy],

@@ -49,7 +49,7 @@ def bind_under_filter(denied: str, on_error: str, policy: str, migrate: str) -> 
 
     plan = Plan(
         rank=0,
-        gpu=None,
+        gpu_info=None,
         cpus=frozenset({1}),
         mems=frozenset({0}),
         policy=MemoryPolicy[policy],
@@ -77,7 +77,7 @@ def raise_on_denied_migration() -> Dict[str, Any]:
     from pynumabind.model import MemoryPolicy, Plan
 
     plan = Plan(
-        rank=0, gpu=None, cpus=frozenset({1}), mems=frozenset({0}), policy=MemoryPolicy.BIND
+        rank=0, gpu_info=None, cpus=frozenset({1}), mems=frozenset({0}), policy=MemoryPolicy.BIND
     )
     try:
         apply_plan(plan, migrate=True, on_error="raise")

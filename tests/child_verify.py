@@ -26,5 +26,5 @@ def check_and_verify_twins(free: str) -> Dict[str, Any]:
         return verified["result"]
 
     binding_module.Binding.verify = keep  # type: ignore[method-assign]
-    report = _cli_check.check_this_process(0, 1, {"memory": "preferred"}, snapshot)
+    report = _cli_check.check_this_process(0, 1, {"policy": "preferred"}, snapshot)
     return {"report": report.to_dict(), "verify": verified["result"].to_dict()}

@@ -72,8 +72,8 @@ def test_gb200_local_copies_three_times_cross_node_bind_each_gpu_to_its_node() -
     gpus = [gpu(0, 0, [330, 115], [330, 115]), gpu(1, 1, [115, 330], [115, 330])]
     rec = decide(memory, gpus)
     assert rec.bind is True
-    assert (rec.mode, rec.memory) == ("node", "preferred")
-    assert [(g.gpu, g.bind, g.node) for g in rec.gpus] == [(0, True, 0), (1, True, 1)]
+    assert (rec.mode, rec.policy) == ("node", "preferred")
+    assert [(g.gpu, g.bind, g.node) for g in rec.per_gpu] == [(0, True, 0), (1, True, 1)]
     text = " ".join(rec.reasons)
     assert "2.87x" in text  # 330 / 115
     assert "memory bandwidth is the same from every node" in text
@@ -86,16 +86,16 @@ def test_mi210_copies_equal_from_every_node_no_binding() -> None:
     rec = decide(memory, gpus)
     assert rec.bind is False
     assert rec.verdict == NO_DIFFERENCE
-    assert (rec.mode, rec.memory) == ("none", "none")
-    assert all(not g.bind and g.node is None for g in rec.gpus)
+    assert (rec.mode, rec.policy) == ("none", "none")
+    assert all(not g.bind and g.node is None for g in rec.per_gpu)
     assert any("same speed from every node" in r for r in rec.reasons)
 
 
 def test_dual_socket_remote_half_of_local_binds_memory() -> None:
     rec = decide(matrix([[100, 50], [50, 100]]))
     assert rec.bind is True
-    assert (rec.mode, rec.memory) == ("node", "preferred")
-    assert rec.gpus == ()
+    assert (rec.mode, rec.policy) == ("node", "preferred")
+    assert rec.per_gpu == ()
     assert any("2.00x" in r and "(local)" in r for r in rec.reasons)
     assert all(c.measurable for c in rec.comparisons)
 
@@ -134,7 +134,7 @@ def test_difference_beyond_noise_but_below_min_effect_is_no_difference() -> None
 def test_gpu_fastest_from_another_node_than_it_reports_says_so() -> None:
     rec = decide(None, [gpu(0, 0, [10, 25], [10, 25])])
     assert rec.bind is True
-    (advice,) = rec.gpus
+    (advice,) = rec.per_gpu
     assert advice.node == 1
     assert any("reports NUMA node 0" in r and "override" in r for r in advice.reasons)
 
@@ -186,9 +186,9 @@ def test_advice_json_has_the_documented_fields() -> None:
     assert data["memory"]["cpu_nodes"] == [0, 1]
     assert data["memory"]["memory_nodes"] == [0, 1]
     assert data["memory"]["bandwidth_gbs"] == [[100, 50], [50, 100]]
-    assert data["gpus"][0]["h2d_gbs"] == [28, 28]
+    assert data["copies"][0]["h2d_gbs"] == [28, 28]
     rec = data["recommendation"]
-    assert rec["bind"] is True and rec["mode"] == "node" and rec["memory"] == "preferred"
+    assert rec["bind"] is True and rec["mode"] == "node" and rec["policy"] == "preferred"
     assert isinstance(rec["reasons"], list) and rec["reasons"]
 
 
@@ -223,7 +223,7 @@ def test_scaling_every_figure_changes_nothing(
     a = decide(matrix(grid, rel), copies)
     b = decide(matrix(scaled, rel), scaled_copies)
     assert (a.bind, a.basis) == (b.bind, b.basis)
-    assert [(g.bind, g.node) for g in a.gpus] == [(g.bind, g.node) for g in b.gpus]
+    assert [(g.bind, g.node) for g in a.per_gpu] == [(g.bind, g.node) for g in b.per_gpu]
 
 
 @given(sizes.filter(lambda n: n >= 2), values, st.floats(min_value=1.5, max_value=10.0))
@@ -241,4 +241,4 @@ def test_verdict_and_reasons_always_say_why(grid: List[List[float]], rel: float)
     assert rec.bind == any(c.measurable for c in rec.comparisons)
     if not rec.bind:
         assert NO_DIFFERENCE in rec.verdict
-        assert (rec.mode, rec.memory) == ("none", "none")
+        assert (rec.mode, rec.policy) == ("none", "none")

@@ -53,9 +53,9 @@ KERNEL = "6.8.0-40-generic"
 def advice_of(memory, gpus=()) -> Advice:  # type: ignore[no-untyped-def]
     return Advice(
         memory=memory,
-        gpus=tuple(gpus),
-        gpu_status="measured with test",
-        gpu_backend="test",
+        copies=tuple(gpus),
+        copies_status="measured with test",
+        copies_backend="test",
         firmware=None,
         recommendation=decide(memory, gpus),
     )
@@ -113,7 +113,7 @@ def test_gb200_local_copies_three_times_cross_node_bind_each_gpu_to_its_node(
     ]  # fmt: skip
     advised = resolve(tmp_path, advice_of(memory, gpus), topology, machine(topology))
     assert advised.not_bound is None and advised.fallback is None
-    assert (advised.options.mode, advised.options.memory) == (
+    assert (advised.options.mode, advised.options.policy) == (
         CpuMode.NODE,
         MemoryPolicy.PREFERRED,
     )
@@ -188,7 +188,7 @@ def test_memory_verdict_alone_when_no_gpu_was_measured(tmp_path: Path) -> None:
     advised = resolve(
         tmp_path, advice_of(matrix([[100, 50], [50, 100]])), topology, machine(topology)
     )
-    assert (advised.options.mode, advised.options.memory) == (
+    assert (advised.options.mode, advised.options.policy) == (
         CpuMode.NODE,
         MemoryPolicy.PREFERRED,
     )
@@ -199,7 +199,7 @@ def test_memory_verdict_alone_when_no_gpu_was_measured(tmp_path: Path) -> None:
 def test_a_policy_given_with_mode_advised_is_refused(tmp_path: Path) -> None:
     topology = two_socket()
     with pytest.raises(ConfigError, match="takes the memory policy from the advice record"):
-        resolve(tmp_path, None, topology, machine(topology), memory="bind")
+        resolve(tmp_path, None, topology, machine(topology), policy="bind")
 
 
 def test_other_modes_pass_through_untouched() -> None:
@@ -411,11 +411,11 @@ def test_options_follow_the_recommendation() -> None:
         matrix([[100, 60], [60, 100]]),
         [copies(0, 0, [50, 36], [50, 36]), copies(1, 1, [50, 35.7], [49, 35])],
     )
-    assert moved.recommendation.options() == Options(mode="node", memory="preferred", nodes="0,0")
+    assert moved.recommendation.options() == Options(mode="node", policy="preferred", nodes="0,0")
     same = advice_of(matrix([[100, 50], [50, 100]]))
-    assert same.recommendation.options() == Options(mode="node", memory="preferred")
+    assert same.recommendation.options() == Options(mode="node", policy="preferred")
     none = advice_of(matrix([[100, 98], [99, 100]]))
-    assert none.recommendation.options() == Options(mode="none", memory="none")
+    assert none.recommendation.options() == Options(mode="none", policy="none")
 
 
 # ------------------------------------------------------------ the path rule

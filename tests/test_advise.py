@@ -62,7 +62,7 @@ def test_one_node_json_shape_and_verdict(advice: pynumabind.Advice) -> None:
     assert memory["buffer_bytes"] == SMALL
     assert memory["latency_overhead_ns"]["median"] > 0
     rec = data["recommendation"]
-    assert rec["bind"] is False and rec["mode"] == "none" and rec["memory"] == "none"
+    assert rec["bind"] is False and rec["mode"] == "none" and rec["policy"] == "none"
     assert rec["verdict"].startswith(NO_DIFFERENCE)
     assert rec["basis"] == "nothing to compare"
     assert data["firmware"]["slit"] == {"nodes": [0], "distances": [[10]]}
@@ -78,11 +78,11 @@ def test_every_buffer_was_checked_on_its_node(advice: pynumabind.Advice) -> None
 
 def test_no_gpu_here_the_gpu_section_is_empty_and_says_why(advice: pynumabind.Advice) -> None:
     # There is no GPU on this machine: CUDA is tested up to its boundary only.
-    assert advice.gpus == ()
+    assert advice.copies == ()
     data = advice.to_dict()
-    assert data["gpus"] == []
-    assert data["gpu_status"]["measured"] is False
-    assert data["gpu_status"]["reason"].startswith("CUDA is not usable from this process: ")
+    assert data["copies"] == []
+    assert data["copies_status"]["measured"] is False
+    assert data["copies_status"]["reason"].startswith("CUDA is not usable from this process: ")
 
 
 def test_cuda_backend_boundary() -> None:

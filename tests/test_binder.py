@@ -34,7 +34,7 @@ def test_bind_cpu1_node0_reads_back_from_proc_and_get_mempolicy() -> None:
     assert set(result["tasks"].values()) == {"1"}
     assert result["policy"] == ["MPOL_PREFERRED", [0]]
     binding = result["binding"]
-    assert binding["mempolicy"] == {"mode": "MPOL_PREFERRED", "nodes": "0", "flags": 0}
+    assert binding["policy_read_back"] == {"mode": "MPOL_PREFERRED", "nodes": "0", "flags": 0}
     assert binding["partial"] is False and binding["skipped"] == []
     assert binding["cpus"] == "1"
     verify = result["verify"]
@@ -158,7 +158,7 @@ def test_multiprocessing_workers_are_each_bound(method: str) -> None:
 def _plan(**changes) -> Plan:
     fields = {
         "rank": 0,
-        "gpu": None,
+        "gpu_info": None,
         "cpus": frozenset({1}),
         "mems": frozenset({0}),
         "policy": MemoryPolicy.PREFERRED,
@@ -273,7 +273,7 @@ def test_bind_current_process_from_launcher_environment() -> None:
 
 
 def test_bind_current_process_arguments_win_over_environment() -> None:
-    env = dict(os.environ, LOCAL_RANK="1", PYNUMABIND_MEMORY="interleave", PYNUMABIND_CPUS="1")
+    env = dict(os.environ, LOCAL_RANK="1", PYNUMABIND_POLICY="interleave", PYNUMABIND_CPUS="1")
     result, _ = run_in_child(child_binding.arguments_win_over_environment, env=env)
     assert result["plan"]["rank"] == 0
     assert result["plan"]["policy"] == "bind" and result["policy"] == "MPOL_BIND"
@@ -353,7 +353,7 @@ def test_json_writes_an_empty_id_set_as_the_plan_does() -> None:
     result, _ = run_in_child(child_binding.empty_id_sets_in_json)
     binding, check = result["binding"], result["check"]
     assert binding["plan"]["mems"] == ""
-    assert binding["policy_nodes"] == "" and binding["mempolicy"]["nodes"] == ""
+    assert binding["policy_nodes"] == "" and binding["policy_read_back"]["nodes"] == ""
     assert check["ok"] is True, check
     assert (check["mems"], check["page_nodes"]) == ("", "")
 

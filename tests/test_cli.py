@@ -159,7 +159,7 @@ def test_plan_table_and_json_for_a_foreign_machine(snapshot: Path) -> None:
     assert result.returncode == 0, result.stderr
     ranks = json.loads(result.stdout)["ranks"]
     assert [r["rank"] for r in ranks] == [0, 1, 2, 3]
-    assert [r["gpu"]["pci_bus_id"] for r in ranks] == [
+    assert [r["gpu_info"]["pci_bus_id"] for r in ranks] == [
         "0000:1b:00.0",
         "0000:43:00.0",
         "0000:9a:00.0",
@@ -256,7 +256,7 @@ def test_exec_binds_the_child() -> None:
         "0",
         "--cpus",
         str(cpu),
-        "--memory",
+        "--policy",
         "bind",
         "--",
         *child_command(child_cli.affinity_and_policy),
@@ -286,7 +286,7 @@ def test_exec_runs_the_command_with_a_closed_standard_stream(closed: int) -> Non
     # numactl runs a command whose stdout or stderr is closed; so must exec.
     still_open = 3 - closed
     command = child_command(child_cli.write_ran, still_open, "x")
-    args = ["exec", "--rank", "0", "--memory", "none", "--mode", "none"]
+    args = ["exec", "--rank", "0", "--policy", "none", "--mode", "none"]
     result = _run_with_closed(closed, *args, "--json", "--", *command)
     assert result.returncode == 0, (result.stdout, result.stderr)
     assert "Traceback" not in result.stderr
@@ -354,7 +354,7 @@ def test_check_json_reports_each_worker() -> None:
 
 def test_plan_names_are_case_insensitive(snapshot: Path) -> None:
     result = run(
-        "plan", "--json", "--mode", "Exclusive", "--memory", "BIND", "--topology", str(snapshot)
+        "plan", "--json", "--mode", "Exclusive", "--policy", "BIND", "--topology", str(snapshot)
     )
     assert result.returncode == 0, result.stderr
     ranks = json.loads(result.stdout)["ranks"]
@@ -661,4 +661,4 @@ def test_metavars_are_nouns_not_destinations() -> None:
         for option, metavar in re.findall(r"\[(--?[a-z-]+) ([^\]|]+?)\]", usage):
             assert metavar in nouns, (command, option, metavar)
             seen.add(option)
-    assert {"--rank", "--timeout", "--mode", "--memory", "--on-error"} <= seen
+    assert {"--rank", "--timeout", "--mode", "--policy", "--on-error"} <= seen

@@ -1,7 +1,6 @@
-"""One process, several GPUs, or none named: ``gpus=`` and the visible-GPU rule (issue 12, 1-2).
+"""One process, several GPUs, or none named: ``gpus=`` and the visible-GPU rule.
 
-Issue 24 item 1: ``gpus=`` was ``devices=`` (a deprecated alias now), and a
-union plan has no rank.
+``gpus=`` is a list of GPU indices, ``gpu=`` one index; a union plan has no rank.
 
 Planner properties on a recorded DGX H100 (GPUs 0-3 on node 0, 4-7 on node
 1); binding for real in child processes, on a two-node snapshot whose CPUs
@@ -12,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import warnings
 from pathlib import Path
 from typing import Dict
 
@@ -101,41 +99,22 @@ def test_bad_devices(dgx, arguments: dict, message: str) -> None:
         planner.plan(dgx, **arguments)
 
 
-# ------------------------------------------------------------ names (issue 24 item 1)
+# ------------------------------------------------------------ names
 
 
-@pytest.fixture
-def fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each deprecated name warns once per process: start from none warned."""
-    monkeypatch.setattr(model, "_WARNED", set())
+@pytest.mark.parametrize("old", ["device", "devices", "memory"])
+def test_old_keyword_names_are_gone(dgx, old: str) -> None:
+    # One word per concept, and no aliases in a package never released with them.
+    with pytest.raises(TypeError, match=f"unexpected keyword argument.*{old}"):
+        planner.plan(dgx, 0, **{old: 1})
 
 
-def test_devices_is_a_deprecated_alias_that_warns_once(dgx, fresh_warnings) -> None:
-    with pytest.warns(DeprecationWarning, match=r"devices= is deprecated.*use gpus="):
-        old = planner.plan(dgx, devices=[0, 7])  # type: ignore[call-arg]
-    assert old == planner.plan(dgx, gpus=[0, 7])
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # a second use is silent
-        planner.plan(dgx, devices=[0, 7])  # type: ignore[call-arg]
-
-
-def test_per_rank_devices_alias_means_rank_gpus(dgx, fresh_warnings) -> None:
-    with pytest.warns(DeprecationWarning, match=r"devices= is deprecated.*use rank_gpus="):
-        old = planner.plan_all(dgx, nprocs=2, devices=[7, 0])  # type: ignore[call-arg]
-    assert old == planner.plan_all(dgx, nprocs=2, rank_gpus=[7, 0])
-    assert [p.gpu.index for p in old if p.gpu] == [7, 0]
-
-
-def test_device_alias_and_plan_attributes_warn(dgx, fresh_warnings) -> None:
-    with pytest.warns(DeprecationWarning, match=r"device= is deprecated.*use gpu="):
-        plan = planner.plan(dgx, 0, device=6)  # type: ignore[call-arg]
-    assert plan.gpu is not None and plan.gpu.index == 6
-    with pytest.warns(DeprecationWarning, match=r"Plan\.device is deprecated.*Plan.gpu"):
-        assert plan.device == plan.gpu
-    with pytest.warns(DeprecationWarning, match=r"Plan.devices is deprecated.*Plan.gpus"):
-        assert plan.devices == plan.gpus == ()
-    with pytest.raises(ConfigError, match="give gpu= only; device= is its deprecated name"):
-        planner.plan(dgx, 0, gpu=1, device=6)  # type: ignore[call-arg]
+def test_plan_gpu_is_an_index_and_gpu_info_the_gpu(dgx) -> None:
+    plan = planner.plan(dgx, 0, gpu=6)
+    assert plan.gpu == 6 and plan.gpu_info is not None and plan.gpu_info.index == 6
+    assert plan.to_dict()["gpu"] == 6 and plan.to_dict()["gpu_info"]["index"] == 6
+    assert not hasattr(plan, "device") and not hasattr(plan, "devices")
+    assert [p.gpu for p in planner.plan_all(dgx, nprocs=2, rank_gpus=[7, 0])] == [7, 0]
 
 
 def test_an_options_object_instead_of_the_keywords(dgx) -> None:

@@ -334,7 +334,7 @@ def test_import_loads_no_pynvml_numpy_json_and_a_bind_no_kfd_nvml_json() -> None
 def test_a_bare_import_loads_neither_typing_nor_logging() -> None:
     # python -S: no site, no .pth file preloading typing.  The fork handler
     # that needs logging is registered on first use (see _forksafe).
-    env = {**os.environ, "PYTHONPATH": str(Path(_sysfs.__file__).parent.parent)}
+    env = {**os.environ, "PYTHONPATH": str(Path(_sysfs.__file__).parents[2])}
     loaded, _ = run_in_child(child_cold.typing_logging_re_after_import, flags=["-S"], env=env)
     assert loaded == []
 

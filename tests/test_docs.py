@@ -305,24 +305,21 @@ def _configuration_arguments() -> Dict[str, str]:
     return arguments
 
 
-DEPRECATED_KEYWORDS = frozenset({"device", "devices"})  # gpu= and gpus= since issue 24
-
-
 def _keywords(function: Callable[..., object]) -> Set[str]:
-    """The keywords ``function`` takes: its parameters and the options' keywords, new names only."""
+    """The keywords ``function`` takes: its parameters and the options' keywords."""
     named = {
         name
         for name, parameter in inspect.signature(function).parameters.items()
         if parameter.kind is not inspect.Parameter.VAR_KEYWORD
     }
-    return (named | set(OptionKeywords.__annotations__)) - DEPRECATED_KEYWORDS
+    return named | set(OptionKeywords.__annotations__)
 
 
 def test_configuration_table_names_real_parameters() -> None:
     binder = _keywords(pynumabind.bind_current_process)
     plan = _keywords(planner.plan)
     arguments = _configuration_arguments()
-    assert {"rank", "nprocs", "mode", "memory", "gpu", "gpus"} <= set(arguments)
+    assert {"rank", "nprocs", "mode", "policy", "gpu", "gpus"} <= set(arguments)
     for name, cell in arguments.items():
         where = plan if "(planner)" in cell else binder
         assert name in where, f"README's configuration table: no parameter {name!r}"

@@ -118,13 +118,13 @@ def test_options_from_environment() -> None:
         {
             "LOCAL_RANK": "0",
             "PYNUMABIND_MODE": "exclusive",
-            "PYNUMABIND_MEMORY": "Bind",
+            "PYNUMABIND_POLICY": "Bind",
             "PYNUMABIND_NODES": "0-1,3",
             "PYNUMABIND_CPUS": "0-3,8",
         }
     )
     assert config.mode is CpuMode.EXCLUSIVE
-    assert config.memory is MemoryPolicy.BIND
+    assert config.policy is MemoryPolicy.BIND
     # Per-rank overrides pass through as text: the planner parses them
     # against the topology (see test_binder for the variable-naming errors).
     assert config.nodes == "0-1,3" and config.cpus == "0-3,8"
@@ -134,16 +134,16 @@ def test_options_from_environment() -> None:
 
 
 def test_empty_options_count_as_unset() -> None:
-    names = ("PYNUMABIND_MODE", "PYNUMABIND_MEMORY", "PYNUMABIND_NODES", "PYNUMABIND_CPUS")
+    names = ("PYNUMABIND_MODE", "PYNUMABIND_POLICY", "PYNUMABIND_NODES", "PYNUMABIND_CPUS")
     config = resolve({"LOCAL_RANK": "0", **{n: "" for n in names}})
-    assert (config.mode, config.memory, config.nodes, config.cpus) == (None, None, None, None)
+    assert (config.mode, config.policy, config.nodes, config.cpus) == (None, None, None, None)
 
 
 @pytest.mark.parametrize(
     ("name", "value"),
     [
         ("PYNUMABIND_MODE", "nodes"),
-        ("PYNUMABIND_MEMORY", "membind"),
+        ("PYNUMABIND_POLICY", "membind"),
         ("PYNUMABIND_DISABLE", "maybe"),
     ],
 )
@@ -164,19 +164,19 @@ def test_explicit_arguments_win() -> None:
         "LOCAL_RANK": "not-a-number",  # never read: rank given
         "LOCAL_WORLD_SIZE": "8",
         "PYNUMABIND_MODE": "socket",
-        "PYNUMABIND_MEMORY": "interleave",
+        "PYNUMABIND_POLICY": "interleave",
         "PYNUMABIND_NODES": "1",
         "PYNUMABIND_CPUS": "4",
     }
     given = Options.from_arguments(
-        rank=1, nprocs=2, mode="node", memory="bind", nodes="0", cpus=[0, 1]
+        rank=1, nprocs=2, mode="node", policy="bind", nodes="0", cpus=[0, 1]
     )
     config = resolve(env, given)
     assert (config.rank, config.rank_source) == (1, "argument")
     assert (config.nprocs, config.nprocs_source) == (2, "argument")
-    assert config.mode is CpuMode.NODE and config.memory is MemoryPolicy.BIND
+    assert config.mode is CpuMode.NODE and config.policy is MemoryPolicy.BIND
     assert config.nodes == "0" and config.cpus == [0, 1]
-    assert all(config.from_environment(o) is None for o in ("mode", "memory", "nodes", "cpus"))
+    assert all(config.from_environment(o) is None for o in ("mode", "policy", "nodes", "cpus"))
     # With an explicit rank, the first launcher that sets a size is used.
     assert resolve({"OMPI_COMM_WORLD_LOCAL_SIZE": "3"}, Options(rank=0)).nprocs == 3
 
@@ -189,7 +189,7 @@ def test_explicit_arguments_win() -> None:
         {"rank": "0"},
         {"nprocs": 0},
         {"mode": "bogus"},
-        {"memory": "bogus"},
+        {"policy": "bogus"},
     ],
 )
 def test_bad_arguments(kwargs: dict) -> None:
@@ -245,7 +245,7 @@ def test_launcher_sizes_share_the_one_nprocs_check() -> None:
 
 def test_options_are_built_once_and_carry_every_plan_input() -> None:
     config = resolve(
-        {"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "PYNUMABIND_MEMORY": "interleave"},
+        {"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "PYNUMABIND_POLICY": "interleave"},
         Options(gpu=0, gpu_memory=True, interleave_nodes=[0]),  # type: ignore[arg-type]
     )
     assert isinstance(config, Options)
@@ -253,7 +253,7 @@ def test_options_are_built_once_and_carry_every_plan_input() -> None:
     assert config.environment_settings() == (
         "rank from LOCAL_RANK",
         "nprocs from LOCAL_WORLD_SIZE",
-        "memory from PYNUMABIND_MEMORY",
+        "policy from PYNUMABIND_POLICY",
     )
     given = Options.from_arguments(nprocs=2, mode="exclusive", flags=True)
     merged = resolve({"LOCAL_RANK": "0", "PYNUMABIND_MODE": "socket"}, given)
@@ -277,7 +277,7 @@ def test_require_node_from_the_environment() -> None:
     "variable",
     [
         "PYNUMABIND_MODE",
-        "PYNUMABIND_MEMORY",
+        "PYNUMABIND_POLICY",
         "PYNUMABIND_DISABLE",
         "PYNUMABIND_REQUIRE_NODE",
         "LOCAL_WORLD_SIZE",

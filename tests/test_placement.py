@@ -114,7 +114,7 @@ def test_pages_are_counted_on_node_0_and_the_range_gets_the_policy() -> None:
     assert result.pages_per_node == {0: 32}
     assert result.not_present == 32 and not result.not_moved and result.complete
     assert (result.start, result.length, result.pages) == (start, 64 * PAGE, 64)
-    assert result.nodes == frozenset({0}) and result.mode == "MPOL_BIND"
+    assert result.nodes == frozenset({0}) and result.kernel_policy == "MPOL_BIND"
     for offset in (0, 63 * PAGE):
         policy = _libnuma.address_policy(start + offset)
         assert (policy.mode, policy.nodes) == (_libnuma.MPOL_BIND, frozenset({0}))
@@ -242,14 +242,14 @@ def test_grace_gpu_memory_is_its_cpu_nodes_not_its_hbm_node(index: int) -> None:
     cpu_node = 0 if index < 2 else 1
     assert scope.nodes == frozenset({cpu_node})
     assert tray.gpus[index].memory_node not in scope.nodes
-    assert scope.nodes == pynumabind.plan(tray, index, 4, memory="bind").mems
+    assert scope.nodes == pynumabind.plan(tray, index, 4, policy="bind").mems
     assert any("CPU-less memory node" in r for r in scope.reasons)
 
 
 def test_grace_gpu_without_affinity_goes_by_distance_as_plans_do() -> None:
     tray = gb200_tray(with_affinity=False)
     for index in range(4):
-        plan = pynumabind.plan(tray, index, 4, memory="bind")
+        plan = pynumabind.plan(tray, index, 4, policy="bind")
         assert memory_on(gpu=index, topology=tray).nodes == plan.mems
 
 
@@ -257,7 +257,7 @@ def test_a_gpu_on_a_memoryless_node_gets_the_nearest_memory() -> None:
     machine = threadripper_memoryless(gpus=[gpu(0, 0, local_cpus="0-5")])
     scope = memory_on(gpu=0, topology=machine, policy="preferred")
     assert scope.nodes == frozenset({1})  # node 0 has no memory; 1 is the lowest at 12
-    assert scope.nodes == pynumabind.plan(machine, 0, 1, memory="preferred").mems
+    assert scope.nodes == pynumabind.plan(machine, 0, 1, policy="preferred").mems
     assert scope.mode == "MPOL_PREFERRED"
 
 
@@ -493,7 +493,7 @@ def test_node_without_memory_and_node_outside_the_allowed_ones() -> None:
     ):
         bind_memory(bytearray(PAGE), node=0, topology=machine)
     with pytest.raises(UnknownIdError, match=r"interleave_nodes names node\(s\) 0 without memory"):
-        pynumabind.plan(machine, 0, memory="interleave", interleave_nodes="0")
+        pynumabind.plan(machine, 0, policy="interleave", interleave_nodes="0")
     confined = make_topology({0: "0-1", 1: "2-3"}, allowed_mems="0")
     with pytest.raises(
         PlanError, match=r"node= names node\(s\) 1 outside .* memory nodes 0"
@@ -575,7 +575,7 @@ def test_a_denied_move_pages_leaves_the_bind_done_and_the_counts_unknown() -> No
     result = out["result"]
     assert result["pages_per_node"] is None and result["complete"] is False
     assert "unknown" in out["summary"] and "EPERM" in result["notes"][0]
-    assert result["mode"] == "MPOL_BIND"
+    assert result["kernel_policy"] == "MPOL_BIND"
 
 
 def test_a_page_caught_mid_migration_is_asked_for_again_and_never_called_unwritten(

@@ -59,7 +59,7 @@ def test_dgx_h100_node_mode_golden() -> None:
     assert cpus_of(plans) == [H100_NODE0] * 4 + [H100_NODE1] * 4
     assert mems_of(plans) == ["0"] * 4 + ["1"] * 4
     assert [p.node for p in plans] == [0] * 4 + [1] * 4
-    assert [p.gpu.pci_bus_id for p in plans if p.gpu] == [
+    assert [p.gpu_info.pci_bus_id for p in plans if p.gpu_info] == [
         f"0000:{b}:00.0" for b in ["18", "2A", "3A", "5D", "9A", "AB", "BA", "DB"]
     ]
     assert all(p.policy is MemoryPolicy.PREFERRED and p.mode is CpuMode.NODE for p in plans)
@@ -96,7 +96,7 @@ def test_dgx_h100_exclusive_golden(mode: str) -> None:
 
 
 def test_dgx_h100_none_mode_binds_memory_only() -> None:
-    plans = plan_all(dgx_h100(), mode="none", memory="bind")
+    plans = plan_all(dgx_h100(), mode="none", policy="bind")
     assert cpus_of(plans) == [None] * 8
     assert mems_of(plans) == ["0"] * 4 + ["1"] * 4
     assert all(p.policy is MemoryPolicy.BIND for p in plans)
@@ -126,7 +126,7 @@ def test_dgx_h100_node_outside_cpuset_is_a_clear_error() -> None:
 
 def test_dgx_h100_more_ranks_than_gpus_wraps_with_warning() -> None:
     plans = plan_all(dgx_h100(), nprocs=16)
-    assert [p.gpu.index for p in plans if p.gpu] == list(range(8)) * 2
+    assert [p.gpu_info.index for p in plans if p.gpu_info] == list(range(8)) * 2
     assert all(p.warnings for p in plans)
     assert "shared by ranks 1,9" in plans[9].warnings[0]
     ex = plan_all(dgx_h100(), nprocs=16, mode="exclusive")
@@ -143,7 +143,7 @@ def test_dgx_h100_gpu_memory_without_gpu_node_warns() -> None:
 
 
 def test_dgx_h100_restricted_mems_falls_back_to_nearest_allowed() -> None:
-    p = plan(dgx_h100(allowed_mems="0"), 6, memory="bind")
+    p = plan(dgx_h100(allowed_mems="0"), 6, policy="bind")
     assert p.mems == frozenset({0})
     assert any_reason(p, "node 1 has memory outside the allowed mems 0", "0 (distance 21)")
 
@@ -221,9 +221,9 @@ def test_dgx_a100_core_complex_more_ranks_than_groups() -> None:
 
 
 def test_dgx_a100_interleave_default_is_the_ranks_nodes() -> None:
-    plans = plan_all(dgx_a100_nps4(), mode="socket", memory="interleave")
+    plans = plan_all(dgx_a100_nps4(), mode="socket", policy="interleave")
     assert mems_of(plans) == ["0-3"] * 4 + ["4-7"] * 4
-    p = plan(dgx_a100_nps4(), 0, memory="interleave", interleave_nodes="0-7")
+    p = plan(dgx_a100_nps4(), 0, policy="interleave", interleave_nodes="0-7")
     assert p.mems == frozenset(range(8))
 
 
@@ -280,7 +280,7 @@ def test_gb200_nodes_override_naming_a_memory_only_node_is_rejected() -> None:
     with pytest.raises(PlanError, match=r"node\(s\) 2, which have no CPUs"):
         plan(gb200_tray(), 0, nodes="2,0,1,1")
     # Memory-only nodes are fine when only memory is planned.
-    p = plan(gb200_tray(), 0, mode="none", nodes="2,0,1,1", memory="bind")
+    p = plan(gb200_tray(), 0, mode="none", nodes="2,0,1,1", policy="bind")
     assert p.cpus is None and p.mems == frozenset({2})
 
 
@@ -387,7 +387,7 @@ def test_exclusive_unknown_node_ranks_skip_nodes_without_allowed_cpus() -> None:
 
 
 def test_mi300x_unknown_node_interleave_nodes_still_apply() -> None:
-    p = plan(mi300x_unknown_gpu_node(), 3, memory="interleave", interleave_nodes=[0, 1])
+    p = plan(mi300x_unknown_gpu_node(), 3, policy="interleave", interleave_nodes=[0, 1])
     assert p.cpus is None and p.mems == frozenset({0, 1})
     assert p.policy is MemoryPolicy.INTERLEAVE
 
@@ -467,37 +467,37 @@ def test_bogus_gpu_node_is_treated_as_unknown() -> None:
 
 def test_memory_policies() -> None:
     topo = dgx_h100()
-    assert plan(topo, 0, memory="bind").policy is MemoryPolicy.BIND
-    local = plan(topo, 0, memory="local")
+    assert plan(topo, 0, policy="bind").policy is MemoryPolicy.BIND
+    local = plan(topo, 0, policy="local")
     assert local.policy is MemoryPolicy.LOCAL and local.mems == frozenset()
-    none = plan(topo, 0, memory="none")
+    none = plan(topo, 0, policy="none")
     assert none.policy is MemoryPolicy.NONE and none.mems == frozenset()
-    assert plan(topo, 0, memory=MemoryPolicy.INTERLEAVE).mems == frozenset({0})
+    assert plan(topo, 0, policy=MemoryPolicy.INTERLEAVE).mems == frozenset({0})
 
 
 def test_interleave_nodes_validation() -> None:
     topo = gb200_tray()
-    with pytest.raises(ConfigError, match="only meaningful with memory='interleave'"):
+    with pytest.raises(ConfigError, match="only meaningful with policy='interleave'"):
         plan(topo, 0, interleave_nodes="0-1")
     with pytest.raises(PlanError, match="does not have"):
-        plan(topo, 0, memory="interleave", interleave_nodes="40")
+        plan(topo, 0, policy="interleave", interleave_nodes="40")
     with pytest.raises(PlanError, match="without memory"):
-        plan(topo, 0, memory="interleave", interleave_nodes="3")
+        plan(topo, 0, policy="interleave", interleave_nodes="3")
     with pytest.raises(PlanError, match="outside this process's allowed memory nodes 0-1"):
-        plan(gb200_tray(allowed_mems="0-1"), 0, memory="interleave", interleave_nodes="2")
+        plan(gb200_tray(allowed_mems="0-1"), 0, policy="interleave", interleave_nodes="2")
 
 
 def test_invalid_mode_and_policy() -> None:
     with pytest.raises(ConfigError, match="invalid mode 'numa'"):
         plan(dgx_h100(), 0, mode="numa")
     with pytest.raises(ConfigError, match="invalid memory policy"):
-        plan(dgx_h100(), 0, memory="strict")
+        plan(dgx_h100(), 0, policy="strict")
 
 
 @pytest.mark.parametrize(
     ("options", "needle"),
     [
-        ({"memory": "interleave", "interleave_nodes": 1}, "interleave_nodes"),
+        ({"policy": "interleave", "interleave_nodes": 1}, "interleave_nodes"),
         ({"rank_gpus": 3}, "rank_gpus"),
         ({"rank_gpus": iter(range(8))}, "rank_gpus"),
         ({"rank_gpus": set(range(8))}, "rank_gpus"),  # no order: which rank gets which?
@@ -525,7 +525,7 @@ def test_rank_range() -> None:
         plan_all(topo, nprocs=0)
     with pytest.raises(ConfigError, match="exceeds the limit"):
         plan_all(topo, nprocs=10**9)
-    assert plan(topo, 11, nprocs=12).gpu.index == 3  # type: ignore[union-attr]
+    assert plan(topo, 11, nprocs=12).gpu_info.index == 3  # type: ignore[union-attr]
 
 
 # ------------------------------------------------------------ devices
@@ -534,7 +534,7 @@ def test_rank_range() -> None:
 def test_explicit_device() -> None:
     topo = dgx_h100()
     p = plan(topo, 0, gpu=6)
-    assert p.gpu is not None and p.gpu.index == 6 and p.node == 1
+    assert p.gpu is not None and p.gpu_info.index == 6 and p.node == 1
     assert any_reason(p, "rank 0 uses GPU 6 (given)")
     with pytest.raises(ConfigError, match="GPU 8 out of range"):
         plan(topo, 0, gpu=8)
@@ -711,10 +711,10 @@ def test_reason_names_the_memory_node_when_discovery_resolved_it() -> None:
     assert not any("is on NUMA node 1 (sysfs numa_node)" in r for r in result.reasons)
 
 
-@pytest.mark.parametrize(("mode", "memory"), [("Node", "Preferred"), ("EXCLUSIVE", "Bind")])
-def test_names_are_case_insensitive_as_in_the_environment(mode: str, memory: str) -> None:
-    p = plan(dgx_h100(), 0, mode=mode, memory=memory)
-    assert p.mode.value == mode.lower() and p.policy.value == memory.lower()
+@pytest.mark.parametrize(("mode", "policy"), [("Node", "Preferred"), ("EXCLUSIVE", "Bind")])
+def test_names_are_case_insensitive_as_in_the_environment(mode: str, policy: str) -> None:
+    p = plan(dgx_h100(), 0, mode=mode, policy=policy)
+    assert p.mode.value == mode.lower() and p.policy.value == policy.lower()
     with pytest.raises(ConfigError, match="invalid mode 'Nodes'"):
         plan(dgx_h100(), 0, mode="Nodes")
 
@@ -723,7 +723,7 @@ def test_many_ranks_keep_each_plan_small() -> None:
     # 16,384 ranks on 8 GPUs: a plan's text must not list thousands of peers
     # (quadratic strings made one rank's plan take 17 s and GBs; issue 16).
     p = plan(dgx_h100(), 1, nprocs=16384, mode="exclusive")
-    assert p.gpu is not None and p.gpu.index == 1
+    assert p.gpu is not None and p.gpu_info.index == 1
     assert "shared by ranks 1,9,17," in p.warnings[0] and "(2048 ranks)" in p.warnings[0]
     assert max(len(text) for text in p.reasons) < 400
     assert plan_all(dgx_h100(), nprocs=16384, mode="exclusive")[1] == p

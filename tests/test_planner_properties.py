@@ -56,7 +56,7 @@ def check_plan(topo: Topology, p: Plan, mode: str, detected: bool = True) -> Non
         assert p.mems
     if mode == "none":
         assert p.cpus is None
-    gpu = p.gpu
+    gpu = p.gpu_info
     if detected and gpu is not None and gpu.numa_node in topo.nodes:
         node_cpus = topo.nodes[gpu.numa_node].cpus  # type: ignore[index]
         local = node_cpus & topo.allowed_cpus
@@ -72,14 +72,14 @@ def check_plan(topo: Topology, p: Plan, mode: str, detected: bool = True) -> Non
 @given(
     topo=topologies(),
     mode=st.sampled_from(MODES),
-    memory=st.sampled_from(POLICIES),
+    policy=st.sampled_from(POLICIES),
     nprocs=st.one_of(st.none(), st.integers(1, 10)),
     gpu_memory=st.booleans(),
 )
 def test_plans_are_valid_consistent_and_deterministic(
-    topo: Topology, mode: str, memory: str, nprocs: Optional[int], gpu_memory: bool
+    topo: Topology, mode: str, policy: str, nprocs: Optional[int], gpu_memory: bool
 ) -> None:
-    kw = dict(nprocs=nprocs, mode=mode, memory=memory, gpu_memory=gpu_memory)
+    kw = dict(nprocs=nprocs, mode=mode, policy=policy, gpu_memory=gpu_memory)
     n = nprocs if nprocs is not None else default_nprocs(topo)
     each = outcomes(topo, n, **kw)
     try:
@@ -180,12 +180,12 @@ def with_overrides(draw: st.DrawFn) -> tuple:
 @given(
     case=with_overrides(),
     mode=st.sampled_from(MODES),
-    memory=st.sampled_from(POLICIES),
+    policy=st.sampled_from(POLICIES),
 )
-def test_overrides_are_validated_and_respected(case: tuple, mode: str, memory: str) -> None:
+def test_overrides_are_validated_and_respected(case: tuple, mode: str, policy: str) -> None:
     topo, nodes, cpus = case
     n = len(nodes if nodes is not None else cpus)
-    kw = dict(mode=mode, memory=memory, nodes=nodes, cpus=cpus)
+    kw = dict(mode=mode, policy=policy, nodes=nodes, cpus=cpus)
     each = outcomes(topo, n, **kw)
     try:
         everyone = plan_all(topo, **kw)  # type: ignore[arg-type]

@@ -61,3 +61,49 @@ def test_unknown_names_raise_attribute_error() -> None:
 def test_star_import_gives_exactly_all() -> None:
     names, _ = run_in_child(child_cold.star_import_names)
     assert names == sorted(pynumabind.__all__)
+
+
+def test_dir_shows_only_the_public_names() -> None:
+    shown = dir(pynumabind)
+    assert shown == sorted(pynumabind.__all__)
+    for leaked in ("TYPE_CHECKING", "annotations", "importlib", "_forksafe", "_os"):
+        assert leaked not in shown
+
+
+@pytest.mark.parametrize("name", sorted(pynumabind._EXPORTS))
+def test_every_export_comes_from_a_public_module(name: str) -> None:
+    module, _ = pynumabind._EXPORTS[name]
+    assert not any(part.startswith("_") for part in module.split(".")), module
+
+
+def test_the_placement_errors_are_exported_and_typed() -> None:
+    assert issubclass(pynumabind.NotABufferError, pynumabind.ConfigError)
+    assert issubclass(pynumabind.NotABufferError, TypeError)
+    assert issubclass(pynumabind.ReadOnlyBufferError, pynumabind.ConfigError)
+    assert issubclass(pynumabind.PlacementSyscallError, pynumabind.NumaSyscallError)
+    from pynumabind.binding import placement
+
+    assert placement.NotABufferError is pynumabind.NotABufferError
+
+
+def test_plan_all_is_a_plain_function_with_its_own_signature() -> None:
+    import inspect
+
+    signature = inspect.signature(pynumabind.plan_all)
+    assert signature.return_annotation in ("List[Plan]", "list[Plan]")
+    assert list(signature.parameters)[:4] == ["topology", "nprocs", "mode", "policy"]
+    assert not hasattr(pynumabind.plan_all, "__wrapped__")
+    assert pynumabind.plan_all.__name__ == "plan_all"
+
+
+def test_one_word_per_concept_in_the_public_signatures() -> None:
+    import inspect
+
+    for name in ("plan", "plan_all", "plan_each", "bind_current_process", "bind_memory",
+                 "memory_on", "advise"):
+        parameters = inspect.signature(getattr(pynumabind, name)).parameters
+        assert "memory" not in parameters and "device" not in parameters, name
+        assert "devices" not in parameters, name
+    assert "copies" in inspect.signature(pynumabind.advise).parameters
+    fields = {f for f in pynumabind.Options.__dataclass_fields__}
+    assert "policy" in fields and "memory" not in fields

@@ -87,10 +87,10 @@ def _planned(**options: str) -> List[str]:
 @pytest.mark.parametrize("method", ["spawn", "fork", "forkserver"])
 def test_recipe_pool_binds_each_worker_to_its_rank(tmp_path: Path, method: str, kind: str) -> None:
     observed = _run_pool(
-        tmp_path, kind, method, {"PYNUMABIND_CPUS": "1;0", "PYNUMABIND_MEMORY": "bind"}
+        tmp_path, kind, method, {"PYNUMABIND_CPUS": "1;0", "PYNUMABIND_POLICY": "bind"}
     )
     # Ranks go to workers in start order, unknown from outside: compare as sets.
-    assert sorted(o.cpus for o in observed) == _planned(cpus="1;0", memory="bind") == ["0", "1"]
+    assert sorted(o.cpus for o in observed) == _planned(cpus="1;0", policy="bind") == ["0", "1"]
     for worker in observed:
         assert worker.thread_cpus == (worker.cpus,), worker  # every thread, not just the main one
         assert worker.policy == "bind:0", worker

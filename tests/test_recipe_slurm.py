@@ -144,12 +144,12 @@ def _plan(localid: int, **options: str) -> Report:
 def test_srun_recipe_binds_each_task_by_slurm_localid(
     cluster: slurm_cluster.Cluster, tmp_path: Path
 ) -> None:
-    tasks, srun = _srun(cluster, tmp_path, {"PYNUMABIND_CPUS": "1;0", "PYNUMABIND_MEMORY": "bind"})
+    tasks, srun = _srun(cluster, tmp_path, {"PYNUMABIND_CPUS": "1;0", "PYNUMABIND_POLICY": "bind"})
     assert srun.returncode == 0, f"{srun.stderr}\n{cluster.logs()}"
     assert len(tasks) == 2, srun.stderr
     for report, seen in tasks:
         localid = report["localid"]
-        plan = _plan(localid, cpus="1;0", memory="bind")
+        plan = _plan(localid, cpus="1;0", policy="bind")
         assert report["plan"] == plan
         assert seen.cpus == plan["cpus"] == str(1 - localid)  # not Slurm's choice (task i: CPU i)
         assert seen.thread_cpus == (seen.cpus,), seen

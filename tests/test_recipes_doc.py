@@ -40,7 +40,7 @@ def test_slurm_one_gpu_per_task() -> None:
     by_rank = planner.plan(alone, 5, 8)
     by_device = planner.plan(alone, 5, 8, gpu=0)
     for plan in (by_rank, by_device):
-        assert plan.gpu is not None and plan.gpu.pci_bus_id == full.gpus[5].pci_bus_id
+        assert plan.gpu is not None and plan.gpu_info.pci_bus_id == full.gpus[5].pci_bus_id
         assert plan.node == 1
         assert plan.cpus == full.nodes[1].cpus
     assert any("wrap around" in w for w in by_rank.warnings)

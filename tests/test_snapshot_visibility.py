@@ -83,7 +83,8 @@ def test_the_same_setting_is_not_applied_twice() -> None:
     used = apply_visibility(taken, {"CUDA_VISIBLE_DEVICES": "2,3"})
     assert physical(used) == [2, 3]
     plans = plan_all(used, options=Options(nprocs=2))
-    assert [(p.gpu.physical_index if p.gpu else None, p.node) for p in plans] == [(2, 1), (3, 1)]
+    found = [(p.gpu_info.physical_index if p.gpu_info else None, p.node) for p in plans]
+    assert found == [(2, 1), (3, 1)]
 
 
 def test_another_setting_on_a_filtered_snapshot_is_an_error() -> None:

@@ -509,7 +509,7 @@ def test_generated_machines_read_back_exactly(desc: dict) -> None:
         cpu_less = gpu.numa_node is not None and gpu.numa_node not in with_cpus
         assert gpu.memory_node == (gpu.numa_node if cpu_less and gpu.numa_node in memory else None)
         if cpu_less and with_cpus and not gpu.local_cpus:
-            placed = plan(topo, gpu.index, nprocs=len(topo.gpus), mode="node", memory="none")
+            placed = plan(topo, gpu.index, nprocs=len(topo.gpus), mode="node", policy="none")
             assert placed.node == nearest(gpu.numa_node), placed.reasons
     assert topo.allowed_mems == {n["id"] for n in desc["nodes"] if n["memory_mb"]}
     assert Topology.from_json(topo.to_json()) == topo

@@ -126,7 +126,7 @@ def test_bind_current_process_detects_with_the_given_environ(
 
     monkeypatch.setattr(discovery, "detect_topology", spy)
     env: Dict[str, str] = {"LOCAL_RANK": "0", "CUDA_VISIBLE_DEVICES": "from-the-mapping"}
-    binding = bind_current_process(environ=env, nprocs=1, mode="none", memory="none")
+    binding = bind_current_process(environ=env, nprocs=1, mode="none", policy="none")
     assert binding.applied is False  # mode and memory "none": nothing changed here
     assert len(seen) == 1 and seen[0] is not None
     assert seen[0]["CUDA_VISIBLE_DEVICES"] == "from-the-mapping"
@@ -174,7 +174,7 @@ def test_cli_plan_and_check_use_the_snapshot_like_their_workers(snapshot: Path) 
     # while that worker bound from the snapshot's GPU 0.
     env = {"PYNUMABIND_TOPOLOGY": str(snapshot), "CUDA_VISIBLE_DEVICES": "0,1"}
     plans = json.loads(_cli(env, "plan", "--json").stdout)["ranks"]
-    assert [(p["gpu"]["pci_bus_id"], p["cpus"]) for p in plans] == [
+    assert [(p["gpu_info"]["pci_bus_id"], p["cpus"]) for p in plans] == [
         ("0000:17:00.0", "0"),
         ("0000:65:00.0", "1"),
     ]
@@ -205,7 +205,7 @@ def test_cli_missing_snapshot_is_one_line_naming_the_variable(tmp_path: Path) ->
 
 def test_cli_plan_reads_the_pynumabind_variables_and_flags_win() -> None:
     # Before, plan ignored them while exec and check's workers obeyed them.
-    env = {"PYNUMABIND_MODE": "none", "PYNUMABIND_MEMORY": "local"}
+    env = {"PYNUMABIND_MODE": "none", "PYNUMABIND_POLICY": "local"}
     ranks = json.loads(_cli(env, "plan", "--json", "--no-nvml").stdout)["ranks"]
     assert {(r["mode"], r["cpus"], r["policy"]) for r in ranks} == {("none", None, "local")}
     flagged = json.loads(_cli(env, "plan", "--json", "--no-nvml", "--mode", "node").stdout)

@@ -81,7 +81,7 @@ REPORT = textwrap.dedent(
     # --- added by the test: a real op, then report what the kernel says ---
     import json, os, sys
     import torch
-    from pynumabind import _libnuma
+    from pynumabind._os import libnuma as _libnuma
 
     total = torch.tensor([float(os.environ["LOCAL_RANK"])])
     dist.all_reduce(total)
@@ -162,9 +162,9 @@ def _expected_plans(**options):
 
 def test_torchrun_workers_bind_as_planned_with_per_rank_cpus(tmp_path) -> None:
     reports = _torchrun(
-        tmp_path, {"PYNUMABIND_CPUS": "0;1", "PYNUMABIND_MEMORY": "bind"}, start=WARM_START
+        tmp_path, {"PYNUMABIND_CPUS": "0;1", "PYNUMABIND_POLICY": "bind"}, start=WARM_START
     )
-    expected = _expected_plans(cpus="0;1", memory="bind")
+    expected = _expected_plans(cpus="0;1", policy="bind")
     for report, plan in zip(reports, expected):
         rank = report["local_rank"]
         assert report["binding"]["plan"] == plan.to_dict()

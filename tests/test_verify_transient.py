@@ -24,7 +24,7 @@ pytestmark = pytest.mark.skipif(not _libnuma.available(), reason="libnuma unavai
 @pytest.fixture
 def bound_to_node0() -> Iterator[binding_module.Binding]:
     node = min(_libnuma.get_mems_allowed())
-    plan = Plan(rank=0, gpu=None, cpus=None, mems=frozenset({node}), policy=MemoryPolicy.BIND)
+    plan = Plan(rank=0, gpu_info=None, cpus=None, mems=frozenset({node}), policy=MemoryPolicy.BIND)
     binding = binding_module.apply_plan(plan, on_error="raise")
     try:
         yield binding

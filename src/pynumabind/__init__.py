@@ -24,8 +24,6 @@ and ``pynumabind.Options`` is its public name.
 
 from __future__ import annotations
 
-import importlib
-
 from ._os import forksafe as _forksafe
 from ._version import __version__
 
@@ -45,6 +43,11 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "LibnumaUnavailableError": ("errors", "LibnumaUnavailableError"),
     "NumaSyscallError": ("errors", "NumaSyscallError"),
     "BindError": ("errors", "BindError"),
+    "UnknownIdError": ("errors", "UnknownIdError"),
+    "ProcessStateError": ("errors", "ProcessStateError"),
+    "NotABufferError": ("errors", "NotABufferError"),
+    "ReadOnlyBufferError": ("errors", "ReadOnlyBufferError"),
+    "PlacementSyscallError": ("errors", "PlacementSyscallError"),
     "AdviceRecordError": ("errors", "AdviceRecordError"),
     # id lists (the override syntax)
     "parse_cpulist": ("cpulist", "parse_cpulist"),
@@ -83,7 +86,8 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "memory_on": ("binding.placement", "memory_on"),
     # measuring before binding (issue 21)
     "advise": ("advisor", "advise"),
-    "Advice": ("advisor.record", "Advice"),
+    "Advice": ("advisor", "Advice"),
+    "Recommendation": ("advisor", "Recommendation"),
     "load_advice": ("advisor.record", "load_advice"),
 }
 
@@ -93,10 +97,10 @@ __all__ = ["__version__", *_EXPORTS]  # noqa: PLE0604
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Dict, List, Tuple
 
-    from .advisor import advise as advise
-
     # "X as X": an explicit re-export, for type checkers and linters.
-    from .advisor.record import Advice as Advice
+    from .advisor import Advice as Advice
+    from .advisor import Recommendation as Recommendation
+    from .advisor import advise as advise
     from .advisor.record import load_advice as load_advice
     from .binding import Binding as Binding
     from .binding import Skipped as Skipped
@@ -121,10 +125,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from .errors import ConfigError as ConfigError
     from .errors import LibnumaUnavailableError as LibnumaUnavailableError
     from .errors import ListParseError as ListParseError
+    from .errors import NotABufferError as NotABufferError
     from .errors import NumaSyscallError as NumaSyscallError
+    from .errors import PlacementSyscallError as PlacementSyscallError
     from .errors import PlanError as PlanError
+    from .errors import ProcessStateError as ProcessStateError
     from .errors import PynumabindError as PynumabindError
+    from .errors import ReadOnlyBufferError as ReadOnlyBufferError
     from .errors import TopologyError as TopologyError
+    from .errors import UnknownIdError as UnknownIdError
     from .model import Cpu as Cpu
     from .model import CpuMode as CpuMode
     from .model import Gpu as Gpu
@@ -143,6 +152,8 @@ def __getattr__(name: str) -> Any:
         module_name, attribute = _EXPORTS[name]
     except KeyError:
         raise AttributeError(f"module 'pynumabind' has no attribute {name!r}") from None
+    import importlib
+
     with _forksafe.lock():  # a fork waits for this import (see _forksafe)
         value = getattr(importlib.import_module(f".{module_name}", __name__), attribute)
     globals()[name] = value
@@ -150,4 +161,9 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> List[str]:
-    return sorted([*globals(), *_EXPORTS])
+    """The public names only (``__all__``): no helpers, no subpackages, no imports."""
+    return sorted(__all__)
+
+
+# What the module needed only while it was being written: not part of its namespace.
+del TYPE_CHECKING, annotations

@@ -23,10 +23,13 @@ __all__ = [
     "ConfigError",
     "LibnumaUnavailableError",
     "ListParseError",
+    "NotABufferError",
     "NumaSyscallError",
+    "PlacementSyscallError",
     "PlanError",
     "ProcessStateError",
     "PynumabindError",
+    "ReadOnlyBufferError",
     "TopologyError",
     "UnknownIdError",
     "format_ids",
@@ -139,6 +142,38 @@ class ProcessStateError(PynumabindError, OSError):
         else:
             super().__init__(err, message)
         self.path = path
+
+
+# The placement errors (bind_memory, memory_on): kept with the others, so every
+# layer raises and every caller catches them from one module.
+
+
+class NotABufferError(ConfigError, TypeError):
+    """``bind_memory`` was given something whose memory it cannot address."""
+
+
+class ReadOnlyBufferError(ConfigError):
+    """``bind_memory`` was given a read-only buffer (``bytes``, a read-only ``mmap``)."""
+
+
+class PlacementSyscallError(NumaSyscallError):
+    """The kernel refused ``mbind``/``set_mempolicy``/``get_mempolicy``.
+
+    ``errno`` is the kernel's (``EPERM``: a seccomp profile; ``EFAULT``: part
+    of the range is not mapped; ``EINVAL``: a node outside the allowed ones);
+    ``fix`` says what to do; the message names the call and the range.
+    """
+
+    def __init__(
+        self,
+        err: int,
+        operation: str,
+        nodes: Optional[AbstractSet[int]],
+        fix: str,
+    ) -> None:
+        super().__init__(err, operation, nodes)
+        self.fix = fix
+        self.strerror = f"{self.strerror}; {fix}"
 
 
 class BindError(PynumabindError):

@@ -570,23 +570,6 @@ class MemoryPolicy(str, enum.Enum):
         return _parse_choice(cls, value, source)
 
 
-_WARNED: set[str] = set()  # deprecated names already warned about in this process
-
-
-def warn_deprecated(old: str, new: str, stacklevel: int = 3) -> None:
-    """One DeprecationWarning per old name per process (the one such warning; issue 24)."""
-    if old in _WARNED:
-        return
-    _WARNED.add(old)
-    import warnings
-
-    warnings.warn(
-        f"pynumabind: {old} is deprecated and will be removed in the next release; use {new}",
-        DeprecationWarning,
-        stacklevel=stacklevel,
-    )
-
-
 @dataclass(frozen=True)
 class Plan:
     """The binding one rank should get, and why.
@@ -599,13 +582,14 @@ class Plan:
     ``warnings`` are the subset a launcher should surface.  ``rank`` is the
     local rank, ``None`` for a union plan (one process driving several GPUs,
     or bound to the GPUs it sees), whose visible GPU indices are ``gpus``
-    (empty for a one-rank plan).  ``gpu`` is the rank's GPU (for a union,
-    the GPU when there is only one).  ``device`` and ``devices`` are the
-    deprecated names of ``gpu`` and ``gpus`` (one release; they warn once).
+    (empty for a one-rank plan).  ``gpu_info`` describes the rank's GPU (for
+    a union, the GPU when there is only one) and ``gpu`` is its index: a
+    ``gpu`` is always an index, as in :class:`~pynumabind.Options` and
+    :func:`~pynumabind.bind_memory`.
     """
 
     rank: Optional[int]
-    gpu: Optional[Gpu]
+    gpu_info: Optional[Gpu]
     cpus: Optional[frozenset[int]]
     mems: frozenset[int]
     policy: MemoryPolicy
@@ -616,22 +600,15 @@ class Plan:
     gpus: Tuple[int, ...] = ()
 
     @property
-    def device(self) -> Optional[Gpu]:
-        """Deprecated name of :attr:`gpu`."""
-        warn_deprecated("Plan.device", "Plan.gpu")
-        return self.gpu
-
-    @property
-    def devices(self) -> Tuple[int, ...]:
-        """Deprecated name of :attr:`gpus`."""
-        warn_deprecated("Plan.devices", "Plan.gpus")
-        return self.gpus
+    def gpu(self) -> Optional[int]:
+        """The index of the rank's GPU (``gpu_info.index``), or ``None``."""
+        return None if self.gpu_info is None else self.gpu_info.index
 
     def to_dict(self) -> Dict[str, Any]:
         """The documented JSON form (``pynumabind plan --json``)."""
         device = None
-        if self.gpu is not None:
-            gpu = self.gpu
+        if self.gpu_info is not None:
+            gpu = self.gpu_info
             device = {
                 "index": gpu.index,
                 "pci_bus_id": gpu.pci_bus_id,
@@ -643,7 +620,8 @@ class Plan:
             }
         return {
             "rank": self.rank,
-            "gpu": device,
+            "gpu": self.gpu,
+            "gpu_info": device,
             "mode": self.mode.value,
             "node": self.node,
             "cpus": None if self.cpus is None else format_cpulist(self.cpus),

@@ -14,7 +14,7 @@ without the machine is checked here, once, when the object is made
   :data:`MAX_NPROCS` (:func:`check_nprocs` is the only check of a rank
   count, also used for counts read from launcher variables and for the count
   the planner derives);
-* ``mode`` and ``memory`` parsed into their enums, names case-insensitive
+* ``mode`` and ``policy`` parsed into their enums, names case-insensitive
   everywhere (API, CLI and environment; :func:`parse_choice` is the one
   parser; ``None``: not given, the planner's default ``node``/``preferred``);
 * ``gpu_memory`` and ``require_node`` bools;
@@ -23,7 +23,7 @@ without the machine is checked here, once, when the object is made
   sequence of ints: the GPUs of one process with no rank (the union plan);
   ``gpus`` goes with none of ``rank``, ``nprocs``, ``gpu`` or ``rank_gpus``;
 * ``interleave_nodes`` a node-list string or a set of non-negative ids (that
-  it needs ``memory="interleave"`` is checked once the environment is merged);
+  it needs ``policy="interleave"`` is checked once the environment is merged);
 * ``local_gpus`` a non-empty sequence of ints, only with ``gpus`` (or with no
   rank at all): the visible GPUs that the job's processes drive on this host,
   one process per GPU (a framework's ranks: vLLM's local TP x PP (x local DP)
@@ -37,12 +37,10 @@ without the machine is checked here, once, when the object is made
   first; this switch is for mode ``node`` only.
 
 The keywords the public functions take besides ``rank``, ``nprocs``,
-``mode`` and ``memory`` are written once, as :class:`OptionKeywords`.  The
-old names ``device=`` (now ``gpu=``) and ``devices=`` (now ``gpus=`` for
-:func:`~pynumabind.plan` and :func:`~pynumabind.bind_current_process`, the
-union; ``rank_gpus=`` for :func:`~pynumabind.plan_each` and
-:func:`~pynumabind.plan_all`, the per-rank map) are deprecated aliases for
-one release: each warns once per process (``DeprecationWarning``).
+``mode`` and ``policy`` are written once, as :class:`OptionKeywords`.  One
+word per concept (the glossary in the docs): ``policy`` is the memory policy,
+``mode`` only the CPU mode, ``gpu`` always one GPU index and ``gpus`` a list
+of them.
 
 What needs the machine (override ids, GPU indices, interleave nodes that
 exist and have memory) is checked by the planner against the topology.  The
@@ -77,7 +75,7 @@ from typing import (
 )
 
 from .errors import ConfigError, PynumabindError
-from .model import CpuMode, MemoryPolicy, warn_deprecated
+from .model import CpuMode, MemoryPolicy
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import TypedDict, Unpack
@@ -112,10 +110,7 @@ _E = TypeVar("_E", CpuMode, MemoryPolicy)
 
 
 class OptionKeywords(TypedDict, total=False):
-    """The keywords every public front takes besides rank, nprocs, mode and memory: written once.
-
-    ``device`` and ``devices`` are the deprecated names (see the module docstring).
-    """
+    """The keywords every public front takes besides rank, nprocs, mode and policy: written once."""
 
     nodes: Any  # NodesOverride, as given
     cpus: Any  # CpusOverride, as given
@@ -127,17 +122,15 @@ class OptionKeywords(TypedDict, total=False):
     require_node: bool
     local_gpus: Optional[Sequence[int]]
     priority_cores: bool
-    device: Optional[int]
-    devices: Optional[Sequence[int]]
 
 
 class ArgumentKeywords(OptionKeywords, total=False):
-    """:class:`OptionKeywords` and the four the fronts take positionally: rank ... memory."""
+    """:class:`OptionKeywords` and the four the fronts take positionally: rank ... policy."""
 
     rank: Optional[int]
     nprocs: Optional[int]
     mode: Union[str, CpuMode, None]
-    memory: Union[str, MemoryPolicy, None]
+    policy: Union[str, MemoryPolicy, None]
 
 
 def shown(value: str) -> str:
@@ -223,27 +216,9 @@ def _variable(source: Optional[str]) -> Optional[str]:
     return None if source in (None, ARGUMENT, COMMAND_LINE, CHOSEN_BY_CHECK) else source
 
 
-def _renamed(keywords: Dict[str, Any], devices_mean: str) -> Dict[str, Any]:
-    """``keywords`` with the deprecated ``device``/``devices`` moved to their new names."""
-    out = dict(keywords)
-    for old, new in (("device", "gpu"), ("devices", devices_mean)):
-        if old not in out:
-            continue
-        value = out.pop(old)
-        warn_deprecated(f"{old}=", f"{new}=", stacklevel=5)
-        if out.get(new) is not None and value is not None:
-            raise ConfigError(f"give {new}= only; {old}= is its deprecated name")
-        if value is not None:
-            out[new] = value
-    return out
-
-
 def union_front(options: Optional[Options], keywords: Mapping[str, Any]) -> Options:
-    """The front of :func:`~pynumabind.plan` and :func:`~pynumabind.bind_current_process`.
-
-    There the deprecated ``devices=`` is the union, ``gpus=``.
-    """
-    return Options.from_arguments(options=options, devices_mean="gpus", **keywords)
+    """The front of :func:`~pynumabind.plan` and :func:`~pynumabind.bind_current_process`."""
+    return Options.from_arguments(options=options, **keywords)
 
 
 def _alone(options: Options, keywords: Dict[str, Any]) -> Options:
@@ -263,13 +238,13 @@ class Options:
     """Every input to planning and binding, validated once (see the module docstring).
 
     ``None`` means "not given": the planner decides (``nprocs``: one rank per
-    override entry, GPU or CPU node; ``mode``: node; ``memory``: preferred).
+    override entry, GPU or CPU node; ``mode``: node; ``policy``: preferred).
     """
 
     rank: Optional[int] = None
     nprocs: Optional[int] = None
     mode: Optional[CpuMode] = None
-    memory: Optional[MemoryPolicy] = None
+    policy: Optional[MemoryPolicy] = None
     nodes: Any = None  # NodesOverride, as given
     cpus: Any = None  # CpusOverride, as given
     gpu: Optional[int] = None  # this rank's GPU (an index into topology.gpus)
@@ -293,12 +268,12 @@ class Options:
         for name in ("gpu_memory", "require_node", "disabled", "priority_cores"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be True or False, not {getattr(self, name)!r}")
-        memory_what = "--memory" if self.flags else "memory policy"
+        policy_what = "--policy" if self.flags else "memory policy"
         checked: Dict[str, Any] = {
             "rank": None if self.rank is None else _check_rank(self.rank, f"{prefix}rank argument"),
             "nprocs": None if self.nprocs is None else check_nprocs(self.nprocs, f"{prefix}nprocs"),
             "mode": parse_choice(CpuMode, self.mode, f"{prefix}mode"),
-            "memory": parse_choice(MemoryPolicy, self.memory, memory_what),
+            "policy": parse_choice(MemoryPolicy, self.policy, policy_what),
             "gpu": None if self.gpu is None else check_int(self.gpu, "gpu"),
             "rank_gpus": _gpu_list(self.rank_gpus, "rank_gpus", "one GPU index per rank"),
             "gpus": _gpu_list(self.gpus, "gpus", "the GPU indices of one process"),
@@ -321,7 +296,7 @@ class Options:
         if self.nprocs is not None and self.nprocs_source is None:
             out["nprocs_source"] = source
         if not self.sources:
-            given = ("mode", "memory", "nodes", "cpus")
+            given = ("mode", "policy", "nodes", "cpus")
             out["sources"] = {n: source for n in given if getattr(self, n) is not None}
         return out
 
@@ -367,23 +342,19 @@ class Options:
         *,
         options: Optional[Options] = None,
         flags: bool = False,
-        devices_mean: str = "rank_gpus",
         **keywords: Unpack[ArgumentKeywords],
     ) -> Options:
         """The one step of every keyword front: ``options`` as given, or built from the keywords.
 
-        ``flags``: from the CLI (errors say ``--nprocs``).  ``devices_mean``:
-        what the deprecated ``devices=`` stands for in the caller (``"gpus"``
-        or ``"rank_gpus"``).  Options and keywords together are a
-        ConfigError: which would win is not obvious.
+        ``flags``: from the CLI (errors say ``--nprocs``).  Options and
+        keywords together are a ConfigError: which would win is not obvious.
         """
         if options is not None:
             return _alone(options, dict(keywords))
-        renamed = _renamed(dict(keywords), devices_mean)
-        unknown = set(renamed) - {f.name for f in fields(cls)}
+        unknown = set(keywords) - {f.name for f in fields(cls)}
         if unknown:
             raise TypeError(f"unexpected keyword argument(s): {', '.join(sorted(unknown))}")
-        given = {k: v for k, v in renamed.items() if v is not None}
+        given: Dict[str, Any] = {k: v for k, v in keywords.items() if v is not None}
         return cls(flags=flags, **given)
 
     def spelled(self, name: str) -> str:
@@ -395,20 +366,9 @@ class Options:
         return CpuMode.NODE if self.mode is None else self.mode
 
     @property
-    def policy(self) -> MemoryPolicy:
-        return MemoryPolicy.PREFERRED if self.memory is None else self.memory
-
-    @property
-    def device(self) -> Optional[int]:
-        """Deprecated name of :attr:`gpu`."""
-        warn_deprecated("Options.device", "Options.gpu")
-        return self.gpu
-
-    @property
-    def devices(self) -> Optional[Tuple[int, ...]]:
-        """Deprecated name of :attr:`rank_gpus` (the per-rank map)."""
-        warn_deprecated("Options.devices", "Options.rank_gpus")
-        return self.rank_gpus
+    def effective_policy(self) -> MemoryPolicy:
+        """The memory policy a plan gets: :attr:`policy`, else ``preferred``."""
+        return MemoryPolicy.PREFERRED if self.policy is None else self.policy
 
     def from_launcher(self, what: str) -> bool:
         """Whether ``rank`` or ``nprocs`` (``what``) came from a launcher's variable."""
@@ -430,7 +390,7 @@ class Options:
             f"{option} from {variable}"
             for option in (
                 "mode",
-                "memory",
+                "policy",
                 "nodes",
                 "cpus",
                 "require_node",
@@ -453,7 +413,7 @@ class Options:
         """The options that were given, as :func:`~pynumabind.bind_current_process` keywords."""
         out: Dict[str, Any] = {
             name: getattr(self, name)
-            for name in ("rank", "nprocs", "mode", "memory", "nodes", "cpus", "gpu", "gpus")
+            for name in ("rank", "nprocs", "mode", "policy", "nodes", "cpus", "gpu", "gpus")
             if getattr(self, name) is not None
         }
         if self.gpu_memory:

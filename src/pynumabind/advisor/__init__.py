@@ -31,12 +31,25 @@ from typing import TYPE_CHECKING, Callable, List, Optional
 
 from ..errors import ConfigError
 from ..model import Topology
-from .rule import DEFAULT_MIN_EFFECT, GpuCopies, decide
+from .rule import DEFAULT_MIN_EFFECT, GpuCopies, Recommendation, decide
 
 if TYPE_CHECKING:  # pragma: no cover
     from .record import Advice
 
-__all__ = ["advise"]
+__all__ = ["Advice", "Recommendation", "advise"]
+
+
+def __getattr__(name: str) -> object:
+    """``Advice``, imported on first use: the class with ``save()`` lives in :mod:`.record`.
+
+    Importing it here eagerly would load the record module (the discovery
+    floor) with :mod:`.rule`, which must stay pure.
+    """
+    if name == "Advice":
+        from .record import Advice
+
+        return Advice
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _quiet(_line: str) -> None:
@@ -46,7 +59,7 @@ def _quiet(_line: str) -> None:
 def advise(
     *,
     quick: bool = False,
-    gpus: bool = True,
+    copies: bool = True,
     latency: bool = True,
     topology: Optional[Topology] = None,
     buffer_bytes: Optional[int] = None,
@@ -57,7 +70,7 @@ def advise(
 ) -> Advice:
     """Measure this machine and recommend a binding; returns an :class:`Advice`.
 
-    ``gpus=False`` skips the host<->GPU copies, ``latency=False`` the
+    ``copies=False`` skips the pinned host<->GPU copies, ``latency=False`` the
     pointer chase.  ``topology`` defaults to this machine as this process
     sees it (allowed CPUs and memory nodes included); it must describe *this*
     machine, since the measurements run here.  ``buffer_bytes`` and
@@ -81,22 +94,22 @@ def advise(
         # where to plan, but the measurements run here.
         from .. import discovery
 
-        topology = discovery.detect_topology(use_nvml=gpus)
+        topology = discovery.detect_topology(use_nvml=copies)
     settings = _measure.Settings(
         quick=quick, buffer_bytes=buffer_bytes, repeats=repeats, latency=latency
     )
     notes: List[str] = list(_virtualization_note(sysfs_root))
     memory = _measure.measure_memory(topology, settings, say, sysfs_root)
-    copies: List[GpuCopies] = []
+    measured: List[GpuCopies] = []
     backend_name: Optional[str] = None
-    if not gpus:
-        status = "GPU copies not measured (gpus=False)"
+    if not copies:
+        status = "not measured (copies=False)"
     else:
         backend, status = _cuda.find_backend()
         if backend is not None:
             backend_name = backend.name
             cpu_nodes = [n for n in memory.cpu_nodes if n in memory.memory_nodes]
-            copies = _cuda.measure_gpus(
+            measured = _cuda.measure_gpus(
                 backend,
                 topology,
                 cpu_nodes,
@@ -108,12 +121,12 @@ def advise(
         else:
             say(status)
     firmware = _measure.firmware(topology, sysfs_root)
-    recommendation = decide(memory, copies, min_effect=min_effect)
+    recommendation = decide(memory, measured, min_effect=min_effect)
     return Advice(
         memory=memory,
-        gpus=tuple(copies),
-        gpu_status=status,
-        gpu_backend=backend_name,
+        copies=tuple(measured),
+        copies_status=status,
+        copies_backend=backend_name,
         firmware=firmware,
         recommendation=recommendation,
         quick=quick,

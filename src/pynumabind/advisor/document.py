@@ -543,14 +543,14 @@ def _recommendation(reader: _Reader, data: Mapping[str, Any]) -> Recommendation:
     min_effect = reader.optional(data, "min_effect", float)
     min_effect = DEFAULT_MIN_EFFECT if min_effect is None else min_effect
     gpus = []
-    for child, entry in reader.objects(data, "gpus"):
+    for child, entry in reader.objects(data, "per_gpu"):
         gpus.append(
             GpuAdvice(
                 gpu=child.get(entry, "gpu", int),
                 bind=child.get(entry, "bind", bool),
                 node=child.optional(entry, "node", int),
                 mode=child.get(entry, "mode", str),
-                memory=child.get(entry, "memory", str),
+                policy=child.get(entry, "policy", str),
                 reasons=_strings(child, entry, "reasons"),
                 reported_node=child.optional(entry, "reported_node", int),
             )
@@ -572,10 +572,10 @@ def _recommendation(reader: _Reader, data: Mapping[str, Any]) -> Recommendation:
     return Recommendation(
         bind=reader.get(data, "bind", bool),
         mode=_choice(reader, data, "mode", ("node", "none")),
-        memory=_choice(reader, data, "memory", ("preferred", "none")),
+        policy=_choice(reader, data, "policy", ("preferred", "none")),
         verdict=reader.get(data, "verdict", str),
         reasons=_strings(reader, data, "reasons"),
-        gpus=tuple(gpus),
+        per_gpu=tuple(gpus),
         comparisons=tuple(comparisons),
         basis=reader.get(data, "basis", str),
         min_effect=min_effect,
@@ -599,14 +599,14 @@ def advice_from_dict(document: Mapping[str, Any], reader: Optional[_Reader] = No
     reader = reader or _Reader("advice document")
     memory = reader.optional(document, "memory", dict)
     firmware = reader.optional(document, "firmware", dict)
-    status = reader.get(document, "gpu_status", dict)
-    status_reader = reader.at("gpu_status")
+    status = reader.get(document, "copies_status", dict)
+    status_reader = reader.at("copies_status")
     notes = _strings(reader, document, "notes")
     return Advice(
         memory=None if memory is None else _memory(reader.at("memory"), memory),
-        gpus=tuple(_copies(child, entry) for child, entry in reader.objects(document, "gpus")),
-        gpu_status=status_reader.get(status, "reason", str),
-        gpu_backend=status_reader.optional(status, "backend", str),
+        copies=tuple(_copies(child, entry) for child, entry in reader.objects(document, "copies")),
+        copies_status=status_reader.get(status, "reason", str),
+        copies_backend=status_reader.optional(status, "backend", str),
         firmware=None if firmware is None else _firmware(reader.at("firmware"), firmware),
         recommendation=_recommendation(
             reader.at("recommendation"), reader.get(document, "recommendation", dict)

@@ -436,7 +436,7 @@ def _gpu_for(record: Record, gpu: Gpu) -> Optional[GpuAdvice]:
     """The record's advice for ``gpu``, matched by PCI bus id."""
     from .._os.sysfs import normalize_bus_id
 
-    for measured in record.advice.gpus:
+    for measured in record.advice.copies:
         if measured.pci_bus_id is None:
             continue
         try:
@@ -502,8 +502,8 @@ def resolve_advised(
     """
     if options.cpu_mode is not CpuMode.ADVISED:
         return Advised(options, topology)
-    if options.memory is not None:
-        given = options.from_environment("memory") or options.spelled("memory")
+    if options.policy is not None:
+        given = options.from_environment("policy") or options.spelled("policy")
         raise ConfigError(
             f"mode 'advised' takes the memory policy from the advice record; do not also "
             f"give one ({given})"
@@ -521,9 +521,9 @@ def resolve_advised(
     if not rec.bind:
         why = f"mode advised: not bound, on purpose: {record.quoted()}"
         # Leave everything alone: a cpus override would contradict mode none.
-        unbound = replace(options, mode=CpuMode.NONE, memory=MemoryPolicy.NONE, cpus=None)
+        unbound = replace(options, mode=CpuMode.NONE, policy=MemoryPolicy.NONE, cpus=None)
         return Advised(unbound, topology, (why,), not_bound=why)
     moved, reasons = _moved(record, topology)
-    first = f"mode advised: {record.quoted()}: mode {rec.mode}, memory {rec.memory}"
-    chosen = replace(options, mode=CpuMode(rec.mode), memory=MemoryPolicy(rec.memory))
+    first = f"mode advised: {record.quoted()}: mode {rec.mode}, policy {rec.policy}"
+    chosen = replace(options, mode=CpuMode(rec.mode), policy=MemoryPolicy(rec.policy))
     return Advised(chosen, moved, (first, *reasons))

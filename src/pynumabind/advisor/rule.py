@@ -418,7 +418,7 @@ class GpuAdvice:
     bind: bool
     node: Optional[int]
     mode: str
-    memory: str
+    policy: str
     reasons: Tuple[str, ...]
     reported_node: Optional[int] = None  # the node the GPU reports
 
@@ -434,7 +434,7 @@ class GpuAdvice:
             "node": self.node,
             "reported_node": self.reported_node,
             "mode": self.mode,
-            "memory": self.memory,
+            "policy": self.policy,
             "reasons": list(self.reasons),
         }
 
@@ -448,17 +448,17 @@ class Recommendation:
 
     bind: bool
     mode: str
-    memory: str
+    policy: str
     verdict: str
     reasons: Tuple[str, ...]
-    gpus: Tuple[GpuAdvice, ...] = ()
+    per_gpu: Tuple[GpuAdvice, ...] = ()
     comparisons: Tuple[Comparison, ...] = ()
     basis: str = "measured"
     min_effect: float = DEFAULT_MIN_EFFECT
 
     def gpu(self, index: int) -> Optional[GpuAdvice]:
         """The advice for the GPU the measurement called ``index``, if it was measured."""
-        return next((g for g in self.gpus if g.gpu == index), None)
+        return next((g for g in self.per_gpu if g.gpu == index), None)
 
     def moved_text(self, advice: GpuAdvice) -> str:
         """Why GPU ``advice.gpu`` goes to a node it does not report, with the measured ratios.
@@ -493,22 +493,22 @@ class Recommendation:
         from ..options import Options
 
         nodes = None
-        indices = sorted(g.gpu for g in self.gpus)
-        every = indices == list(range(len(indices))) and all(g.bind for g in self.gpus)
-        if self.bind and every and any(g.moved for g in self.gpus):
-            by_index = {g.gpu: g.node for g in self.gpus}
+        indices = sorted(g.gpu for g in self.per_gpu)
+        every = indices == list(range(len(indices))) and all(g.bind for g in self.per_gpu)
+        if self.bind and every and any(g.moved for g in self.per_gpu):
+            by_index = {g.gpu: g.node for g in self.per_gpu}
             nodes = ",".join(str(by_index[i]) for i in indices)
-        return Options(mode=CpuMode(self.mode), memory=MemoryPolicy(self.memory), nodes=nodes)
+        return Options(mode=CpuMode(self.mode), policy=MemoryPolicy(self.policy), nodes=nodes)
 
     def to_dict(self) -> Dict[str, Any]:
         return {
             "bind": self.bind,
             "mode": self.mode,
-            "memory": self.memory,
+            "policy": self.policy,
             "verdict": self.verdict,
             "basis": self.basis,
             "reasons": list(self.reasons),
-            "gpus": [g.to_dict() for g in self.gpus],
+            "per_gpu": [g.to_dict() for g in self.per_gpu],
             "comparisons": [c.to_dict() for c in self.comparisons],
             "min_effect": self.min_effect,
             "rule": (
@@ -722,9 +722,9 @@ class Advice:
     """Everything ``advise`` measured and read, and what it recommends."""
 
     memory: Optional[MemoryMatrix]
-    gpus: Tuple[GpuCopies, ...]
-    gpu_status: str  # why the GPU section is empty, or which backend measured it
-    gpu_backend: Optional[str]
+    copies: Tuple[GpuCopies, ...]
+    copies_status: str  # why no copies were measured, or which backend measured them
+    copies_backend: Optional[str]
     firmware: Optional[Firmware]
     recommendation: Recommendation
     quick: bool = False
@@ -742,11 +742,11 @@ class Advice:
             "quick": self.quick,
             "seconds": round(self.seconds, 2),
             "memory": None if self.memory is None else self.memory.to_dict(),
-            "gpus": [g.to_dict() for g in self.gpus],
-            "gpu_status": {
-                "measured": bool(self.gpus),
-                "backend": self.gpu_backend,
-                "reason": self.gpu_status,
+            "copies": [g.to_dict() for g in self.copies],
+            "copies_status": {
+                "measured": bool(self.copies),
+                "backend": self.copies_backend,
+                "reason": self.copies_status,
             },
             "firmware": None if self.firmware is None else self.firmware.to_dict(),
             "recommendation": self.recommendation.to_dict(),

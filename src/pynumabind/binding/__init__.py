@@ -108,7 +108,7 @@ class Binding:
       action); empty when the plan leaves CPUs alone.
     * ``cpus``: the calling thread's affinity now.
     * ``policy_mode``/``policy_nodes``: the ``MPOL_*`` mode and nodes
-      requested (``None``: memory policy untouched); ``mempolicy``: the
+      requested (``None``: memory policy untouched); ``policy_read_back``: the
       calling thread's policy read back with ``get_mempolicy`` (``None`` when
       it could not be read).
     * ``threads_keeping_policy``: other threads that existed at bind time and
@@ -130,7 +130,7 @@ class Binding:
     cpus: Optional[frozenset[int]] = None
     policy_mode: Optional[int] = None
     policy_nodes: frozenset[int] = frozenset()
-    mempolicy: Optional[_libnuma.MemPolicy] = None
+    policy_read_back: Optional[_libnuma.MemPolicy] = None
     memory_applied: bool = False
     threads_keeping_policy: Tuple[int, ...] = ()
     partial: bool = False
@@ -201,11 +201,11 @@ class Binding:
         Id sets are cpulists, ``""`` when empty (as in ``Plan.to_dict``).
         """
         policy = None
-        if self.mempolicy is not None:
+        if self.policy_read_back is not None:
             policy = {
-                "mode": self.mempolicy.mode_name,
-                "nodes": format_cpulist(self.mempolicy.nodes),
-                "flags": self.mempolicy.flags,
+                "mode": self.policy_read_back.mode_name,
+                "nodes": format_cpulist(self.policy_read_back.nodes),
+                "flags": self.policy_read_back.flags,
             }
         return {
             "plan": None if self.plan is None else self.plan.to_dict(),
@@ -218,7 +218,7 @@ class Binding:
             "policy_requested": self.policy_name,
             "policy_nodes": format_cpulist(self.policy_nodes),
             "memory_applied": self.memory_applied,
-            "mempolicy": policy,
+            "policy_read_back": policy,
             "threads_keeping_policy": list(self.threads_keeping_policy),
             "skipped": [s.to_dict() for s in self.skipped],
             "migrated": self.migrated,
@@ -289,10 +289,11 @@ class Binding:
 
 def _who(plan: Plan) -> str:
     """``rank 1 GPU 1 (0000:...)``, or for a union plan (no rank) ``GPUs 0-1``/``GPU 3 (...)``."""
-    gpu = "none" if plan.gpu is None else f"{plan.gpu.index} ({plan.gpu.pci_bus_id})"
+    info = plan.gpu_info
+    gpu = "none" if info is None else f"{info.index} ({info.pci_bus_id})"
     if plan.rank is not None:
         return f"rank {plan.rank} GPU {gpu}"
-    if len(plan.gpus) == 1 and plan.gpu is not None:
+    if len(plan.gpus) == 1 and plan.gpu_info is not None:
         return f"GPU {gpu}"
     return f"GPUs {format_ids(frozenset(plan.gpus))}"
 
@@ -383,7 +384,7 @@ def _apply_steps(
         cpus=_caller_cpus(scan, caller, before),
         policy_mode=request.mode,
         policy_nodes=request.nodes,
-        mempolicy=readback,
+        policy_read_back=readback,
         memory_applied=memory_applied,
         threads_keeping_policy=threads_keeping,
         partial=bool(skipped),
@@ -432,7 +433,7 @@ def _log_outcome(binding: Binding) -> None:
     plan = binding.plan
     if (
         plan is not None
-        and plan.gpu is not None
+        and plan.gpu_info is not None
         and plan.cpus is None
         and plan.mode is not CpuMode.NONE
     ):
@@ -440,8 +441,8 @@ def _log_outcome(binding: Binding) -> None:
             "pynumabind: %s left unbound: the NUMA node of GPU %d (%s) is unknown; "
             "name it with PYNUMABIND_NODES, or set PYNUMABIND_REQUIRE_NODE=1 to fail instead",
             _who(plan),
-            plan.gpu.index,
-            plan.gpu.pci_bus_id,
+            plan.gpu_info.index,
+            plan.gpu_info.pci_bus_id,
         )
     if log.isEnabledFor(logging.INFO):
         log.info("%s", binding.summary())
@@ -468,7 +469,7 @@ def bind_current_process(
     topology: Optional[Topology] = None,
     nprocs: Optional[int] = None,
     mode: Union[str, CpuMode, None] = None,
-    memory: Union[str, MemoryPolicy, None] = None,
+    policy: Union[str, MemoryPolicy, None] = None,
     migrate: bool = False,
     on_error: str = "warn",
     environ: Optional[Mapping[str, str]] = None,
@@ -486,7 +487,7 @@ def bind_current_process(
     indices, not with ``rank``) asks for that union explicitly and wins over
     a launcher's rank.  With ``PYNUMABIND_DISABLE=1`` it logs and returns a
     Binding that applied nothing.  ``options``: a :class:`~pynumabind.Options`
-    instead of the plan keywords (``rank``, ``nprocs``, ``mode``, ``memory``
+    instead of the plan keywords (``rank``, ``nprocs``, ``mode``, ``policy``
     and :class:`~pynumabind.options.OptionKeywords`: ``gpu``, ``gpus``,
     ``nodes``, ``cpus``, ``gpu_memory``, ``interleave_nodes``...), as
     :func:`~pynumabind.planner.plan` takes them.  Every variable, visibility
@@ -501,7 +502,7 @@ def bind_current_process(
     with no usable record, one warning and the default mode's plan.
     """
     _check_on_error(on_error)
-    given = union_front(options, dict(keywords, rank=rank, nprocs=nprocs, mode=mode, memory=memory))
+    given = union_front(options, dict(keywords, rank=rank, nprocs=nprocs, mode=mode, policy=policy))
     with _forksafe.lock():  # a fork waits for these first-use imports (see _forksafe)
         from ..discovery import environ as _environ
     env = os.environ if environ is None else environ

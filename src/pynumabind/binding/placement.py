@@ -145,7 +145,16 @@ from typing import (
 )
 
 from .._os import libnuma as _libnuma
-from ..errors import ConfigError, NumaSyscallError, PlanError, UnknownIdError, format_ids
+from ..errors import (
+    ConfigError,
+    NotABufferError,
+    NumaSyscallError,
+    PlacementSyscallError,
+    PlanError,
+    ReadOnlyBufferError,
+    UnknownIdError,
+    format_ids,
+)
 from ..model import CpuMode, MemoryPolicy, Plan
 from ..planner._memory import choose_mems
 from ..planner._place import RankState, place_gpu
@@ -216,34 +225,6 @@ _PINNED_HINT = (
 # ------------------------------------------------------------------ errors
 
 
-class NotABufferError(ConfigError, TypeError):
-    """``bind_memory`` was given something whose memory it cannot address."""
-
-
-class ReadOnlyBufferError(ConfigError):
-    """``bind_memory`` was given a read-only buffer (``bytes``, a read-only ``mmap``)."""
-
-
-class PlacementSyscallError(NumaSyscallError):
-    """The kernel refused ``mbind``/``set_mempolicy``/``get_mempolicy``.
-
-    ``errno`` is the kernel's (``EPERM``: a seccomp profile; ``EFAULT``: part
-    of the range is not mapped; ``EINVAL``: a node outside the allowed ones);
-    ``fix`` says what to do; the message names the call and the range.
-    """
-
-    def __init__(
-        self,
-        err: int,
-        operation: str,
-        nodes: Optional[AbstractSet[int]],
-        fix: str,
-    ) -> None:
-        super().__init__(err, operation, nodes)
-        self.fix = fix
-        self.strerror = f"{self.strerror}; {fix}"
-
-
 def _fix(err: int, what: str) -> str:
     if err == errno.EPERM:
         return (
@@ -268,9 +249,6 @@ def _refused(exc: NumaSyscallError, operation: str, nodes: Optional[AbstractSet[
     err = exc.errno if exc.errno is not None else 0
     call = operation.partition("(")[0].strip()
     return PlacementSyscallError(err, operation, nodes, _fix(err, call))
-
-
-# ----------------------------------------------------------------- targets
 
 
 @dataclass(frozen=True)
@@ -528,7 +506,7 @@ class MemoryPlacement:
     pages: int
     nodes: frozenset[int]
     policy: str
-    mode: str
+    kernel_policy: str
     move: bool
     pages_per_node: Optional[Mapping[int, int]] = field(hash=False)
     not_present: int = 0
@@ -554,7 +532,7 @@ class MemoryPlacement:
         return any(reason in _PINNED_REASONS for reason in self.not_moved)
 
     def summary(self) -> str:
-        where = f"{self.mode} on node {format_ids(self.nodes)}"
+        where = f"{self.kernel_policy} on node {format_ids(self.nodes)}"
         head = f"{self.size} bytes at {self.address:#x} ({self.pages} pages): {where}"
         if self.pages_per_node is None:
             return f"{head}; page locations unknown"
@@ -575,7 +553,7 @@ class MemoryPlacement:
             "pages": self.pages,
             "nodes": sorted(self.nodes),
             "policy": self.policy,
-            "mode": self.mode,
+            "kernel_policy": self.kernel_policy,
             "move": self.move,
             "pages_per_node": None
             if self.pages_per_node is None
@@ -715,7 +693,7 @@ def _report(span: _Span, start: int, length: int, target: _Target, move: bool) -
         pages=length // mmap.PAGESIZE,
         nodes=target.nodes,
         policy=target.policy.value,
-        mode=_libnuma.MODE_NAMES.get(target.mode, str(target.mode)),
+        kernel_policy=_libnuma.MODE_NAMES.get(target.mode, str(target.mode)),
         move=move,
         pages_per_node=per_node,
         not_present=absent,

@@ -118,7 +118,7 @@ def _plan_options(parser: argparse.ArgumentParser, *, with_nprocs: bool = True) 
         help="how CPUs are chosen: %(choices)s (default: node)",
     )
     group.add_argument(
-        "--memory",
+        "--policy",
         type=str.lower,
         choices=[p.value for p in MemoryPolicy],
         metavar="POLICY",
@@ -291,7 +291,7 @@ def _options(args: argparse.Namespace) -> Options:
         rank=getattr(args, "rank", None),
         nprocs=getattr(args, "nprocs", None),
         mode=args.mode,
-        memory=args.memory,
+        policy=args.policy,
         nodes=args.nodes,
         cpus=args.cpus,
         flags=True,
@@ -432,7 +432,8 @@ def _plan_rows(results: Sequence[Union[Plan, PynumabindError]]) -> List[List[str
         if not isinstance(plan, Plan):
             rows.append([str(rank), "-", "-", "error", "-", "-"])
             continue
-        gpu = "none" if plan.gpu is None else f"{plan.gpu.index} {plan.gpu.pci_bus_id}"
+        info = plan.gpu_info
+        gpu = "none" if info is None else f"{info.index} {info.pci_bus_id}"
         rows.append(
             [
                 str(plan.rank),

@@ -46,7 +46,9 @@ def add_parser(commands: Any) -> None:
         "follows (default PATH: $PYNUMABIND_ADVICE, else /var/lib/pynumabind/advice.json as "
         "root, ~/.cache/pynumabind/advice.json otherwise)",
     )
-    advise.add_argument("--no-gpu", action="store_true", help="do not measure host<->GPU copies")
+    advise.add_argument(
+        "--no-copies", action="store_true", help="do not measure pinned host<->GPU copies"
+    )
     advise.add_argument(
         "--no-latency", action="store_true", help="do not measure latency (pointer chase)"
     )
@@ -87,7 +89,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
     target = _save_target(args.save)
     advice = advise(
         quick=args.quick,
-        gpus=not args.no_gpu,
+        copies=not args.no_copies,
         latency=not args.no_latency,
         progress=_progress,
     )
@@ -224,20 +226,23 @@ def render_text(advice: Advice) -> str:
     lines: List[str] = []
     if advice.memory is not None:
         lines += [*_memory_lines(advice.memory), ""]
-    if advice.gpus:
-        lines += [*_gpu_lines(advice.gpus), ""]
+    if advice.copies:
+        lines += [*_gpu_lines(advice.copies), ""]
+    elif advice.copies_status == "not measured (copies=False)":
+        lines += ["GPU copies: not measured (--no-copies)", ""]
     else:
-        lines += [f"GPU copies: none measured: {advice.gpu_status}", ""]
+        lines += [f"GPU copies: none measured: {advice.copies_status}", ""]
     lines += [*_firmware_lines(advice), ""]
     lines += [f"Note: {n}" for n in advice.notes]
     rec = advice.recommendation
     lines += [
         f"Recommendation: {rec.verdict}",
-        f"  bind: {'yes' if rec.bind else 'no'}   CPU mode: {rec.mode}   memory: {rec.memory}",
+        f"  bind: {'yes' if rec.bind else 'no'}   CPU mode: {rec.mode}   "
+        f"memory policy: {rec.policy}",
     ]
-    for gpu in rec.gpus:
+    for gpu in rec.per_gpu:
         where = f"node {gpu.node}" if gpu.node is not None else "no binding"
-        lines.append(f"  GPU {gpu.gpu}: {where} (mode {gpu.mode}, memory {gpu.memory})")
+        lines.append(f"  GPU {gpu.gpu}: {where} (mode {gpu.mode}, policy {gpu.policy})")
     lines += ["Reasons:", *(f"  - {r}" for r in rec.reasons)]
     lines.append(f"({advice.seconds:.0f} s{', quick' if advice.quick else ''})")
     return "\n".join(lines)
@@ -267,7 +272,7 @@ def write_plot(document: Dict[str, Any], path: str) -> None:
     """
     plt = _matplotlib()
     memory = document.get("memory")
-    gpus = document.get("gpus") or []
+    gpus = document.get("copies") or []
     panels = (1 if memory else 0) + len(gpus)
     if panels == 0:
         raise PynumabindError("nothing was measured: no plot to draw")

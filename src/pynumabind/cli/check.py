@@ -165,8 +165,8 @@ def check_this_process(
     problems = _completeness_problems(binding) + list(verify.problems)
     problems += _proc_thread_problems(binding, masks)
     gpu = None
-    if plan.gpu is not None:
-        gpu = f"{plan.gpu.index} {plan.gpu.pci_bus_id}"
+    if plan.gpu_info is not None:
+        gpu = f"{plan.gpu_info.index} {plan.gpu_info.pci_bus_id}"
     placed = sorted({n for n in verify.page_nodes if n >= 0})
     return WorkerReport(
         rank=rank,

@@ -21,7 +21,7 @@ Rules
   layout such as ``2(x3),1`` does not say how many tasks *this* node runs, so
   it is ignored and the planner decides; ``OMPI_COMM_WORLD_LOCAL_SIZE``.
   With an explicit rank, the first launcher that sets a size is used.
-* ``PYNUMABIND_MODE``/``PYNUMABIND_MEMORY`` take the CLI's values;
+* ``PYNUMABIND_MODE``/``PYNUMABIND_POLICY`` take the CLI's values;
   ``PYNUMABIND_NODES``/``PYNUMABIND_CPUS`` the planner's per-rank overrides
   (``0,0,1,1``, ``0-3;4-7``, or vLLM's space-separated ``1 1 0 0``), read by
   :func:`override_text` (the framework hooks use it too) and parsed by the
@@ -68,9 +68,9 @@ __all__ = [
     "FLAG_FALSE",
     "FLAG_TRUE",
     "LOCAL_GPUS_VARIABLE",
-    "MEMORY_VARIABLE",
     "MODE_VARIABLE",
     "NODES_VARIABLE",
+    "POLICY_VARIABLE",
     "PRIORITY_VARIABLE",
     "RANK_VARIABLES",
     "TOPOLOGY_VARIABLE",
@@ -90,7 +90,7 @@ SIZE_VARIABLES: Mapping[str, Tuple[str, ...]] = {
 }
 
 MODE_VARIABLE = "PYNUMABIND_MODE"
-MEMORY_VARIABLE = "PYNUMABIND_MEMORY"
+POLICY_VARIABLE = "PYNUMABIND_POLICY"
 NODES_VARIABLE = "PYNUMABIND_NODES"
 CPUS_VARIABLE = "PYNUMABIND_CPUS"
 DISABLE_VARIABLE = "PYNUMABIND_DISABLE"
@@ -227,11 +227,11 @@ def _nprocs(
 
 
 def _choices(environ: Mapping[str, str], given: Options, sources: Dict[str, str]) -> Dict[str, Any]:
-    """mode, memory and the per-rank overrides: the argument if given, else the variable."""
+    """mode, policy and the per-rank overrides: the argument if given, else the variable."""
     out: Dict[str, Any] = {}
     variables = (
         ("mode", MODE_VARIABLE),
-        ("memory", MEMORY_VARIABLE),
+        ("policy", POLICY_VARIABLE),
         ("nodes", NODES_VARIABLE),
         ("cpus", CPUS_VARIABLE),
     )
@@ -242,7 +242,7 @@ def _choices(environ: Mapping[str, str], given: Options, sources: Dict[str, str]
             out[option] = value
         elif option == "mode":
             out[option] = parse_choice(CpuMode, text, option, variable=variable)
-        elif option == "memory":
+        elif option == "policy":
             out[option] = parse_choice(MemoryPolicy, text, option, variable=variable)
         else:
             # "0,0,1,1", "0-3;4-7" go to the planner as text: it parses them

@@ -115,12 +115,10 @@ plans in about half a second (``python -m benchmarks.bench_planner``).
 
 from __future__ import annotations
 
-import functools
 from dataclasses import replace
 from typing import (
     TYPE_CHECKING,
     AbstractSet,
-    Callable,
     Dict,
     List,
     Optional,
@@ -159,9 +157,7 @@ from ._request import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from typing_extensions import ParamSpec, Unpack
-
-    _P = ParamSpec("_P")
+    from typing_extensions import Unpack
 
 __all__ = [
     "MAX_NPROCS",
@@ -208,7 +204,7 @@ def _finish(topology: Topology, request: Request, state: RankState) -> Union[Pla
     assert mems <= topology.allowed_mems
     return Plan(
         rank=state.rank,
-        gpu=state.gpu,
+        gpu_info=state.gpu,
         cpus=state.cpus,
         mems=mems,
         policy=policy,
@@ -477,7 +473,7 @@ def _union(plans: List[Plan], indices: List[int], count: int) -> Plan:
     return replace(
         plans[0],
         rank=None,
-        gpu=plans[0].gpu if len(plans) == 1 else None,
+        gpu_info=plans[0].gpu_info if len(plans) == 1 else None,
         cpus=cpus,
         mems=frozenset().union(*(p.mems for p in plans)),
         node=min(placed) if len(placed) == 1 else None,
@@ -492,7 +488,7 @@ def plan(
     rank: Optional[int] = None,
     nprocs: Optional[int] = None,
     mode: Union[str, CpuMode, None] = None,
-    memory: Union[str, MemoryPolicy, None] = None,
+    policy: Union[str, MemoryPolicy, None] = None,
     *,
     options: Optional[Options] = None,
     **keywords: Unpack[OptionKeywords],
@@ -507,7 +503,7 @@ def plan(
     :class:`PlanError` or :class:`ConfigError` naming what was wrong.
     """
     options = union_front(
-        options, dict(keywords, rank=rank, nprocs=nprocs, mode=mode, memory=memory)
+        options, dict(keywords, rank=rank, nprocs=nprocs, mode=mode, policy=policy)
     )
     if options.gpus is not None:
         return plan_gpus_for(topology, options, options.gpus)
@@ -520,7 +516,7 @@ def plan_each(
     topology: Topology,
     nprocs: Optional[int] = None,
     mode: Union[str, CpuMode, None] = None,
-    memory: Union[str, MemoryPolicy, None] = None,
+    policy: Union[str, MemoryPolicy, None] = None,
     *,
     options: Optional[Options] = None,
     **keywords: Unpack[OptionKeywords],
@@ -531,30 +527,28 @@ def plan_each(
     CLI's table; a launcher whose cpuset covers only some ranks).
     """
     options = Options.from_arguments(
-        nprocs=nprocs, mode=mode, memory=memory, options=options, **keywords
+        nprocs=nprocs, mode=mode, policy=policy, options=options, **keywords
     )
     return plan_each_for(topology, options)
 
 
-def _raising_first_error(
-    each: Callable[_P, List[Union[Plan, PynumabindError]]],
-) -> Callable[_P, List[Plan]]:
-    """``each``'s front with the same parameters, raising the first failing rank's error."""
+def plan_all(
+    topology: Topology,
+    nprocs: Optional[int] = None,
+    mode: Union[str, CpuMode, None] = None,
+    policy: Union[str, MemoryPolicy, None] = None,
+    *,
+    options: Optional[Options] = None,
+    **keywords: Unpack[OptionKeywords],
+) -> List[Plan]:
+    """Plans for every local rank, in rank order: :func:`plan_each`'s parameters.
 
-    @functools.wraps(each)
-    def plan_all(*args: _P.args, **kwargs: _P.kwargs) -> List[Plan]:
-        return _all_or_first_error(each(*args, **kwargs))
-
-    plan_all.__doc__ = _PLAN_ALL_DOC
-    return plan_all
-
-
-_PLAN_ALL_DOC = """Plans for every local rank, in rank order: :func:`plan_each`'s parameters.
-
-``rank_gpus`` optionally gives each rank's GPU index.  Raises the first
-failing rank's error (:func:`plan_each` gives every rank's).
-"""
-plan_all = _raising_first_error(plan_each)
+    ``rank_gpus`` optionally gives each rank's GPU index.  Raises the first
+    failing rank's error (:func:`plan_each` gives every rank's).
+    """
+    return _all_or_first_error(
+        plan_each(topology, nprocs, mode, policy, options=options, **keywords)
+    )
 
 
 def _all_or_first_error(results: List[Union[Plan, PynumabindError]]) -> List[Plan]:

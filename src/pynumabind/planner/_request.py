@@ -168,7 +168,7 @@ def _interleave_nodes(
         return None
     if policy is not MemoryPolicy.INTERLEAVE:
         raise ConfigError(
-            f"interleave_nodes is only meaningful with memory='interleave', not {policy.value!r}"
+            f"interleave_nodes is only meaningful with policy='interleave', not {policy.value!r}"
         )
     if isinstance(value, str):
         try:
@@ -314,13 +314,15 @@ def build_request(topology: Topology, options: Options) -> Request:
     return Request(
         nprocs=count,
         mode=options.cpu_mode,
-        policy=options.policy,
+        policy=options.effective_policy,
         rank_gpus=per_rank,
         explicit_gpu=explicit,
         node_sets=node_sets,
         cpu_sets=cpu_sets,
         gpu_memory=options.gpu_memory,
-        interleave_nodes=_interleave_nodes(topology, options.policy, options.interleave_nodes),
+        interleave_nodes=_interleave_nodes(
+            topology, options.effective_policy, options.interleave_nodes
+        ),
         nprocs_reason=reason,
         require_node=options.require_node,
         nprocs_option=options.spelled("nprocs"),

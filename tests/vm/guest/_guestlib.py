@@ -144,7 +144,7 @@ def spawned_bind_worker(rank: int, nprocs: int, conn: Any) -> None:
         from pynumabind import bind_current_process
 
         binding = bind_current_process(
-            rank, nprocs=nprocs, mode="exclusive", memory="bind", environ={}
+            rank, nprocs=nprocs, mode="exclusive", policy="bind", environ={}
         )
         late = Sleepers(1)  # started after: inherits the bound CPUs
         check = binding.verify()

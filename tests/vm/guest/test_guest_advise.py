@@ -98,6 +98,6 @@ def test_cli_json_in_the_guest() -> None:
     assert data["memory"]["cpu_nodes"] == [0, 1]
     assert data["memory"]["memory_nodes"] == [0, 1, 2]
     assert [[p["fraction"] for p in row] for row in data["memory"]["placement"]] == [[1.0] * 3] * 2
-    assert data["gpus"] == [] and data["gpu_status"]["reason"]
-    assert set(data["recommendation"]) >= {"bind", "mode", "memory", "reasons"}
+    assert data["copies"] == [] and data["copies_status"]["reason"]
+    assert set(data["recommendation"]) >= {"bind", "mode", "policy", "reasons"}
     sys.stdout.write(done.stdout)

@@ -94,8 +94,8 @@ def test_bind_to_node1_moves_every_thread(topology: Topology) -> None:
 
 
 def test_rank_and_policy_from_launcher_environment() -> None:
-    """torchrun-style variables choose the rank; PYNUMABIND_MEMORY the policy."""
-    environ = {"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "PYNUMABIND_MEMORY": "bind"}
+    """torchrun-style variables choose the rank; PYNUMABIND_POLICY the policy."""
+    environ = {"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "PYNUMABIND_POLICY": "bind"}
     binding = bind_current_process(environ=environ)
     try:
         assert binding.plan is not None and binding.plan.rank == 1
@@ -112,7 +112,7 @@ def test_rank_and_policy_from_launcher_environment() -> None:
 def _manual_plan(cpus: frozenset[int], mems: frozenset[int], policy: MemoryPolicy) -> Plan:
     """A plan the planner would not make (CPUs and memory on different nodes): it separates
     what the memory policy does from where first-touch allocation would put pages anyway."""
-    return Plan(rank=0, gpu=None, cpus=cpus, mems=mems, policy=policy)
+    return Plan(rank=0, gpu_info=None, cpus=cpus, mems=mems, policy=policy)
 
 
 @pytest.mark.parametrize(
@@ -157,7 +157,7 @@ def test_local_policy_follows_the_cpu() -> None:
 
 @pytest.mark.parametrize("nodes", [frozenset({0, 1}), frozenset({0, 1, 2})], ids=["0-1", "0-2"])
 def test_interleave_alternates(topology: Topology, nodes: frozenset[int]) -> None:
-    rank_plan = plan(topology, 0, nodes="1", memory="interleave", interleave_nodes=sorted(nodes))
+    rank_plan = plan(topology, 0, nodes="1", policy="interleave", interleave_nodes=sorted(nodes))
     assert rank_plan.policy is MemoryPolicy.INTERLEAVE and rank_plan.mems == nodes
     binding = apply_plan(rank_plan, on_error="raise")
     try:
@@ -181,7 +181,7 @@ def test_interleave_alternates(topology: Topology, nodes: frozenset[int]) -> Non
 
 
 def test_migrate_moves_pages_from_node0_to_node1(topology: Topology) -> None:
-    first = apply_plan(plan(topology, 0, nodes="0", memory="bind"), on_error="raise")
+    first = apply_plan(plan(topology, 0, nodes="0", policy="bind"), on_error="raise")
     try:
         region = touch_pages(64)
         assert page_nodes(region) == [0] * 64
@@ -189,7 +189,7 @@ def test_migrate_moves_pages_from_node0_to_node1(topology: Topology) -> None:
         first.restore()
     try:
         second = apply_plan(
-            plan(topology, 0, nodes="1", memory="bind"), migrate=True, on_error="raise"
+            plan(topology, 0, nodes="1", policy="bind"), migrate=True, on_error="raise"
         )
         try:
             assert second.migrated
@@ -205,13 +205,13 @@ def test_migrate_moves_pages_from_node0_to_node1(topology: Topology) -> None:
 
 
 def test_without_migrate_pages_stay(topology: Topology) -> None:
-    first = apply_plan(plan(topology, 0, nodes="0", memory="bind"), on_error="raise")
+    first = apply_plan(plan(topology, 0, nodes="0", policy="bind"), on_error="raise")
     try:
         region = touch_pages(16)
     finally:
         first.restore()
     try:
-        second = apply_plan(plan(topology, 0, nodes="1", memory="bind"), on_error="raise")
+        second = apply_plan(plan(topology, 0, nodes="1", policy="bind"), on_error="raise")
         try:
             assert not second.migrated and second.pages_not_moved is None
             assert page_nodes(region) == [0] * 16
@@ -265,7 +265,7 @@ def test_gpu_on_memory_only_node_gets_nearest_cpu_node(
 
 def test_bind_to_gpu_memory_node_puts_pages_on_node2(topology: Topology) -> None:
     gpu = Gpu(index=0, pci_bus_id="0000:21:00.0", vendor="nvidia", numa_node=2, source="test")
-    rank_plan = plan(topology.replace(gpus=(gpu,)), 0, memory="bind", gpu_memory=True)
+    rank_plan = plan(topology.replace(gpus=(gpu,)), 0, policy="bind", gpu_memory=True)
     assert rank_plan.mems == frozenset({1, 2})
     # MPOL_BIND over {1, 2}: allowed on either; the local node 1 first.
     binding = apply_plan(rank_plan, on_error="raise")
@@ -282,7 +282,7 @@ def test_bind_current_process_passes_gpu_memory_to_the_planner(topology: Topolog
     binding = bind_current_process(
         0,
         topology=topology.replace(gpus=(gpu,)),
-        memory="bind",
+        policy="bind",
         gpu_memory=True,
         on_error="raise",
         environ={},
@@ -299,7 +299,7 @@ def test_bind_current_process_passes_gpu_memory_to_the_planner(topology: Topolog
 
 
 def test_exclusive_four_ranks_spawned_workers(topology: Topology) -> None:
-    plans = plan_all(topology, nprocs=4, mode="exclusive", memory="bind")
+    plans = plan_all(topology, nprocs=4, mode="exclusive", policy="bind")
     cpu_sets = [p.cpus for p in plans]
     assert all(cpus for cpus in cpu_sets)
     assert sum(len(c or ()) for c in cpu_sets) == len(frozenset().union(*cpu_sets))  # disjoint
@@ -344,7 +344,7 @@ def test_exclusive_four_ranks_spawned_workers(topology: Topology) -> None:
 _EXEC_CHILD = """
 import json, os
 import mmap
-from pynumabind import _libnuma
+from pynumabind._os import libnuma as _libnuma
 region = mmap.mmap(-1, 16 * mmap.PAGESIZE)
 for i in range(16):
     region[i * mmap.PAGESIZE] = 1
@@ -359,7 +359,7 @@ print(json.dumps({"cpus": sorted(os.sched_getaffinity(0)), "tasks": tasks,
 def test_exec_binds_the_child() -> None:
     argv = [
         sys.executable, "-m", "pynumabind", "exec", "--json",
-        "--rank", "0", "--nodes", "1", "--memory", "bind",
+        "--rank", "0", "--nodes", "1", "--policy", "bind",
         "--", sys.executable, "-c", _EXEC_CHILD,
     ]  # fmt: skip
     proc = subprocess.run(

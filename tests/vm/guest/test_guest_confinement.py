@@ -34,9 +34,10 @@ else:
     sys.stdin.readline()  # the parent sets our affinity, then says go
 
 from pynumabind import (
-    MemoryPolicy, Plan, PynumabindError, _libnuma, apply_plan, bind_current_process,
+    MemoryPolicy, Plan, PynumabindError, apply_plan, bind_current_process,
     detect_topology,
 )
+from pynumabind._os import libnuma as _libnuma
 
 def state():
     policy = _libnuma.get_mempolicy()
@@ -60,13 +61,13 @@ report = {
     "allowed_mems": sorted(topology.allowed_mems),
     "override": attempt(lambda: bind_current_process(0, nodes="1", environ={})),
     "plan_for_node1": attempt(lambda: apply_plan(Plan(
-        rank=0, gpu=None, cpus=frozenset({2, 3}), mems=frozenset({1}),
+        rank=0, gpu_info=None, cpus=frozenset({2, 3}), mems=frozenset({1}),
         policy=MemoryPolicy.PREFERRED, node=1))),
     "mems_outside_raise": attempt(lambda: apply_plan(Plan(
-        rank=0, gpu=None, cpus=frozenset({0, 1}), mems=frozenset({1}),
+        rank=0, gpu_info=None, cpus=frozenset({0, 1}), mems=frozenset({1}),
         policy=MemoryPolicy.BIND), on_error="raise")),
     "mems_outside_warn": attempt(lambda: apply_plan(Plan(
-        rank=0, gpu=None, cpus=frozenset({0}), mems=frozenset({1}),
+        rank=0, gpu_info=None, cpus=frozenset({0}), mems=frozenset({1}),
         policy=MemoryPolicy.BIND), on_error="warn")),
 }
 ok = bind_current_process(0, environ={})

@@ -138,7 +138,7 @@ def test_pci_class_filter_is_exact() -> None:
 def test_plan_for_pci_device_lands_on_node1(pristine: None) -> None:
     topology = _accepting("detect")
     rank_plan = plan(topology, 0)
-    assert rank_plan.gpu is not None and rank_plan.gpu.pci_bus_id == PCI_ADDRESS
+    assert rank_plan.gpu is not None and rank_plan.gpu_info.pci_bus_id == PCI_ADDRESS
     assert rank_plan.node == 1
     assert rank_plan.cpus == NODE1_CPUS
     assert rank_plan.mems == frozenset({1})
@@ -158,7 +158,7 @@ def test_plan_for_pci_device_on_memory_only_node(pristine: None) -> None:
     gpu_memory=True, may allocate from its own node 2 as well."""
     topology = _accepting("detect")
     without = plan(topology, 1)
-    assert without.gpu is not None and without.gpu.pci_bus_id == PCI_ADDRESS_NODE2
+    assert without.gpu is not None and without.gpu_info.pci_bus_id == PCI_ADDRESS_NODE2
     assert (without.node, without.cpus, without.mems) == (1, NODE1_CPUS, frozenset({1}))
     rank_plan = plan(topology, 1, gpu_memory=True)
     assert (rank_plan.node, rank_plan.cpus) == (1, NODE1_CPUS)

@@ -327,7 +327,8 @@ import json, os, sys
 with open(sys.argv[1] + "/cgroup.procs", "w") as handle:
     handle.write(str(os.getpid()))  # this process joins the group (cpuset.mems=0)
 
-from pynumabind import PynumabindError, _libnuma
+from pynumabind import PynumabindError
+from pynumabind._os import libnuma as _libnuma
 from pynumabind.discovery import detect_topology
 from pynumabind.binding.placement import bind_memory, memory_on
 

@@ -131,6 +131,7 @@ def test_every_mode_has_a_detail_and_the_default_mode_is_node() -> None:
         CpuMode.SOCKET: Detail.PACKAGES,
         CpuMode.EXCLUSIVE: Detail.CORES,
         CpuMode.CORE_COMPLEX: Detail.CACHES,
+        CpuMode.ADVISED: Detail.NODES,  # the record says node or none
     }
     assert discovery.detail_for(None) is Detail.NODES
     assert discovery.detail_for("core-complex") is Detail.CACHES

@@ -26,7 +26,7 @@ from pynumabind.model import CpuMode, Detail, Topology
 from sysfs_oracle import read_cpus_per_cpu
 
 MACHINES = st.machine_names()
-MODES = [m for m in CpuMode]
+MODES = [m for m in CpuMode if m is not CpuMode.ADVISED]  # resolved before planning
 
 
 @pytest.fixture(scope="module", params=MACHINES)

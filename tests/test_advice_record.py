@@ -594,3 +594,18 @@ def test_bind_current_process_advised_returns_a_binding_that_says_why(tmp_path: 
     assert "left unbound on purpose" in found["summary"]
     found, _ = run_in_child(child_advised.bind_advised, records["yes"])
     assert found["not_bound"] is None and found["policy"] == "MPOL_PREFERRED"
+
+
+def test_advise_save_refuses_a_file_that_is_not_a_record_before_measuring(tmp_path: Path) -> None:
+    config = tmp_path / "settings.json"
+    config.write_text('{"keep": "me"}')
+    result = run_cli("advise", "--quick", "--save", str(config))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"pynumabind: error: refusing to overwrite {config}: it is not an advice record "
+        '(no "record": "pynumabind advice" key); remove it or choose another path'
+    ]  # one line, before any progress: nothing was measured
+    assert config.read_text() == '{"keep": "me"}'
+    bad = run_cli("advise", "--quick", "--save", env={"PYNUMABIND_ADVICE": "/var/lib/"})
+    assert bad.returncode == 2 and "invalid PYNUMABIND_ADVICE='/var/lib/'" in bad.stderr
+    assert "Traceback" not in bad.stderr

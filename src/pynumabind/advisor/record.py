@@ -108,7 +108,7 @@ __all__ = [
     "this_machine",
 ]
 
-log = logging.getLogger("pynumabind")
+log = logging.getLogger(__name__)
 
 ADVICE_VARIABLE = "PYNUMABIND_ADVICE"
 SYSTEM_PATH = "/var/lib/pynumabind/advice.json"

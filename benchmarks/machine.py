@@ -138,6 +138,43 @@ class Virtualization:
         return out
 
 
+def _under(root: str, rel: str) -> str:
+    return os.path.join(root, rel.lstrip("/"))
+
+
+def _dmi_vendor(root: str, evidence: List[str]) -> Optional[str]:
+    """The hypervisor the first DMI field names, each naming field added to ``evidence``."""
+    found: Optional[str] = None
+    for rel in (
+        "/sys/class/dmi/id/sys_vendor",
+        "/sys/class/dmi/id/product_name",
+        "/sys/class/dmi/id/board_vendor",
+        "/sys/class/dmi/id/bios_vendor",
+    ):
+        value = (_read(_under(root, rel)) or "").strip()
+        lowered = value.lower()
+        for needle, name in DMI_VENDORS:
+            if needle in lowered:
+                evidence.append(f"{rel} is {value!r}")
+                found = found or name
+                break
+    return found
+
+
+def _container(root: str) -> Optional[str]:
+    """docker, podman, or the ``container=`` of PID 1's environment; None outside one."""
+    if os.path.exists(_under(root, "/.dockerenv")):
+        return "docker"
+    if os.path.exists(_under(root, "/run/.containerenv")):
+        return "podman"
+    container: Optional[str] = None
+    environ1 = _read(_under(root, "/proc/1/environ")) or ""
+    for item in environ1.split("\0"):
+        if item.startswith("container="):
+            container = item.split("=", 1)[1] or "unknown"
+    return container
+
+
 def detect_virtualization(
     root: str = "/", cpuid_signature: Optional[str] = None, environ: Optional[Dict[str, str]] = None
 ) -> Virtualization:
@@ -154,7 +191,7 @@ def detect_virtualization(
     emulated = False
 
     def path(rel: str) -> str:
-        return os.path.join(root, rel.lstrip("/"))
+        return _under(root, rel)
 
     signature = (cpuid_signature or "").strip("\0 ")
     if signature:
@@ -180,20 +217,9 @@ def detect_virtualization(
         evidence.append(f"/sys/hypervisor/type is {xen_type.strip()!r}")
         hypervisor = hypervisor if hypervisor not in (None, "unknown") else xen_type.strip()
 
-    for rel in (
-        "/sys/class/dmi/id/sys_vendor",
-        "/sys/class/dmi/id/product_name",
-        "/sys/class/dmi/id/board_vendor",
-        "/sys/class/dmi/id/bios_vendor",
-    ):
-        value = (_read(path(rel)) or "").strip()
-        lowered = value.lower()
-        for needle, name in DMI_VENDORS:
-            if needle in lowered:
-                evidence.append(f"{rel} is {value!r}")
-                if hypervisor in (None, "unknown"):
-                    hypervisor = name
-                break
+    dmi = _dmi_vendor(root, evidence)
+    if dmi is not None and hypervisor in (None, "unknown"):
+        hypervisor = dmi
 
     compatible = _read(path("/proc/device-tree/hypervisor/compatible"))
     if compatible:
@@ -204,16 +230,7 @@ def detect_virtualization(
         evidence.append("PYNUMABIND_IN_GUEST=1 (the project's QEMU TCG test guest)")
         hypervisor, emulated = "qemu-tcg", True
 
-    container: Optional[str] = None
-    if os.path.exists(path("/.dockerenv")):
-        container = "docker"
-    elif os.path.exists(path("/run/.containerenv")):
-        container = "podman"
-    else:
-        environ1 = _read(path("/proc/1/environ")) or ""
-        for item in environ1.split("\0"):
-            if item.startswith("container="):
-                container = item.split("=", 1)[1] or "unknown"
+    container = _container(root)
     if container:
         evidence.append(f"container: {container}")
 

@@ -193,6 +193,101 @@ def _blocker_env(directory: str) -> Dict[str, str]:
     return env
 
 
+class _Rows:
+    """One run's state: what each row's step measures with, and what it collected."""
+
+    def __init__(self, numactl: Optional[str], how: str, inner: int, scratch: str) -> None:
+        self.numactl = numactl
+        self.how = how
+        self.inner = inner
+        self.true = shutil.which("true") or "/bin/true"
+        self.samples: Dict[str, List[float]] = {
+            k: [] for k in ("true", "numactl_true", *TARGETS, "raw", "first_sysfs")
+        }
+        self.notes: Dict[str, str] = {}
+        self.modules: Optional[List[str]] = None
+        self.before: Optional[List[str]] = None
+        self.env = _blocker_env(scratch)
+        # no site: nothing but what the row says is loaded
+        self.python_s, self.env_s = bare_python(self.env)
+        self.tree = os.path.join(scratch, "sysfs")
+        try:
+            from .trees import build_tree
+
+            build_tree(FIXTURE, self.tree)
+        except (ImportError, OSError) as exc:
+            self.tree = ""
+            self.notes["from_sysfs_dgx_h100"] = f"no fixture tree: {type(exc).__name__}: {exc}"
+
+    def steps(self) -> List[Callable[[], None]]:
+        return [
+            self.start_true,
+            self.start_numactl,
+            self.cold_bare,
+            self.cold_preloaded,
+            self.rebind,
+            self.from_sysfs,
+        ]
+
+    def start_true(self) -> None:
+        elapsed, error = _time_command([self.true], self.env)
+        if error:
+            self.notes["anchor"] = f"`true` failed: {error}"
+        self.samples["true"].append(elapsed * 1e3)
+
+    def start_numactl(self) -> None:
+        if self.numactl is None:
+            self.notes["anchor"] = f"numactl unavailable: {self.how}"
+            return
+        argv = [self.numactl, "--cpunodebind=0", "--membind=0", self.true]
+        elapsed, error = _time_command(argv, self.env)
+        if error:
+            self.notes["anchor"] = f"numactl failed: {error}"
+        self.samples["numactl_true"].append(elapsed * 1e3)
+
+    def cold_bare(self) -> None:
+        result = _run_json([*self.python_s, "-c", cold_source(0)], self.env_s)
+        if "error" in result:
+            self.notes["import_and_first_bind"] = self.notes["import"] = result["error"]
+            return
+        self.samples["import"].append(result["import_s"] * 1e3)
+        both = (result["import_s"] + result["bind_s"]) * 1e3
+        self.samples["import_and_first_bind"].append(both)
+        self.modules = result.get("modules_after_import")
+        self.before = result.get("loaded_before_import")
+
+    def cold_preloaded(self) -> None:
+        program = cold_source(0, WORKER_PRELOADED)
+        result = _run_json([*self.python_s, "-c", program], self.env_s)
+        if "error" in result:
+            self.notes["first_bind_preloaded"] = result["error"]
+            return
+        # the worker imports pynumabind to bind: its (lazy) import counts too
+        both = (result["import_s"] + result["bind_s"]) * 1e3
+        self.samples["first_bind_preloaded"].append(both)
+
+    def rebind(self) -> None:
+        argv = [sys.executable, "-m", "benchmarks.probe", "rebind", "0", str(self.inner)]
+        result = _run_json(argv, self.env)
+        if "error" in result:
+            self.notes["second_bind"] = result["error"]
+            return
+        self.samples["second_bind"] += result["second_bind_us"]
+        self.samples["raw"] += result["raw_us"]
+
+    def from_sysfs(self) -> None:
+        if not self.tree:
+            return
+        reps = str(self.inner // 2 or 1)
+        argv = [sys.executable, "-m", "benchmarks.probe", "sysfs", self.tree, reps]
+        result = _run_json(argv, self.env)
+        if "error" in result:
+            self.notes["from_sysfs_dgx_h100"] = result["error"]
+            return
+        self.samples["from_sysfs_dgx_h100"] += result["samples_ms"]
+        self.samples["first_sysfs"].append(result["first_ms"])
+
+
 def run_targets(
     settings: Settings,
     *,
@@ -209,98 +304,19 @@ def run_targets(
     numactl, how = ensure_numactl(settings.install_numactl)
     if numactl is None:
         say(f"  targets: numactl unavailable: {how}")
-    true = shutil.which("true") or "/bin/true"
-    samples: Dict[str, List[float]] = {
-        k: [] for k in ("true", "numactl_true", *TARGETS, "raw", "first_sysfs")
-    }
-    notes: Dict[str, str] = {}
-    modules: Optional[List[str]] = None
-    before: Optional[List[str]] = None
     with tempfile.TemporaryDirectory(prefix="pynumabind-targets-") as scratch:
-        env = _blocker_env(scratch)
-        python_s, env_s = bare_python(env)  # no site: nothing but what the row says is loaded
-        tree = os.path.join(scratch, "sysfs")
-        try:
-            from .trees import build_tree
-
-            build_tree(FIXTURE, tree)
-        except (ImportError, OSError) as exc:
-            tree = ""
-            notes["from_sysfs_dgx_h100"] = f"no fixture tree: {type(exc).__name__}: {exc}"
-
-        def start_true() -> None:
-            elapsed, error = _time_command([true], env)
-            if error:
-                notes["anchor"] = f"`true` failed: {error}"
-            samples["true"].append(elapsed * 1e3)
-
-        def start_numactl() -> None:
-            if numactl is None:
-                notes["anchor"] = f"numactl unavailable: {how}"
-                return
-            argv = [numactl, "--cpunodebind=0", "--membind=0", true]
-            elapsed, error = _time_command(argv, env)
-            if error:
-                notes["anchor"] = f"numactl failed: {error}"
-            samples["numactl_true"].append(elapsed * 1e3)
-
-        def cold_bare() -> None:
-            nonlocal modules, before
-            result = _run_json([*python_s, "-c", cold_source(0)], env_s)
-            if "error" in result:
-                notes["import_and_first_bind"] = notes["import"] = result["error"]
-                return
-            samples["import"].append(result["import_s"] * 1e3)
-            samples["import_and_first_bind"].append((result["import_s"] + result["bind_s"]) * 1e3)
-            modules = result.get("modules_after_import")
-            before = result.get("loaded_before_import")
-
-        def cold_preloaded() -> None:
-            program = cold_source(0, WORKER_PRELOADED)
-            result = _run_json([*python_s, "-c", program], env_s)
-            if "error" in result:
-                notes["first_bind_preloaded"] = result["error"]
-                return
-            # the worker imports pynumabind to bind: its (lazy) import counts too
-            samples["first_bind_preloaded"].append((result["import_s"] + result["bind_s"]) * 1e3)
-
-        def rebind() -> None:
-            argv = [sys.executable, "-m", "benchmarks.probe", "rebind", "0", str(inner)]
-            result = _run_json(argv, env)
-            if "error" in result:
-                notes["second_bind"] = result["error"]
-                return
-            samples["second_bind"] += result["second_bind_us"]
-            samples["raw"] += result["raw_us"]
-
-        def from_sysfs() -> None:
-            if not tree:
-                return
-            argv = [sys.executable, "-m", "benchmarks.probe", "sysfs", tree, str(inner // 2 or 1)]
-            result = _run_json(argv, env)
-            if "error" in result:
-                notes["from_sysfs_dgx_h100"] = result["error"]
-                return
-            samples["from_sysfs_dgx_h100"] += result["samples_ms"]
-            samples["first_sysfs"].append(result["first_ms"])
-
-        steps: List[Callable[[], None]] = [
-            start_true,
-            start_numactl,
-            cold_bare,
-            cold_preloaded,
-            rebind,
-            from_sysfs,
-        ]
+        run = _Rows(numactl, how, inner, scratch)
+        steps = run.steps()
         first = 0 if warmup else 1
         for index in range(first, rounds + 1):  # round 0 warms caches and is thrown away
             order = steps[index % len(steps) :] + steps[: index % len(steps)]
             for step in order:
                 step()
             if index == 0:
-                for values in samples.values():
+                for values in run.samples.values():
                     values.clear()
-                modules = before = None
+                run.modules = run.before = None
+    samples, notes, modules, before = run.samples, run.notes, run.modules, run.before
     paired = min(len(samples["true"]), len(samples["numactl_true"]))
     samples["anchor"] = [samples["numactl_true"][i] - samples["true"][i] for i in range(paired)]
     rows = build_rows({k: samples[k] for k in (*TARGETS, "raw")}, modules, notes)

@@ -152,110 +152,7 @@ class FakeNvml:
             if name.startswith(("NVMLError", "NVML_ERROR_")) or name in _CONSTANTS:
                 setattr(module, name, getattr(_real, name))
 
-        def nvmlInit() -> None:
-            fake.calls.append("nvmlInit")
-            if fake.init_error is not None:
-                raise fake._error(fake.init_error)
-            fake.init_count += 1
-
-        def nvmlShutdown() -> None:
-            fake._check("nvmlShutdown")
-            fake.shutdown_count += 1
-
-        def nvmlDeviceGetCount() -> int:
-            fake._check("nvmlDeviceGetCount")
-            return len(fake.gpus)
-
-        def nvmlDeviceGetHandleByIndex(index: int) -> _Handle:
-            fake._check("nvmlDeviceGetHandleByIndex")
-            if not 0 <= index < len(fake.gpus):
-                raise fake._error(_real.NVML_ERROR_INVALID_ARGUMENT)
-            return _Handle(fake.gpus[index], index)
-
-        def nvmlDeviceGetHandleByUUID(uuid: str) -> _Handle:
-            fake._check("nvmlDeviceGetHandleByUUID")
-            for index, gpu in enumerate(fake.gpus):
-                if gpu["uuid"] == uuid:
-                    return _Handle(gpu, index)
-            parent = fake.mig.get(uuid)
-            if parent is not None:
-                for index, gpu in enumerate(fake.gpus):
-                    if gpu["uuid"] == parent:
-                        return _Handle(gpu, index, mig_of=uuid)
-            raise fake._error(_real.NVML_ERROR_NOT_FOUND)
-
-        def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(migDevice: Any) -> _Handle:
-            fake._check("nvmlDeviceGetDeviceHandleFromMigDeviceHandle")
-            h = fake._handle(migDevice)
-            if h.mig_of is None:
-                raise fake._error(_real.NVML_ERROR_INVALID_ARGUMENT)
-            return _Handle(h.gpu, h.index)
-
-        def text(value: str) -> Any:
-            return value.encode() if fake.bytes_strings else value
-
-        def nvmlDeviceGetPciInfo(handle: Any) -> _PciInfo:
-            fake._check("nvmlDeviceGetPciInfo")
-            info = _PciInfo(fake._handle(handle).gpu["bus_id"])
-            info.busId = text(info.busId)
-            return info
-
-        def nvmlDeviceGetUUID(handle: Any) -> Any:
-            fake._check("nvmlDeviceGetUUID")
-            h = fake._handle(handle)
-            return text(h.mig_of or str(h.gpu["uuid"]))
-
-        def nvmlDeviceGetName(handle: Any) -> Any:
-            fake._check("nvmlDeviceGetName")
-            return text(str(fake._handle(handle).gpu["model"]))
-
-        def nvmlDeviceGetCpuAffinityWithinScope(
-            handle: Any,
-            cpuSetSize: int,
-            scope: int,
-        ) -> List[int]:
-            fake._check("nvmlDeviceGetCpuAffinityWithinScope")
-            if scope not in (_real.NVML_AFFINITY_SCOPE_NODE, _real.NVML_AFFINITY_SCOPE_SOCKET):
-                raise fake._error(_real.NVML_ERROR_INVALID_ARGUMENT)
-            cpus = parse_cpulist(fake._handle(handle).gpu["nvml"]["cpu_affinity"])
-            return _words(cpus, cpuSetSize)
-
-        def nvmlDeviceGetCpuAffinity(handle: Any, cpuSetSize: int) -> List[int]:
-            fake._check("nvmlDeviceGetCpuAffinity")
-            cpus = parse_cpulist(fake._handle(handle).gpu["nvml"]["cpu_affinity"])
-            return _words(cpus, cpuSetSize)
-
-        def nvmlDeviceGetMemoryAffinity(
-            handle: Any,
-            nodeSetSize: int,
-            scope: int,
-        ) -> List[int]:
-            fake._check("nvmlDeviceGetMemoryAffinity")
-            nodes = parse_cpulist(fake._handle(handle).gpu["nvml"]["memory_affinity"])
-            return _words(nodes, nodeSetSize)
-
-        def nvmlDeviceGetNumaNodeId(handle: Any) -> int:
-            fake._check("nvmlDeviceGetNumaNodeId")
-            node = fake._handle(handle).gpu["nvml"].get("numa_node_id")
-            if node is None:
-                raise fake._error(_real.NVML_ERROR_NOT_SUPPORTED)
-            return int(node)
-
-        for function in (
-            nvmlInit,
-            nvmlShutdown,
-            nvmlDeviceGetCount,
-            nvmlDeviceGetHandleByIndex,
-            nvmlDeviceGetHandleByUUID,
-            nvmlDeviceGetDeviceHandleFromMigDeviceHandle,
-            nvmlDeviceGetPciInfo,
-            nvmlDeviceGetUUID,
-            nvmlDeviceGetName,
-            nvmlDeviceGetCpuAffinityWithinScope,
-            nvmlDeviceGetCpuAffinity,
-            nvmlDeviceGetMemoryAffinity,
-            nvmlDeviceGetNumaNodeId,
-        ):
+        for function in (*_session_functions(fake), *_device_functions(fake)):
             name = function.__name__
             if offered(name, function):
                 setattr(module, name, function)
@@ -263,6 +160,122 @@ class FakeNvml:
             else:
                 fake.refused.append(name)
         return module
+
+
+def _session_functions(fake: FakeNvml) -> List[Callable[..., Any]]:
+    """The fake's init, shutdown and handle lookups, bound to ``fake``."""
+
+    def nvmlInit() -> None:
+        fake.calls.append("nvmlInit")
+        if fake.init_error is not None:
+            raise fake._error(fake.init_error)
+        fake.init_count += 1
+
+    def nvmlShutdown() -> None:
+        fake._check("nvmlShutdown")
+        fake.shutdown_count += 1
+
+    def nvmlDeviceGetCount() -> int:
+        fake._check("nvmlDeviceGetCount")
+        return len(fake.gpus)
+
+    def nvmlDeviceGetHandleByIndex(index: int) -> _Handle:
+        fake._check("nvmlDeviceGetHandleByIndex")
+        if not 0 <= index < len(fake.gpus):
+            raise fake._error(_real.NVML_ERROR_INVALID_ARGUMENT)
+        return _Handle(fake.gpus[index], index)
+
+    def nvmlDeviceGetHandleByUUID(uuid: str) -> _Handle:
+        fake._check("nvmlDeviceGetHandleByUUID")
+        for index, gpu in enumerate(fake.gpus):
+            if gpu["uuid"] == uuid:
+                return _Handle(gpu, index)
+        parent = fake.mig.get(uuid)
+        if parent is not None:
+            for index, gpu in enumerate(fake.gpus):
+                if gpu["uuid"] == parent:
+                    return _Handle(gpu, index, mig_of=uuid)
+        raise fake._error(_real.NVML_ERROR_NOT_FOUND)
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(migDevice: Any) -> _Handle:
+        fake._check("nvmlDeviceGetDeviceHandleFromMigDeviceHandle")
+        h = fake._handle(migDevice)
+        if h.mig_of is None:
+            raise fake._error(_real.NVML_ERROR_INVALID_ARGUMENT)
+        return _Handle(h.gpu, h.index)
+
+    return [
+        nvmlInit,
+        nvmlShutdown,
+        nvmlDeviceGetCount,
+        nvmlDeviceGetHandleByIndex,
+        nvmlDeviceGetHandleByUUID,
+        nvmlDeviceGetDeviceHandleFromMigDeviceHandle,
+    ]
+
+
+def _device_functions(fake: FakeNvml) -> List[Callable[..., Any]]:
+    """The fake's per-device queries, bound to ``fake``."""
+
+    def text(value: str) -> Any:
+        return value.encode() if fake.bytes_strings else value
+
+    def nvmlDeviceGetPciInfo(handle: Any) -> _PciInfo:
+        fake._check("nvmlDeviceGetPciInfo")
+        info = _PciInfo(fake._handle(handle).gpu["bus_id"])
+        info.busId = text(info.busId)
+        return info
+
+    def nvmlDeviceGetUUID(handle: Any) -> Any:
+        fake._check("nvmlDeviceGetUUID")
+        h = fake._handle(handle)
+        return text(h.mig_of or str(h.gpu["uuid"]))
+
+    def nvmlDeviceGetName(handle: Any) -> Any:
+        fake._check("nvmlDeviceGetName")
+        return text(str(fake._handle(handle).gpu["model"]))
+
+    def nvmlDeviceGetCpuAffinityWithinScope(
+        handle: Any,
+        cpuSetSize: int,
+        scope: int,
+    ) -> List[int]:
+        fake._check("nvmlDeviceGetCpuAffinityWithinScope")
+        if scope not in (_real.NVML_AFFINITY_SCOPE_NODE, _real.NVML_AFFINITY_SCOPE_SOCKET):
+            raise fake._error(_real.NVML_ERROR_INVALID_ARGUMENT)
+        cpus = parse_cpulist(fake._handle(handle).gpu["nvml"]["cpu_affinity"])
+        return _words(cpus, cpuSetSize)
+
+    def nvmlDeviceGetCpuAffinity(handle: Any, cpuSetSize: int) -> List[int]:
+        fake._check("nvmlDeviceGetCpuAffinity")
+        cpus = parse_cpulist(fake._handle(handle).gpu["nvml"]["cpu_affinity"])
+        return _words(cpus, cpuSetSize)
+
+    def nvmlDeviceGetMemoryAffinity(
+        handle: Any,
+        nodeSetSize: int,
+        scope: int,
+    ) -> List[int]:
+        fake._check("nvmlDeviceGetMemoryAffinity")
+        nodes = parse_cpulist(fake._handle(handle).gpu["nvml"]["memory_affinity"])
+        return _words(nodes, nodeSetSize)
+
+    def nvmlDeviceGetNumaNodeId(handle: Any) -> int:
+        fake._check("nvmlDeviceGetNumaNodeId")
+        node = fake._handle(handle).gpu["nvml"].get("numa_node_id")
+        if node is None:
+            raise fake._error(_real.NVML_ERROR_NOT_SUPPORTED)
+        return int(node)
+
+    return [
+        nvmlDeviceGetPciInfo,
+        nvmlDeviceGetUUID,
+        nvmlDeviceGetName,
+        nvmlDeviceGetCpuAffinityWithinScope,
+        nvmlDeviceGetCpuAffinity,
+        nvmlDeviceGetMemoryAffinity,
+        nvmlDeviceGetNumaNodeId,
+    ]
 
 
 def install_fake_nvml(monkeypatch: Any, desc: Dict[str, Any], **options: Any) -> FakeNvml:

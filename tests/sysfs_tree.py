@@ -50,7 +50,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Set, Union
 
 from pynumabind.cpulist import format_cpulist, format_cpumask, parse_cpulist
 
@@ -209,7 +209,20 @@ def build_sysfs(desc_or_name: Union[str, Description], root: Union[str, os.PathL
     node_ids = sorted(n["id"] for n in desc["nodes"])
     system = base / "devices" / "system"
 
-    # --- CPUs
+    _write_cpus(desc, system, online, every_cpu, nr_cpus)
+    if desc.get("numa_sysfs", True):
+        _write_nodes(desc, system / "node", online, node_ids, nr_cpus)
+    node_cpus = {n["id"]: parse_cpulist(n["cpus"]) & online for n in desc["nodes"]}
+    _write_pci(desc, base / "bus" / "pci" / "devices", node_cpus, online, nr_cpus)
+    if desc.get("kfd"):
+        _write_kfd(desc, base / "class" / "kfd" / "kfd" / "topology", node_cpus)
+    return base
+
+
+def _write_cpus(
+    desc: Description, system: Path, online: frozenset[int], every_cpu: Set[int], nr_cpus: int
+) -> None:
+    """devices/system/cpu: online, possible, each CPU's topology/, cache/ and acpi_cppc/."""
     cpu_dir = system / "cpu"
     _write(cpu_dir / "online", format_cpulist(online) + "\n")
     _write(cpu_dir / "possible", f"0-{nr_cpus - 1}\n")
@@ -253,40 +266,48 @@ def build_sysfs(desc_or_name: Union[str, Description], root: Union[str, os.PathL
             _write(cache / "index3" / "shared_cpu_list", format_cpulist(info.l3) + "\n")
             _write(cache / "index3" / "shared_cpu_map", _mask(info.l3, nr_cpus) + "\n")
 
-    # --- NUMA nodes
-    if desc.get("numa_sysfs", True):
-        node_dir = system / "node"
-        nodes_cpu = [n["id"] for n in desc["nodes"] if parse_cpulist(n["cpus"]) & online]
-        nodes_mem = [n["id"] for n in desc["nodes"] if n.get("memory_mb")]
-        _write(node_dir / "online", format_cpulist(node_ids) + "\n")
-        _write(node_dir / "possible", format_cpulist(node_ids) + "\n")
-        _write(node_dir / "has_cpu", format_cpulist(nodes_cpu) + "\n")
-        _write(node_dir / "has_memory", format_cpulist(nodes_mem) + "\n")
-        _write(node_dir / "has_normal_memory", format_cpulist(nodes_mem) + "\n")
-        table = node_distances(desc)
-        for node in desc["nodes"]:
-            here = node_dir / f"node{node['id']}"
-            cpus = parse_cpulist(node["cpus"])
-            _write(here / "cpulist", format_cpulist(cpus) + "\n")
-            _write(here / "cpumap", _mask(cpus, nr_cpus) + "\n")
-            row = " ".join(str(table[node["id"]][b]) for b in node_ids)
-            _write(here / "distance", row + "\n")
-            if node.get("memory_mb") is not None:
-                total = node["memory_mb"] * 1024
-                free = node.get("free_mb", 0) * 1024
-                nid = node["id"]
-                lines = [
-                    f"Node {nid} MemTotal:       {total:8d} kB",
-                    f"Node {nid} MemFree:        {free:8d} kB",
-                    f"Node {nid} MemUsed:        {total - free:8d} kB",
-                    f"Node {nid} Active(anon):       1588 kB",
-                    f"Node {nid} HugePages_Total:     0",
-                ]
-                _write(here / "meminfo", "\n".join(lines) + "\n")
 
-    # --- PCI functions
-    pci = base / "bus" / "pci" / "devices"
-    node_cpus = {n["id"]: parse_cpulist(n["cpus"]) & online for n in desc["nodes"]}
+def _write_nodes(
+    desc: Description, node_dir: Path, online: frozenset[int], node_ids: List[int], nr_cpus: int
+) -> None:
+    """devices/system/node: the node masks, each node's CPUs, distances and meminfo."""
+    nodes_cpu = [n["id"] for n in desc["nodes"] if parse_cpulist(n["cpus"]) & online]
+    nodes_mem = [n["id"] for n in desc["nodes"] if n.get("memory_mb")]
+    _write(node_dir / "online", format_cpulist(node_ids) + "\n")
+    _write(node_dir / "possible", format_cpulist(node_ids) + "\n")
+    _write(node_dir / "has_cpu", format_cpulist(nodes_cpu) + "\n")
+    _write(node_dir / "has_memory", format_cpulist(nodes_mem) + "\n")
+    _write(node_dir / "has_normal_memory", format_cpulist(nodes_mem) + "\n")
+    table = node_distances(desc)
+    for node in desc["nodes"]:
+        here = node_dir / f"node{node['id']}"
+        cpus = parse_cpulist(node["cpus"])
+        _write(here / "cpulist", format_cpulist(cpus) + "\n")
+        _write(here / "cpumap", _mask(cpus, nr_cpus) + "\n")
+        row = " ".join(str(table[node["id"]][b]) for b in node_ids)
+        _write(here / "distance", row + "\n")
+        if node.get("memory_mb") is not None:
+            total = node["memory_mb"] * 1024
+            free = node.get("free_mb", 0) * 1024
+            nid = node["id"]
+            lines = [
+                f"Node {nid} MemTotal:       {total:8d} kB",
+                f"Node {nid} MemFree:        {free:8d} kB",
+                f"Node {nid} MemUsed:        {total - free:8d} kB",
+                f"Node {nid} Active(anon):       1588 kB",
+                f"Node {nid} HugePages_Total:     0",
+            ]
+            _write(here / "meminfo", "\n".join(lines) + "\n")
+
+
+def _write_pci(
+    desc: Description,
+    pci: Path,
+    node_cpus: Dict[int, frozenset[int]],
+    online: frozenset[int],
+    nr_cpus: int,
+) -> None:
+    """bus/pci/devices: each GPU's (and extra function's) ids, NUMA node and local CPUs."""
     for dev in list(desc.get("gpus", [])) + list(desc.get("extra_pci", [])):
         here = pci / dev["bus_id"]
         _write(here / "vendor", dev["vendor"] + "\n")
@@ -301,38 +322,37 @@ def build_sysfs(desc_or_name: Union[str, Description], root: Union[str, os.PathL
         _write(here / "local_cpulist", format_cpulist(local) + "\n")
         _write(here / "local_cpus", _mask(local, nr_cpus) + "\n")
 
-    # --- AMD KFD topology
-    if desc.get("kfd"):
-        kfd = base / "class" / "kfd" / "kfd" / "topology"
-        _write(kfd / "generation_id", "1\n")
-        index = 0
-        for node in desc["nodes"]:
-            cpus = node_cpus[node["id"]]
-            if not cpus:
-                continue
-            props = _kfd_properties(cpu_cores=len(cpus), simd=0, location=0, domain=0)
-            _write(kfd / "nodes" / str(index) / "gpu_id", "0\n")
-            _write(kfd / "nodes" / str(index) / "name", "\n")
-            _write(kfd / "nodes" / str(index) / "properties", props)
-            index += 1
-        for gpu in desc.get("gpus", []):
-            if gpu["vendor"] != "0x1002":
-                continue
-            domain, bus, devfn = _split_bdf(gpu["bus_id"])
-            props = _kfd_properties(
-                cpu_cores=0,
-                simd=304,
-                location=(bus << 8) | devfn,
-                domain=domain,
-                unique_id=gpu.get("kfd", {}).get("unique_id", 0),
-                device_id=int(gpu["device"], 16),
-            )
-            here = kfd / "nodes" / str(index)
-            _write(here / "gpu_id", f"{40000 + index * 1111}\n")
-            _write(here / "name", "gfx942\n")
-            _write(here / "properties", props)
-            index += 1
-    return base
+
+def _write_kfd(desc: Description, kfd: Path, node_cpus: Dict[int, frozenset[int]]) -> None:
+    """class/kfd/kfd/topology: one KFD node per CPU node, then one per AMD GPU."""
+    _write(kfd / "generation_id", "1\n")
+    index = 0
+    for node in desc["nodes"]:
+        cpus = node_cpus[node["id"]]
+        if not cpus:
+            continue
+        props = _kfd_properties(cpu_cores=len(cpus), simd=0, location=0, domain=0)
+        _write(kfd / "nodes" / str(index) / "gpu_id", "0\n")
+        _write(kfd / "nodes" / str(index) / "name", "\n")
+        _write(kfd / "nodes" / str(index) / "properties", props)
+        index += 1
+    for gpu in desc.get("gpus", []):
+        if gpu["vendor"] != "0x1002":
+            continue
+        domain, bus, devfn = _split_bdf(gpu["bus_id"])
+        props = _kfd_properties(
+            cpu_cores=0,
+            simd=304,
+            location=(bus << 8) | devfn,
+            domain=domain,
+            unique_id=gpu.get("kfd", {}).get("unique_id", 0),
+            device_id=int(gpu["device"], 16),
+        )
+        here = kfd / "nodes" / str(index)
+        _write(here / "gpu_id", f"{40000 + index * 1111}\n")
+        _write(here / "name", "gfx942\n")
+        _write(here / "properties", props)
+        index += 1
 
 
 def _split_bdf(bus_id: str) -> tuple[int, int, int]:

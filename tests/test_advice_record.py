@@ -219,15 +219,22 @@ def test_the_planner_refuses_an_unresolved_advised_mode_but_counts_ranks() -> No
 # ------------------------------------------------------ no record, stale one
 
 
-def test_missing_record_warns_once_and_plans_the_default(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    topology = two_socket()
-    caplog.set_level(logging.WARNING, logger="pynumabind")
+@pytest.fixture
+def logged(caplog: pytest.LogCaptureFixture):  # type: ignore[no-untyped-def]
+    """The WARNING messages of the record module, whatever the CLI did to the loggers above it."""
+    logger = logging.getLogger(_record.__name__)
+    logger.addHandler(caplog.handler)
+    caplog.set_level(logging.WARNING, logger=_record.__name__)
     _record._WARNED.clear()
+    yield lambda: [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    logger.removeHandler(caplog.handler)
+
+
+def test_missing_record_warns_once_and_plans_the_default(tmp_path: Path, logged) -> None:  # type: ignore[no-untyped-def]
+    topology = two_socket()
     first = resolve(tmp_path, None, topology, machine(topology))
     second = resolve(tmp_path, None, topology, machine(topology))
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    warnings = logged()
     assert len(warnings) == 1, warnings
     assert str(tmp_path / "advice.json") in warnings[0]
     assert "pynumabind advise --save" in warnings[0]
@@ -313,14 +320,12 @@ def test_stale_when_a_gpu_is_added_removed_or_replaced() -> None:
 
 
 def test_a_stale_record_warns_with_what_differs_and_plans_the_default(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+    tmp_path: Path, logged
+) -> None:  # type: ignore[no-untyped-def]
     topology = two_socket()
     path = write(
         tmp_path / "advice.json", advice_of(matrix([[100, 50], [50, 100]])), machine(topology)
     )
-    _record._WARNED.clear()
-    caplog.set_level(logging.WARNING, logger="pynumabind")
     advised = _record.resolve_advised(
         Options(mode="advised", rank=0),
         topology,
@@ -328,7 +333,7 @@ def test_a_stale_record_warns_with_what_differs_and_plans_the_default(
         machine=machine(topology, kernel="6.9.1"),
     )
     assert advised.fallback is not None and advised.options.mode is None
-    (warning,) = [r.getMessage() for r in caplog.records]
+    (warning,) = logged()
     assert str(path) in warning and "is stale" in warning
     assert f"the kernel was {KERNEL}, now 6.9.1" in warning
     assert "pynumabind advise --save" in warning

@@ -1,4 +1,4 @@
-"""The README and docs/integrations.md, read as a newcomer reads them.
+"""The README, docs/integrations.md and the site's pages, read as a newcomer reads them.
 
 Every command or claim in them that can run on the test machine is run (or
 checked against the code) here, read from the documents themselves, so the
@@ -8,11 +8,11 @@ documents cannot drift from the code or from each other:
   PyPI (no local-version wheel, no extra package index);
 * the README's quick-start command and its Python examples run unchanged;
 * every ``pynumabind COMMAND --option`` the documents name exists, and every
-  option the README says all commands take is on every command;
+  option the CLI page says all commands take is on every command;
 * every ``PYNUMABIND_*`` variable they name is read somewhere, every
   ``tox -e`` environment and ``.ci/`` script they name exists;
-* every keyword they pass to ``bind_current_process`` is in the README's
-  configuration table, and every argument there is a real parameter;
+* every keyword they pass to ``bind_current_process`` is in the configuration
+  table (docs/site/binding.md), and every argument there is a real parameter;
 * every passage about a process without a rank states the same rule, and
   that rule is what a process without a rank gets.
 
@@ -42,7 +42,10 @@ from pynumabind.options import OptionKeywords
 from recipes import INTEGRATIONS, ROOT
 
 README = ROOT / "README.md"
-DOCS = (README, INTEGRATIONS)
+SITE = ROOT / "docs" / "site"
+BINDING = SITE / "binding.md"  # the configuration table
+CLI_PAGE = SITE / "cli.md"  # the commands and the options they all take
+DOCS = (README, INTEGRATIONS, *sorted(SITE.glob("*.md")))
 LAUNCHER_VARIABLES = (
     "LOCAL_RANK",
     "LOCAL_WORLD_SIZE",
@@ -260,7 +263,7 @@ def test_documented_option_values_are_named_as_in_the_help() -> None:
 
 
 def test_every_command_takes_the_common_options() -> None:
-    sentence = re.search(r"Every command(?: except `(\w+)`)? takes (.*?)\.", _text(README), re.S)
+    sentence = re.search(r"Every command(?: except `(\w+)`)? takes (.*?)\.", _text(CLI_PAGE), re.S)
     assert sentence is not None
     excepted = {sentence.group(1)} if sentence.group(1) else set()
     options = re.findall(r"--[a-z-]+", sentence.group(2))
@@ -294,8 +297,8 @@ def test_named_variables_scripts_and_tox_environments_exist() -> None:
 
 
 def _configuration_arguments() -> Dict[str, str]:
-    """README's configuration table: argument name -> its cell (``(planner)`` if planner-only)."""
-    table = _text(README).split("## Configuration", 1)[1].strip().split("\n\n", 1)[0]
+    """The configuration table: argument name -> its cell (``(planner)`` if planner-only)."""
+    table = _text(BINDING).split("## Configuration", 1)[1].strip().split("\n\n", 1)[0]
     arguments = {}
     for row in table.splitlines()[2:]:
         cells = [cell.strip() for cell in row.strip("|").split("|")]
@@ -322,18 +325,18 @@ def test_configuration_table_names_real_parameters() -> None:
     assert {"rank", "nprocs", "mode", "policy", "gpu", "gpus"} <= set(arguments)
     for name, cell in arguments.items():
         where = plan if "(planner)" in cell else binder
-        assert name in where, f"README's configuration table: no parameter {name!r}"
+        assert name in where, f"the configuration table: no parameter {name!r}"
 
 
 def test_every_documented_keyword_is_in_the_configuration_table() -> None:
-    """A keyword a recipe or section recommends is one the README explains (``gpu=0``)."""
+    """A keyword a recipe or section recommends is one the configuration table explains."""
     arguments = _configuration_arguments()
     binder = _keywords(pynumabind.bind_current_process)
     for path in DOCS:
         calls = re.findall(r"bind_current_process\(([^()]*)\)", _text(path))
         for keyword in {k for call in calls for k in re.findall(r"([a-z_]+)=", call)}:
             assert keyword in binder, f"{path.name}: bind_current_process has no {keyword}="
-            assert keyword in arguments, f"{path.name}: {keyword}= is not in the README's table"
+            assert keyword in arguments, f"{path.name}: {keyword}= is not in the table"
 
 
 # ------------------------------------------------------------ a process without a rank
@@ -355,7 +358,8 @@ def test_every_passage_about_no_rank_states_the_same_rule() -> None:
     for document, passage in passages:
         assert NO_RANK_RULE in passage or "GPUs it sees" in passage, (document, passage)
     stated = [p for _, p in passages if NO_RANK_RULE in p]
-    assert {d for d, p in passages if NO_RANK_RULE in p} == {README.name, INTEGRATIONS.name}
+    stating = {d for d, p in passages if NO_RANK_RULE in p}
+    assert stating == {README.name, INTEGRATIONS.name, BINDING.name}
     assert stated
 
 

@@ -68,6 +68,40 @@ def _sibling_sets(online: frozenset[int], smt_offset: Optional[int], smt_adjacen
     return out
 
 
+def _l3_groups(
+    l3: L3Spec,
+    node_cpus: Mapping[int, frozenset[int]],
+    cpu_nodes: Sequence[int],
+    package_of: Mapping[int, int],
+    siblings: Mapping[int, frozenset[int]],
+) -> Dict[int, frozenset[int]]:
+    """CPU -> its L3 group: consecutive physical cores (by lowest thread id)."""
+    l3_of: Dict[int, frozenset[int]] = {}
+    if l3 is not None:
+        scopes: List[frozenset[int]] = []
+        if l3 == "package":
+            for p in sorted(set(package_of.values())):
+                scopes.append(
+                    frozenset().union(*(node_cpus[n] for n in cpu_nodes if package_of[n] == p))
+                )
+        else:
+            scopes = [node_cpus[n] for n in cpu_nodes]
+        for scope in scopes:
+            cores: List[frozenset[int]] = []
+            seen: set = set()
+            for c in sorted(scope):
+                if c not in seen:
+                    core = siblings[c] & scope
+                    seen |= core
+                    cores.append(core)
+            size = len(cores) if isinstance(l3, str) else int(l3)
+            for start in range(0, len(cores), size):
+                group = frozenset().union(*cores[start : start + size])
+                for c in group:
+                    l3_of[c] = group
+    return l3_of
+
+
 def make_topology(
     nodes: Mapping[int, Union[str, Iterable[int]]],
     *,
@@ -100,30 +134,7 @@ def make_topology(
     cpu_nodes = sorted(n for n, c in node_cpus.items() if c)
     package_of = dict(packages) if packages is not None else {n: i for i, n in enumerate(cpu_nodes)}
 
-    # L3 groups: consecutive physical cores (by lowest thread id).
-    l3_of: Dict[int, frozenset[int]] = {}
-    if l3 is not None:
-        scopes: List[frozenset[int]] = []
-        if l3 == "package":
-            for p in sorted(set(package_of.values())):
-                scopes.append(
-                    frozenset().union(*(node_cpus[n] for n in cpu_nodes if package_of[n] == p))
-                )
-        else:
-            scopes = [node_cpus[n] for n in cpu_nodes]
-        for scope in scopes:
-            cores: List[frozenset[int]] = []
-            seen: set = set()
-            for c in sorted(scope):
-                if c not in seen:
-                    core = siblings[c] & scope
-                    seen |= core
-                    cores.append(core)
-            size = len(cores) if isinstance(l3, str) else int(l3)
-            for start in range(0, len(cores), size):
-                group = frozenset().union(*cores[start : start + size])
-                for c in group:
-                    l3_of[c] = group
+    l3_of = _l3_groups(l3, node_cpus, cpu_nodes, package_of, siblings)
 
     node_values = {}
     for n, cpus in node_cpus.items():
@@ -414,6 +425,43 @@ def threadripper_memoryless(**overrides: object) -> Topology:
 # --------------------------------------------------------- hypothesis
 
 
+def _draw_gpu(
+    draw: st.DrawFn,
+    index: int,
+    *,
+    cpu_node_ids: Sequence[int],
+    memory_only: Sequence[int],
+    node_cpus: Mapping[int, Sequence[int]],
+    online: Sequence[int],
+) -> Gpu:
+    """One generated GPU: its node (CPU, memory-only, unknown or bogus) and its affinity."""
+    where = draw(st.sampled_from(["cpu", "cpu", "memory", "unknown", "bogus"]))
+    numa: Optional[int]
+    if where == "cpu":
+        numa = draw(st.sampled_from(cpu_node_ids))
+    elif where == "memory" and memory_only:
+        numa = draw(st.sampled_from(memory_only))
+    elif where == "bogus":
+        numa = 99
+    else:
+        numa = None
+    affinity = draw(st.sampled_from(["none", "node", "random"]) if online else st.just("none"))
+    if affinity == "node":
+        local = frozenset(node_cpus[draw(st.sampled_from(cpu_node_ids))])
+    elif affinity == "random":
+        local = frozenset(draw(st.sets(st.sampled_from(online), min_size=1)))
+    else:
+        local = frozenset()
+    mem_node = numa if numa is not None and numa in memory_only else None
+    return gpu(
+        index,
+        numa,
+        local_cpus=local,
+        memory_node=mem_node,
+        source=draw(st.sampled_from(["sysfs", "nvml", "kfd"])),
+    )
+
+
 @st.composite
 def topologies(draw: st.DrawFn, max_nodes: int = 8, max_gpus: int = 8) -> Topology:
     """Generated machines.
@@ -477,36 +525,18 @@ def topologies(draw: st.DrawFn, max_nodes: int = 8, max_gpus: int = 8) -> Topolo
     memory_nodes = [n for n in ids if n not in memoryless]
 
     gpu_count = draw(st.integers(0, max_gpus))
-    gpu_list = []
-    for index in range(gpu_count):
-        where = draw(st.sampled_from(["cpu", "cpu", "memory", "unknown", "bogus"]))
-        memory_only = [n for n, k in zip(ids, kinds) if k == "memory_only"]
-        numa: Optional[int]
-        if where == "cpu":
-            numa = draw(st.sampled_from(cpu_node_ids))
-        elif where == "memory" and memory_only:
-            numa = draw(st.sampled_from(memory_only))
-        elif where == "bogus":
-            numa = 99
-        else:
-            numa = None
-        affinity = draw(st.sampled_from(["none", "node", "random"]) if online else st.just("none"))
-        if affinity == "node":
-            local = frozenset(node_cpus[draw(st.sampled_from(cpu_node_ids))])
-        elif affinity == "random":
-            local = frozenset(draw(st.sets(st.sampled_from(online), min_size=1)))
-        else:
-            local = frozenset()
-        mem_node = numa if numa is not None and numa in memory_only else None
-        gpu_list.append(
-            gpu(
-                index,
-                numa,
-                local_cpus=local,
-                memory_node=mem_node,
-                source=draw(st.sampled_from(["sysfs", "nvml", "kfd"])),
-            )
+    memory_only = [n for n, k in zip(ids, kinds) if k == "memory_only"]
+    gpu_list = [
+        _draw_gpu(
+            draw,
+            index,
+            cpu_node_ids=cpu_node_ids,
+            memory_only=memory_only,
+            node_cpus=node_cpus,
+            online=online,
         )
+        for index in range(gpu_count)
+    ]
 
     if draw(st.booleans()):
         allowed_cpus = frozenset(draw(st.sets(st.sampled_from(online), min_size=1)))

@@ -28,7 +28,7 @@ from ._os import forksafe as _forksafe
 from ._version import __version__
 
 # Not ``from typing import TYPE_CHECKING``: importing typing costs a bare
-# ``import pynumabind`` several milliseconds (issue 14); type checkers treat
+# ``import pynumabind`` several milliseconds; type checkers treat
 # any name TYPE_CHECKING as true, and the annotations here are strings.
 TYPE_CHECKING = False
 
@@ -80,11 +80,11 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "VerifyResult": ("binding", "VerifyResult"),
     "apply_plan": ("binding", "apply_plan"),
     "bind_current_process": ("binding", "bind_current_process"),
-    # placing buffers (issue 21)
+    # placing buffers
     "MemoryPlacement": ("binding.placement", "MemoryPlacement"),
     "bind_memory": ("binding.placement", "bind_memory"),
     "memory_on": ("binding.placement", "memory_on"),
-    # measuring before binding (issue 21)
+    # measuring before binding
     "advise": ("advisor", "advise"),
     "Advice": ("advisor", "Advice"),
     "Recommendation": ("advisor", "Recommendation"),

@@ -435,6 +435,21 @@ def parse_cpulist(
     ``allowed`` (this process's CPUs) enables ``+`` (indices into it, in
     ascending order).  Ids are not checked against ``universe``: the caller
     knows the topology and can name the CPUs that do exist.
+
+    Args:
+        text: The list.
+        universe: All of the machine's CPUs (for ``all`` and ``!``).
+        allowed: This process's CPUs (for ``+``).
+        max_id: The largest id accepted.
+
+    Returns:
+        The CPU ids, as a frozenset (empty for ``""``).
+
+    Raises:
+        ListParseError: ``text`` is not a list, names an id above ``max_id``,
+            or uses ``all``/``!`` without ``universe`` or ``+`` without
+            ``allowed``; the message gives the item and its position.
+        ValueError: ``max_id`` is not a non-negative int.
     """
     return _parse_list(text, "CPU", universe, allowed, max_id)
 
@@ -446,7 +461,21 @@ def parse_nodelist(
     allowed: Optional[AbstractSet[int]] = None,
     max_id: int = DEFAULT_MAX_ID,
 ) -> frozenset[int]:
-    """Parse a node list; same grammar as :func:`parse_cpulist`."""
+    """Parse a node list; same grammar as :func:`parse_cpulist`.
+
+    Args:
+        text: The list.
+        universe: All of the machine's nodes (for ``all`` and ``!``).
+        allowed: This process's memory nodes (for ``+``).
+        max_id: The largest id accepted.
+
+    Returns:
+        The node ids, as a frozenset.
+
+    Raises:
+        ListParseError: as :func:`parse_cpulist`, naming nodes.
+        ValueError: ``max_id`` is not a non-negative int.
+    """
     return _parse_list(text, "node", universe, allowed, max_id)
 
 
@@ -472,6 +501,15 @@ def format_cpulist(ids: Iterable[int]) -> str:
     The JSON form of a set of ids: an empty set is ``""``, as the kernel
     writes it.  The text itself comes from :func:`~pynumabind.errors.format_ids`,
     the one formatter; this adds the check that every id is a non-negative int.
+
+    Args:
+        ids: The ids, in any order, duplicates allowed.
+
+    Returns:
+        The list, ranges collapsed: ``{0, 1, 2, 3, 8, 9}`` is ``"0-3,8-9"``.
+
+    Raises:
+        ValueError: an id is not an int (a bool is not one) or is negative.
     """
     return format_ids(_checked_ids(ids), empty="")
 

@@ -239,6 +239,41 @@ class Options:
 
     ``None`` means "not given": the planner decides (``nprocs``: one rank per
     override entry, GPU or CPU node; ``mode``: node; ``policy``: preferred).
+
+    Attributes:
+        rank: The local rank (a non-negative int).
+        nprocs: The number of local processes (1 to :data:`MAX_NPROCS`).
+        mode: The CPU mode: ``node``, ``socket``, ``exclusive``,
+            ``core-complex``, ``none`` (a name or a :class:`~pynumabind.CpuMode`).
+        policy: The memory policy: ``preferred``, ``bind``, ``interleave``,
+            ``local``, ``none`` (a name or a :class:`~pynumabind.MemoryPolicy`).
+        nodes: Per-rank NUMA nodes: ``"0,0,1,1"``, ``"0 0 1 1"``, ``"0-1;2-3"``,
+            or a sequence with one node (or node set) per rank.
+        cpus: Per-rank CPU lists: ``"0-7;8-15"``, ``"0-7 8-15"``, or a
+            sequence with one CPU set per rank.
+        gpu: This rank's GPU, an index into ``topology.gpus`` (instead of GPU
+            ``rank``).
+        rank_gpus: Every rank's GPU index, in rank order (:func:`~pynumabind.plan_each`,
+            :func:`~pynumabind.plan_all`).
+        gpus: The GPU indices of one process that drives several: the union
+            plan (with none of ``rank``, ``nprocs``, ``gpu``, ``rank_gpus``).
+        gpu_memory: Also bind memory to the GPU's own memory node (Grace
+            Hopper/Blackwell's HBM node).
+        interleave_nodes: The nodes ``policy="interleave"`` spreads pages over
+            (a node list or a set of ids; default: the plan's nodes).
+        require_node: Fail (:class:`~pynumabind.PlanError`) instead of leaving a
+            rank unbound when its GPU's NUMA node is unknown.
+        local_gpus: The GPU indices the job's processes drive on this host,
+            one process per GPU: the exclusive modes slice a node among them.
+        priority_cores: In mode ``node``, only the node's highest-performance
+            cores.
+
+    The remaining fields are filled in by the environment's reader (where a
+    setting came from); a caller leaves them alone.
+
+    Raises:
+        ConfigError: when made, for any value out of its range or of the wrong
+            type, or settings that cannot go together; the message names it.
     """
 
     rank: Optional[int] = None

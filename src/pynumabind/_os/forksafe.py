@@ -25,8 +25,8 @@ The rules:
   it runs before logging's (before-fork handlers run in reverse order of
   registration): a bind that logs while the fork waits must not find
   logging's lock taken by the forking thread.  So that ``import
-  pynumabind`` need not load ``logging`` (issue 14: the bare import's
-  cost), that registration happens on the first :func:`lock` call, holding
+  pynumabind`` need not load ``logging`` (it would add to the bare
+  import's cost), that registration happens on the first :func:`lock` call, holding
   the lock while it imports ``logging``.  A second handler, registered at
   import, covers the time before: it waits for the same lock, so a fork
   never copies a half-done first registration, and once the first handler
@@ -37,7 +37,7 @@ The rules:
   the *after* ones when the child exists, so a pair registered in between
   runs only its *after* half -- ``logging``'s releases a lock it never took
   and prints ``RuntimeError: cannot release un-acquired lock`` in the
-  parent (issue 25).  ``logging``, the one module imported under the lock
+  parent.  ``logging``, the one module imported under the lock
   that registers such a pair, gets its *before* half run here: when
   :func:`lock` imported ``logging`` while this fork waited (``logging``
   was not loaded when this module was, is loaded now, and the forking
@@ -69,7 +69,7 @@ import sys
 import threading
 
 # Not ``from typing import TYPE_CHECKING``: a bare ``import pynumabind``
-# loads this module and must not load typing (issue 14).
+# loads this module and must not load typing (several milliseconds).
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Callable, TypeVar

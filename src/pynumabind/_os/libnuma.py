@@ -417,7 +417,7 @@ def supports_mode(mode: int) -> Optional[bool]:
         return probed[mode]
 
 
-# ------------------------------------------------- address ranges (issue 21)
+# ------------------------------------------------- address ranges (placement)
 #
 # The functions above take a Python buffer; these take a raw page-aligned
 # address range, for :mod:`pynumabind.binding.placement` (a torch tensor's

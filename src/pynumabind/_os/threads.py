@@ -153,6 +153,58 @@ class ThreadScan:
         }
 
 
+class _Scan:
+    """One :func:`bind_threads` call's state: what each thread got, and the undo journal."""
+
+    def __init__(
+        self,
+        cpus: frozenset[int],
+        reference: Optional[frozenset[int]],
+        changed: Dict[int, frozenset[int]],
+    ) -> None:
+        self.cpus = cpus
+        self.reference = reference
+        self.caller = threading.get_native_id()
+        self.results: Dict[int, ThreadResult] = {}
+        self.changed = changed  # tid -> mask before we changed it
+
+    def handle(self, tid: int) -> None:
+        before: Optional[frozenset[int]]
+        if tid == self.caller:
+            before = _proc.process_affinity()
+        else:
+            before = _proc.thread_affinity(tid)
+        name = _proc.thread_name(tid)
+        if before is None:
+            self.results[tid] = ThreadResult(tid, name, None, None, ThreadAction.EXITED)
+            return
+        if before not in (self.reference, self.cpus):
+            self.results[tid] = ThreadResult(tid, name, before, before, ThreadAction.LEFT_PINNED)
+            return
+        if before != self.cpus and not self._set(tid, before):
+            self.results[tid] = ThreadResult(tid, name, before, None, ThreadAction.EXITED)
+            return
+        # Read back: the kernel silently drops CPUs outside the cpuset.
+        after = _proc.thread_affinity(tid)
+        action = ThreadAction.BOUND if after is not None else ThreadAction.EXITED
+        self.results[tid] = ThreadResult(tid, name, before, after, action)
+
+    def _set(self, tid: int, before: frozenset[int]) -> bool:
+        """Change one mask, journalled first; False when the thread exited."""
+        self.changed[tid] = before  # recorded first: an interrupt cannot lose the change
+        try:
+            alive = _proc.set_thread_affinity(tid, self.cpus)
+        except NumaSyscallError as exc:
+            del self.changed[tid]
+            restored, failed = _roll_back(self.changed)
+            raise ThreadAffinityError(
+                exc.errno or errno.EINVAL, tid, self.cpus, tuple(restored), tuple(failed)
+            ) from exc
+        if not alive:
+            del self.changed[tid]
+        return alive
+
+
 def bind_threads(
     cpus: frozenset[int],
     *,
@@ -184,49 +236,17 @@ def bind_threads(
         raise ValueError("cannot bind threads to an empty CPU set")
     if max_passes < 1:
         raise ValueError("max_passes must be at least 1")
-    caller = threading.get_native_id()
     if reference is None:
         reference = _proc.process_affinity()
-    results: Dict[int, ThreadResult] = {}
-    changed = {} if record is None else record  # tid -> mask before we changed it
-
-    def handle(tid: int) -> None:
-        before = _proc.process_affinity() if tid == caller else _proc.thread_affinity(tid)
-        name = _proc.thread_name(tid)
-        if before is None:
-            results[tid] = ThreadResult(tid, name, None, None, ThreadAction.EXITED)
-            return
-        if before not in (reference, cpus):
-            results[tid] = ThreadResult(tid, name, before, before, ThreadAction.LEFT_PINNED)
-            return
-        if before != cpus and not _set(tid, before):
-            results[tid] = ThreadResult(tid, name, before, None, ThreadAction.EXITED)
-            return
-        # Read back: the kernel silently drops CPUs outside the cpuset.
-        after = _proc.thread_affinity(tid)
-        action = ThreadAction.BOUND if after is not None else ThreadAction.EXITED
-        results[tid] = ThreadResult(tid, name, before, after, action)
-
-    def _set(tid: int, before: frozenset[int]) -> bool:
-        """Change one mask, journalled first; False when the thread exited."""
-        changed[tid] = before  # recorded first: an interrupt cannot lose the change
-        try:
-            alive = _proc.set_thread_affinity(tid, cpus)
-        except NumaSyscallError as exc:
-            del changed[tid]
-            restored, failed = _roll_back(changed)
-            raise ThreadAffinityError(
-                exc.errno or errno.EINVAL, tid, cpus, tuple(restored), tuple(failed)
-            ) from exc
-        if not alive:
-            del changed[tid]
-        return alive
-
+    scan = _Scan(cpus, reference, {} if record is None else record)
+    results = scan.results
+    changed = scan.changed  # tid -> mask before we changed it
+    handle = scan.handle
     passes = 0
     converged = False
     give_up = time.monotonic() + time_limit
     try:
-        handle(caller)
+        handle(scan.caller)
         while passes < max_passes and (passes == 0 or time.monotonic() < give_up):
             fresh = [tid for tid in _proc.list_thread_ids() if tid not in results]
             if not fresh:

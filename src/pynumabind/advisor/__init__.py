@@ -76,6 +76,30 @@ def advise(
     machine, since the measurements run here.  ``buffer_bytes`` and
     ``repeats`` override the sizes (tests use small ones); ``min_effect`` is
     the smallest relative difference the rule counts (0.10: 10%).
+    ``progress`` receives a line per step (the CLI prints them on stderr).
+
+    Args:
+        quick: Smaller buffers and fewer samples (about 15 s on two nodes).
+        copies: Measure pinned host<->GPU copies (needs CUDA).
+        latency: Measure latency (a pointer chase) besides bandwidth.
+        topology: The machine; it must be this one.
+        buffer_bytes: The buffer size of each measurement.
+        repeats: How many samples each figure takes.
+        min_effect: The smallest relative difference the rule counts.
+        progress: Called with a line per step.
+        sysfs_root: The sysfs to read (the firmware's SLIT and HMAT, the
+            nodes' memory).
+
+    Returns:
+        An :class:`Advice`: the measurements, the firmware's SLIT and HMAT,
+        and the :class:`~pynumabind.advisor.rule.Recommendation` with its
+        reasons.  No CUDA to measure copies with, or a single node, is
+        reported in it, not raised.
+
+    Raises:
+        ConfigError: ``buffer_bytes`` smaller than a page, ``repeats`` below
+            1, or ``min_effect`` outside [0, 10).
+        TopologyError: this machine's topology cannot be read.
     """
     from . import copies as _cuda
     from . import memory as _measure

@@ -369,11 +369,25 @@ def load_advice(
 ) -> Advice:
     """The saved :class:`Advice` (public as ``pynumabind.load_advice``).
 
-    ``path`` defaults to the path rule's.  ``check_machine``: a record of
-    another machine, or of this one before it changed, is an
-    :class:`AdviceRecordError` listing what differs (pass ``False`` to read
-    another machine's record).  ``advice.recommendation.options()`` is then
-    the :class:`~pynumabind.Options` a bind takes.
+    ``advice.recommendation.options()`` is then the
+    :class:`~pynumabind.Options` a bind takes.
+
+    Args:
+        path: The record's file (default: the path rule's: ``PYNUMABIND_ADVICE``,
+            else the per-user file, else the system-wide one, the first that
+            exists).
+        check_machine: Refuse a record of another machine, or of this one
+            before it changed (pass ``False`` to read another machine's).
+        environ: Where ``PYNUMABIND_ADVICE``, ``XDG_CACHE_HOME`` and ``HOME``
+            come from (default ``os.environ``).
+
+    Returns:
+        The :class:`Advice` the record holds (it has :meth:`Advice.save`).
+
+    Raises:
+        AdviceRecordError: no record, one that cannot be read or is not an
+            advice record (naming the file and the key), or, with
+            ``check_machine``, a stale one (listing what differs).
     """
     record = load_record(path, environ=environ)
     if check_machine:

@@ -239,6 +239,9 @@ class Binding:
         ``pages`` fresh anonymous pages to see (``move_pages``) where the
         kernel put them; :mod:`._verify` holds the rules.  Memory is checked
         only when called from the binding thread, whose policy it is.
+
+        Returns:
+            A :class:`VerifyResult`: ``ok``, and each finding.
         """
         with _forksafe.lock():  # it may load libnuma; a fork waits (see _forksafe)
             return verify_binding(self, pages)
@@ -262,6 +265,11 @@ class Binding:
         thread by now -- and listed in :attr:`threads_exited_at_restore` and
         the log.  Holds the bind lock: restores and binds are serialised, and
         a fork waits for a restore in progress.
+
+        Raises:
+            BindError: the restore was refused (another thread, a forked
+                child, a newer binding still in force) or something could
+                not be put back.
         """
         journal = self._undo
         if journal is None:
@@ -316,6 +324,30 @@ def apply_plan(plan: Plan, *, migrate: bool = False, on_error: str = "warn") -> 
     ``migrate=True`` also moves pages already allocated onto the plan's
     nodes.  See the module docstring for ``on_error``, and :mod:`._apply`
     for the steps and their undo journal.
+
+    Args:
+        plan: The plan to apply (from :func:`~pynumabind.plan`).
+        migrate: Also move the pages already allocated onto the plan's
+            nodes (``migrate_pages``); the binding reports how many could not
+            be moved.
+        on_error: What a denied memory-policy step does: ``"warn"`` (keep the
+            CPU binding, log one warning, return a partial binding) or
+            ``"raise"`` (roll everything back and raise).
+
+    Returns:
+        The :class:`Binding`, read back from the kernel; ``partial`` when
+        ``on_error="warn"`` let a denied memory-policy step go (``skipped``
+        says which, why, and the fix).
+
+    Raises:
+        BindError: a step failed and everything already applied was rolled
+            back: the CPU side always, the memory policy with
+            ``on_error="raise"``.
+        PlanError: the plan has an empty CPU set.
+        ConfigError: ``on_error`` is neither ``"warn"`` nor ``"raise"``.
+
+    A memory-policy step that fails because ``libnuma.so.1`` is missing is
+    handled as a denied one: skipped with a warning, or rolled back.
     """
     _check_on_error(on_error)
     if plan.cpus is not None and not plan.cpus:
@@ -500,6 +532,45 @@ def bind_current_process(
     policy and GPU nodes; or, where the record says binding makes no
     difference, nothing at all (:attr:`Binding.not_bound` says why); or,
     with no usable record, one warning and the default mode's plan.
+
+    Args:
+        rank: The local rank (default: from the launcher's variables).
+        options: The plan's settings as one :class:`~pynumabind.Options`,
+            instead of the keywords.
+        topology: The machine to plan on (default:
+            :func:`~pynumabind.resolve_topology`).
+        nprocs: How many local processes (default: the launcher's count, else
+            one per visible GPU).
+        mode: The CPU mode (default ``PYNUMABIND_MODE``, else ``node``);
+            ``"advised"`` follows this machine's advice record (below).
+        policy: The memory policy (default ``PYNUMABIND_POLICY``, else
+            ``preferred``).
+        migrate: Also move the pages already allocated (see
+            :func:`apply_plan`).
+        on_error: ``"warn"`` or ``"raise"`` (see :func:`apply_plan`).
+        environ: Where every variable comes from (default ``os.environ``).
+        **keywords: the rest of :class:`~pynumabind.Options`'s settings, by
+            name: ``nodes``, ``cpus``, ``gpu``, ``gpus``, ``rank_gpus``,
+            ``gpu_memory``, ``interleave_nodes``, ``require_node``,
+            ``local_gpus``, ``priority_cores`` (each described there).
+
+    Returns:
+        The :class:`Binding`: the plan, what each thread got, the policy read
+        back, and whether anything was skipped; with ``PYNUMABIND_DISABLE=1``,
+        one that applied nothing; in mode ``advised`` with a record that says
+        binding makes no difference, one that changed nothing and says why
+        (:attr:`Binding.not_bound`).
+
+    Raises:
+        ConfigError: a bad argument or variable (named), or no rank and no
+            visible GPU ("no local rank").
+        PlanError: the plan cannot be made here, for instance the CPUs it
+            needs are outside this process's cpuset or affinity mask (the
+            message names the CPUs wanted and allowed).
+        TopologyError: the machine cannot be read, or the snapshot given is
+            missing or bad.
+        BindError: applying failed and was rolled back (see
+            :func:`apply_plan`).
     """
     _check_on_error(on_error)
     given = union_front(options, dict(keywords, rank=rank, nprocs=nprocs, mode=mode, policy=policy))
@@ -552,7 +623,7 @@ def _plan(topology: Topology, options: Options) -> Plan:
     from ..discovery import ray_gpus  # never imports Ray itself
 
     given = ray_gpus(topology)
-    if given is not None:  # a Ray task or actor: the GPUs Ray gave it (issue 22)
+    if given is not None:  # a Ray task or actor: the GPUs Ray gave it, not all it sees
         rule = (
             f"no launcher rank: bound to the {len(given)} GPU(s) Ray gave this process "
             "(ray.get_gpu_ids())"

@@ -25,7 +25,7 @@ process.  Thread ids mean nothing after the thread is gone either: the
 kernel hands them out again, to any process.  So each thread's start time is
 journalled with its mask, and a thread is changed back only while it is
 still under ``/proc/self/task`` with that start time; the ones that exited
-are left alone and listed (issue 25).
+are left alone and listed, since their ids may already name another thread.
 """
 
 from __future__ import annotations
@@ -234,8 +234,8 @@ class Journal:
       child its thread ids name the parent's threads, so restoring there is
       refused; the memory policy can only be put back by its own thread.
     * Each bind and each restore costs the same however many bindings are in
-      force (issue 25: both were linear in them, so keeping or restoring n
-      bindings was quadratic); see :class:`_Stack`.
+      force (linear in them, keeping or restoring n bindings would be
+      quadratic); see :class:`_Stack`.
 
     The stack is changed only under the fork lock (:mod:`._forksafe`): by
     :meth:`add`/:meth:`discard` and rollbacks inside a bind, and by

@@ -731,6 +731,31 @@ def bind_memory(
     (:func:`~pynumabind.discovery.resolve_topology`: this process on
     ``PYNUMABIND_TOPOLOGY``'s snapshot when set, else this machine).  See
     the module docstring for every rule and error.
+
+    Args:
+        buffer: The memory to place: a writable buffer, a CPU tensor or
+            ``(address, length)``.
+        node: The node (or, for ``interleave``, the nodes) to place it on.
+        gpu: Instead of ``node``: the GPU index whose memory node it goes to.
+        policy: ``"bind"``, ``"preferred"`` or ``"interleave"``.
+        move: Also move the pages that exist already.
+        topology: The machine ``node`` and ``gpu`` are checked against.
+
+    Returns:
+        A :class:`MemoryPlacement`: the nodes and policy applied, the pages
+        per node, and each page not moved with its reason.
+
+    Raises:
+        NotABufferError: ``buffer`` has no memory to address (not a buffer,
+            not contiguous, a GPU tensor).
+        ReadOnlyBufferError: ``buffer`` is read-only.
+        ConfigError: both or neither of ``node`` and ``gpu``, a bad policy,
+            a zero length, ``move`` not a bool.
+        PlanError: a node that does not exist, has no memory or is not
+            allowed, or a GPU that is unknown or on an unknown node
+            (:class:`~pynumabind.errors.UnknownIdError` for a wrong id).
+        PlacementSyscallError: the kernel refused (``EPERM`` under seccomp,
+            ``EFAULT``, ``EINVAL``); the message names the call and the fix.
     """
     if not isinstance(move, bool):
         raise ConfigError(f"move must be True or False, not {move!r}")
@@ -853,5 +878,25 @@ def memory_on(
 
     For memory pinned by registration (``cudaHostRegister``) the order is
     the same idea: :func:`bind_memory` the buffer first, register it after.
+
+    Args:
+        node: The node (or, for ``interleave``, the nodes) to allocate on.
+        gpu: Instead of ``node``: the GPU index whose memory node to allocate
+            on.
+        policy: ``"bind"``, ``"preferred"`` or ``"interleave"``.
+        topology: The machine ``node`` and ``gpu`` are checked against.
+
+    Returns:
+        The context manager; entering it sets the policy, leaving it puts
+        the previous one back.
+
+    Raises:
+        ConfigError: both or neither of ``node`` and ``gpu``, or a bad
+            policy (checked here, before the block); the same object
+            entered twice.
+        PlanError: as for :func:`bind_memory`: a node or GPU that cannot be
+            placed on.
+        PlacementSyscallError: on entering or leaving the block, the kernel
+            refused ``set_mempolicy`` or ``get_mempolicy``.
     """
     return MemoryOn(_target(node, gpu, policy, topology))

@@ -50,7 +50,7 @@ EXIT_USAGE = 2
 EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
 
-JSON_SCHEMA_VERSION = 2  # 2: "device"/"devices" are "gpu"/"gpus" (plans, check workers; #24)
+JSON_SCHEMA_VERSION = 2  # 2: a plan's and a check worker's GPU keys are "gpu"/"gpus"
 
 
 class UsageError(Exception):
@@ -627,7 +627,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     if args.output is not None and not args.output:
         raise UsageError("snapshot -o: the file name is empty (omit -o to write to stdout)")
     # Every GPU of the machine, not only those CUDA_VISIBLE_DEVICES shows: the
-    # snapshot's users apply their own visibility to it (issue 25).
+    # snapshot's users apply their own visibility to it, by physical index.
     topology = machine_topology(args, visible_only=False)
     text = topology.to_json() + "\n"
     if args.output:

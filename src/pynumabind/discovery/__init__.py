@@ -82,7 +82,7 @@ topology (``pynumabind.apply_visibility`` is this one).
 what it sees: inside a Ray task or actor (``ray`` already imported and
 initialised; never imported here) it is ``ray.get_gpu_ids()``, mapped to
 visible indices; an empty answer is a ConfigError, since a ``num_gpus=0``
-actor sees every GPU under Ray 2.60 (issue 22).
+actor sees every GPU under Ray 2.60, and binding it to all of them would be wrong.
 """
 
 from __future__ import annotations
@@ -213,7 +213,8 @@ def _gpu_nodes(
     numa, memory_node = _nvml_nodes(topology, device, label, notes)
     sysfs_node = pci.numa_node if pci is not None else None
     if memory_node is None and device.numa_node_id is None and pci is not None:
-        # NOT_SUPPORTED says nothing against what sysfs knows (issue 13).
+        # NOT_SUPPORTED (old drivers, GPUs without the query) says nothing
+        # against what sysfs knows.
         memory_node = pci.memory_node
         if memory_node is not None:
             notes.append(
@@ -319,6 +320,34 @@ def detect_topology(
     (what a snapshot records); ``use_nvml=False`` skips NVML.  NVML is only loaded when sysfs
     shows an NVIDIA GPU, or shows no PCI bus at all (some containers).
     ``detail`` and ``reuse``: see the module docstring, "What a bind reads".
+    ``sysfs_root``, ``allowed_cpus``, ``allowed_mems``, ``gpu_vendors`` and
+    ``pci_classes`` mean what they mean for :func:`topology_from_sysfs`.
+
+    Args:
+        environ: Where ``CUDA_VISIBLE_DEVICES`` and friends come from (default
+            ``os.environ``).
+        use_nvml: Ask NVML (when an NVIDIA GPU is present).
+        sysfs_root: The sysfs to read (default ``/sys``).
+        allowed_cpus: The CPUs the process may use (default: read fresh).
+        allowed_mems: The memory nodes it may use (default: read fresh).
+        gpu_vendors: Which PCI vendors count as GPUs (default: NVIDIA, AMD).
+        pci_classes: Which PCI classes count as GPUs (default: every display
+            controller, 0x03, and processing accelerators, 0x1200).
+        detail: How much of the CPU layout to read (default: all of it).
+        reuse: Keep the layout for the process and reuse it next time.
+        visible_only: List only the GPUs this process sees (``False``: every
+            GPU of the machine, as a snapshot records).
+
+    Returns:
+        The :class:`~pynumabind.Topology`: nodes, CPUs, the GPUs this process
+        sees (in its numbering), distances and its allowed sets, with notes
+        on anything discovery could not tell.
+
+    Raises:
+        TopologyError: sysfs is missing or malformed, or the visible-device
+            variables cannot be applied to the GPUs found.
+        ConfigError: ``CUDA_VISIBLE_DEVICES`` (or a friend) or
+            ``CUDA_DEVICE_ORDER`` has a bad value.
     """
     from .._os import sysfs as _sysfs
     from . import visible as _visible
@@ -402,6 +431,25 @@ def topology_from_sysfs(
     other root they default to every online CPU and every node with memory.
     ``allowed_cpus``/``allowed_mems`` override both.  ``detail`` (see
     :class:`~pynumabind.model.Detail`) says how much of the CPU layout to read.
+
+    Args:
+        root: The sysfs tree (default ``/sys``).
+        allowed_cpus: The CPUs the process may use.
+        allowed_mems: The memory nodes it may use.
+        gpu_vendors: Which PCI vendors count as GPUs.
+        pci_classes: Which PCI classes count as GPUs.
+        environ: Apply this mapping's visible-device variables (default:
+            list every GPU).
+        detail: How much of the CPU layout to read.
+
+    Returns:
+        The :class:`~pynumabind.Topology` of the tree.
+
+    Raises:
+        TopologyError: a file the layout needs is missing, unreadable or
+            malformed (the message names it).
+        ConfigError: with ``environ``, a visible-device variable has a bad
+            value.
     """
     from .._os import sysfs as _sysfs
 
@@ -425,6 +473,17 @@ def load_topology(path: str) -> Topology:
     :data:`~pynumabind.model.MAX_SNAPSHOT_CHARS` bytes of it, and the
     contents are checked as :meth:`Topology.from_dict` says.  Every error
     names the file.
+
+    Args:
+        path: The snapshot file.
+
+    Returns:
+        The :class:`~pynumabind.Topology` as recorded: the snapshot's GPUs
+        and allowed sets, not this process's.
+
+    Raises:
+        TopologyError: the file is missing, not a regular file, too large,
+            not JSON, or not a valid snapshot.
     """
     text = _read_snapshot(path)
     try:
@@ -522,6 +581,27 @@ def resolve_topology(
     the file name, as for every ``PYNUMABIND_`` variable (:mod:`._environ`).
     When the visible-device variables hide every GPU of a machine that has
     some, a warning naming them is logged.
+
+    Args:
+        environ: Where every variable comes from (default ``os.environ``).
+        snapshot: A snapshot file to plan on (the CLI's ``--topology``).
+        sysfs_root: A sysfs tree to plan on (the CLI's ``--sysfs-root``).
+        use_nvml: Ask NVML when reading this machine.
+        detail: How much of this machine's CPU layout to read.
+        reuse: Keep this machine's layout for the process.
+        bind_here: The plan is for binding here: take this process's allowed
+            sets and visible GPUs on the snapshot's machine.
+        visible_only: List only the GPUs this process sees.
+
+    Returns:
+        The :class:`~pynumabind.Topology` to plan on.
+
+    Raises:
+        TopologyError: the snapshot or sysfs tree chosen is missing or bad
+            (the message names the file; for a snapshot this process binds
+            on, also ``--topology`` or ``PYNUMABIND_TOPOLOGY``), or that
+            snapshot lacks CPUs this process may run on.
+        ConfigError: a visible-device variable has a bad value.
     """
     env = os.environ if environ is None else environ
     if snapshot is not None and not bind_here:
@@ -575,7 +655,7 @@ def _read_snapshot(path: str) -> str:
         ) from exc
 
 
-# ------------------------------------------------------------ Ray (issue 22)
+# ------------------------------------------------------------ Ray
 
 
 def _ray_gpu_ids() -> Optional[List[str]]:

@@ -43,7 +43,7 @@ gives the right GPU for ``2,3`` and none for ``0``.  ``PCI_BUS_ID`` order
 counts positions among all GPUs, so on a list known to be filtered it is a
 :class:`TopologyError`.
 
-Applied once (issue 25): a topology whose GPUs visibility has filtered
+Applied once, never twice: a topology whose GPUs visibility has filtered
 records the variables that did it (``Topology.visibility``).  Applying
 visibility to it again is accepted only under the very same settings (it is
 returned unchanged); any other setting is a :class:`TopologyError`, since the
@@ -338,6 +338,24 @@ def apply_visibility(
     index entries are matched by physical index, and a topology already
     filtered (``visibility`` set) is accepted only under the same settings
     (see the module docstring).  ``environ`` defaults to ``os.environ``.
+
+    Args:
+        topology: The machine, every GPU listed with its physical index.
+        environ: Where ``CUDA_VISIBLE_DEVICES``, ``CUDA_DEVICE_ORDER``,
+            ``ROCR_VISIBLE_DEVICES`` and friends come from.
+        mig_parents: MIG UUID -> its GPU's UUID (from NVML), so
+            ``MIG-<uuid>`` entries can be resolved.
+
+    Returns:
+        A copy of ``topology`` whose ``gpus`` are the visible ones, indexed
+        as CUDA (or ROCm) numbers them in this process.
+
+    Raises:
+        ConfigError: ``CUDA_VISIBLE_DEVICES``, ``CUDA_DEVICE_ORDER`` or a
+            friend has a bad value, or names a GPU by UUID where no UUID is
+            known.
+        TopologyError: ``topology`` was filtered under other settings, or
+            ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` meets a filtered GPU list.
     """
     env = os.environ if environ is None else environ
     settings = _settings(env)

@@ -135,7 +135,7 @@ def bind_scheduler(server_args: Any, gpu_id: int) -> Binding:
 
 
 def scheduler_gpus(server_args: Any, gpu_id: int) -> Optional[List[int]]:
-    """The GPUs SGLang's schedulers drive on this host: its ``tp_size`` GPUs (issue 22 item 3).
+    """The GPUs SGLang's schedulers drive on this host: its ``tp_size`` GPUs.
 
     ``base_gpu_id + k * gpu_id_step`` for the node's share of ``tp_size``;
     ``None`` (the exclusive modes then ask for ``PYNUMABIND_LOCAL_GPUS``)

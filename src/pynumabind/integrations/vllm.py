@@ -295,7 +295,7 @@ def engine_core_gpus(parallel_config: Any, visible_count: int) -> List[int]:
 
 
 def worker_local_gpus(parallel_config: Any, index: int) -> Optional[List[int]]:
-    """The GPUs vLLM's workers drive on this host: local TP x PP x local DP (issue 22 item 3).
+    """The GPUs vLLM's workers drive on this host: local TP x PP x local DP.
 
     The exclusive modes slice a node among them.  Their logical indices
     ``0 .. count-1`` go through the same logical-to-visible mapping as each

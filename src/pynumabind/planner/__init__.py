@@ -501,6 +501,33 @@ def plan(
     GPUs' plans (:func:`plan_gpus_for`).  ``options``: a
     :class:`~pynumabind.Options` instead of the keywords (not both).  Raises
     :class:`PlanError` or :class:`ConfigError` naming what was wrong.
+
+    Args:
+        topology: The machine (:func:`~pynumabind.detect_topology`,
+            :func:`~pynumabind.load_topology`, ...).
+        rank: The local rank to plan for.
+        nprocs: How many local processes share the machine (default: one per
+            visible GPU, or per NUMA node with CPUs).
+        mode: The CPU mode (default ``node``).
+        policy: The memory policy (default ``preferred``).
+        options: All of these as one :class:`~pynumabind.Options`, instead of
+            the keywords.
+        **keywords: the rest of :class:`~pynumabind.Options`'s settings, by
+            name: ``nodes``, ``cpus``, ``gpu``, ``gpus``, ``rank_gpus``,
+            ``gpu_memory``, ``interleave_nodes``, ``require_node``,
+            ``local_gpus``, ``priority_cores`` (each described there).
+
+    Returns:
+        The rank's :class:`~pynumabind.Plan`: CPUs, memory nodes, policy and
+        the reasons for each decision.  Pure: nothing is applied.
+
+    Raises:
+        ConfigError: a bad argument or option (named), neither ``rank`` nor
+            ``gpus``, or both ``options`` and keywords.
+        PlanError: the rank cannot be planned on this topology: the CPUs it
+            needs are not allowed, a node or GPU does not exist
+            (:class:`~pynumabind.errors.UnknownIdError`), or its GPU's node is
+            unknown under ``require_node``.
     """
     options = union_front(
         options, dict(keywords, rank=rank, nprocs=nprocs, mode=mode, policy=policy)
@@ -525,6 +552,28 @@ def plan_each(
 
     For callers that want the other ranks when some cannot be planned (the
     CLI's table; a launcher whose cpuset covers only some ranks).
+
+    Args:
+        topology: The machine.
+        nprocs: How many local processes (default: one per visible GPU, or
+            per NUMA node with CPUs).
+        mode: The CPU mode (default ``node``).
+        policy: The memory policy (default ``preferred``).
+        options: All of these as one :class:`~pynumabind.Options`, instead of
+            the keywords.
+        **keywords: the rest of :class:`~pynumabind.Options`'s settings, by
+            name: ``nodes``, ``cpus``, ``gpu``, ``gpus``, ``rank_gpus``,
+            ``gpu_memory``, ``interleave_nodes``, ``require_node``,
+            ``local_gpus``, ``priority_cores`` (each described there).
+
+    Returns:
+        One entry per local rank, in rank order: its
+        :class:`~pynumabind.Plan`, or the :class:`~pynumabind.PynumabindError`
+        that rank's planning raised.
+
+    Raises:
+        ConfigError: a bad argument or option, which no rank could be planned
+            with.
     """
     options = Options.from_arguments(
         nprocs=nprocs, mode=mode, policy=policy, options=options, **keywords
@@ -545,6 +594,27 @@ def plan_all(
 
     ``rank_gpus`` optionally gives each rank's GPU index.  Raises the first
     failing rank's error (:func:`plan_each` gives every rank's).
+
+    Args:
+        topology: The machine.
+        nprocs: How many local processes (default: one per visible GPU, or
+            per NUMA node with CPUs).
+        mode: The CPU mode (default ``node``).
+        policy: The memory policy (default ``preferred``).
+        options: All of these as one :class:`~pynumabind.Options`, instead of
+            the keywords.
+        **keywords: the rest of :class:`~pynumabind.Options`'s settings, by
+            name: ``nodes``, ``cpus``, ``gpu``, ``gpus``, ``rank_gpus``,
+            ``gpu_memory``, ``interleave_nodes``, ``require_node``,
+            ``local_gpus``, ``priority_cores`` (each described there).
+
+    Returns:
+        One :class:`~pynumabind.Plan` per local rank, in rank order.
+
+    Raises:
+        ConfigError: a bad argument or option (named).
+        PlanError: the first rank that cannot be planned, as :func:`plan`
+            raises it.
     """
     return _all_or_first_error(
         plan_each(topology, nprocs, mode, policy, options=options, **keywords)

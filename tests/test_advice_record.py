@@ -219,15 +219,26 @@ def test_the_planner_refuses_an_unresolved_advised_mode_but_counts_ranks() -> No
 # ------------------------------------------------------ no record, stale one
 
 
+class _Messages(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: List[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
 @pytest.fixture
-def logged(caplog: pytest.LogCaptureFixture):  # type: ignore[no-untyped-def]
-    """The WARNING messages of the record module, whatever the CLI did to the loggers above it."""
+def logged():  # type: ignore[no-untyped-def]
+    """The WARNING messages of the record module, whatever other tests did to the loggers above."""
     logger = logging.getLogger(_record.__name__)
-    logger.addHandler(caplog.handler)
-    caplog.set_level(logging.WARNING, logger=_record.__name__)
+    handler, level = _Messages(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING)
     _record._WARNED.clear()
-    yield lambda: [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    logger.removeHandler(caplog.handler)
+    yield lambda: list(handler.messages)
+    logger.removeHandler(handler)
+    logger.setLevel(level)
 
 
 def test_missing_record_warns_once_and_plans_the_default(tmp_path: Path, logged) -> None:  # type: ignore[no-untyped-def]

@@ -23,6 +23,7 @@ The recipes of docs/integrations.md are run by their own tests
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import re
 import shlex
@@ -182,6 +183,36 @@ def test_planning_example_runs() -> None:
     result = _python("import pynumabind\n" + code)  # imported by the README's first example
     assert result.returncode == 0, result.stderr
     assert re.match(r"0 frozenset\(", result.stdout), result.stdout
+
+
+def test_measured_binding_commands_run(tmp_path: Path) -> None:
+    """The README's two commands: save this machine's record, then a worker follows it.
+
+    Run as written, the record going to ``PYNUMABIND_ADVICE`` (not the
+    system-wide file); one NUMA node here, so the record says "no
+    measurable difference" and the worker runs unbound: the default policy.
+    """
+    block = _block_with(README, "sh", "PYNUMABIND_MODE=advised").strip()
+    assert block.splitlines()[0].split("#")[0].split() == ["pynumabind", "advise", "--save"]
+    record = tmp_path / "advice.json"
+    script = block + "\npynumabind exec --rank 0 -- cat /proc/self/numa_maps\n"
+    path = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+    result = subprocess.run(
+        ["bash", "-e", "-c", script],
+        capture_output=True,
+        text=True,
+        env=_clean_env({"PYNUMABIND_ADVICE": str(record), "PATH": path}),
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    document = json.loads(record.read_text(encoding="utf-8"))
+    assert {"recommendation", "machine"} <= set(document)
+    policies = {line.split()[1] for line in result.stdout.splitlines() if "kernelpagesize" in line}
+    if document["recommendation"]["bind"]:
+        assert policies == {"prefer:0"}, result.stdout
+    else:
+        assert policies == {"default"}, result.stdout
+    assert "WARNING" not in result.stderr
 
 
 # ------------------------------------------------------------ commands and names

@@ -74,9 +74,18 @@ MAY_IMPORT: Dict[str, FrozenSet[str]] = {
 }
 
 #: Modules held to a lower floor than their folder's: the rule that turns
-#: measurements into advice is a pure function of values.
+#: measurements into advice is a pure function of values, and so is the advice
+#: record as a value (its JSON, the machine fingerprint, staleness).  The
+#: record on disk (``advisor.record``: the path rule, reading and writing the
+#: file, this machine's fingerprint, and mode ``advised`` resolved into plain
+#: values) sits on the discovery floor: it reads files and the machine through
+#: discovery but measures nothing, and the binding must read the record in
+#: every worker that binds in mode ``advised`` -- without importing the
+#: measurement (``advisor.memory``, ``advisor.copies``), which stays above it.
 PURE: Dict[str, str] = {
     "advisor.rule": "values",
+    "advisor.document": "values",
+    "advisor.record": "discovery",
     "advisor.report": "values",  # the rule's Advice renders itself: str(advice)
     "_os.forksafe": "values",
 }
@@ -300,6 +309,7 @@ BOTTOM = [
     *sorted(m for m in _modules() if floor(m) == "values" and m not in BUILT),
     "planner",
     "advisor.rule",
+    "advisor.document",
 ]
 
 

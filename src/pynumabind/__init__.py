@@ -48,6 +48,7 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "NotABufferError": ("errors", "NotABufferError"),
     "ReadOnlyBufferError": ("errors", "ReadOnlyBufferError"),
     "PlacementSyscallError": ("errors", "PlacementSyscallError"),
+    "AdviceRecordError": ("errors", "AdviceRecordError"),
     # id lists (the override syntax)
     "parse_cpulist": ("cpulist", "parse_cpulist"),
     "parse_nodelist": ("cpulist", "parse_nodelist"),
@@ -87,6 +88,7 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "advise": ("advisor", "advise"),
     "Advice": ("advisor", "Advice"),
     "Recommendation": ("advisor", "Recommendation"),
+    "load_advice": ("advisor.record", "load_advice"),
 }
 
 # Made from the table; type checkers read the "X as X" re-exports below instead.
@@ -99,6 +101,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .advisor import Advice as Advice
     from .advisor import Recommendation as Recommendation
     from .advisor import advise as advise
+    from .advisor.record import load_advice as load_advice
     from .binding import Binding as Binding
     from .binding import Skipped as Skipped
     from .binding import ThreadAction as ThreadAction
@@ -117,6 +120,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .discovery import load_topology as load_topology
     from .discovery import resolve_topology as resolve_topology
     from .discovery import topology_from_sysfs as topology_from_sysfs
+    from .errors import AdviceRecordError as AdviceRecordError
     from .errors import BindError as BindError
     from .errors import ConfigError as ConfigError
     from .errors import LibnumaUnavailableError as LibnumaUnavailableError

@@ -189,3 +189,12 @@ class PlacementSyscallError(NumaSyscallError):
 
 class BindError(PynumabindError):
     """Applying a plan failed and, with ``on_error="raise"``, was rolled back."""
+
+
+class AdviceRecordError(ConfigError):
+    """An advice record (``pynumabind advise --save``) cannot be read, written or used.
+
+    The message names the file and what was wrong with it: not JSON, not an
+    advice record, a key of the wrong type, a file that is not a record in
+    the way of a save.
+    """

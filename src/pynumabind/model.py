@@ -554,6 +554,10 @@ class CpuMode(str, enum.Enum):
     EXCLUSIVE = "exclusive"  # disjoint whole-core slices among ranks sharing a node
     CORE_COMPLEX = "core-complex"  # like exclusive, split along L3 cache groups
     NONE = "none"  # leave CPU affinity alone
+    # Follow the advice record (pynumabind advise --save): resolved into one of
+    # the modes above, and a memory policy, before the planner runs
+    # (pynumabind.advisor.record.resolve_advised); the planner itself refuses it.
+    ADVISED = "advised"
 
     @classmethod
     def parse(cls, value: str | CpuMode, source: str = "mode") -> CpuMode:

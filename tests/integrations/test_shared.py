@@ -297,3 +297,56 @@ def test_disable_still_wins(machine) -> None:
     result = bind_in_child("bind_gpus([0, 1], what='t')", {**machine, "PYNUMABIND_DISABLE": "1"})
     assert result["disabled"] is True
     assert result["cpus"] == "0-1"
+
+
+# ------------------------------------------------------------ mode advised
+
+
+def _record(tmp_path: Path, name: str, gpus: List[object]) -> str:
+    """An advice record of this machine; GPUs measured as the snapshot names them."""
+    from dataclasses import replace as _replace
+
+    from pynumabind.advisor.record import Advice, save_record, this_machine
+    from pynumabind.advisor.rule import decide
+    from test_advice import matrix
+
+    memory = matrix([[100, 99], [99, 100]])
+    copies = [_replace(g, pci_bus_id=bus) for g, bus in zip(gpus, BUSES)]  # type: ignore[call-overload]
+    advice = Advice(memory, tuple(copies), "test", "test", None, decide(memory, copies))
+    return save_record(advice, str(tmp_path / name), machine=this_machine())
+
+
+BUSES = ("0000:17:00.0", "0000:65:00.0")  # the snapshot's GPUs 0 and 1
+
+
+def test_advised_hooks_bind_each_gpu_where_its_copies_were_fastest(machine, tmp_path) -> None:
+    from test_advice import gpu
+
+    # GPU 1 reports node 1, but its copies ran 1.4x faster from node 0.
+    record = _record(
+        tmp_path, "moved.json", [gpu(0, 0, [50, 36], [50, 36]), gpu(1, 1, [50, 35.7], [49, 35])]
+    )
+    env = {**machine, "PYNUMABIND_MODE": "advised", "PYNUMABIND_ADVICE": record}
+    result = bind_in_child("bind_gpu(1, what='t')", env)
+    assert result["cpus"] == "0", result
+    moved = [r for r in result["reasons"] if "0000:65:00.0" in r and "mode advised" in r]
+    assert moved and "not node 1 which it reports: pinned H2D 1.40x" in moved[0]
+    assert bind_in_child("bind_gpu(0, what='t')", env)["cpus"] == "0"
+
+
+def test_advised_hooks_leave_the_process_unbound_when_the_record_says_so(machine, tmp_path) -> None:
+    from test_advice import gpu
+
+    record = _record(
+        tmp_path,
+        "same.json",
+        [gpu(0, 0, [28.0, 27.8], [28.1, 28.0]), gpu(1, 1, [27.9, 28], [28, 28.2])],
+    )
+    env = {**machine, "PYNUMABIND_MODE": "advised", "PYNUMABIND_ADVICE": record}
+    for code in ("bind_gpu(1, what='t')", "bind_gpus([0, 1], what='t')", "bind_visible_gpus()"):
+        result = bind_in_child(code, env)
+        assert result["cpus"] == "0-1", (code, result)
+        assert result["reasons"][0].startswith("mode advised: not bound, on purpose"), result
+    # No record: the default plan (GPU 1's node), after one warning.
+    missing = {**env, "PYNUMABIND_ADVICE": str(tmp_path / "none.json")}
+    assert bind_in_child("bind_gpu(1, what='t')", missing)["cpus"] == "1"

@@ -648,6 +648,71 @@ def test_real_launch_worker_class_under_vllms_automatic_binding_binds_and_says_s
     assert "set PYNUMABIND_VLLM=1 for the launch (or pass --no-numa-bind)" in output
 
 
+# ---------------------------------------------- mode advised, do not bind
+
+
+def do_not_bind_record(path: Path) -> str:
+    """This machine's advice record saying binding makes no difference (equal cells)."""
+    from pynumabind.advisor.record import Advice, save_record, this_machine
+    from pynumabind.advisor.rule import MemoryCell, MemoryMatrix, Spread, decide
+
+    same = MemoryCell(Spread.of([99.0, 99.5, 100.0, 100.5, 101.0]), threads=1)
+    memory = MemoryMatrix((0, 1), (0, 1), ((same, same), (same, same)))
+    recommendation = decide(memory)
+    assert not recommendation.bind
+    advice = Advice(memory, (), "not measured (test)", None, None, recommendation)
+    return save_record(advice, str(path), machine=this_machine())
+
+
+@pytest.mark.slow
+def test_real_launch_advised_do_not_bind_leaves_every_process_unbound(
+    launch, snapshot: Path, tmp_path: Path
+) -> None:
+    """PYNUMABIND_MODE=advised, a record saying binding makes no difference, the plugin.
+
+    Neither vLLM (its automatic binding, forced where the release has it) nor
+    pynumabind binds EngineCore or a worker: no numactl wrapper, every CPU
+    the launch had, the default memory policy; each process says why.
+    """
+    record = do_not_bind_record(tmp_path / "advice.json")
+    auto = binds_by_default()
+    run = launch(
+        "vllm_probe.ProbeStockWorker",
+        {
+            "PYNUMABIND_VLLM": "1",
+            "PYNUMABIND_MODE": "advised",
+            "PYNUMABIND_ADVICE": record,
+            "PYNUMABIND_TOPOLOGY": str(snapshot),
+            "VLLM_WORKER_MULTIPROC_METHOD": "spawn",
+        },
+        flags=["force_auto"] if auto else [],
+    )
+    workers = {r["rank"]: r for r in run.parked("worker-*.json", 2)}
+    seen = {rank: observe(rec["pid"]) for rank, rec in workers.items()}
+    engine_pid = workers[0]["ppid"]
+    engine = observe(engine_pid)
+    engine_env = environ_of(engine_pid)
+    front = observe(run.proc.pid)
+    output = run.release()
+    print(output[-30000:])  # shown by pytest when an assertion below fails
+
+    assert "Unsupported device type: cpu" in output  # where a GPU is needed
+    # No numactl wrapper from vLLM ...
+    assert NUMACTL_ENV not in engine_env
+    assert workers[0]["numactl"] is None and workers[1]["numactl"] is None
+    assert "with numactl" not in output
+    if auto:
+        assert output.count("vLLM's automatic NUMA binding (numa_bind unset) is off") == 1
+    # ... and no binding from pynumabind: every process keeps the launch's CPUs
+    # (numactl's or pynumabind's node 0 would be CPU 0) and the default policy.
+    for process in (engine, seen[0], seen[1]):
+        assert process.cpus == front.cpus and process.thread_cpus == (front.cpus,)
+        assert process.policy == "default"
+    # Each process says it was left unbound on purpose, quoting the record.
+    assert output.count("left unbound on purpose (mode advised: not bound, on purpose") == 3
+    assert record in output and "binding makes no measurable difference" in output
+
+
 # ------------------------------------- a constrained process (a cpuset)
 
 AFFINITY_CHECK = """

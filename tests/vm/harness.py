@@ -58,6 +58,9 @@ IN_GUEST_ENV = "PYNUMABIND_IN_GUEST"
 TOPOLOGY_ENV = "PYNUMABIND_VM_TOPOLOGY"
 """JSON form of the :class:`GuestTopology` the guest was booted with (see ``to_json``)."""
 
+HOST_RECORD_ENV = "PYNUMABIND_VM_HOST_ADVICE"
+"""The host's advice record (saved by ``test_guest_suite``), read in the guest: stale there."""
+
 APT_PACKAGES = ("qemu-system-x86", "busybox-static")
 """Debian packages providing ``qemu-system-x86_64`` and a static ``/bin/busybox``.
 

@@ -35,6 +35,9 @@ __all__ = [
     "DEFAULT_GPU_VENDORS",
     "DEFAULT_PCI_CLASSES",
     "PciFunction",
+    "cpu_model",
+    "kernel_release",
+    "node_memory_sizes",
     "normalize_bus_id",
     "read_layout",
     "with_allowed",
@@ -396,6 +399,52 @@ def _proc_meminfo() -> Tuple[Optional[int], Optional[int]]:
     except OSError:
         return None, None
     return values.get("MemTotal"), values.get("MemFree")
+
+
+def node_memory_sizes(root: str, nodes: Iterable[int]) -> Dict[int, Optional[int]]:
+    """Each node's ``MemTotal`` in bytes (None when unknown): what an advice record compares.
+
+    A kernel without NUMA (no ``devices/system/node``) has one node 0 of the
+    whole machine's memory (``/proc/meminfo``, on the live root only).
+    """
+    sysfs = SysfsReader(root)
+    if sysfs.listdir("devices", "system", "node") is None:
+        total = _proc_meminfo()[0] if _is_live_root(root) else None
+        return {node: total if node == 0 else None for node in nodes}
+    return {node: _meminfo(sysfs, node)[0] for node in nodes}
+
+
+#: Lines of ``/proc/cpuinfo`` read at most for the CPU model (it is on the first CPU's).
+_CPUINFO_LINES = 64
+
+
+def cpu_model(path: str = "/proc/cpuinfo") -> Optional[str]:
+    """The CPU model: ``model name`` (x86), else ``CPU implementer``/``CPU part`` (Arm).
+
+    Only the first CPU's entry is read.  ``None`` when the file cannot be
+    read or names no model.
+    """
+    found: Dict[str, str] = {}
+    try:
+        with open(path, encoding="ascii", errors="replace") as handle:
+            for number, line in enumerate(handle):
+                key, sep, value = line.partition(":")
+                if number >= _CPUINFO_LINES or (not line.strip() and found):
+                    break
+                if sep:
+                    found.setdefault(key.strip().lower(), value.strip()[:200])
+    except OSError:
+        return None
+    if found.get("model name"):
+        return found["model name"]
+    if "cpu implementer" in found and "cpu part" in found:
+        return f"CPU implementer {found['cpu implementer']} part {found['cpu part']}"
+    return None
+
+
+def kernel_release() -> str:
+    """``uname -r``: the running kernel's release."""
+    return os.uname().release
 
 
 def _read_nodes(

@@ -13,6 +13,9 @@ assuming, in this process and without changing its binding:
    comparison only;
 
 and applies the documented rule of :func:`pynumabind.advisor.rule.decide`.
+:meth:`Advice.save <pynumabind.advisor.record.Advice.save>` keeps the
+result as the machine's advice record, which mode ``advised`` follows
+(:mod:`pynumabind.advisor.record`).
 ``quick=True`` takes about 15 s on a two-node server, the default about a
 minute.  Progress goes to ``progress`` (a callable taking one line), which
 the CLI points at stderr.
@@ -24,13 +27,29 @@ function would replace ``pynumabind.advise`` with itself once imported.
 from __future__ import annotations
 
 import time
-from typing import Callable, List, Optional
+from typing import TYPE_CHECKING, Callable, List, Optional
 
 from ..errors import ConfigError
 from ..model import Topology
-from .rule import DEFAULT_MIN_EFFECT, Advice, GpuCopies, Recommendation, decide
+from .rule import DEFAULT_MIN_EFFECT, GpuCopies, Recommendation, decide
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .record import Advice
 
 __all__ = ["Advice", "Recommendation", "advise"]
+
+
+def __getattr__(name: str) -> object:
+    """``Advice``, imported on first use: the class with ``save()`` lives in :mod:`.record`.
+
+    Importing it here eagerly would load the record module (the discovery
+    floor) with :mod:`.rule`, which must stay pure.
+    """
+    if name == "Advice":
+        from .record import Advice
+
+        return Advice
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _quiet(_line: str) -> None:
@@ -89,6 +108,7 @@ def advise(
     """
     from . import copies as _cuda
     from . import memory as _measure
+    from .record import Advice  # the one with save(); imported here, so rule stays light
 
     if buffer_bytes is not None and buffer_bytes < _measure.PAGE:
         raise ConfigError(f"buffer_bytes={buffer_bytes} is smaller than a page")

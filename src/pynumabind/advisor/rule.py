@@ -59,7 +59,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..options import Options
 
 from ..model import SCHEMA_VERSION  # one version for every JSON document (see model)
 
@@ -425,12 +428,19 @@ class GpuAdvice:
     mode: str
     policy: str
     reasons: Tuple[str, ...]
+    reported_node: Optional[int] = None  # the node the GPU reports
+
+    @property
+    def moved(self) -> bool:
+        """Bound to a node other than the one the GPU reports."""
+        return self.bind and self.node is not None and self.node != self.reported_node
 
     def to_dict(self) -> Dict[str, Any]:
         return {
             "gpu": self.gpu,
             "bind": self.bind,
             "node": self.node,
+            "reported_node": self.reported_node,
             "mode": self.mode,
             "policy": self.policy,
             "reasons": list(self.reasons),
@@ -454,6 +464,50 @@ class Recommendation:
     basis: str = "measured"
     min_effect: float = DEFAULT_MIN_EFFECT
 
+    def gpu(self, index: int) -> Optional[GpuAdvice]:
+        """The advice for the GPU the measurement called ``index``, if it was measured."""
+        return next((g for g in self.per_gpu if g.gpu == index), None)
+
+    def moved_text(self, advice: GpuAdvice) -> str:
+        """Why GPU ``advice.gpu`` goes to a node it does not report, with the measured ratios.
+
+        ``its copies are fastest from node 0, not node 1 which it reports:
+        pinned H2D 1.42x, D2H 1.38x faster``.
+        """
+        ratios = [
+            f"{c.subject.rsplit(' ', 1)[-1]} {c.ratio:.2f}x"
+            for c in self.comparisons
+            if c.subject.startswith(f"GPU {advice.gpu} pinned ")
+            and c.better == f"node {advice.node}"
+            and c.worse == f"node {advice.reported_node}"
+        ]
+        reported = "no node" if advice.reported_node is None else f"node {advice.reported_node}"
+        text = f"its copies are fastest from node {advice.node}, not {reported} which it reports"
+        return text + (f": pinned {', '.join(ratios)} faster" if ratios else "")
+
+    def options(self) -> Options:
+        """The :class:`~pynumabind.Options` a bind takes to follow this recommendation.
+
+        Bind: the recommended CPU mode and memory policy (``node``,
+        ``preferred``); when some GPU's copies are fastest from a node other
+        than the one it reports, and every GPU measured (indices 0..n-1) is
+        to be bound, also a ``nodes`` override giving rank ``i`` GPU ``i``'s
+        measured node (one rank per GPU, the launchers' default; mode
+        ``advised`` maps GPUs by PCI bus id instead and needs no such
+        assumption).  Do not bind: mode ``none`` and policy ``none``, a bind
+        that changes nothing.
+        """
+        from ..model import CpuMode, MemoryPolicy
+        from ..options import Options
+
+        nodes = None
+        indices = sorted(g.gpu for g in self.per_gpu)
+        every = indices == list(range(len(indices))) and all(g.bind for g in self.per_gpu)
+        if self.bind and every and any(g.moved for g in self.per_gpu):
+            by_index = {g.gpu: g.node for g in self.per_gpu}
+            nodes = ",".join(str(by_index[i]) for i in indices)
+        return Options(mode=CpuMode(self.mode), policy=MemoryPolicy(self.policy), nodes=nodes)
+
     def to_dict(self) -> Dict[str, Any]:
         return {
             "bind": self.bind,
@@ -464,6 +518,7 @@ class Recommendation:
             "reasons": list(self.reasons),
             "per_gpu": [g.to_dict() for g in self.per_gpu],
             "comparisons": [c.to_dict() for c in self.comparisons],
+            "min_effect": self.min_effect,
             "rule": (
                 f"a difference counts when the median ratio is at least {1 + self.min_effect:.2f}"
                 " and better.min / worse.max > 1 (see pynumabind.advisor.rule)"
@@ -544,14 +599,16 @@ def _gpu_advice(gpu: GpuCopies, min_effect: float) -> Tuple[Optional[GpuAdvice],
             if len(cells) > 1
             else f"GPU {gpu.index}: measured from one node only ({span}): nothing to compare"
         )
-        return GpuAdvice(gpu.index, False, None, "none", "none", (reason,)), found
+        advice = GpuAdvice(gpu.index, False, None, "none", "none", (reason,), gpu.numa_node)
+        return advice, found
     reasons = [c.text() for c in matters]
     if gpu.numa_node is not None and gpu.numa_node != best:
         reasons.append(
             f"GPU {gpu.index} reports NUMA node {gpu.numa_node}, but its copies are fastest "
             f"from node {best}: override the node (PYNUMABIND_NODES / --nodes) to bind there"
         )
-    return GpuAdvice(gpu.index, True, best, "node", "preferred", tuple(reasons)), found
+    advice = GpuAdvice(gpu.index, True, best, "node", "preferred", tuple(reasons), gpu.numa_node)
+    return advice, found
 
 
 def _copy_span(cells: Sequence[CopyCell]) -> str:

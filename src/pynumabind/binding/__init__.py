@@ -117,6 +117,9 @@ class Binding:
     * ``pages_not_moved``: with ``migrate=True``, the kernel's count of pages
       it could not move (``None`` when no migration ran).
     * ``thread_id``: the thread that bound; the memory policy is its own.
+    * ``not_bound``: left unbound on purpose, and why: mode ``advised`` and an
+      advice record that says binding makes no measurable difference here
+      (the reason quotes the record); nothing was changed.
     """
 
     plan: Optional[Plan]
@@ -136,6 +139,7 @@ class Binding:
     pages_not_moved: Optional[int] = None
     notes: Tuple[str, ...] = ()
     thread_id: int = 0
+    not_bound: Optional[str] = None
     _undo: Optional[Journal] = field(default=None, repr=False, compare=False)
 
     # ------------------------------------------------------------ queries
@@ -170,6 +174,8 @@ class Binding:
                 f" ({self.notes[0]})" if self.notes else ""
             )
         plan = self.plan
+        if self.not_bound is not None:
+            return f"pynumabind: {_who(plan)} left unbound on purpose ({self.not_bound})"
         cpus = "unchanged" if plan.cpus is None else format_ids(self.cpus)
         if self.memory_applied:
             memory = f"nodes {format_ids(self.policy_nodes)} policy {self.policy_name}"
@@ -218,6 +224,7 @@ class Binding:
             "migrated": self.migrated,
             "pages_not_moved": self.pages_not_moved,
             "notes": list(self.notes),
+            "not_bound": self.not_bound,
             "thread_id": self.thread_id,
             "restored": self.restored,
             "threads_exited_at_restore": list(self.threads_exited_at_restore),
@@ -520,6 +527,12 @@ def bind_current_process(
     machine from :func:`~pynumabind.discovery.resolve_topology`.  See
     :func:`apply_plan` for ``migrate`` and ``on_error``.
 
+    ``mode="advised"`` (``PYNUMABIND_MODE=advised``) follows this machine's
+    advice record (:mod:`pynumabind.advisor.record`): the measured mode,
+    policy and GPU nodes; or, where the record says binding makes no
+    difference, nothing at all (:attr:`Binding.not_bound` says why); or,
+    with no usable record, one warning and the default mode's plan.
+
     Args:
         rank: The local rank (default: from the launcher's variables).
         options: The plan's settings as one :class:`~pynumabind.Options`,
@@ -528,7 +541,8 @@ def bind_current_process(
             :func:`~pynumabind.resolve_topology`).
         nprocs: How many local processes (default: the launcher's count, else
             one per visible GPU).
-        mode: The CPU mode (default ``PYNUMABIND_MODE``, else ``node``).
+        mode: The CPU mode (default ``PYNUMABIND_MODE``, else ``node``);
+            ``"advised"`` follows this machine's advice record (below).
         policy: The memory policy (default ``PYNUMABIND_POLICY``, else
             ``preferred``).
         migrate: Also move the pages already allocated (see
@@ -543,7 +557,9 @@ def bind_current_process(
     Returns:
         The :class:`Binding`: the plan, what each thread got, the policy read
         back, and whether anything was skipped; with ``PYNUMABIND_DISABLE=1``,
-        one that applied nothing.
+        one that applied nothing; in mode ``advised`` with a record that says
+        binding makes no difference, one that changed nothing and says why
+        (:attr:`Binding.not_bound`).
 
     Raises:
         ConfigError: a bad argument or variable (named), or no rank and no
@@ -575,7 +591,17 @@ def bind_current_process(
                     detail=detail_for(resolved.mode, resolved.priority_cores),
                     reuse=True,
                 )
+            advised = None
+            if resolved.cpu_mode is CpuMode.ADVISED:  # the record decides, read here
+                from ..advisor import record as _record
+
+                advised = _record.resolve_advised(resolved, topology, env)
+                resolved, topology = advised.options, advised.topology
             plan = _plan(topology, resolved)
+            if advised is not None:
+                plan = advised.finish(plan)
+                if advised.not_bound is not None:
+                    return _not_bound(plan, advised.not_bound)
             binding = apply_plan(plan, migrate=migrate, on_error=on_error)
     except BaseException:
         if binding is not None and binding._undo is not None:  # interrupted as the lock went
@@ -615,6 +641,20 @@ def _plan(topology: Topology, options: Options) -> Plan:
         "(one: its node; several: the union)"
     )
     return replace(plan, reasons=(rule, *plan.reasons))
+
+
+def _not_bound(plan: Plan, why: str) -> Binding:
+    """Mode advised and a record that says do not bind: a logged Binding that changed nothing."""
+    binding = Binding(
+        plan=plan,
+        applied=False,
+        cpus=_proc.process_affinity(),
+        notes=(why,),
+        thread_id=threading.get_native_id(),
+        not_bound=why,
+    )
+    log.info("%s", binding.summary())
+    return binding
 
 
 def _disabled(options: Options) -> Binding:

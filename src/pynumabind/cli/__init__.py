@@ -459,7 +459,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
     # rest, as they do for the workers that exec and check start.
     options = resolve(os.environ, _options(args), need_rank=False)
     topology = machine_topology(args)
+    advised = None
+    if options.cpu_mode is CpuMode.ADVISED:  # what each worker will follow: the record
+        from ..advisor.record import resolve_advised
+
+        advised = resolve_advised(options, topology)
+        options, topology = advised.options, advised.topology
     results = plan_each_for(topology, options)
+    if advised is not None:
+        results = [advised.finish(r) if isinstance(r, Plan) else r for r in results]
     plans = [r for r in results if isinstance(r, Plan)]
     errors = [(rank, r) for rank, r in enumerate(results) if not isinstance(r, Plan)]
     if not plans:
@@ -602,6 +610,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     warnings = by_rank([(w.rank, w.warnings) for w in report.workers])
     if warnings:
         lines += ["", "Warnings", *warnings]
+    unbound = [f"  rank {w.rank}: {w.not_bound}" for w in report.workers if w.not_bound]
+    if unbound:
+        lines += ["", "Not bound, on purpose", *unbound]
     problems = [
         f"  {p}" if p.startswith(f"rank {w.rank}:") else f"  rank {w.rank}: {p}"
         for w in report.workers

@@ -1,4 +1,4 @@
-"""``pynumabind advise [--quick] [--json] [--plot FILE]``: the command and its rendering.
+"""``pynumabind advise [--quick] [--json] [--plot FILE] [--save [PATH]]``: command and rendering.
 
 The measuring is :func:`pynumabind.advise`; this module parses the options,
 prints progress on stderr, prints the :class:`~pynumabind.Advice` as tables
@@ -14,6 +14,10 @@ write, and a path that cannot be written (tried by opening it for appending,
 which changes nothing, and removing it again if it was new) are usage
 errors (exit 2) naming the problem.  The report is printed before the plot
 is drawn, so a plot that still fails (exit 1) loses no measurement.
+
+So is a ``--save`` path that would overwrite a file that is not an advice
+record.  ``--save`` writes the record mode ``advised`` follows
+(:mod:`pynumabind.advisor.record`: where, and how).
 """
 
 from __future__ import annotations
@@ -50,6 +54,15 @@ def add_parser(commands: Any) -> None:
         "matplotlib)",
     )
     advise.add_argument(
+        "--save",
+        nargs="?",
+        const="",
+        metavar="PATH",
+        help="also save the result as this machine's advice record, which mode 'advised' "
+        "follows (default PATH: $PYNUMABIND_ADVICE, else /var/lib/pynumabind/advice.json as "
+        "root, ~/.cache/pynumabind/advice.json otherwise)",
+    )
+    advise.add_argument(
         "--no-copies", action="store_true", help="do not measure pinned host<->GPU copies"
     )
     advise.add_argument(
@@ -58,6 +71,23 @@ def add_parser(commands: Any) -> None:
     advise.add_argument(
         "-v", "--verbose", action="count", default=0, help="log more (repeat for debug)"
     )
+
+
+def _save_target(save: Optional[str]) -> Optional[str]:
+    """Where ``--save`` writes (None: not saving), checked before anything is measured.
+
+    A path that holds something other than an advice record is refused now,
+    not after a minute of measuring; the path rule's default when no PATH.
+    """
+    if save is None:
+        return None
+    import os
+
+    from ..advisor import record as _record
+
+    target = os.path.abspath(save if save else _record.save_path(os.environ))
+    _record.refuse_foreign(target)
+    return target
 
 
 def _progress(line: str) -> None:
@@ -73,12 +103,19 @@ def cmd_advise(args: argparse.Namespace) -> int:
     plot = args.plot
     if plot is not None:
         check_plot_path(plot)  # before a minute of measuring, not after
+    target = _save_target(args.save)
     advice = advise(
         quick=args.quick,
         copies=not args.no_copies,
         latency=not args.no_latency,
         progress=_progress,
     )
+    if target is not None:  # the measurement is kept before anything else can fail
+        written = advice.save(target)
+        _progress(
+            f"saved the advice record to {written}; PYNUMABIND_MODE=advised (or --mode advised) "
+            "makes binds on this machine follow it"
+        )
     if sys.stdout is None:
         raise PynumabindError("standard output is closed")
     if args.json:

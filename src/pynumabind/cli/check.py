@@ -82,6 +82,7 @@ class WorkerReport:
     problems: Tuple[str, ...] = ()
     reasons: Tuple[str, ...] = ()
     warnings: Tuple[str, ...] = ()  # the plan's, as ``pynumabind plan`` shows them
+    not_bound: Optional[str] = None  # left unbound on purpose (mode advised), and why
 
     def to_dict(self) -> Dict[str, Any]:
         return {
@@ -96,6 +97,7 @@ class WorkerReport:
             "problems": list(self.problems),
             "reasons": list(self.reasons),
             "warnings": list(self.warnings),
+            "not_bound": self.not_bound,
         }
 
 
@@ -178,6 +180,7 @@ def check_this_process(
         problems=tuple(problems),
         reasons=tuple(plan.reasons),
         warnings=tuple(plan.warnings),
+        not_bound=binding.not_bound,
     )
 
 
@@ -212,6 +215,7 @@ def _from_dict(data: Dict[str, Any]) -> WorkerReport:
         problems=tuple(data.get("problems", ())),
         reasons=tuple(data.get("reasons", ())),
         warnings=tuple(data.get("warnings", ())),
+        not_bound=data.get("not_bound"),
     )
 
 

@@ -123,6 +123,7 @@ _MODE_DETAIL: Mapping[CpuMode, Detail] = {
     CpuMode.SOCKET: Detail.PACKAGES,
     CpuMode.EXCLUSIVE: Detail.CORES,
     CpuMode.CORE_COMPLEX: Detail.CACHES,
+    CpuMode.ADVISED: Detail.NODES,  # the record says node or none
 }
 
 

@@ -48,6 +48,11 @@ Never a double bind:
   vLLM's automatic decision (``_numa_bind_auto``) logs a WARNING saying
   vLLM started it under ``numactl`` and that pynumabind's binding replaces
   it, then binds (it does not fail).
+* Mode ``advised`` (``PYNUMABIND_MODE=advised``) with an advice record that
+  says binding makes no difference: with the plugin, vLLM's automatic
+  binding is off as above and pynumabind leaves EngineCore and every worker
+  unbound, each logging why.  The worker class alone cannot stop vLLM's
+  ``numactl`` in time (see above): use the plugin with mode ``advised``.
 
 Supported vLLM: the tested range :data:`TESTED` (both ends run in CI).
 Outside it the module checks for the hooks it calls (:data:`HOOKS`, and
@@ -201,13 +206,19 @@ def _warn_auto_bound(parallel_config: Any, what: str) -> None:
     """A process vLLM's automatic binding already started under numactl: say so."""
     if not (getattr(parallel_config, "_numa_bind_auto", False) and parallel_config.numa_bind):
         return
+    now = (
+        "pynumabind's binding now replaces numactl's, except where this machine's advice "
+        "record says not to bind (mode advised): numactl's binding then stays"
+        if _advised()
+        else "pynumabind's binding now replaces numactl's"
+    )
     vllm_log.warning(
         "%s: vLLM's automatic NUMA binding (numa_bind unset, vLLM >= 0.34) was decided in the "
         "launching process, where pynumabind's plugin was not on, so vLLM started this process "
-        "under numactl; pynumabind's binding now replaces numactl's. To keep vLLM from "
-        "starting numactl at all, set PYNUMABIND_VLLM=1 for the launch (or pass "
-        "--no-numa-bind)",
+        "under numactl; %s. To keep vLLM from starting numactl at all, set PYNUMABIND_VLLM=1 "
+        "for the launch (or pass --no-numa-bind)",
         what,
+        now,
     )
 
 
@@ -353,10 +364,33 @@ def resolve_auto_binding(vllm_config: Any, *args: Any, **kwargs: Any) -> None:
     _refuse_double_bind(parallel_config, "vLLM launch")
     if getattr(parallel_config, "numa_bind", False) is None:
         parallel_config.numa_bind = False
+        instead = "pynumabind binds EngineCore and each worker instead"
+        if _advised():
+            instead = (
+                "EngineCore and each worker follow this machine's advice record instead "
+                "(PYNUMABIND_MODE=advised: where it says binding makes no difference, nothing "
+                "binds them)"
+            )
         vllm_log.info(
             "pynumabind: vLLM's automatic NUMA binding (numa_bind unset) is off for this "
-            "launch; pynumabind binds EngineCore and each worker instead (PYNUMABIND_VLLM=1)"
+            "launch; %s (PYNUMABIND_VLLM=1)",
+            instead,
         )
+
+
+def _advised() -> bool:
+    """Whether ``PYNUMABIND_MODE`` asks for mode ``advised`` (a bad value: the bind says so)."""
+    from ..discovery.environ import MODE_VARIABLE
+    from ..errors import ConfigError as _ConfigError
+    from ..model import CpuMode
+    from ..options import parse_choice
+
+    text = os.environ.get(MODE_VARIABLE, "")
+    try:
+        mode = parse_choice(CpuMode, text, "mode", variable=MODE_VARIABLE) if text.strip() else None
+    except _ConfigError:
+        return False
+    return mode is CpuMode.ADVISED
 
 
 class Worker(_gpu_worker.Worker):  # type: ignore[misc]

@@ -334,7 +334,11 @@ def local_ranks(topology: Topology, options: Options) -> int:
 
     The default (:func:`default_nprocs`): one rank per entry of a per-rank
     override, else per visible GPU, else per NUMA node with allowed CPUs.
+    The count does not depend on the mode, so mode ``advised`` needs no
+    record here.
     """
+    if options.cpu_mode is CpuMode.ADVISED:
+        options = replace(options, mode=None)
     return build_request(topology, options).nprocs
 
 

@@ -279,6 +279,12 @@ def _override(
 
 def build_request(topology: Topology, options: Options) -> Request:
     """Check ``options`` against the machine, once for all ranks."""
+    if options.cpu_mode is CpuMode.ADVISED:
+        raise ConfigError(
+            "mode 'advised' follows the advice record, which the planner does not read: "
+            "bind_current_process, the CLI and the framework hooks resolve it first; to plan "
+            "with it here, pass options=pynumabind.load_advice().recommendation.options()"
+        )
     node_sets = _override(
         options,
         "nodes",

@@ -1,10 +1,18 @@
-"""Guest-side: ``pynumabind.advise`` on a real multi-node kernel (issue 21).
+"""Guest-side: ``pynumabind.advise`` and mode ``advised`` on a real multi-node kernel.
 
 Under TCG the numbers mean nothing (QEMU gives every node the same emulated
 memory), but the shape of the matrix, where each measurement's buffers
 landed (``move_pages`` on the guest kernel) and the verdict are real:
 CPU nodes 0 and 1 x memory nodes 0, 1 and the memory-only node 2, every
 buffer 100% on its node, and a verdict that follows the rule (see the test).
+
+Mode ``advised`` here: ``advise --save`` writes the guest's record (three
+nodes, the guest's SLIT and kernel); ``pynumabind exec --rank 0 --mode
+advised`` runs with every CPU and the default policy under a record that
+says "do not bind", on node 0's CPUs with memory preferred there under one
+that says "bind"; the host's record (saved by the host test, a one-node
+machine) is stale here, and a missing one is too: one warning each, naming
+the file and ``pynumabind advise --save``, then the default plan.
 """
 
 from __future__ import annotations
@@ -13,12 +21,15 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
+from typing import Tuple
 
 import pytest
 
 import pynumabind
 from pynumabind.advisor.rule import NO_DIFFERENCE
 
+from ..harness import HOST_RECORD_ENV
 from ._guestlib import REPO_ROOT
 
 pytestmark = pytest.mark.usefixtures("pristine")
@@ -84,9 +95,20 @@ def test_firmware_slit_is_the_guests(advice: pynumabind.Advice) -> None:
     assert advice.firmware.distances == ((10, 21, 40), (21, 10, 30), (40, 30, 10))
 
 
-def test_cli_json_in_the_guest() -> None:
+def test_cli_json_in_the_guest(tmp_path: Path) -> None:
+    saved = tmp_path / "advice.json"
     done = subprocess.run(
-        [sys.executable, "-m", "pynumabind", "advise", "--quick", "--json", "--no-latency"],
+        [
+            sys.executable,
+            "-m",
+            "pynumabind",
+            "advise",
+            "--quick",
+            "--json",
+            "--no-latency",
+            "--save",
+            str(saved),
+        ],
         capture_output=True,
         text=True,
         timeout=200,
@@ -101,6 +123,115 @@ def test_cli_json_in_the_guest() -> None:
     assert data["copies"] == [] and data["copies_status"]["reason"]
     assert set(data["recommendation"]) >= {"bind", "mode", "policy", "reasons"}
     sys.stdout.write(done.stdout)
+    # The saved record: the same document, plus the guest as it is.
+    record = json.loads(saved.read_text(encoding="utf-8"))
+    assert {k: record[k] for k in data if k != "seconds"} == {
+        k: v for k, v in data.items() if k != "seconds"
+    }
+    machine = record["machine"]
+    assert [(n["id"], n["cpus"]) for n in machine["nodes"]] == [(0, "0-1"), (1, "2-3"), (2, "")]
+    sizes = [n["memory_bytes"] for n in machine["nodes"]]
+    assert all(size > 0 for size in sizes) and sizes[2] < sizes[0], sizes
+    assert machine["distances"] == [[10, 21, 40], [21, 10, 30], [40, 30, 10]]
+    assert machine["kernel"] == os.uname().release
+    loaded = pynumabind.load_advice(str(saved))  # of this machine: not stale
+    assert loaded.recommendation.bind is data["recommendation"]["bind"]
+
+
+# ------------------------------------------------------------ mode advised
+
+
+def _record(path: Path, bind: bool) -> str:
+    """A record of this guest whose verdict is ``bind`` (equal cells, or local 2x remote)."""
+    from pynumabind.advisor.record import Advice, save_record, this_machine
+    from pynumabind.advisor.rule import MemoryCell, MemoryMatrix, Spread, decide
+
+    def cell(median: float) -> MemoryCell:
+        return MemoryCell(Spread.of([median * f for f in (0.99, 0.995, 1.0, 1.005, 1.01)]))
+
+    remote = 50.0 if bind else 100.0
+    memory = MemoryMatrix(
+        (0, 1), (0, 1), ((cell(100.0), cell(remote)), (cell(remote), cell(100.0)))
+    )
+    recommendation = decide(memory)
+    assert recommendation.bind is bind
+    advice = Advice(memory, (), "not measured (test)", None, None, recommendation)
+    return save_record(advice, str(path), machine=this_machine())
+
+
+def _exec_rank0(record: str) -> Tuple[str, str, str]:
+    """``exec --rank 0 --mode advised``: (CPUs allowed, policies in numa_maps, stderr)."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pynumabind",
+            "exec",
+            "--rank",
+            "0",
+            "--mode",
+            "advised",
+            "--",
+            "cat",
+            "/proc/self/status",
+            "/proc/self/numa_maps",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=200,
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYNUMABIND_ADVICE": record},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    cpus = next(
+        line.split()[1] for line in done.stdout.splitlines() if line.startswith("Cpus_allowed_list")
+    )
+    policies = {line.split()[1] for line in done.stdout.splitlines() if "kernelpagesize" in line}
+    return cpus, ",".join(sorted(policies)), done.stderr
+
+
+def test_advised_do_not_bind_runs_rank0_with_every_cpu(tmp_path: Path) -> None:
+    cpus, policies, stderr = _exec_rank0(_record(tmp_path / "same.json", bind=False))
+    assert (cpus, policies) == ("0-3", "default"), stderr
+    assert "WARNING" not in stderr
+
+
+def test_advised_bind_puts_rank0_on_node0(tmp_path: Path) -> None:
+    cpus, policies, stderr = _exec_rank0(_record(tmp_path / "local.json", bind=True))
+    assert (cpus, policies) == ("0-1", "prefer:0"), stderr
+
+
+def _one_warning(stderr: str, *words: str) -> str:
+    lines = [line for line in stderr.splitlines() if "pynumabind advise --save" in line]
+    assert len(lines) == 1, stderr
+    for word in words:
+        assert word in lines[0], (word, lines[0])
+    return lines[0]
+
+
+def test_the_hosts_record_is_stale_here_and_the_default_plan_runs() -> None:
+    """The host test saved its machine's record (one node) and named it in the environment."""
+    host = os.environ.get(HOST_RECORD_ENV)
+    assert host, f"{HOST_RECORD_ENV} not set: the host test saves the host's record"
+    cpus, policies, stderr = _exec_rank0(host)
+    warning = _one_warning(stderr, host, "is stale")
+    from pynumabind.advisor.document import staleness
+    from pynumabind.advisor.record import load_record, this_machine
+
+    differences = staleness(load_record(host).machine, this_machine())
+    assert differences, "the host's record matches the guest"
+    for difference in differences:
+        assert difference in warning, (difference, warning)
+    # The default plan: mode node, rank 0 of one rank per node with CPUs -> node 0.
+    assert (cpus, policies) == ("0-1", "prefer:0"), stderr
+
+
+def test_a_missing_record_warns_the_same_way(tmp_path: Path) -> None:
+    missing = str(tmp_path / "none.json")
+    cpus, policies, stderr = _exec_rank0(missing)
+    _one_warning(stderr, missing, "no advice record")
+    assert (cpus, policies) == ("0-1", "prefer:0"), stderr
 
 
 def test_a_node_short_of_memory_is_skipped_the_others_measured() -> None:

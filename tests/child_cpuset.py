@@ -74,3 +74,49 @@ def one_thread_in_a_cpuset(tasks_file: str) -> Dict[str, Any]:
     out["after"] = task_cpus()
     stop.set()
     return out
+
+
+def bind_with_fallback(snapshot: str, how: str) -> Dict[str, Any]:
+    """Once moved into a cpuset, bind rank 0 of a machine whose GPUs are on node 1.
+
+    ``how``: ``core`` (the default, the clear error), ``nearest``
+    (``fallback="nearest"``), ``hook`` (the framework hooks' default) or
+    ``hook-error`` (``PYNUMABIND_FALLBACK=error`` in a hook).
+    """
+    import logging
+
+    from pynumabind import bind_current_process
+    from pynumabind.errors import PlanError
+    from pynumabind.integrations import bind_gpu
+
+    sys.stdin.readline()
+    logged: list = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.levelno >= logging.WARNING:
+                logged.append(record.getMessage())
+
+    logging.getLogger("pynumabind").addHandler(Keep())
+    env = {"PYNUMABIND_TOPOLOGY": snapshot}
+    if how == "hook-error":
+        env["PYNUMABIND_FALLBACK"] = "error"
+    with open("/proc/self/cpuset") as handle:
+        out: Dict[str, Any] = {"cpuset": handle.read().strip(), "before": cpus_allowed()}
+    try:
+        if how in ("hook", "hook-error"):
+            bind_gpu(0, what="test worker", environ=env, local_gpus=[0, 1])
+        else:
+            fallback = "nearest" if how == "nearest" else None
+            bind_current_process(0, nprocs=2, environ=env, fallback=fallback)
+        out["error"] = None
+    except PlanError as exc:
+        out["error"] = str(exc)
+    policy = _libnuma.get_mempolicy()
+    out.update(
+        after=cpus_allowed(),
+        policy=policy.mode_name,
+        policy_nodes=sorted(policy.nodes),
+        warnings=[m for m in logged if "fallback nearest" in m],
+    )
+    return out

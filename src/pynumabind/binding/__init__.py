@@ -443,7 +443,8 @@ def _settle(
 
 
 def _log_outcome(binding: Binding) -> None:
-    """One WARNING when partial (with the fix) or left unbound by an unknown GPU node; one INFO.
+    """One WARNING when partial (with the fix), left unbound by an unknown GPU node, or
+    bound by ``fallback="nearest"`` away from its GPU's node (naming the cpuset); one INFO.
 
     The INFO line names the GPU (index and PCI bus id), the CPUs and their
     node, and the memory policy as read back.
@@ -456,6 +457,11 @@ def _log_outcome(binding: Binding) -> None:
             + ("; CPU affinity was applied" if binding.plan.cpus is not None else ""),
         )
     plan = binding.plan
+    from ..planner._fallback import FALLBACK_WARNING
+
+    for warning in plan.warnings if plan is not None else ():
+        if warning.startswith(FALLBACK_WARNING):
+            log.warning("pynumabind: %s", warning)
     if (
         plan is not None
         and plan.gpu_info is not None

@@ -24,6 +24,13 @@ Rules
   wrapped the process in ``numactl`` and a second, different binding would
   hide which one is in force.  A framework that binds *by default* (vLLM
   >= 0.34) is turned off by the opt-in (see :mod:`.vllm`).
+* **A worker always starts.**  The hooks bind with ``fallback="nearest"``
+  (:func:`hook_fallback`): a worker whose GPU's node has no CPU in its
+  cpuset (a Slurm job's) is bound to the nearest allowed CPUs, its memory
+  on the GPU's node when allowed, with one warning naming the cpuset,
+  instead of failing -- the framework would kill it, and the job, where its
+  own binding would have started it unbound.  ``PYNUMABIND_FALLBACK=error``
+  restores the core's error.
 * **Which GPU.**  A framework worker has no launcher rank; it knows the index
   of the GPU it drives among the GPUs it can see (vLLM: its parallel
   config's ``get_local_gpu_index``; SGLang: ``gpu_id``).  That index is the

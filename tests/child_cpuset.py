@@ -120,3 +120,45 @@ def bind_with_fallback(snapshot: str, how: str) -> Dict[str, Any]:
         warnings=[m for m in logged if "fallback nearest" in m],
     )
     return out
+
+
+def bind_as_a_ray_actor(snapshot: str, fallback: str) -> Dict[str, Any]:
+    """``bind_current_process()`` with no rank in what Ray's API says is an actor given GPU 0.
+
+    The stand-in ``ray`` module answers the three calls
+    :func:`pynumabind.discovery.ray_gpus` makes (Ray itself is tested in
+    ``tests/integrations/test_ray.py``); everything else is real.
+    ``fallback``: the value of ``PYNUMABIND_FALLBACK``, or ``""`` for unset.
+    """
+    import logging
+    import types
+
+    from pynumabind import bind_current_process
+    from pynumabind.errors import PlanError
+
+    ray = types.ModuleType("ray")
+    context = types.SimpleNamespace(get_task_id=lambda: "actor-task")
+    ray.is_initialized = lambda: True  # type: ignore[attr-defined]
+    ray.get_runtime_context = lambda: context  # type: ignore[attr-defined]
+    ray.get_gpu_ids = lambda: [0]  # type: ignore[attr-defined]
+    sys.modules["ray"] = ray
+    logged: list = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.levelno >= logging.WARNING:
+                logged.append(record.getMessage())
+
+    logging.getLogger("pynumabind").addHandler(Keep())
+    env = {"PYNUMABIND_TOPOLOGY": snapshot, "CUDA_VISIBLE_DEVICES": "0"}
+    if fallback:
+        env["PYNUMABIND_FALLBACK"] = fallback
+    out: Dict[str, Any] = {"before": cpus_allowed()}
+    try:
+        binding = bind_current_process(environ=env)
+        out["error"] = None
+        out["reasons"] = list(binding.plan.reasons if binding.plan else ())
+    except PlanError as exc:
+        out["error"] = str(exc)
+    out.update(after=cpus_allowed(), warnings=[m for m in logged if "fallback nearest" in m])
+    return out

@@ -202,3 +202,25 @@ def test_fallback_error_restores_the_error_in_a_hook(cpuset0: str, gpus_on_node1
     result = _bind_in_cpuset(cpuset0, gpus_on_node1, "hook-error")
     assert "its node(s) 1 have CPUs 1" in result["error"]
     assert result["after"] == "0" and result["warnings"] == []
+
+
+@pytest.mark.parametrize("fallback", ["", "error"])
+def test_a_ray_actor_outside_its_gpus_node_starts_unless_told_to_fail(
+    gpus_on_node1: str, fallback: str
+) -> None:
+    # An actor confined to CPU 0 (its affinity mask), given GPU 0 on node 1 (CPU 1).
+    def confine() -> None:
+        os.sched_setaffinity(0, {0})
+
+    result, _ = run_in_child(
+        child_cpuset.bind_as_a_ray_actor, gpus_on_node1, fallback, preexec_fn=confine
+    )
+    assert result["before"] == "0"
+    if fallback == "error":
+        assert "its node(s) 1 have CPUs 1" in result["error"]
+        assert result["warnings"] == []
+    else:
+        assert result["error"] is None and result["after"] == "0"
+        assert result["reasons"][0].startswith("no launcher rank: bound to the 1 GPU(s) Ray gave")
+        (warning,) = result["warnings"]
+        assert "allowed CPUs 0 (its cpuset)" in warning

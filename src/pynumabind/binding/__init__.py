@@ -604,6 +604,8 @@ def _plan(topology: Topology, options: Options) -> Plan:
 
     given = ray_gpus(topology)
     if given is not None:  # a Ray task or actor: the GPUs Ray gave it, not all it sees
+        if options.fallback is None:  # as in the framework hooks: a Ray worker always starts
+            options = replace(options, fallback="nearest")
         rule = (
             f"no launcher rank: bound to the {len(given)} GPU(s) Ray gave this process "
             "(ray.get_gpu_ids())"

@@ -288,7 +288,7 @@ def merge_nvml(topology: Topology, report: NvmlReport) -> Tuple[List[Gpu], List[
     out: List[Gpu] = list(merged)
     cuda_physical = len(merged)
     for gpu in (g for g in topology.gpus if g.vendor != "nvidia"):
-        if gpu.vendor == "amd":
+        if gpu.vendor in ("amd", "intel"):  # numbered by their own runtimes (KFD, Level Zero)
             out.append(_with(gpu, index=len(out)))
         else:
             out.append(_with(gpu, index=len(out), physical_index=cuda_physical))

@@ -150,12 +150,18 @@ def test_nearest_moves_only_the_ranks_the_error_would_stop(topo: Topology, mode:
         if strict is not None:
             assert loose is not None
             assert not fallback_warnings(loose)
-            assert (loose.mems, loose.node) == (strict.mems, strict.node)
-            if mode in ("node", "socket"):
-                assert loose.cpus == strict.cpus
-            else:  # ranks that fell back onto its node may now share it: a narrower slice
+            if mode in ("node", "socket"):  # each rank planned on its own: unchanged
+                assert (loose.cpus, loose.mems, loose.node) == (
+                    strict.cpus,
+                    strict.mems,
+                    strict.node,
+                )
+            else:
+                # The exclusive modes share a node among its ranks: ranks that fell
+                # back onto it narrow the others' slices, and change where ranks with
+                # a spanning affinity are dealt.  Still bound, and still allowed.
                 assert (loose.cpus is None) == (strict.cpus is None)
-                assert loose.cpus is None or (loose.cpus and loose.cpus <= (strict.cpus or ()))
+                assert loose.cpus is None or loose.cpus <= topo.allowed_cpus
         elif loose is not None and fallback_warnings(loose):
             assert loose.cpus and loose.cpus <= topo.allowed_cpus
             assert loose.mems <= topo.allowed_mems

@@ -129,7 +129,7 @@ def test_level_zero_variables_choose_the_gpus(
 def test_ze_affinity_mask_3_4_gives_two_ranks_on_node_1(aurora: Path) -> None:
     topology = seen(aurora, {"ZE_AFFINITY_MASK": "3,4"})
     plans = plan_all(topology)
-    assert [(p.gpu.pci_bus_id if p.gpu else None, p.node) for p in plans] == [
+    assert [(p.gpu_info.pci_bus_id if p.gpu_info else None, p.node) for p in plans] == [
         ("0001:18:00.0", 1),
         ("0001:42:00.0", 1),
     ]

@@ -275,6 +275,9 @@ class Options:
             one process per GPU: the exclusive modes slice a node among them.
         priority_cores: In mode ``node``, only the node's highest-performance
             cores.
+        fallback: ``"error"`` (the default when ``None``) or ``"nearest"``: a
+            rank whose GPU's node has no allowed CPU is bound to the nearest
+            node with allowed CPUs instead of failing.
 
     The remaining fields are filled in by the environment's reader (where a
     setting came from); a caller leaves them alone.

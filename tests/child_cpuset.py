@@ -74,3 +74,91 @@ def one_thread_in_a_cpuset(tasks_file: str) -> Dict[str, Any]:
     out["after"] = task_cpus()
     stop.set()
     return out
+
+
+def bind_with_fallback(snapshot: str, how: str) -> Dict[str, Any]:
+    """Once moved into a cpuset, bind rank 0 of a machine whose GPUs are on node 1.
+
+    ``how``: ``core`` (the default, the clear error), ``nearest``
+    (``fallback="nearest"``), ``hook`` (the framework hooks' default) or
+    ``hook-error`` (``PYNUMABIND_FALLBACK=error`` in a hook).
+    """
+    import logging
+
+    from pynumabind import bind_current_process
+    from pynumabind.errors import PlanError
+    from pynumabind.integrations import bind_gpu
+
+    sys.stdin.readline()
+    logged: list = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.levelno >= logging.WARNING:
+                logged.append(record.getMessage())
+
+    logging.getLogger("pynumabind").addHandler(Keep())
+    env = {"PYNUMABIND_TOPOLOGY": snapshot}
+    if how == "hook-error":
+        env["PYNUMABIND_FALLBACK"] = "error"
+    with open("/proc/self/cpuset") as handle:
+        out: Dict[str, Any] = {"cpuset": handle.read().strip(), "before": cpus_allowed()}
+    try:
+        if how in ("hook", "hook-error"):
+            bind_gpu(0, what="test worker", environ=env, local_gpus=[0, 1])
+        else:
+            fallback = "nearest" if how == "nearest" else None
+            bind_current_process(0, nprocs=2, environ=env, fallback=fallback)
+        out["error"] = None
+    except PlanError as exc:
+        out["error"] = str(exc)
+    policy = _libnuma.get_mempolicy()
+    out.update(
+        after=cpus_allowed(),
+        policy=policy.mode_name,
+        policy_nodes=sorted(policy.nodes),
+        warnings=[m for m in logged if "fallback nearest" in m],
+    )
+    return out
+
+
+def bind_as_a_ray_actor(snapshot: str, fallback: str) -> Dict[str, Any]:
+    """``bind_current_process()`` with no rank in what Ray's API says is an actor given GPU 0.
+
+    The stand-in ``ray`` module answers the three calls
+    :func:`pynumabind.discovery.ray_gpus` makes (Ray itself is tested in
+    ``tests/integrations/test_ray.py``); everything else is real.
+    ``fallback``: the value of ``PYNUMABIND_FALLBACK``, or ``""`` for unset.
+    """
+    import logging
+    import types
+
+    from pynumabind import bind_current_process
+    from pynumabind.errors import PlanError
+
+    ray = types.ModuleType("ray")
+    context = types.SimpleNamespace(get_task_id=lambda: "actor-task")
+    ray.is_initialized = lambda: True  # type: ignore[attr-defined]
+    ray.get_runtime_context = lambda: context  # type: ignore[attr-defined]
+    ray.get_gpu_ids = lambda: [0]  # type: ignore[attr-defined]
+    sys.modules["ray"] = ray
+    logged: list = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.levelno >= logging.WARNING:
+                logged.append(record.getMessage())
+
+    logging.getLogger("pynumabind").addHandler(Keep())
+    env = {"PYNUMABIND_TOPOLOGY": snapshot, "CUDA_VISIBLE_DEVICES": "0"}
+    if fallback:
+        env["PYNUMABIND_FALLBACK"] = fallback
+    out: Dict[str, Any] = {"before": cpus_allowed()}
+    try:
+        binding = bind_current_process(environ=env)
+        out["error"] = None
+        out["reasons"] = list(binding.plan.reasons if binding.plan else ())
+    except PlanError as exc:
+        out["error"] = str(exc)
+    out.update(after=cpus_allowed(), warnings=[m for m in logged if "fallback nearest" in m])
+    return out

@@ -33,6 +33,11 @@ Knobs (keyword arguments):
 * ``mig``: ``{mig_uuid: parent_gpu_uuid}`` MIG devices known to the driver;
 * ``bytes_strings``: return ``bytes`` for names, UUIDs and bus ids, as
   nvidia-ml-py releases before 11.515 did.
+
+A description GPU whose ``nvml`` has ``"no_permission": true`` is counted
+by ``nvmlDeviceGetCount`` but its handle is refused with
+``NVML_ERROR_NO_PERMISSION``: what NVML answers for a GPU a device cgroup
+denies (Slurm's ``ConstrainDevices``).
 """
 
 from __future__ import annotations
@@ -162,6 +167,13 @@ class FakeNvml:
         return module
 
 
+def _opened(fake: FakeNvml, gpu: Dict[str, Any], index: int) -> _Handle:
+    """A handle to ``gpu``, or NO_PERMISSION when a device cgroup denies it."""
+    if gpu.get("nvml", {}).get("no_permission"):
+        raise fake._error(_real.NVML_ERROR_NO_PERMISSION)
+    return _Handle(gpu, index)
+
+
 def _session_functions(fake: FakeNvml) -> List[Callable[..., Any]]:
     """The fake's init, shutdown and handle lookups, bound to ``fake``."""
 
@@ -183,13 +195,13 @@ def _session_functions(fake: FakeNvml) -> List[Callable[..., Any]]:
         fake._check("nvmlDeviceGetHandleByIndex")
         if not 0 <= index < len(fake.gpus):
             raise fake._error(_real.NVML_ERROR_INVALID_ARGUMENT)
-        return _Handle(fake.gpus[index], index)
+        return _opened(fake, fake.gpus[index], index)
 
     def nvmlDeviceGetHandleByUUID(uuid: str) -> _Handle:
         fake._check("nvmlDeviceGetHandleByUUID")
         for index, gpu in enumerate(fake.gpus):
             if gpu["uuid"] == uuid:
-                return _Handle(gpu, index)
+                return _opened(fake, gpu, index)
         parent = fake.mig.get(uuid)
         if parent is not None:
             for index, gpu in enumerate(fake.gpus):

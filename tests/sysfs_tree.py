@@ -23,7 +23,8 @@ Description format (JSON object)::
     gpus          [{bus_id, vendor "0x10de", device, class "0x030200", model, uuid,
                     numa_node (PCI sysfs; -1 = unknown), local_cpulist (optional;
                     default: the node's online CPUs, all online CPUs for -1),
-                    nvml: {cpu_affinity, memory_affinity, numa_node_id|null},
+                    nvml: {cpu_affinity, memory_affinity, numa_node_id|null,
+                           no_permission (optional: a device cgroup denies it)},
                     kfd: {unique_id, name}}]      -- listed in driver (NVML/KFD) order
     extra_pci     [{bus_id, vendor, device, class, numa_node}]  non-GPU functions
     kfd           bool  write the AMD KFD topology (CPU nodes first, then gpus)

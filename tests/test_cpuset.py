@@ -132,3 +132,95 @@ def test_affinity_mask_from_the_parent_is_respected() -> None:
     assert "may use CPUs 0" in error and "affinity mask 0" in error
     assert result["after"] == "0"
     assert result["policy"] == "MPOL_DEFAULT"
+
+
+# ------------------------------------------------ fallback="nearest", for real
+
+
+def _bind_in_cpuset(cpuset: str, snapshot: str, how: str) -> dict:
+    """A child moved into ``cpuset`` binds rank 0 of ``snapshot`` as ``how`` says."""
+    import json
+
+    proc = subprocess.Popen(
+        child_command(child_cpuset.bind_with_fallback, snapshot, how),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _write(f"{cpuset}/cgroup.procs", str(proc.pid))
+        stdout, stderr = proc.communicate("go\n", timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    lines = [line for line in stdout.splitlines() if line.strip()]
+    assert proc.returncode == 0 and lines, f"child failed:\n{stdout}\n{stderr}"
+    return json.loads(lines[-1])
+
+
+@pytest.fixture
+def gpus_on_node1(tmp_path):
+    """A two-node machine over CPUs 0 and 1 whose GPUs both sit on node 1 (CPU 1)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent / "integrations"))
+    try:
+        from helpers import two_node_snapshot
+    finally:
+        sys.path.pop(0)
+    return str(two_node_snapshot(tmp_path / "node1.json", gpu_nodes=(1, 1)))
+
+
+def test_a_cpuset_without_the_gpus_node_is_the_clear_error_by_default(
+    cpuset0: str, gpus_on_node1: str
+) -> None:
+    result = _bind_in_cpuset(cpuset0, gpus_on_node1, "core")
+    assert "rank 0: its node(s) 1 have CPUs 1" in result["error"]
+    assert "may only use CPUs 0" in result["error"]
+    assert result["after"] == "0" and result["policy"] == "MPOL_DEFAULT"  # nothing changed
+
+
+@pytest.mark.parametrize("how", ["nearest", "hook"])
+def test_fallback_nearest_starts_the_worker_on_the_cpuset(
+    cpuset0: str, gpus_on_node1: str, how: str
+) -> None:
+    # The cpuset (cpus 0, mems 0) holds nothing of node 1: the worker is bound to
+    # node 0's CPU and, node 1's memory not being allowed, node 0's memory.
+    result = _bind_in_cpuset(cpuset0, gpus_on_node1, how)
+    assert result["error"] is None
+    assert result["after"] == "0"
+    assert result["policy"] == "MPOL_PREFERRED" and result["policy_nodes"] == [0]
+    (warning,) = result["warnings"]  # one warning, naming the cpuset
+    assert "GPU 0 (0000:17:00.0) is on node(s) 1" in warning
+    assert "allowed CPUs 0 (its cpuset)" in warning and "node 0 (distance 21)" in warning
+
+
+def test_fallback_error_restores_the_error_in_a_hook(cpuset0: str, gpus_on_node1: str) -> None:
+    result = _bind_in_cpuset(cpuset0, gpus_on_node1, "hook-error")
+    assert "its node(s) 1 have CPUs 1" in result["error"]
+    assert result["after"] == "0" and result["warnings"] == []
+
+
+@pytest.mark.parametrize("fallback", ["", "error"])
+def test_a_ray_actor_outside_its_gpus_node_starts_unless_told_to_fail(
+    gpus_on_node1: str, fallback: str
+) -> None:
+    # An actor confined to CPU 0 (its affinity mask), given GPU 0 on node 1 (CPU 1).
+    def confine() -> None:
+        os.sched_setaffinity(0, {0})
+
+    result, _ = run_in_child(
+        child_cpuset.bind_as_a_ray_actor, gpus_on_node1, fallback, preexec_fn=confine
+    )
+    assert result["before"] == "0"
+    if fallback == "error":
+        assert "its node(s) 1 have CPUs 1" in result["error"]
+        assert result["warnings"] == []
+    else:
+        assert result["error"] is None and result["after"] == "0"
+        assert result["reasons"][0].startswith("no launcher rank: bound to the 1 GPU(s) Ray gave")
+        (warning,) = result["warnings"]
+        assert "allowed CPUs 0 (its cpuset)" in warning

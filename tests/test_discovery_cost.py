@@ -246,7 +246,7 @@ def test_the_live_pci_scan_opens_only_gpu_vendors_functions(
     assert opened == {g.pci_bus_id for g in layout.gpus}  # no GPU on this box: none opened
     assert _sysfs.PROC_PCI_DEVICES in reads
     reads.clear()
-    monkeypatch.setattr(_sysfs, "_proc_vendor_slots", lambda vendors: None)  # /proc masked
+    monkeypatch.setattr(_sysfs, "_proc_vendor_slots", lambda vendors, drivers=None: None)  # masked
     without = _sysfs.read_layout("/sys", detail=Detail.NODES)
     assert without.gpus == layout.gpus
     opened = {Path(p).parent.name for p in reads if "/bus/pci/devices/" in p}

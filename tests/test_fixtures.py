@@ -97,7 +97,8 @@ def test_gpus_match(machine) -> None:
     # Driver order: KFD order for AMD (description order), PCI order otherwise.
     for got, want in zip(topo.gpus, gpus):
         assert got.pci_bus_id == want["bus_id"]
-        assert got.vendor == {"0x10de": "nvidia", "0x1002": "amd"}[want["vendor"]]
+        names = {"0x10de": "nvidia", "0x1002": "amd", "0x8086": "intel"}
+        assert got.vendor == names[want["vendor"]]
         expected_node = want["numa_node"] if want["numa_node"] >= 0 else None
         assert got.numa_node == expected_node
     # Sysfs alone already gives the source's NUMA node for every GPU whose

@@ -67,10 +67,14 @@ def test_unset_means_every_gpu_in_driver_order() -> None:
     assert physical(visible({})) == [0, 1, 2, 3]
 
 
-def test_empty_string_means_no_gpu() -> None:
+def test_empty_string_means_no_gpu_with_one_note() -> None:
     topo = visible({"CUDA_VISIBLE_DEVICES": ""})
     assert topo.gpus == ()
-    assert any("is empty" in n for n in topo.notes)
+    about = [n for n in topo.notes if "CUDA_VISIBLE_DEVICES" in n]
+    assert about == [
+        "CUDA_VISIBLE_DEVICES='' selects none of this machine's GPUs: ranks "
+        "are planned as on a machine without GPUs"
+    ]
 
 
 def test_indices_select_and_reorder() -> None:
@@ -79,10 +83,24 @@ def test_indices_select_and_reorder() -> None:
     assert [g.numa_node for g in topo.gpus] == [0, 0]
 
 
+@pytest.mark.parametrize("value", ["1,7,0", "4", "0,1,2,3,4"])
+def test_an_index_naming_no_gpu_is_an_error_naming_it_and_the_gpus(value: str) -> None:
+    bad = next(t for t in value.split(",") if int(t) >= 4)
+    with pytest.raises(ConfigError) as caught:
+        visible({"CUDA_VISIBLE_DEVICES": value})
+    assert str(caught.value) == (
+        f"CUDA_VISIBLE_DEVICES={value!r}: entry {bad!r} names no GPU (the GPUs here are 0-3)"
+    )
+
+
+def test_an_index_on_a_machine_without_gpus_is_not_an_error() -> None:
+    bare = visible({"CUDA_VISIBLE_DEVICES": "0"}, small().replace(gpus=()))
+    assert bare.gpus == () and bare.hidden_gpus_warning() is None
+
+
 @pytest.mark.parametrize(
     ("value", "want", "why"),
     [
-        ("1,7,0", [1], "out of range"),
         ("-1", [], "matches no device"),
         ("0,x,1", [0], "matches no device"),
         ("0,,1", [0], "matches no device"),
@@ -101,7 +119,13 @@ def test_first_invalid_entry_truncates(value: str, want: List[int], why: str) ->
 
 @given(st_.lists(st_.integers(min_value=-2, max_value=6), max_size=8))
 def test_index_lists_keep_the_longest_valid_prefix(tokens: List[int]) -> None:
-    topo = visible({"CUDA_VISIBLE_DEVICES": ",".join(map(str, tokens))})
+    value = ",".join(map(str, tokens))
+    until = next((i for i, t in enumerate(tokens) if t < 0 or t in tokens[:i]), len(tokens))
+    if any(t >= 4 for t in tokens[:until]):  # an index naming no GPU before CUDA's stop
+        with pytest.raises(ConfigError, match="names no GPU"):
+            visible({"CUDA_VISIBLE_DEVICES": value})
+        return
+    topo = visible({"CUDA_VISIBLE_DEVICES": value})
     got = physical(topo)
     assert got == tokens[: len(got)]  # a prefix, in the given order
     assert len(set(got)) == len(got) and all(0 <= t < 4 for t in got)

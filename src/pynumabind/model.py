@@ -19,6 +19,8 @@ ids all its lists hold together are bounded (see :class:`_Snapshot`), and a
 GPU's ``numa_node``/``memory_node`` must be one of its nodes.  Schema 2 adds
 ``visibility`` (:attr:`Topology.visibility`: which visible-device settings
 filtered the GPU list, null for the whole machine); schema 1 is still read.
+An optional ``denied_gpus`` cpulist names the GPUs the driver listed but the
+process could not open (:attr:`Topology.denied_gpus`).
 
 A :class:`Topology` says how much of the CPU layout it holds
 (:class:`Detail`): the binding path reads only what its CPU mode needs
@@ -69,6 +71,8 @@ VISIBILITY_VARIABLES = (
     "CUDA_DEVICE_ORDER",
     "ROCR_VISIBLE_DEVICES",
     "HIP_VISIBLE_DEVICES",
+    "ZE_AFFINITY_MASK",
+    "ONEAPI_DEVICE_SELECTOR",
 )
 
 
@@ -193,6 +197,13 @@ class Topology:
     renumbered list, and visibility is never applied to it a second time
     (:func:`pynumabind.apply_visibility` accepts it only under the very
     same settings).
+
+    ``denied_gpus`` holds the driver (physical) indices of GPUs the driver
+    lists but this process may not open: NVML's NO_PERMISSION under a device
+    cgroup (Slurm's ``ConstrainDevices``).  They are not in ``gpus``, and
+    CUDA does not count them: an index in ``CUDA_VISIBLE_DEVICES`` counts the
+    GPUs this process can open, so with ``denied_gpus`` known, index entries
+    are positions among ``gpus`` (see :mod:`pynumabind.discovery.visible`).
     """
 
     nodes: Mapping[int, NumaNode]
@@ -203,6 +214,7 @@ class Topology:
     notes: Tuple[str, ...] = ()
     detail: Detail = Detail.FULL
     visibility: Optional[Tuple[Tuple[str, str], ...]] = None
+    denied_gpus: frozenset[int] = frozenset()
 
     # ------------------------------------------------------------ queries
 
@@ -317,6 +329,7 @@ class Topology:
             "allowed_cpus": format_cpulist(self.allowed_cpus),
             "allowed_mems": format_cpulist(self.allowed_mems),
             "visibility": None if self.visibility is None else dict(self.visibility),
+            **({"denied_gpus": format_cpulist(self.denied_gpus)} if self.denied_gpus else {}),
             "notes": list(self.notes),
         }
 
@@ -373,6 +386,8 @@ MAX_CPU_ID = DEFAULT_MAX_ID
 MAX_NODE_ID = (1 << 10) - 1
 MAX_INT = (1 << 31) - 1
 MAX_BYTES = (1 << 64) - 1
+#: The largest driver GPU index a snapshot's ``denied_gpus`` may name.
+MAX_GPU_INDEX = 4095
 
 
 def _int(value: Any, what: str, limit: int) -> int:
@@ -513,7 +528,23 @@ class _Snapshot:
             allowed_mems=self.ids(data["allowed_mems"], "allowed_mems", kind="node"),
             notes=tuple(_typed(n, str, "note") for n in notes),
             visibility=self.visibility(data.get("visibility")),
+            denied_gpus=self.denied(data.get("denied_gpus", ""), gpus),
         )
+
+    @staticmethod
+    def denied(value: Any, gpus: Tuple[Gpu, ...]) -> frozenset[int]:
+        """The ``denied_gpus`` field: physical indices of GPUs not in ``gpus``."""
+        try:
+            denied = parse_cpulist(_typed(value, str, "denied_gpus"), max_id=MAX_GPU_INDEX)
+        except ListParseError as exc:
+            raise TopologyError(f"malformed topology snapshot: denied_gpus: {exc}") from exc
+        listed = denied & {g.physical_index for g in gpus}
+        if listed:
+            raise TopologyError(
+                f"malformed topology snapshot: denied_gpus names GPU {min(listed)}, "
+                "which its gpus list as one this process can open"
+            )
+        return denied
 
     @staticmethod
     def visibility(value: Any) -> Optional[Tuple[Tuple[str, str], ...]]:

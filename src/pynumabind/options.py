@@ -35,6 +35,12 @@ without the machine is checked here, once, when the object is made
   cores, PCT) where the node's cores differ (``PYNUMABIND_PRIORITY_CORES``).
   The exclusive modes always let ranks take the highest-performance cores
   first; this switch is for mode ``node`` only.
+* ``fallback`` ``"error"`` or ``"nearest"`` (case-insensitive; ``None``: not
+  given, the core's default ``error``): what a rank gets when its GPU's node
+  has no CPU in the process's allowed CPUs (a cpuset).  ``error`` is a
+  PlanError; ``nearest`` binds it to the nearest node with allowed CPUs
+  (``PYNUMABIND_FALLBACK``, ``--fallback``; :mod:`pynumabind.planner._fallback`).
+  The framework hooks default to ``nearest``, so a worker always starts.
 
 The keywords the public functions take besides ``rank``, ``nprocs``,
 ``mode`` and ``policy`` are written once, as :class:`OptionKeywords`.  One
@@ -93,6 +99,7 @@ __all__ = [
     "check_int",
     "check_nprocs",
     "parse_choice",
+    "parse_fallback",
     "shown",
     "union_front",
 ]
@@ -122,6 +129,7 @@ class OptionKeywords(TypedDict, total=False):
     require_node: bool
     local_gpus: Optional[Sequence[int]]
     priority_cores: bool
+    fallback: Optional[str]
 
 
 class ArgumentKeywords(OptionKeywords, total=False):
@@ -267,6 +275,9 @@ class Options:
             one process per GPU: the exclusive modes slice a node among them.
         priority_cores: In mode ``node``, only the node's highest-performance
             cores.
+        fallback: ``"error"`` (the default when ``None``) or ``"nearest"``: a
+            rank whose GPU's node has no allowed CPU is bound to the nearest
+            node with allowed CPUs instead of failing.
 
     The remaining fields are filled in by the environment's reader (where a
     setting came from); a caller leaves them alone.
@@ -290,6 +301,7 @@ class Options:
     require_node: bool = False  # a GPU whose NUMA node is unknown is a PlanError
     local_gpus: Optional[Tuple[int, ...]] = None  # the job's GPUs on this host: the ranks
     priority_cores: bool = False  # mode node: only the node's highest-performance cores
+    fallback: Optional[str] = None  # "error" (the default) or "nearest": a cpuset without the node
     topology_file: Optional[str] = None  # PYNUMABIND_TOPOLOGY: plan from this snapshot
     rank_source: Optional[str] = None
     nprocs_source: Optional[str] = None
@@ -316,6 +328,7 @@ class Options:
                 self.local_gpus, "local_gpus", "the GPU indices of the job's processes here"
             ),
             "interleave_nodes": _interleave(self.interleave_nodes),
+            "fallback": parse_fallback(self.fallback, f"{prefix}fallback"),
         }
         checked.update(self._sources(source))
         for name, value in checked.items():
@@ -431,6 +444,7 @@ class Options:
                 "require_node",
                 "local_gpus",
                 "priority_cores",
+                "fallback",
             )
             for variable in [self.from_environment(option)]
             if variable is not None
@@ -461,4 +475,23 @@ class Options:
             out["local_gpus"] = self.local_gpus
         if self.priority_cores:
             out["priority_cores"] = True
+        if self.fallback is not None:
+            out["fallback"] = self.fallback
         return out
+
+
+#: The ``fallback`` choices (see :mod:`pynumabind.planner._fallback`).
+FALLBACKS = ("error", "nearest")
+
+
+def parse_fallback(
+    value: object, what: str = "fallback", variable: Optional[str] = None
+) -> Optional[str]:
+    """``"error"`` or ``"nearest"`` (any case, ASCII spaces trimmed); None stays None."""
+    if value is None:
+        return None
+    text = value.strip(ASCII_SPACE).lower() if isinstance(value, str) else None
+    if text not in FALLBACKS:
+        where = f"{variable}={shown(str(value))}" if variable else f"{what} {value!r}"
+        raise ConfigError(f"invalid {where}; choose one of: {', '.join(FALLBACKS)}")
+    return text

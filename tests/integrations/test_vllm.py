@@ -21,7 +21,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Dict, Iterator, Optional, Sequence, Set
+from typing import Dict, Iterator, List, Optional, Sequence, Set
 
 import pytest
 
@@ -626,7 +626,14 @@ def test_real_launch_plugin_turns_vllms_automatic_binding_off(launch, snapshot: 
 def test_real_launch_worker_class_under_vllms_automatic_binding_binds_and_says_so(
     launch, snapshot: Path
 ) -> None:
-    """The worker class alone cannot turn vLLM's decision off: it rebinds and warns."""
+    """A subclass named by another path is not recognised in the launching process.
+
+    The launch names ``vllm_probe.ProbePynumabindWorker``, which the launching
+    process does not import to find out what it derives from: vLLM's decision
+    stands, and each worker rebinds and warns.  (Named by its own path,
+    pynumabind's worker class turns vLLM's decision off: the ``vllm serve``
+    test below.)
+    """
     require_automatic_binding()
     run = launch(
         "vllm_probe.ProbePynumabindWorker",
@@ -711,6 +718,110 @@ def test_real_launch_advised_do_not_bind_leaves_every_process_unbound(
     # Each process says it was left unbound on purpose, quoting the record.
     assert output.count("left unbound on purpose (mode advised: not bound, on purpose") == 3
     assert record in output and "binding makes no measurable difference" in output
+
+
+WORKER_CLS = "pynumabind.integrations.vllm.Worker"
+
+
+def serve_command(model: Path, *flags: str) -> List[str]:
+    """``vllm serve MODEL`` with TP=2 (EngineCore starts two worker processes)."""
+    return [
+        str(HERE / "vllm_serve.py"),
+        "serve",
+        str(model),
+        "--tensor-parallel-size", "2",
+        "--distributed-executor-backend", "mp",
+        "--skip-tokenizer-init",
+        "--enforce-eager",
+        "--max-model-len", "128",
+        "--api-server-count", "1",
+        "--host", "127.0.0.1",
+        "--port", str(free_port()),
+        *flags,
+    ]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_real_vllm_serve_worker_cls_alone_turns_vllms_automatic_binding_off(
+    launch, snapshot: Path, tiny_llama: Path
+) -> None:
+    """``vllm serve --worker-cls pynumabind.integrations.vllm.Worker``, no PYNUMABIND_VLLM.
+
+    vLLM decides to bind by itself (forced, as in the launch tests above).
+    pynumabind's plugin entry point, loaded by vLLM's plugin loader in the
+    launching process, sees the worker class in the config ``vllm serve``'s
+    parser built and turns vLLM's binding off before vLLM acts on it: no
+    numactl wrapper, one line saying so; each worker is bound by pynumabind.
+    """
+    require_automatic_binding()
+    script = serve_command(tiny_llama, "--worker-cls", WORKER_CLS)
+    env = {
+        "PYNUMABIND_TOPOLOGY": str(snapshot),
+        "VLLM_WORKER_MULTIPROC_METHOD": "spawn",  # what vLLM's automatic mode needs
+        "PROBE_FORCE_AUTO": "1",
+        "PROBE_PARK_PYNUMABIND_WORKER": "1",
+    }
+    run = launch("", env, script=script)
+    workers = {r["rank"]: r for r in run.parked("worker-*.json", 2)}
+    seen = {rank: observe(rec["pid"]) for rank, rec in workers.items()}
+    engine_pid = workers[0]["ppid"]
+    engine = observe(engine_pid)
+    engine_env = environ_of(engine_pid)
+    output = run.release()
+    print(output[-30000:])  # shown by pytest when an assertion below fails
+
+    assert "Unsupported device type: cpu" in output  # where a GPU is needed
+    # The launching process turned vLLM's automatic binding off, and said so once ...
+    said = [line for line in output.splitlines() if "is off for this launch" in line]
+    assert len(said) == 1, said
+    assert f"pynumabind binds each worker instead (--worker-cls {WORKER_CLS})" in said[0]
+    # ... so vLLM started no process through its numactl wrapper ...
+    assert NUMACTL_ENV not in engine_env
+    assert workers[0]["numactl"] is None and workers[1]["numactl"] is None
+    assert "pynumabind's binding now replaces numactl's" not in output
+    # ... each worker was bound by pynumabind's worker class, and EngineCore,
+    # without PYNUMABIND_VLLM=1, was left alone.
+    assert seen[0].cpus == "0" and seen[0].thread_cpus == ("0",)
+    assert seen[1].cpus == "1" and seen[1].thread_cpus == ("1",)
+    assert engine.cpus == "0-1" and engine.policy == "default"
+    assert "local_rank 0, GPU 0 (physical 0, GPU-00000000-test-snapshot" in output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--numa-bind"], "--numa-bind"),
+        (["--numa-bind", "--numa-bind-nodes", "0", "1"], "--numa-bind-nodes"),
+    ],
+)
+def test_real_vllm_serve_worker_cls_with_vllms_own_binding_is_refused_in_the_launcher(
+    launch, snapshot: Path, tiny_llama: Path, flags: List[str], named: str
+) -> None:
+    """``--worker-cls`` with one of vLLM's binding flags: refused before any worker starts.
+
+    The refusal names the flag the user gave.  vLLM fills ``numa_bind_nodes``
+    itself from ``--numa-bind`` once it acts on it; the launching process's
+    check runs before that, so ``--numa-bind`` alone is not reported as
+    ``--numa-bind-nodes`` (as each worker used to).
+    """
+    require_automatic_binding()  # vLLM >= 0.34: its launching process decides the binding
+    script = serve_command(tiny_llama, "--worker-cls", WORKER_CLS, *flags)
+    run = launch("", {"PYNUMABIND_TOPOLOGY": str(snapshot)}, script=script)
+    output = run.finish()
+    print(output[-30000:])  # shown by pytest when an assertion below fails
+
+    refusals = [line for line in output.splitlines() if "ConfigError: vLLM launch:" in line]
+    assert refusals, output[-6000:]
+    refusal = refusals[-1]
+    assert f"vLLM's own NUMA binding ({named}) is on" in refusal
+    assert f"asked to bind too (--worker-cls {WORKER_CLS})" in refusal
+    assert "or use vLLM's own worker class" in refusal
+    if named == "--numa-bind":
+        assert "--numa-bind-nodes" not in refusal
+    assert run.proc.returncode != 0
+    assert list(run.dir.glob("worker-*.json")) == []  # no worker was started
+    assert "Unsupported device type: cpu" not in output
 
 
 # ------------------------------------- a constrained process (a cpuset)

@@ -22,6 +22,15 @@ no active driver without a GPU.  :func:`allow_x86_cpu_platform` tells that
 one check, in the launching process, that Triton is there: nothing up to the
 GPU step (the workers' ``init_device``) runs a Triton kernel.  The same
 function serves ``vllm_serve.py``.
+
+``PROBE_PARK_PYNUMABIND_WORKER=1``: pynumabind's own worker class, named by
+its real path (``--worker-cls pynumabind.integrations.vllm.Worker``), gets
+what ``vllm_probe.ProbePynumabindWorker`` has -- the Triton stand-in that
+lets vLLM >= 0.34 construct a GPU worker here, and the parking after
+``init_device`` -- in every process the launch starts
+(:func:`park_pynumabind_worker_in_children`).  vLLM imports no probe module
+there, but every process started with the spawn method imports the
+launching script first (as ``__mp_main__``), and with it this module.
 """
 
 from __future__ import annotations
@@ -81,6 +90,21 @@ def force_auto_binding() -> None:
         return True
 
     numa_utils._can_auto_bind = can_auto_bind
+
+
+def park_pynumabind_worker_in_children() -> None:
+    """In a process the launch started (not the launcher): see the module docstring."""
+    import multiprocessing
+
+    if multiprocessing.parent_process() is None:
+        return  # the launching process: it constructs no worker
+    import vllm_probe
+
+    vllm_probe.park_pynumabind_worker()
+
+
+if os.environ.get("PROBE_PARK_PYNUMABIND_WORKER") == "1":
+    park_pynumabind_worker_in_children()
 
 
 def main() -> None:

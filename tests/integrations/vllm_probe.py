@@ -63,3 +63,24 @@ class ProbePynumabindWorker(PynumabindWorker):  # type: ignore[misc]
             return super().init_device()
         finally:
             _park(self)
+
+
+def park_pynumabind_worker() -> None:
+    """pynumabind's own Worker parks after ``init_device``, as :class:`ProbePynumabindWorker`.
+
+    For a launch that names it by its real path (``vllm_launch``'s
+    ``PROBE_PARK_PYNUMABIND_WORKER``); importing this module has already
+    given vLLM's GPU worker module its Triton stand-in.
+    """
+    init_device = PynumabindWorker.init_device
+    if getattr(init_device, "probe_parks", False):
+        return
+
+    def parked(self: Any) -> Any:
+        try:
+            return init_device(self)
+        finally:
+            _park(self)
+
+    parked.probe_parks = True  # type: ignore[attr-defined]
+    PynumabindWorker.init_device = parked

@@ -77,9 +77,17 @@ class NvmlDevice:
 
 @dataclass(frozen=True)
 class NvmlReport:
+    """Every GPU NVML lets this process open, and the indices of those it does not.
+
+    ``denied`` are the NVML indices whose handle NVML refuses with
+    NO_PERMISSION: a device cgroup (Slurm's ``ConstrainDevices``) denies them.
+    CUDA does not count those, so visibility must not either.
+    """
+
     devices: Tuple[NvmlDevice, ...]
     mig_parents: Dict[str, str] = field(default_factory=dict)
     notes: Tuple[str, ...] = ()
+    denied: Tuple[int, ...] = ()
 
 
 def _text(value: Any) -> str:
@@ -109,10 +117,12 @@ class _Answers:
     notes: Tuple[str, ...] = ()
     mig_parents: Dict[str, str] = field(default_factory=dict)
     mig_notes: Dict[str, str] = field(default_factory=dict)
+    denied: Tuple[int, ...] = ()
 
     def report(self, migs: Sequence[str]) -> NvmlReport:
         return NvmlReport(
             devices=self.devices,
+            denied=self.denied,
             mig_parents={m: self.mig_parents[m] for m in migs if m in self.mig_parents},
             notes=self.notes + tuple(self.mig_notes[m] for m in migs if m in self.mig_notes),
         )
@@ -324,8 +334,10 @@ def _collect(pynvml: Any, words: Tuple[int, int]) -> _Answers:
         raise NvmlUnavailable(f"nvmlDeviceGetCount failed: {_say(exc)}") from None
     scope = getattr(pynvml, "NVML_AFFINITY_SCOPE_NODE", 0)
     asker = _Asker(pynvml)
+    no_permission = getattr(pynvml, "NVMLError_NoPermission", None)
     devices: List[NvmlDevice] = []
     notes: List[str] = []
+    denied: List[int] = []
     for index in range(count):
         call = "nvmlDeviceGetHandleByIndex"
         try:
@@ -333,6 +345,9 @@ def _collect(pynvml: Any, words: Tuple[int, int]) -> _Answers:
             call = "nvmlDeviceGetPciInfo"
             bus_id = _bus_id(pynvml.nvmlDeviceGetPciInfo(handle))
         except Exception as exc:
+            if isinstance(no_permission, type) and isinstance(exc, no_permission):
+                denied.append(index)
+                continue
             notes.append(f"NVML GPU {index}: {call} failed ({_say(exc)}); skipped")
             continue
         here: List[str] = []
@@ -362,7 +377,19 @@ def _collect(pynvml: Any, words: Tuple[int, int]) -> _Answers:
         for call in asker.absent
         if call in _WITHOUT
     )
-    return _Answers(module=pynvml, words=words, devices=tuple(devices), notes=tuple(notes))
+    if denied:
+        notes.append(
+            f"NVML lists {count} GPUs but this process may not open GPU(s) "
+            f"{', '.join(map(str, denied))} (NO_PERMISSION: a device cgroup, e.g. Slurm's "
+            "ConstrainDevices); like CUDA, visible-device indices count only the others"
+        )
+    return _Answers(
+        module=pynvml,
+        words=words,
+        devices=tuple(devices),
+        notes=tuple(notes),
+        denied=tuple(denied),
+    )
 
 
 def _missing_note(pynvml: Any, call: str) -> str:

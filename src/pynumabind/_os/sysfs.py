@@ -34,6 +34,8 @@ from .textfile import read_ascii
 __all__ = [
     "DEFAULT_GPU_VENDORS",
     "DEFAULT_PCI_CLASSES",
+    "DEFAULT_VENDOR_CLASSES",
+    "DEFAULT_VENDOR_DRIVERS",
     "PciFunction",
     "cpu_model",
     "kernel_release",
@@ -44,12 +46,27 @@ __all__ = [
 ]
 
 #: PCI vendor id -> the vendor name pynumabind reports.
-DEFAULT_GPU_VENDORS: Mapping[int, str] = {0x10DE: "nvidia", 0x1002: "amd"}
+DEFAULT_GPU_VENDORS: Mapping[int, str] = {0x10DE: "nvidia", 0x1002: "amd", 0x8086: "intel"}
 
 #: PCI class prefixes taken for accelerators: every display controller
 #: (0x03: VGA 0x0300, 3D 0x0302, other 0x0380) and processing accelerators
 #: (0x1200, e.g. MI300X).  NVSwitch (0x0680) and GPU audio (0x0403) are not.
 DEFAULT_PCI_CLASSES: Tuple[str, ...] = ("0x03", "0x1200")
+
+#: Vendors whose accelerators are only some of those classes, by default.
+#: Intel's data-center GPUs (Data Center GPU Max, Flex) are display
+#: controllers of class 0x0380 or processing accelerators (0x1200); the
+#: integrated graphics on the CPU package are VGA controllers (0x0300), and
+#: are no GPU to bind a rank next to.  ``pci_classes`` given replaces this
+#: for every vendor.
+DEFAULT_VENDOR_CLASSES: Mapping[int, Tuple[str, ...]] = {0x8086: ("0x0380", "0x1200")}
+
+#: On the live machine, the drivers such a vendor's GPU is bound to
+#: (``/proc/bus/pci/devices`` names each function's driver, so Intel's dozens
+#: of chipset functions are not opened one by one): i915 and xe.  A GPU bound
+#: to no driver, or to another (vfio-pci: passed through to a guest), is no
+#: device Level Zero can open here.  Applies with the default classes only.
+DEFAULT_VENDOR_DRIVERS: Mapping[int, Tuple[str, ...]] = {0x8086: ("i915", "xe")}
 
 _BDF = re.compile(r"\A(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])\Z")
 _MEMINFO = re.compile(r"\ANode\s+(\d+)\s+([^:\s]+):\s+(\d+)(?:\s+kB)?\s*\Z")
@@ -625,15 +642,27 @@ def _slot(name: str) -> Optional[Tuple[int, int]]:
     return bus, (device << 3) | function
 
 
-def vendor_slots(text: str, vendors: Mapping[int, str]) -> Optional[frozenset[Tuple[int, int]]]:
+#: Fields of a ``/proc/bus/pci/devices`` line before the driver's name (when bound):
+#: slot, ids, irq, seven base addresses, seven sizes.
+_PROC_PCI_DRIVER_FIELD = 17
+
+
+def vendor_slots(
+    text: str,
+    vendors: Mapping[int, str],
+    drivers: Optional[Mapping[int, Iterable[str]]] = None,
+) -> Optional[frozenset[Tuple[int, int]]]:
     """(bus, devfn) of each function whose vendor is in ``vendors``, from ``/proc/bus/pci/devices``.
 
     Each line starts with the function's ``bus << 8 | devfn`` and
-    ``vendor << 16 | device`` in hex.  The file has no PCI domain, so a slot
-    stands for that bus and function in every domain: a filter that can
-    only let too much through.  None when a line does not parse (the caller
-    then reads every function's ``vendor``).
+    ``vendor << 16 | device`` in hex, and ends with the name of the driver
+    bound to it, if any.  A vendor in ``drivers`` counts only for functions
+    bound to one of its drivers (:data:`DEFAULT_VENDOR_DRIVERS`).  The file
+    has no PCI domain, so a slot stands for that bus and function in every
+    domain: a filter that can only let too much through.  None when a line
+    does not parse (the caller then reads every function's ``vendor``).
     """
+    wanted = {v: frozenset(d) for v, d in (drivers or {}).items()}
     out = set()
     for line in text.splitlines():
         fields = line.split()
@@ -643,18 +672,25 @@ def vendor_slots(text: str, vendors: Mapping[int, str]) -> Optional[frozenset[Tu
             slot, ids = int(fields[0], 16), int(fields[1], 16)
         except (IndexError, ValueError):
             return None
-        if ids >> 16 in vendors:
-            out.add((slot >> 8 & 0xFF, slot & 0xFF))
+        vendor = ids >> 16
+        if vendor not in vendors:
+            continue
+        driver = fields[_PROC_PCI_DRIVER_FIELD] if len(fields) > _PROC_PCI_DRIVER_FIELD else None
+        if vendor in wanted and driver not in wanted[vendor]:
+            continue
+        out.add((slot >> 8 & 0xFF, slot & 0xFF))
     return frozenset(out)
 
 
-def _proc_vendor_slots(vendors: Mapping[int, str]) -> Optional[frozenset[Tuple[int, int]]]:
+def _proc_vendor_slots(
+    vendors: Mapping[int, str], drivers: Optional[Mapping[int, Iterable[str]]] = None
+) -> Optional[frozenset[Tuple[int, int]]]:
     """:func:`vendor_slots` of the live machine; None when the file cannot be read."""
     try:
         text = read_ascii(PROC_PCI_DEVICES, "PCI device list")
     except (OSError, TopologyError):
         return None
-    return vendor_slots(text, vendors)
+    return vendor_slots(text, vendors, drivers)
 
 
 def scan_pci(
@@ -663,23 +699,38 @@ def scan_pci(
     nodes: Mapping[int, NumaNode],
     vendors: Mapping[int, str],
     classes: Iterable[Union[str, int]],
+    *,
+    vendor_classes: Optional[Mapping[int, Iterable[Union[str, int]]]] = None,
 ) -> List[PciFunction]:
     """Accelerator functions under ``bus/pci/devices``, in PCI address order.
 
+    ``vendor_classes``: the classes that count for some vendors instead of
+    ``classes`` (:data:`DEFAULT_VENDOR_CLASSES`, with the default classes).
     On the live machine ``/proc/bus/pci/devices`` names, in one read, the
-    functions of the GPU vendors; only those have their files opened.
-    Without it (another root, a masked ``/proc``) every function's ``vendor``
-    is read.
+    functions of the GPU vendors (of those vendors, the functions bound to
+    their GPU drivers: :data:`DEFAULT_VENDOR_DRIVERS`); only those have their
+    files opened.  Without it (another root, a masked ``/proc``) every
+    function's ``vendor`` is read.
     """
+    special = dict(vendor_classes or {})
     matchers = _class_matchers(classes)
+    by_vendor = {v: _class_matchers(c) for v, c in special.items()}
+    drivers = {v: d for v, d in DEFAULT_VENDOR_DRIVERS.items() if v in special}
     names = sysfs.listdir("bus", "pci", "devices")
-    slots = _proc_vendor_slots(vendors) if names and _is_live_root(sysfs.root) else None
+    live = names and _is_live_root(sysfs.root)
+    slots = _proc_vendor_slots(vendors, drivers) if live else None
     found: List[PciFunction] = []
     for name in names or ():
         if slots is not None and _slot(name) not in slots:
             continue  # /proc/bus/pci/devices says its vendor is not a GPU vendor
         function = _pci_function(
-            sysfs, name, online_cpus=online_cpus, nodes=nodes, vendors=vendors, matchers=matchers
+            sysfs,
+            name,
+            online_cpus=online_cpus,
+            nodes=nodes,
+            vendors=vendors,
+            matchers=matchers,
+            by_vendor=by_vendor,
         )
         if function is not None:
             found.append(function)
@@ -695,6 +746,7 @@ def _pci_function(
     nodes: Mapping[int, NumaNode],
     vendors: Mapping[int, str],
     matchers: List[Tuple[int, int]],
+    by_vendor: Optional[Mapping[int, List[Tuple[int, int]]]] = None,
 ) -> Optional[PciFunction]:
     """The function ``bus/pci/devices/<name>`` when it is an accelerator; None if not."""
     here = ("bus", "pci", "devices", name)
@@ -703,6 +755,7 @@ def _pci_function(
         return None
     class_code = sysfs.integer(*here, "class", base=16)
     assert vendor is not None and class_code is not None
+    matchers = (by_vendor or {}).get(vendor, matchers)
     if not any((class_code >> shift) == value for value, shift in matchers):
         return None
     device = sysfs.integer(*here, "device", base=16)
@@ -736,8 +789,12 @@ def _gpus_from_pci(
     also the GPU's ``memory_node``.  ``local_cpus`` is ``local_cpulist``, or
     the CPUs of its node when the kernel lists none.
     """
-    gpus = []
-    for index, function in enumerate(functions):
+    gpus: List[Gpu] = []
+    counted = {"intel": 0, "": 0}  # Intel GPUs are numbered among themselves (Level Zero)
+    for function in functions:
+        family = "intel" if vendors[function.vendor] == "intel" else ""
+        index = counted[family]
+        counted[family] += 1
         numa = function.numa_node
         memory_node: Optional[int] = None
         local = function.local_cpus
@@ -754,7 +811,7 @@ def _gpus_from_pci(
             local = nodes[numa].cpus
         gpus.append(
             Gpu(
-                index=index,
+                index=len(gpus),
                 pci_bus_id=function.bus_id,
                 vendor=vendors[function.vendor],
                 numa_node=numa,
@@ -865,7 +922,12 @@ def read_layout(
 
     vendors = _vendor_names(DEFAULT_GPU_VENDORS if gpu_vendors is None else gpu_vendors)
     classes = DEFAULT_PCI_CLASSES if pci_classes is None else pci_classes
-    functions = scan_pci(sysfs, online, nodes, vendors, classes)
+    vendor_classes = (
+        {v: c for v, c in DEFAULT_VENDOR_CLASSES.items() if v in vendors}
+        if pci_classes is None
+        else {}
+    )
+    functions = scan_pci(sysfs, online, nodes, vendors, classes, vendor_classes=vendor_classes)
     gpus = _gpus_from_pci(functions, vendors, nodes, notes)
     if any(g.vendor == "amd" for g in gpus):  # only AMD GPUs need the KFD topology
         from . import kfd as _kfd

@@ -450,7 +450,8 @@ def _settle(
 
 
 def _log_outcome(binding: Binding) -> None:
-    """One WARNING when partial (with the fix) or left unbound by an unknown GPU node; one INFO.
+    """One WARNING when partial (with the fix), left unbound by an unknown GPU node, or
+    bound by ``fallback="nearest"`` away from its GPU's node (naming the cpuset); one INFO.
 
     The INFO line names the GPU (index and PCI bus id), the CPUs and their
     node, and the memory policy as read back.
@@ -463,6 +464,11 @@ def _log_outcome(binding: Binding) -> None:
             + ("; CPU affinity was applied" if binding.plan.cpus is not None else ""),
         )
     plan = binding.plan
+    from ..planner._fallback import FALLBACK_WARNING
+
+    for warning in plan.warnings if plan is not None else ():
+        if warning.startswith(FALLBACK_WARNING):
+            log.warning("pynumabind: %s", warning)
     if (
         plan is not None
         and plan.gpu_info is not None
@@ -624,6 +630,8 @@ def _plan(topology: Topology, options: Options) -> Plan:
 
     given = ray_gpus(topology)
     if given is not None:  # a Ray task or actor: the GPUs Ray gave it, not all it sees
+        if options.fallback is None:  # as in the framework hooks: a Ray worker always starts
+            options = replace(options, fallback="nearest")
         rule = (
             f"no launcher rank: bound to the {len(given)} GPU(s) Ray gave this process "
             "(ray.get_gpu_ids())"

@@ -133,6 +133,14 @@ def _plan_options(parser: argparse.ArgumentParser, *, with_nprocs: bool = True) 
     group.add_argument(
         "--cpus", metavar="LISTS", help='per-rank CPU lists, e.g. "0-15;16-31" (ranks split by ;)'
     )
+    group.add_argument(
+        "--fallback",
+        type=str.lower,
+        choices=["error", "nearest"],
+        metavar="ACTION",
+        help="a rank whose GPU's node has no allowed CPU (cpuset): %(choices)s "
+        "(default: error; nearest binds it to the nearest node with allowed CPUs)",
+    )
 
 
 _MAX_TIMEOUT = 1e6  # seconds; larger values overflow the poll() the check waits in
@@ -297,6 +305,7 @@ def _options(args: argparse.Namespace) -> Options:
         policy=args.policy,
         nodes=args.nodes,
         cpus=args.cpus,
+        fallback=getattr(args, "fallback", None),
         flags=True,
     )
 

@@ -51,7 +51,10 @@ field means when it leaves here:
 
 NVML's list is the driver's truth about which GPUs exist: a GPU that sysfs
 shows but NVML does not (a container given some of the host's GPUs) is
-dropped with a note.
+dropped with a note.  A GPU NVML lists but refuses to open (NO_PERMISSION:
+a device cgroup, as Slurm's ``ConstrainDevices`` sets up) is dropped too,
+and its NVML index kept in ``Topology.denied_gpus``: CUDA numbers only the
+GPUs the process can open, and visibility must count the same way.
 
 What a bind reads, and what it keeps
 ------------------------------------
@@ -280,12 +283,13 @@ def merge_nvml(topology: Topology, report: NvmlReport) -> Tuple[List[Gpu], List[
         notes.extend(device.notes)
         pci = from_sysfs.pop(device.pci_bus_id, None)
         merged.append(_merged_gpu(topology, device, pci, len(merged), notes))
+    why = "not enumerated or not opened by NVML" if report.denied else "not enumerated by NVML"
     for bus_id in sorted(from_sysfs):
-        notes.append(f"NVIDIA GPU {bus_id} is in sysfs but not enumerated by NVML; left out")
+        notes.append(f"NVIDIA GPU {bus_id} is in sysfs but {why}; left out")
     out: List[Gpu] = list(merged)
     cuda_physical = len(merged)
     for gpu in (g for g in topology.gpus if g.vendor != "nvidia"):
-        if gpu.vendor == "amd":
+        if gpu.vendor in ("amd", "intel"):  # numbered by their own runtimes (KFD, Level Zero)
             out.append(_with(gpu, index=len(out)))
         else:
             out.append(_with(gpu, index=len(out), physical_index=cuda_physical))
@@ -399,7 +403,10 @@ def _with_nvml(
             notes.append(f"NVML unavailable ({exc.reason}); GPU NUMA nodes from sysfs PCI")
         return base.replace(notes=tuple(notes)), None
     gpus, merge_notes = merge_nvml(base, report)
-    return base.replace(gpus=tuple(gpus), notes=(*notes, *merge_notes)), dict(report.mig_parents)
+    merged = base.replace(
+        gpus=tuple(gpus), notes=(*notes, *merge_notes), denied_gpus=frozenset(report.denied)
+    )
+    return merged, dict(report.mig_parents)
 
 
 @_forksafe.guarded  # it imports and loads on first use (see _forksafe)

@@ -40,6 +40,10 @@ Rules
   ``PYNUMABIND_PRIORITY_CORES`` (a flag, as ``PYNUMABIND_DISABLE``): mode
   ``node`` uses only the highest-performance cores (see
   :mod:`pynumabind.options`).
+* ``PYNUMABIND_FALLBACK``: ``error`` or ``nearest`` (any case), what a rank
+  gets when its GPU's node has no CPU in the process's cpuset
+  (:mod:`pynumabind.planner._fallback`); the framework hooks default to
+  ``nearest`` and read this variable to be told ``error``.
 * ``PYNUMABIND_TOPOLOGY=FILE``: plan from that snapshot (``pynumabind
   snapshot``) instead of this machine; only the file name is read here
   (:func:`~pynumabind.discovery.resolve_topology` loads it, and a missing or
@@ -60,11 +64,12 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ..errors import ConfigError
 from ..model import CpuMode, MemoryPolicy
-from ..options import ASCII_SPACE, Options, check_nprocs, parse_choice, shown
+from ..options import ASCII_SPACE, Options, check_nprocs, parse_choice, parse_fallback, shown
 
 __all__ = [
     "CPUS_VARIABLE",
     "DISABLE_VARIABLE",
+    "FALLBACK_VARIABLE",
     "FLAG_FALSE",
     "FLAG_TRUE",
     "LOCAL_GPUS_VARIABLE",
@@ -98,6 +103,7 @@ REQUIRE_NODE_VARIABLE = "PYNUMABIND_REQUIRE_NODE"
 TOPOLOGY_VARIABLE = "PYNUMABIND_TOPOLOGY"
 LOCAL_GPUS_VARIABLE = "PYNUMABIND_LOCAL_GPUS"
 PRIORITY_VARIABLE = "PYNUMABIND_PRIORITY_CORES"
+FALLBACK_VARIABLE = "PYNUMABIND_FALLBACK"
 
 NO_RANK = (
     "no local rank: pass rank= or set one of "
@@ -276,6 +282,10 @@ def _peers_and_priority(
     if not given.priority_cores and flag is not None and parse_flag(PRIORITY_VARIABLE, flag):
         out["priority_cores"] = True
         sources["priority_cores"] = PRIORITY_VARIABLE
+    fallback = _option(environ, FALLBACK_VARIABLE)
+    if given.fallback is None and fallback is not None:
+        out["fallback"] = parse_fallback(fallback, variable=FALLBACK_VARIABLE)
+        sources["fallback"] = FALLBACK_VARIABLE
     return out
 
 

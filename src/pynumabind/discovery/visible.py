@@ -33,15 +33,36 @@ selects first; ``HIP_VISIBLE_DEVICES`` (or ``CUDA_VISIBLE_DEVICES``, which HIP
 honours when HIP's own variable is unset) then indexes into what ROCr left.
 The same truncation rule is applied (assumption, documented).
 
-Indices are matched by physical index, never by position in a list that may
-be filtered: an index entry N of ``CUDA_VISIBLE_DEVICES`` (driver order),
-``ROCR_VISIBLE_DEVICES``, or ``HIP_VISIBLE_DEVICES`` when ROCr's variable is
-unset, names the GPU whose ``physical_index`` is N; UUIDs name a GPU by its
-UUID.  So a snapshot that lists only some GPUs (an old schema-1 snapshot
-taken under ``CUDA_VISIBLE_DEVICES=2,3``, physical indices 2 and 3) still
-gives the right GPU for ``2,3`` and none for ``0``.  ``PCI_BUS_ID`` order
-counts positions among all GPUs, so on a list known to be filtered it is a
+Index entries count the GPUs this process can open, in the runtime's order,
+as CUDA and ROCr do.  Under a device cgroup (Slurm's ``ConstrainDevices``)
+the driver lists GPUs the process may not open (NVML: NO_PERMISSION); CUDA
+skips them, so on a DGX H100 whose job owns GPUs 4-7, ``CUDA_VISIBLE_DEVICES=0``
+is GPU 4.  Discovery drops such GPUs and records their driver indices in
+``Topology.denied_gpus``; when that is not empty, an index entry N is the
+Nth GPU of the ordered list.  When it is empty, an index entry N names the
+GPU whose ``physical_index`` is N -- the same GPU whenever the list holds
+every GPU of the machine, and still the right one on a list that lacks some
+for another reason (an old schema-1 snapshot taken under
+``CUDA_VISIBLE_DEVICES=2,3``, physical indices 2 and 3, still gives GPUs 2
+and 3 for ``2,3``).  ``PCI_BUS_ID`` order counts positions, so on a list
+known to be filtered (physical-index gaps that no denial explains) it is a
 :class:`TopologyError`.
+
+An index entry that names no GPU while the machine has GPUs is a
+:class:`ConfigError` naming the entry and the GPUs there are (it used to
+end the list, CUDA's rule, and a job whose every entry missed was planned
+as on a GPU-less machine, on the wrong socket).  Entries that are not
+indices (``-1``, ``3x``, an unknown UUID) keep CUDA's rule below.
+
+Intel GPUs (Level Zero): ``ZE_AFFINITY_MASK`` selects first, then
+``ONEAPI_DEVICE_SELECTOR``'s ``level_zero:`` (or ``*:``) terms index into
+what it left.  Entries are card indices in PCI address order (assumption:
+Level Zero's default order on Intel data-center GPUs, and
+``ZE_ENABLE_PCI_ID_DEVICE_ORDER=1`` makes it certain), or ``card.tile``:
+one device, the tile's card (a tile shares its card's NUMA node).
+``ONEAPI_DEVICE_SELECTOR`` also takes ``*`` and ``gpu`` (every device) and
+``card.*``; a discard term (``!``) is a :class:`ConfigError`, and terms for
+other backends are left out with a note.
 
 Applied once, never twice: a topology whose GPUs visibility has filtered
 records the variables that did it (``Topology.visibility``).  Applying
@@ -50,10 +71,11 @@ returned unchanged); any other setting is a :class:`TopologyError`, since the
 GPUs it would need are not in the list.  ``pynumabind snapshot`` records the
 whole machine, so its snapshots take any setting.
 
-When the machine has GPUs and the variables hide every one of them (``4`` on
-a four-GPU machine, ``-1``, ``3x``, an ambiguous UUID prefix, or empty), the
-topology says so (:meth:`Topology.hidden_gpus_warning`): discovery logs it as a
-warning, plans carry it, and ``require_node`` turns it into a PlanError.
+When the machine has GPUs and the variables hide every one of them (``-1``,
+``3x``, an ambiguous UUID prefix, or empty: a CPU-only job), the topology
+says so in one note (:meth:`Topology.hidden_gpus_warning`): discovery logs
+it as a warning, plans carry it, and ``require_node`` turns it into a
+PlanError.
 """
 
 from __future__ import annotations
@@ -132,7 +154,7 @@ def _resolve(
 ) -> Tuple[Optional[int], str, bool]:
     """(position in ``devices`` or None, why not, is a MIG name) for one entry."""
     upper = token.upper()
-    if token.isascii() and token.isdigit():  # str.isdigit() also takes "²", "١"
+    if _is_index(token):  # str.isdigit() also takes "²", "١"
         return _resolve_index(int(token), devices, by_physical)
     if (
         unknown_uuids_fatal
@@ -162,21 +184,30 @@ def _resolve_index(
         for position, gpu in enumerate(devices):
             if gpu.physical_index == number:
                 return position, "", False
-        known = frozenset(g.physical_index for g in devices if g.physical_index is not None)
-        return (
-            None,
-            f"is out of range (the physical indices are {format_ids(known) or 'none'})",
-            False,
-        )
+        return None, f"names no GPU ({_existing(devices, by_physical=True)})", False
     if number < len(devices):
         return number, "", False
-    return None, f"is out of range (there are {len(devices)} devices)", False
+    return None, f"names no GPU ({_existing(devices, by_physical=False)})", False
 
 
-def _filtered(devices: Sequence[Gpu]) -> bool:
-    """Whether ``devices`` is known to lack some of the machine's GPUs (physical index gaps)."""
+def _existing(devices: Sequence[Gpu], *, by_physical: bool) -> str:
+    """The GPUs an index entry may name, in words (for errors)."""
+    if not devices:
+        return "there is none"
+    driver = frozenset(g.physical_index for g in devices if g.physical_index is not None)
+    if by_physical:
+        return f"the GPUs here are {format_ids(driver)}"
+    shown = f"indices 0-{len(devices) - 1}" if len(devices) > 1 else "index 0"
+    also = f", driver indices {format_ids(driver)}" if len(driver) == len(devices) else ""
+    return f"this process can open {len(devices)}: {shown}{also}"
+
+
+def _filtered(devices: Sequence[Gpu], denied: frozenset[int] = frozenset()) -> bool:
+    """Whether ``devices`` lacks GPUs: physical index gaps that ``denied`` does not fill."""
     known = [g.physical_index for g in devices]
-    return all(i is not None for i in known) and set(known) != set(range(len(known)))
+    if not all(i is not None for i in known):
+        return False
+    return set(known) | denied != set(range(len(known) + len(denied)))
 
 
 def _resolve_mig(
@@ -219,14 +250,17 @@ def select_visible(
     Returns the selected devices in process order, and notes explaining any
     entry that was dropped.  A UUID entry when no device has a known UUID is
     a :class:`ConfigError` unless ``unknown_uuids_fatal`` is false (HIP
-    reading CUDA_VISIBLE_DEVICES that names NVIDIA GPUs).  ``by_physical``:
-    an index entry names the device with that ``physical_index`` (see the
-    module docstring), not the one at that position.
+    reading CUDA_VISIBLE_DEVICES that names NVIDIA GPUs); so is an index
+    entry that names no device when there are devices (same exception).
+    ``by_physical``: an index entry names the device with that
+    ``physical_index`` (see the module docstring), not the one at that
+    position.  An empty value selects nothing and adds no note of its own:
+    :meth:`Topology.hidden_gpus_warning` is the one note.
     """
     if value is None:
         return list(devices), []
     if not value.strip():
-        return [], [f"{variable} is empty: no GPUs are visible"]
+        return [], []
     chosen: List[Gpu] = []
     notes: List[str] = []
     used: set[int] = set()
@@ -241,6 +275,8 @@ def select_visible(
             unknown_uuids_fatal=unknown_uuids_fatal,
             by_physical=by_physical,
         )
+        if where is None and devices and unknown_uuids_fatal and _is_index(token):
+            raise ConfigError(f"{variable}={value!r}: entry {token!r} {why}")
         if where is not None and where in used and not mig:
             where, why = None, "names a device already listed"
         if where is None:
@@ -253,6 +289,10 @@ def select_visible(
         used.add(where)
         chosen.append(devices[where])
     return chosen, notes
+
+
+def _is_index(token: str) -> bool:
+    return token.isascii() and token.isdigit()
 
 
 def _renumber(gpus: Iterable[Gpu]) -> Tuple[Gpu, ...]:
@@ -282,12 +322,15 @@ def _already_applied(topology: Topology, settings: Tuple[Tuple[str, str], ...]) 
 
 
 def _cuda_visible(
-    cuda_side: Sequence[Gpu], env: Mapping[str, str], mig_parents: Optional[Mapping[str, str]]
+    cuda_side: Sequence[Gpu],
+    env: Mapping[str, str],
+    mig_parents: Optional[Mapping[str, str]],
+    denied: frozenset[int],
 ) -> Tuple[List[Gpu], List[str]]:
     ordered, notes = cuda_device_order(cuda_side, env)
     value = env.get("CUDA_VISIBLE_DEVICES")
     pci_order = env.get("CUDA_DEVICE_ORDER", "").strip() == "PCI_BUS_ID"
-    if pci_order and value is not None and _filtered(cuda_side):
+    if pci_order and value is not None and _filtered(cuda_side, denied):
         raise TopologyError(
             f"CUDA_DEVICE_ORDER=PCI_BUS_ID counts positions among all GPUs, but this "
             f"topology lists only some (physical indices "
@@ -299,18 +342,18 @@ def _cuda_visible(
         value,
         variable="CUDA_VISIBLE_DEVICES",
         mig_parents=mig_parents,
-        by_physical=not pci_order,
+        by_physical=not (pci_order or denied),
     )
     return chosen, notes + select_notes
 
 
 def _amd_visible(
-    amd_side: Sequence[Gpu], env: Mapping[str, str], cuda_too: bool
+    amd_side: Sequence[Gpu], env: Mapping[str, str], cuda_too: bool, denied: frozenset[int]
 ) -> Tuple[List[Gpu], List[str]]:
     ordered = sorted(amd_side, key=lambda g: (g.physical_index is None, g.physical_index or 0))
     rocr_value = env.get("ROCR_VISIBLE_DEVICES")
     rocr, rocr_notes = select_visible(
-        ordered, rocr_value, variable="ROCR_VISIBLE_DEVICES", by_physical=True
+        ordered, rocr_value, variable="ROCR_VISIBLE_DEVICES", by_physical=not denied
     )
     hip_variable = "HIP_VISIBLE_DEVICES"
     if env.get(hip_variable) is None and env.get("CUDA_VISIBLE_DEVICES") is not None:
@@ -320,9 +363,104 @@ def _amd_visible(
         env.get(hip_variable),
         variable=hip_variable,
         unknown_uuids_fatal=not (cuda_too and hip_variable == "CUDA_VISIBLE_DEVICES"),
-        by_physical=rocr_value is None,  # HIP indexes into what ROCr left
+        by_physical=rocr_value is None and not denied,  # HIP indexes into what ROCr left
     )
     return hip, rocr_notes + hip_notes
+
+
+def _level_zero_entry(
+    entry: str, devices: Sequence[Gpu], variable: str, value: str, wildcards: bool
+) -> List[int]:
+    """Positions in ``devices`` one Level Zero entry names (``N``, ``N.M``; ``*``, ``gpu``)."""
+    if wildcards and entry.lower() in ("*", "gpu"):
+        return list(range(len(devices)))
+    card, dot, tile = entry.partition(".")
+    tile_ok = _is_index(tile) or (wildcards and tile == "*")
+    if not _is_index(card) or (dot and not tile_ok):
+        forms = "N, N.M, N.*, * or gpu" if wildcards else "N or N.M (card.tile)"
+        raise ConfigError(
+            f"{variable}={value!r}: entry {entry!r} is not a device ({forms}, N counting "
+            "Level Zero devices from 0)"
+        )
+    if int(card) >= len(devices):
+        raise ConfigError(
+            f"{variable}={value!r}: entry {entry!r} names no GPU "
+            f"({_existing(devices, by_physical=False)})"
+        )
+    return [int(card)]
+
+
+def _level_zero_select(
+    devices: Sequence[Gpu], value: str, variable: str, *, wildcards: bool = False
+) -> Tuple[List[Gpu], List[str]]:
+    """``devices`` as the Level Zero entries of ``value`` select them (see the module)."""
+    chosen: List[Gpu] = []
+    notes: List[str] = []
+    cards: set[int] = set()
+    for raw in value.split(","):
+        entry = raw.strip()
+        for position in _level_zero_entry(entry, devices, variable, value, wildcards):
+            tile = "." in entry and not entry.endswith(".*")
+            if position in cards and not tile:
+                continue  # a card named again: Level Zero lists it once
+            if not tile:
+                cards.add(position)
+            chosen.append(devices[position])
+    if any("." in e for e in value.split(",")):
+        notes.append(
+            f"{variable}={value!r}: each card.tile entry is counted as one device "
+            "(ZE_FLAT_DEVICE_HIERARCHY=FLAT), placed on its card's NUMA node"
+        )
+    return chosen, notes
+
+
+def _oneapi_entries(value: str) -> Tuple[Optional[str], List[str]]:
+    """The Level Zero device entries of ``ONEAPI_DEVICE_SELECTOR``, and notes."""
+    entries: List[str] = []
+    notes: List[str] = []
+    for term in (t.strip() for t in value.split(";")):
+        if not term:
+            continue
+        if term.startswith("!"):
+            raise ConfigError(
+                f"ONEAPI_DEVICE_SELECTOR={value!r}: discard term {term!r} is not read by "
+                "pynumabind; name the devices to keep instead"
+            )
+        backend, colon, devices = term.partition(":")
+        if not colon or not devices.strip():
+            raise ConfigError(
+                f"ONEAPI_DEVICE_SELECTOR={value!r}: term {term!r} is not backend:devices"
+            )
+        if backend.strip().lower() not in ("level_zero", "*"):
+            notes.append(
+                f"ONEAPI_DEVICE_SELECTOR term {term!r} is not for Level Zero; "
+                "it does not choose Intel GPUs here"
+            )
+            continue
+        entries.extend(d.strip() for d in devices.split(","))
+    return (",".join(entries) if entries else None), notes
+
+
+def _intel_visible(
+    intel_side: Sequence[Gpu], env: Mapping[str, str]
+) -> Tuple[List[Gpu], List[str]]:
+    """Intel GPUs: ``ZE_AFFINITY_MASK``, then ``ONEAPI_DEVICE_SELECTOR`` over what it left."""
+    chosen = sorted(intel_side, key=lambda g: g.pci_bus_id)
+    notes: List[str] = []
+    mask = env.get("ZE_AFFINITY_MASK")
+    if mask is not None and mask.strip():  # empty: every device, as unset
+        chosen, mask_notes = _level_zero_select(chosen, mask, "ZE_AFFINITY_MASK")
+        notes += mask_notes
+    selector = env.get("ONEAPI_DEVICE_SELECTOR")
+    if selector is not None:
+        entries, selector_notes = _oneapi_entries(selector)
+        notes += selector_notes
+        if entries is not None:
+            chosen, more = _level_zero_select(
+                chosen, entries, "ONEAPI_DEVICE_SELECTOR", wildcards=True
+            )
+            notes += more
+    return chosen, notes
 
 
 def apply_visibility(
@@ -362,19 +500,28 @@ def apply_visibility(
     if topology.visibility is not None:
         return _already_applied(topology, settings)
     notes: List[str] = []
-    cuda_side = [g for g in topology.gpus if g.vendor != "amd"]
+    denied = topology.denied_gpus
+    cuda_side = [g for g in topology.gpus if g.vendor not in ("amd", "intel")]
     amd_side = [g for g in topology.gpus if g.vendor == "amd"]
+    intel_side = [g for g in topology.gpus if g.vendor == "intel"]
     visible: List[Gpu] = []
     if cuda_side:
-        chosen, cuda_notes = _cuda_visible(cuda_side, env, mig_parents)
+        chosen, cuda_notes = _cuda_visible(cuda_side, env, mig_parents, denied)
         notes += cuda_notes
         visible += chosen
     if amd_side:
-        chosen, amd_notes = _amd_visible(amd_side, env, bool(cuda_side))
+        chosen, amd_notes = _amd_visible(amd_side, env, bool(cuda_side), denied)
         notes += amd_notes
         visible += chosen
-    if cuda_side and amd_side:
-        notes.append("both NVIDIA and AMD GPUs are present: NVIDIA ones are listed first")
+    if intel_side:
+        chosen, intel_notes = _intel_visible(intel_side, env)
+        notes += intel_notes
+        visible += chosen
+    if sum(map(bool, (cuda_side, amd_side, intel_side))) > 1:
+        notes.append(
+            "GPUs of several vendors are present: they are listed NVIDIA (and others) "
+            "first, then AMD, then Intel"
+        )
     hidden = len(visible) < len(topology.gpus)
     out = topology.replace(
         gpus=_renumber(visible),

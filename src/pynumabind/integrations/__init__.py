@@ -6,7 +6,12 @@ Rules
   plugin entry points (``vllm.general_plugins``, ``sglang.srt.plugins``)
   point at :func:`vllm_plugin` and :func:`sglang_plugin` here, which import
   nothing heavy and do nothing unless the user opted in with
-  ``PYNUMABIND_VLLM`` / ``PYNUMABIND_SGLANG`` on.  The on/off values are the
+  ``PYNUMABIND_VLLM`` / ``PYNUMABIND_SGLANG`` on -- or, for vLLM, with
+  ``--worker-cls pynumabind.integrations.vllm.Worker``, which only the
+  launch's config shows: so :func:`vllm_plugin` always puts one check in
+  front of vLLM's ``configure_subprocess``
+  (:mod:`pynumabind.integrations._vllm_launch`), which does nothing unless
+  one of the two opt-ins is there.  The on/off values are the
   one set every switch takes (``1/true/yes/on``, ``0/false/no/off``, empty
   or unset; :func:`pynumabind.discovery.environ.parse_flag`); any other value is a
   :class:`~pynumabind.errors.ConfigError` naming the variable (a typo must
@@ -24,6 +29,13 @@ Rules
   wrapped the process in ``numactl`` and a second, different binding would
   hide which one is in force.  A framework that binds *by default* (vLLM
   >= 0.34) is turned off by the opt-in (see :mod:`.vllm`).
+* **A worker always starts.**  The hooks bind with ``fallback="nearest"``
+  (:func:`hook_fallback`): a worker whose GPU's node has no CPU in its
+  cpuset (a Slurm job's) is bound to the nearest allowed CPUs, its memory
+  on the GPU's node when allowed, with one warning naming the cpuset,
+  instead of failing -- the framework would kill it, and the job, where its
+  own binding would have started it unbound.  ``PYNUMABIND_FALLBACK=error``
+  restores the core's error.
 * **Which GPU.**  A framework worker has no launcher rank; it knows the index
   of the GPU it drives among the GPUs it can see (vLLM: its parallel
   config's ``get_local_gpu_index``; SGLang: ``gpu_id``).  That index is the
@@ -118,15 +130,23 @@ def gate(variable: str, environ: Optional[Mapping[str, str]] = None) -> bool:
 
 
 def vllm_plugin() -> None:
-    """The ``vllm.general_plugins`` entry point; a no-op unless ``PYNUMABIND_VLLM=1``.
+    """The ``vllm.general_plugins`` entry point: binds only with ``PYNUMABIND_VLLM=1``.
 
     vLLM calls it in every process it starts (front end, EngineCore,
     workers).  When on, it wraps vLLM's GPU worker's ``init_device`` and its
     executor's constructor so that each worker binds to its GPU's node before
     the CUDA context exists and EngineCore binds to its shard's nodes before
-    it starts the workers (see :mod:`pynumabind.integrations.vllm`).
+    it starts the workers (see :mod:`pynumabind.integrations.vllm`).  Off, it
+    only puts the launching process's check in front of vLLM's
+    ``configure_subprocess``, which acts when the launch names pynumabind's
+    worker class and does nothing otherwise
+    (:mod:`pynumabind.integrations._vllm_launch`).
     """
     if not gate("PYNUMABIND_VLLM"):
+        with _forksafe.lock():  # ours only; vLLM's numa_utils (in the hook) is not
+            from . import _vllm_launch
+
+        _vllm_launch.install_launch_hook()
         return
     with _forksafe.lock():  # ours only; vLLM's own imports (in install) are not
         from . import vllm

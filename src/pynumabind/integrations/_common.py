@@ -23,6 +23,7 @@ __all__ = [
     "bind_visible_gpus",
     "check_release",
     "describe_gpus",
+    "hook_fallback",
     "installed_version",
     "missing_attributes",
     "per_gpu_override",
@@ -268,6 +269,10 @@ def bind_gpus(
     exclusive modes slice each node among those GPUs as among launcher ranks
     and this process takes its GPUs' slices; without it (and without
     ``PYNUMABIND_LOCAL_GPUS``) they are a ConfigError saying what to pass.
+
+    ``fallback="nearest"`` is the hooks' default (:func:`hook_fallback`): a
+    worker whose GPU's node lies outside its cpuset is bound to the nearest
+    allowed CPUs, with a warning, rather than failing to start.
     """
     from ..binding import bind_current_process
     from ..discovery.environ import RANK_VARIABLES, SIZE_VARIABLES
@@ -302,6 +307,7 @@ def bind_gpus(
             nodes=nodes,
             cpus=cpus,
             local_gpus=peers,
+            fallback=hook_fallback(env),
         )
     except (ConfigError, PlanError) as exc:
         # The overrides reach the core as arguments (split per GPU index here),
@@ -316,6 +322,21 @@ def bind_gpus(
         raise type(exc)(f"{exc} (from {'; '.join(given)})") from exc
     _BOUND[key] = binding
     return binding
+
+
+def hook_fallback(env: Mapping[str, str]) -> Optional[str]:
+    """The hooks' ``fallback``: ``"nearest"``, unless ``PYNUMABIND_FALLBACK`` says otherwise.
+
+    A framework kills a worker whose binding fails, and the job with it,
+    where its own binding would have started it unbound; so in the hooks a
+    cpuset without the GPU's node binds to the nearest allowed CPUs (one
+    warning).  ``PYNUMABIND_FALLBACK=error`` restores the core's error: the
+    variable is then left for the core to read (None here), so it is parsed
+    and named in errors as everywhere.
+    """
+    from ..discovery.environ import FALLBACK_VARIABLE
+
+    return None if env.get(FALLBACK_VARIABLE) is not None else "nearest"
 
 
 def _per_gpu_entries(

@@ -34,25 +34,29 @@ EngineCore's shard is the same GPUs vLLM's own ``--numa-bind`` uses:
 Never a double bind:
 
 * vLLM's *explicit* binding on at the same time (``--numa-bind``,
-  ``--numa-bind-nodes``, ``--numa-bind-cpus``) is a ConfigError naming that
-  flag and the pynumabind switch that is on, raised in the launching process
-  (with the plugin) or else in EngineCore and each worker.
+  ``--numa-bind-nodes``, ``--numa-bind-cpus``) is a ConfigError naming the
+  flag the user gave and the pynumabind switch that is on, raised in the
+  launching process (:mod:`._vllm_launch`), before any process starts, or
+  else in EngineCore and each worker.
 * vLLM >= 0.34 binds *automatically* when ``numa_bind`` is unset (``None``):
   the launching process resolves it once (``configure_subprocess``) and, on
   a multi-node host with ``numactl``, wraps EngineCore and the workers in
-  ``numactl``.  Opting in means pynumabind binds: with the plugin,
-  :func:`install` wraps ``configure_subprocess`` so that an unset
-  ``numa_bind`` becomes ``False`` before vLLM decides, and logs one line
-  saying pynumabind binds instead.  The worker class alone is not loaded in
-  the launching process and cannot do that in time: a worker that finds
-  vLLM's automatic decision (``_numa_bind_auto``) logs a WARNING saying
-  vLLM started it under ``numactl`` and that pynumabind's binding replaces
-  it, then binds (it does not fail).
+  ``numactl``.  Opting in means pynumabind binds: either opt-in --
+  ``PYNUMABIND_VLLM=1`` or ``--worker-cls pynumabind.integrations.vllm.Worker``
+  alone -- makes the plugin's check ahead of ``configure_subprocess``
+  (:func:`._vllm_launch.resolve_launch`, installed by the plugin entry
+  point in every process, opted in or not) turn an unset ``numa_bind``
+  into ``False`` before vLLM decides, and log one line naming the opt-in.
+  A worker that still finds vLLM's automatic decision (``_numa_bind_auto``:
+  the plugin was not loaded in the launching process, or the worker class
+  is a subclass named by another path) logs a WARNING saying vLLM started
+  it under ``numactl`` and that pynumabind's binding replaces it, then
+  binds (it does not fail).
 * Mode ``advised`` (``PYNUMABIND_MODE=advised``) with an advice record that
-  says binding makes no difference: with the plugin, vLLM's automatic
-  binding is off as above and pynumabind leaves EngineCore and every worker
-  unbound, each logging why.  The worker class alone cannot stop vLLM's
-  ``numactl`` in time (see above): use the plugin with mode ``advised``.
+  says binding makes no difference: with an opt-in seen in the launching
+  process, vLLM's automatic binding is off as above and pynumabind leaves
+  EngineCore and every worker unbound, each logging why.  A worker class
+  not recognised there cannot stop vLLM's ``numactl`` in time (see above).
 
 Supported vLLM: the tested range :data:`TESTED` (both ends run in CI).
 Outside it the module checks for the hooks it calls (:data:`HOOKS`, and
@@ -80,6 +84,15 @@ from ._common import (
     installed_version,
     missing_attributes,
 )
+from ._vllm_launch import (
+    OPT_IN_VARIABLE,
+    WORKER_CLS,
+    advised,
+    install_launch_hook,
+    refusal,
+    resolve_launch,
+    vllm_binding_flag,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..binding import Binding
@@ -88,11 +101,14 @@ __all__ = [
     "HOOKS",
     "PARALLEL_FIELDS",
     "TESTED",
+    "WORKER_CLS",
     "Worker",
     "check_version",
     "engine_core_gpus",
     "install",
     "missing_hooks",
+    "resolve_auto_binding",
+    "vllm_binding_flag",
     "worker_gpu",
     "worker_local_gpus",
 ]
@@ -128,7 +144,8 @@ PARALLEL_FIELDS: Tuple[str, ...] = (
 #: Turning vLLM's automatic binding off needs this, where the release has it.
 AUTO_HOOK = ("vllm.utils.numa_utils", "configure_subprocess")
 
-WORKER_CLS = "pynumabind.integrations.vllm.Worker"
+#: The launching process's check (:mod:`._vllm_launch`), under its old name.
+resolve_auto_binding = resolve_launch
 
 
 def missing_hooks() -> List[str]:
@@ -161,45 +178,27 @@ from vllm.v1.worker import gpu_worker as _gpu_worker  # noqa: E402
 # ----------------------------------------------------------- pure parts
 
 
-def vllm_binding_flag(parallel_config: Any) -> str:
-    """The explicit flag that turns vLLM's own binding on, or ``""``.
-
-    vLLM's automatic binding (``_numa_bind_auto``, vLLM >= 0.34) is not an
-    explicit flag: it sets ``numa_bind`` and ``numa_bind_nodes`` itself.
-    """
-    if getattr(parallel_config, "_numa_bind_auto", False):
-        return ""
-    if getattr(parallel_config, "numa_bind_nodes", None) is not None:
-        return "--numa-bind-nodes"
-    if getattr(parallel_config, "numa_bind_cpus", None) is not None:
-        return "--numa-bind-cpus"
-    if getattr(parallel_config, "numa_bind", None):
-        return "--numa-bind"
-    return ""
-
-
 def _switches(worker: Any = None) -> List[Tuple[str, str]]:
-    """The pynumabind switches on here, each with how to turn it off."""
+    """The pynumabind switches on in this process, each with how to turn it off."""
     on = []
     if worker is not None and isinstance(worker, Worker):
         on.append((f"--worker-cls {WORKER_CLS}", "use vLLM's own worker class"))
-    value = os.environ.get("PYNUMABIND_VLLM")
-    if value is not None and parse_flag("PYNUMABIND_VLLM", value):
-        on.append(("PYNUMABIND_VLLM=1", "unset PYNUMABIND_VLLM"))
-    return on or [("pynumabind's vLLM hook", "remove the pynumabind hook")]
+    value = os.environ.get(OPT_IN_VARIABLE)
+    if value is not None and parse_flag(OPT_IN_VARIABLE, value):
+        on.append((f"{OPT_IN_VARIABLE}=1", f"unset {OPT_IN_VARIABLE}"))
+    return on
 
 
 def _refuse_double_bind(parallel_config: Any, what: str, worker: Any = None) -> None:
+    """In EngineCore or a worker: the launching process's refusal, when it did not run there.
+
+    vLLM may have filled ``numa_bind_nodes`` from ``--numa-bind`` by now, so
+    the flag named here can be one the user did not give; the launching
+    process's check (:mod:`._vllm_launch`) names the user's own.
+    """
     flag = vllm_binding_flag(parallel_config)
-    if not flag:
-        return
-    switches = _switches(worker)
-    also = "" if flag == "--numa-bind" else " (and --numa-bind)"
-    raise ConfigError(
-        f"{what}: vLLM's own NUMA binding ({flag}) is on, and pynumabind was asked to bind "
-        f"too ({' and '.join(s for s, _ in switches)}); turn one off: drop {flag}{also}, or "
-        f"{' and '.join(off for _, off in switches)}"
-    )
+    if flag:
+        raise refusal(what, flag, _switches(worker))
 
 
 def _warn_auto_bound(parallel_config: Any, what: str) -> None:
@@ -209,16 +208,18 @@ def _warn_auto_bound(parallel_config: Any, what: str) -> None:
     now = (
         "pynumabind's binding now replaces numactl's, except where this machine's advice "
         "record says not to bind (mode advised): numactl's binding then stays"
-        if _advised()
+        if advised(os.environ)
         else "pynumabind's binding now replaces numactl's"
     )
     vllm_log.warning(
         "%s: vLLM's automatic NUMA binding (numa_bind unset, vLLM >= 0.34) was decided in the "
         "launching process, where pynumabind's plugin was not on, so vLLM started this process "
         "under numactl; %s. To keep vLLM from starting numactl at all, set PYNUMABIND_VLLM=1 "
-        "for the launch (or pass --no-numa-bind)",
+        "for the launch (or pass --no-numa-bind); --worker-cls %s does it too when named by "
+        "that path (a subclass named by another path is not recognised in the launching process)",
         what,
         now,
+        WORKER_CLS,
     )
 
 
@@ -353,46 +354,6 @@ def bind_engine_core(vllm_config: Any) -> Binding:
     return binding
 
 
-def resolve_auto_binding(vllm_config: Any, *args: Any, **kwargs: Any) -> None:
-    """In the launching process, before vLLM decides: pynumabind binds, vLLM does not.
-
-    Runs ahead of vLLM's ``configure_subprocess``.  An explicit vLLM binding
-    flag is refused here, before any process starts; an unset ``numa_bind``
-    (vLLM >= 0.34's automatic mode) becomes ``False``, logged once.
-    """
-    parallel_config = vllm_config.parallel_config
-    _refuse_double_bind(parallel_config, "vLLM launch")
-    if getattr(parallel_config, "numa_bind", False) is None:
-        parallel_config.numa_bind = False
-        instead = "pynumabind binds EngineCore and each worker instead"
-        if _advised():
-            instead = (
-                "EngineCore and each worker follow this machine's advice record instead "
-                "(PYNUMABIND_MODE=advised: where it says binding makes no difference, nothing "
-                "binds them)"
-            )
-        vllm_log.info(
-            "pynumabind: vLLM's automatic NUMA binding (numa_bind unset) is off for this "
-            "launch; %s (PYNUMABIND_VLLM=1)",
-            instead,
-        )
-
-
-def _advised() -> bool:
-    """Whether ``PYNUMABIND_MODE`` asks for mode ``advised`` (a bad value: the bind says so)."""
-    from ..discovery.environ import MODE_VARIABLE
-    from ..errors import ConfigError as _ConfigError
-    from ..model import CpuMode
-    from ..options import parse_choice
-
-    text = os.environ.get(MODE_VARIABLE, "")
-    try:
-        mode = parse_choice(CpuMode, text, "mode", variable=MODE_VARIABLE) if text.strip() else None
-    except _ConfigError:
-        return False
-    return mode is CpuMode.ADVISED
-
-
 class Worker(_gpu_worker.Worker):  # type: ignore[misc]
     """vLLM's GPU worker, bound to its GPU's NUMA node before the CUDA context."""
 
@@ -409,18 +370,6 @@ def _wrap(method: Callable[..., Any], hook: Callable[..., Any]) -> Callable[...,
 
     wrapper.__pynumabind_wrapped__ = True  # type: ignore[attr-defined]
     return wrapper
-
-
-def _install_auto_off() -> None:
-    """Wrap ``numa_utils.configure_subprocess`` (vLLM's callers look it up at call time)."""
-    try:
-        from vllm.utils import numa_utils
-    except ImportError:  # a vLLM without its own binding: nothing to turn off
-        return
-    original: Optional[Callable[..., Any]] = getattr(numa_utils, "configure_subprocess", None)
-    if original is None or getattr(original, "__pynumabind_wrapped__", False):
-        return
-    numa_utils.configure_subprocess = _wrap(original, resolve_auto_binding)
 
 
 def install() -> None:
@@ -442,7 +391,7 @@ def install() -> None:
             bind_engine_core(vllm_config)
 
         executor_cls.__init__ = _wrap(executor_cls.__init__, engine_hook)
-    _install_auto_off()
+    install_launch_hook()
     log.debug(
         "pynumabind: vLLM hooks installed (worker init_device, executor constructor, "
         "configure_subprocess)"

@@ -25,7 +25,10 @@ How a rank is placed
    holding most of it), ``core-complex`` (the same, but whole L3 groups per
    rank when there are enough, else exclusive within groups) or ``none``.
    Plans never leave the allowed CPUs; an empty intersection is a
-   :class:`PlanError`, never a silently unbound worker.
+   :class:`PlanError`, never a silently unbound worker -- unless
+   ``fallback="nearest"`` (:mod:`._fallback`): a rank whose GPU's node has
+   no allowed CPU is then bound to the nearest node that has some, its
+   memory on the GPU's node when allowed, with one warning.
 4. Its memory nodes: the nodes of its CPUs (a ``nodes`` override names them
    directly); a node without memory (or whose
    memory is outside the allowed mems) is replaced by the nearest node with
@@ -94,6 +97,8 @@ Modules
   and the one default number of local ranks (:func:`default_nprocs`);
 * :mod:`._place`: each rank's GPU and node(s), the one owner of GPU
   locality;
+* :mod:`._fallback`: ``fallback="nearest"``, a cpuset without the GPU's
+  node's CPUs;
 * :mod:`._cpus`: the CPUs, one function per mode;
 * :mod:`._sets`: cores, balanced slices, L3 groups and D'Hondt seats, on
   plain sets (no Topology);
@@ -131,6 +136,7 @@ from ..errors import ConfigError, PlanError, PynumabindError, UnknownIdError, fo
 from ..model import CpuMode, MemoryPolicy, Plan, Topology
 from ..options import MAX_NPROCS, NOT_GPU_LISTS, OptionKeywords, Options, check_int, union_front
 from ._cpus import choose_cpus
+from ._fallback import place_nearest_allowed
 from ._memory import choose_mems
 from ._overrides import (
     RANK_SEPARATOR,
@@ -241,6 +247,9 @@ def _plan_ranks(
     if request.require_node and request.node_sets is None:
         for state in states:
             require_known_node(topology, state)
+    if _falls_back(request):
+        for state in states:
+            place_nearest_allowed(topology, state, request.mode)
     running = (
         states if request.running is None else [s for s in states if s.rank in request.running]
     )
@@ -255,6 +264,16 @@ def _plan_ranks(
     )
     ranks = range(request.nprocs) if wanted is None else sorted(wanted)
     return {r: _finish(topology, request, states[r]) for r in ranks}
+
+
+def _falls_back(request: Request) -> bool:
+    """Whether ``fallback="nearest"`` applies: no override decides, and CPUs are bound."""
+    return (
+        request.fallback == "nearest"
+        and request.node_sets is None
+        and request.cpu_sets is None
+        and request.mode is not CpuMode.NONE
+    )
 
 
 def _one(topology: Topology, request: Request, rank: int) -> Plan:

@@ -1,7 +1,8 @@
 """Each rank's memory nodes and policy.
 
 The memory nodes are the nodes of the rank's CPUs (a ``nodes`` override names
-them directly).  A node without memory, or whose memory is outside the
+them directly; ``fallback="nearest"`` names the GPU's node(s), see
+:mod:`._fallback`).  A node without memory, or whose memory is outside the
 allowed mems, is replaced by the nearest allowed node with memory (ties: CPU
 nodes first, then the lowest id).  ``gpu_memory=True`` adds the GPU's own
 memory node.  ``interleave`` uses ``interleave_nodes`` or, by default, these
@@ -122,6 +123,8 @@ def choose_mems(
         return interleave_nodes, policy
     if nodes_given or state.cpus is None:
         base = state.nodes  # a nodes override names the memory nodes too
+    elif state.memory_nodes is not None:
+        base = state.memory_nodes  # fallback nearest: the GPU's node(s), when allowed
     else:
         base = nodes_of(topology, state.cpus)
     if not base:

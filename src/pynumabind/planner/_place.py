@@ -52,6 +52,8 @@ class RankState:
     affinity: Optional[frozenset[int]] = None  # the GPU's CPU affinity, when placed by it
     gpu_memory_node: Optional[int] = None
     cpus: Optional[frozenset[int]] = None
+    #: The nodes memory is placed for, when not those of its CPUs (fallback nearest).
+    memory_nodes: Optional[frozenset[int]] = None
     reasons: List[str] = field(default_factory=list)
     warnings: List[str] = field(default_factory=list)
     error: Optional[PynumabindError] = None

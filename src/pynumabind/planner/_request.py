@@ -67,6 +67,7 @@ class Request:
     #: process); None: every rank.  Only running ranks take a slice of a node.
     running: Optional[frozenset[int]] = None
     priority_cores: bool = False
+    fallback: str = "error"  # "nearest": see ._fallback
 
 
 def default_nprocs(topology: Topology, lengths: Optional[Dict[str, int]] = None) -> Tuple[int, str]:
@@ -327,4 +328,5 @@ def build_request(topology: Topology, options: Options) -> Request:
         require_node=options.require_node,
         nprocs_option=options.spelled("nprocs"),
         priority_cores=options.priority_cores,
+        fallback=options.fallback or "error",
     )

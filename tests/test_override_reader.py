@@ -150,7 +150,7 @@ def test_hook_binds_with_a_blank_override(snapshot: Path, blank: str) -> None:
 
 def test_hook_does_not_ignore_a_no_break_space_topology() -> None:
     result = _hook({"PYNUMABIND_TOPOLOGY": "\xa0"})
-    assert result["error"] == "TopologyError"
+    assert result["error"] == "SnapshotFileError"
     assert "PYNUMABIND_TOPOLOGY" in str(result["message"])
 
 

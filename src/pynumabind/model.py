@@ -40,6 +40,7 @@ from .cpulist import DEFAULT_MAX_ID, format_cpulist, parse_cpulist
 from .errors import ConfigError, ListParseError, TopologyError
 
 __all__ = [
+    "FALLBACK_WARNING",
     "SCHEMA_VERSION",
     "Cpu",
     "CpuMode",
@@ -60,6 +61,11 @@ __all__ = [
 #: became "gpu"/"gpus" in plans and check workers, the snapshot gained
 #: ``visibility``, and advise (1 until then) joined the one number.
 SCHEMA_VERSION = 2
+
+#: How a plan's warning starts when ``fallback="nearest"`` placed the rank away
+#: from its GPU's node: the planner writes it, the binder logs such warnings.
+#: A value here, so that the bind path needs no planner module to recognise it.
+FALLBACK_WARNING = "fallback nearest: "
 #: Snapshot schemas this pynumabind reads.  1: no ``visibility`` field (read as
 #: ``None``; such a file may list only the GPUs visible when it was taken, which
 #: is why visible-device entries are matched by physical index: see ``_visible``).

@@ -63,7 +63,7 @@ from .._os import threads as _threads
 from .._os.threads import ThreadAction, ThreadResult
 from ..cpulist import format_cpulist
 from ..errors import BindError, ConfigError, PlanError, format_ids
-from ..model import CpuMode, MemoryPolicy, Plan
+from ..model import FALLBACK_WARNING, CpuMode, MemoryPolicy, Plan
 from ..options import Options, union_front
 from . import apply as _apply
 from .apply import Journal, Skipped
@@ -464,8 +464,6 @@ def _log_outcome(binding: Binding) -> None:
             + ("; CPU affinity was applied" if binding.plan.cpus is not None else ""),
         )
     plan = binding.plan
-    from ..planner._fallback import FALLBACK_WARNING
-
     for warning in plan.warnings if plan is not None else ():
         if warning.startswith(FALLBACK_WARNING):
             log.warning("pynumabind: %s", warning)

@@ -228,6 +228,7 @@ from typing import (
 )
 
 from .._os import libnuma as _libnuma
+from .._os import proc as _proc
 from ..errors import (
     ConfigError,
     NotABufferError,
@@ -1167,7 +1168,7 @@ def _nearest(block: _Block) -> Iterator[Tuple[_libnuma.MemPolicy, str]]:
     """What to put back, nearest first, when the kernel refuses ``block.previous``."""
     previous = block.previous
     try:
-        allowed = _libnuma.get_mems_allowed()
+        allowed = _proc.mems_allowed()
     except NumaSyscallError:
         allowed = frozenset()
     part = previous.nodes & allowed
@@ -1215,7 +1216,7 @@ def _put_back(block: _Block) -> None:
         except NumaSyscallError:
             continue
         try:
-            allowed = format_ids(_libnuma.get_mems_allowed())
+            allowed = format_ids(_proc.mems_allowed())
         except NumaSyscallError:
             allowed = "unknown"
         warnings.warn(
@@ -1298,7 +1299,7 @@ class MemoryOn:
         self._used = True
         try:
             previous = _libnuma.get_mempolicy()
-            allowed = _libnuma.get_mems_allowed()
+            allowed = _proc.mems_allowed()
         except NumaSyscallError as exc:
             raise _refused(exc, "get_mempolicy (reading the policy to restore)", None) from None
         block = _Block(previous, allowed)

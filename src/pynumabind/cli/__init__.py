@@ -689,7 +689,21 @@ def _names_a_missing_file(exc: BaseException) -> bool:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point of the console script; returns the exit status."""
+    """Entry point of the console script; returns the exit status.
+
+    The ``pynumabind`` logger is set up for the command while it runs and put
+    back as it was when it returns, so calling ``main`` from Python (a test, a
+    doctest, a launcher) leaves the caller's logging alone.
+    """
+    logger = logging.getLogger("pynumabind")
+    saved = (logger.handlers[:], logger.level, logger.propagate)
+    try:
+        return _main(argv)
+    finally:
+        logger.handlers[:], logger.level, logger.propagate = saved[0], saved[1], saved[2]
+
+
+def _main(argv: Optional[Sequence[str]]) -> int:
     parser = build_parser()
     if not (sys.argv[1:] if argv is None else argv):
         # A bare `pynumabind`: what it can do, then the usage-error exit status.

@@ -30,13 +30,12 @@ from __future__ import annotations
 from typing import List, Optional, Tuple
 
 from ..errors import format_ids
-from ..model import CpuMode, Topology
+from ..model import FALLBACK_WARNING, CpuMode, Topology
 from ._place import RankState, gpu_label, node_cpus
 
 __all__ = ["FALLBACK_WARNING", "nearest_allowed_nodes", "place_nearest_allowed"]
 
 #: How the fallback's warning starts (the binder logs such plan warnings at WARNING).
-FALLBACK_WARNING = "fallback nearest: "
 
 
 def nearest_allowed_nodes(

@@ -116,7 +116,7 @@ def _target_ratio(r: Optional[Dict[str, Any]]) -> str:
 
 
 def _targets_md(data: Dict[str, Any], ffi_mode: str) -> List[str]:
-    title = "### Issue 14: discovery and binding cost against a numactl exec"
+    title = "### Discovery and binding cost against a numactl exec"
     failed = _error_md(title, data)
     if failed is not None:
         return failed
@@ -531,7 +531,7 @@ def render_plots(results: Dict[str, Any], directory: str) -> List[str]:
             label=f"detect alone ({first} mode)",
         )
         ax.axhline(5.0, color="darkred", linestyle="--", linewidth=0.8)
-        ax.text(2, 5.4, "issue 14: from_sysfs ≤ 5 ms on 224 CPUs", fontsize=8, color="darkred")
+        ax.text(2, 5.4, "target: from_sysfs ≤ 5 ms on 224 CPUs", fontsize=8, color="darkred")
         dgx = {r["key"]: r for r in benches.get("targets", {}).get("rows", [])}.get(
             "from_sysfs_dgx_h100", {}
         )

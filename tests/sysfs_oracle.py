@@ -1,4 +1,4 @@
-"""The per-CPU sysfs reader pynumabind used before issue 14, kept as a test oracle.
+"""The per-CPU sysfs reader pynumabind first used, kept as a test oracle.
 
 It reads every CPU's own files (about 13 per CPU), trusting no list to
 describe a group.  ``_sysfs._read_cpus`` now reads each fact once per group

@@ -67,7 +67,7 @@ def gpu(
 
 def test_gb200_local_copies_three_times_cross_node_bind_each_gpu_to_its_node() -> None:
     # Pinned D2H ~330 GB/s from the GPU's own Grace vs ~115 GB/s across the
-    # C2C link (the figures issue 21 cites).  H2D is taken the same (the
+    # C2C link (the published figures).  H2D is taken the same (the
     # source gives D2H); memory bandwidth is set equal on both nodes so that
     # the copies alone decide.
     memory = matrix([[400, 400], [400, 400]])

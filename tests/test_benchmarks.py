@@ -335,7 +335,7 @@ def test_cold_source_preloads_only_module_names() -> None:
         cold_source(0, ("os; import evil",))
 
 
-# ------------------------------------- issue 14: targets, scaling, threads
+# ------------------------------------- targets, scaling, threads
 
 
 def test_generated_machines_have_the_requested_shape() -> None:
@@ -534,7 +534,7 @@ def test_threads_suite_compares_with_the_floor(series: dict[str, Any]) -> None:
 def test_issue14_sections_render(series: dict[str, Any], tmp_path: Path) -> None:
     document = {**_document(), "benchmarks": dict(series)}
     text = report.render_markdown(document)
-    assert "### Issue 14: discovery and binding cost against a numactl exec" in text
+    assert "### Discovery and binding cost against a numactl exec" in text
     for what, _target, _limit, _unit in TARGETS.values():
         assert what in text
     assert re.search(

@@ -1,4 +1,4 @@
-"""No test hands Python source text to a child interpreter (issue 24 item 7).
+"""No test hands Python source text to a child interpreter.
 
 Child bodies are module-level functions run through ``childproc`` (see its
 docstring), where ruff, mypy and an editor see them.  The rule, checked on

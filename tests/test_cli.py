@@ -464,7 +464,7 @@ def test_show_hides_placeholder_nodes_and_names_them_once(tmp_path: Path) -> Non
 def test_plan_shows_the_ranks_that_can_be_planned_and_why_the_others_cannot(
     snapshot: Path,
 ) -> None:
-    # Allowed CPUs on node 0 only: GPUs 2 and 3 sit on node 1 (issue 13 item 5d).
+    # Allowed CPUs on node 0 only: GPUs 2 and 3 sit on node 1.
     result = run("plan", "--topology", str(snapshot), "--allowed-cpus", "0-3,8-11")
     assert result.returncode == 1
     assert result.stderr == "pynumabind: error: 2 of 4 ranks cannot be planned (see the table)\n"
@@ -525,7 +525,7 @@ def test_a_sched_setaffinity_eperm_names_the_real_causes_not_the_cpuset() -> Non
     assert "widen the cpuset" not in result.stderr
 
 
-# ------------------------------------------------------------ issue 23: a CLI that explains itself
+# ------------------------------------------------------------ a CLI that explains itself
 
 
 def test_check_shows_the_plans_warnings_in_text_and_json() -> None:

@@ -1,4 +1,4 @@
-"""Discovery reads what the mode needs, and a second bind reuses the layout (issue 14).
+"""Discovery reads what the mode needs, and a second bind reuses the layout.
 
 The cheaper reads are checked against the full read on every machine
 fixture: same plans, every mode, every rank.  Costs are counted in files
@@ -350,7 +350,7 @@ def test_the_declarations_load_without_cffi_s_parser() -> None:
 def test_cppc_highest_perf_is_read_once_per_core_and_only_from_cores_up(
     tmp_path: Path, reads: List[str]
 ) -> None:
-    """Intel priority cores (issue 22 item 6): one read per core, and none for mode node."""
+    """Intel priority cores: one read per core, and none for mode node."""
     desc = st.load_machine("xeon6_pct_b300")
     root = str(st.build_sysfs(desc, tmp_path))
     cores = len(st.online_cpus(desc)) // 2

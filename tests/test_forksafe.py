@@ -7,7 +7,7 @@ Two trials pause the other thread at a known point (an import hook, a bind
 step) so they do not depend on timing; the others race for real at a few
 fixed delays.
 
-Issue 25 added: a fork waiting while the first lock() imports logging must
+Also: a fork waiting while the first lock() imports logging must
 print nothing in the parent; and for each public entry point that imports or
 loads (bind, ``integrations.bind_gpu``/``bind_visible_gpus``, the topology
 sources), ``TRIALS`` fresh interpreters whose main thread forks three times
@@ -88,11 +88,11 @@ def test_the_fork_lock_module_imports_nothing_of_pynumabind() -> None:
     assert _forksafe.lock() is _forksafe.lock()
 
 
-# --------------------------------------------- issue 25: every entry point, random timing
+# --------------------------------------------- every entry point, random timing
 
 
 def test_a_fork_waiting_for_the_first_lock_prints_no_traceback() -> None:
-    # The first lock() imports logging (issue 14: a bare import does not)
+    # The first lock() imports logging (a bare import does not)
     # while holding the lock.  A fork that waits meanwhile saw logging's fork
     # handlers registered after its "before" list was taken, so logging's
     # "after" handler released a lock never taken and printed
@@ -159,7 +159,7 @@ def _trial(entry: str, seed: int, snapshot: str) -> List[str]:
 def test_forks_racing_the_first_call_of_an_entry_point_never_hang_or_print(
     entry: str, tmp_path: Path
 ) -> None:
-    # Issue 25: bind_gpu/bind_gpus/bind_visible_gpus and the topology loaders
+    # bind_gpu/bind_gpus/bind_visible_gpus and the topology loaders
     # imported and loaded outside the fork lock (a child forked meanwhile
     # hung on an inherited import lock, 10 of 10; detect_topology() from a
     # thread, 143 of 200), and a fork racing the first bind printed

@@ -280,7 +280,7 @@ def test_the_ast_scan_sees_lazy_and_relative_imports_and_skips_type_only_ones() 
 
 
 def test_the_checks_catch_a_wrong_floor_and_a_lazy_cycle() -> None:
-    # What issue 24 found: the planner importing _environ, and the
+    # What these checks once found: the planner importing _environ, and the
     # integrations package and its vllm module importing each other.
     wrong = {"planner._request": {"discovery.environ"}, "discovery.environ": set()}
     assert violations(wrong) == ["planner._request (planner) imports discovery.environ (discovery)"]

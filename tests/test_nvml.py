@@ -425,7 +425,7 @@ def test_a_socket_wide_affinity_defers_to_the_pci_numa_node(
 def test_numa_id_not_supported_keeps_the_sysfs_memory_node(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, first_mems: set
 ) -> None:
-    """Issue 13 item 1: NOT_SUPPORTED from NVML says nothing against sysfs."""
+    """NOT_SUPPORTED from NVML says nothing against sysfs."""
     from pynumabind.planner import plan_all
 
     desc = st.load_machine(name)
@@ -538,7 +538,7 @@ def test_fake_knows_every_nvml_function_the_library_calls() -> None:
     assert set(fake.provided) == {n for n in known if hasattr(real_pynvml, n)}
 
 
-# ------------------------------------------------ NVML once per process (issue 14)
+# ------------------------------------------------ NVML once per process
 
 
 def test_a_second_discovery_does_not_ask_nvml_again(

@@ -1,4 +1,4 @@
-"""One reader of the per-rank overrides, one rule for spaces (issue 25 items 8 and 10).
+"""One reader of the per-rank overrides, one rule for spaces.
 
 Before: the framework hooks read ``PYNUMABIND_NODES`` themselves (``""`` a
 ConfigError, ``str.split()`` splitting at U+00A0 and ``\\x1f``) while the core

@@ -1,4 +1,4 @@
-"""bind_memory and memory_on (issue 21 section 2) against the real kernel of this machine.
+"""bind_memory and memory_on against the real kernel of this machine.
 
 This machine has one NUMA node, so every placement here is onto node 0; what is checked
 is what the kernel says afterwards: the range's policy (``get_mempolicy(MPOL_F_ADDR)``),

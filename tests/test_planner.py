@@ -361,7 +361,7 @@ def _vm_two_by_sixteen(*gpu_nodes):
 
 
 def test_exclusive_deals_unknown_node_gpus_ranks_over_every_node_their_affinity_spans() -> None:
-    # Issue 13 item 3: these ranks were packed onto node 0 (0-7, 8-15) while node 1 idled.
+    # A bug this guards against: these ranks were packed onto node 0 (0-7, 8-15) while node 1 idled.
     plans = plan_all(_vm_two_by_sixteen(None, None), mode="exclusive")
     assert cpus_of(plans) == ["0-15", "16-31"]
     assert [p.node for p in plans] == [0, 1]
@@ -721,7 +721,7 @@ def test_names_are_case_insensitive_as_in_the_environment(mode: str, policy: str
 
 def test_many_ranks_keep_each_plan_small() -> None:
     # 16,384 ranks on 8 GPUs: a plan's text must not list thousands of peers
-    # (quadratic strings made one rank's plan take 17 s and GBs; issue 16).
+    # (quadratic strings made one rank's plan take 17 s and GBs).
     p = plan(dgx_h100(), 1, nprocs=16384, mode="exclusive")
     assert p.gpu is not None and p.gpu_info.index == 1
     assert "shared by ranks 1,9,17," in p.warnings[0] and "(2048 ranks)" in p.warnings[0]
@@ -763,7 +763,7 @@ def test_require_node_turns_an_unknown_gpu_node_into_a_plan_error() -> None:
 
 
 def test_an_unknown_gpu_node_with_an_affinity_still_warns_naming_the_gpu() -> None:
-    # Issue 13 item 3: the fact was only in reasons, so the binder logged nothing above INFO.
+    # A bug this guards against: the fact was only in reasons, so nothing above INFO was logged.
     p3 = plan(mi300x_unknown_gpu_node(affinity_for_unknown="56-111"), 3)
     assert p3.cpus == parse_cpulist("56-111")
     assert any("GPU 3 (0000:69:00.0)" in w and "NUMA node is unknown" in w for w in p3.warnings), (

@@ -133,7 +133,7 @@ def union_cores(groups: List[List[frozenset[int]]]) -> List[frozenset[int]]:
     return [core for group in groups for core in group]
 
 
-# ------------------------------------------- priority cores (issue 22 item 6)
+# ------------------------------------------- priority cores
 
 
 @st.composite

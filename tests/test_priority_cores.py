@@ -1,4 +1,4 @@
-"""Intel priority cores and exclusive modes in framework workers (issue 22 items 3 and 6).
+"""Intel priority cores and exclusive modes in framework workers.
 
 Planned on constructed sysfs trees (tests/sysfs_tree.py): a Xeon 6 host with
 priority cores (``xeon6_pct_b300``: CPPC highest_perf 46 on 8 cores per

@@ -1,6 +1,6 @@
 """``Binding.restore()`` touches only this process's threads, and costs O(1) per binding.
 
-Issue 25: the undo journal set saved masks back by thread id, including
+A bug this guards against: the undo journal set saved masks back by thread id, including
 threads of ours that had exited since the bind; thread ids are global and
 reused, so an unrelated process that received the id had its affinity
 widened.  Now a thread is changed back only while it is still under

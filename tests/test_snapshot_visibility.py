@@ -1,4 +1,4 @@
-"""Snapshots and visibility: no silent misplacement (issue 25 items 2, 3 and 7).
+"""Snapshots and visibility: no silent misplacement.
 
 A snapshot taken under ``CUDA_VISIBLE_DEVICES`` used to keep only the
 visible GPUs, renumbered, and ``CUDA_VISIBLE_DEVICES`` was then applied a

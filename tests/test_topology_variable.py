@@ -1,4 +1,4 @@
-"""PYNUMABIND_TOPOLOGY: plan from a snapshot, with this process's own view (issue 12 item 3).
+"""PYNUMABIND_TOPOLOGY: plan from a snapshot, with this process's own view.
 
 The snapshot is a two-node machine whose CPUs are this machine's CPUs 0 and
 1 (GPU i on node i), so a plan made from it is applied here for real, in a
@@ -76,7 +76,7 @@ def test_another_machines_snapshot_is_an_error(tmp_path: Path, snapshot: Path) -
 
 
 # ------------------------------------------------------------ resolve_topology
-# (issue 24 item 2: the one place that decides where the machine comes from)
+# (the one place that decides where the machine comes from)
 
 
 def test_resolve_topology_takes_the_variable_and_visibility_from_the_mapping(
@@ -112,7 +112,7 @@ def test_resolve_topology_trims_ascii_whitespace_only(monkeypatch: pytest.Monkey
 def test_bind_current_process_detects_with_the_given_environ(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # The bug of issue 24 item 2: environ= reached the snapshot path but not
+    # A bug this guards against: environ= reached the snapshot path but not
     # detection, so CUDA_VISIBLE_DEVICES came from os.environ.  This machine
     # has no GPU, so the mapping detection receives is what can be observed.
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "from-os-environ")
@@ -186,7 +186,7 @@ def test_cli_plan_and_check_use_the_snapshot_like_their_workers(snapshot: Path) 
         ("0", "0", True),
         ("1", "1", True),
     ]
-    # Each worker's GPU is "gpu", as in plan's JSON (was "device": issue 24, item 1).
+    # Each worker's GPU is "gpu", as in plan's JSON (one name per concept).
     assert [w["gpu"] for w in workers] == ["0 0000:17:00.0", "1 0000:65:00.0"]
     assert "device" not in workers[0]
 
@@ -199,7 +199,7 @@ def test_cli_topology_flag_wins_over_the_variable(tmp_path: Path, snapshot: Path
 
 def test_cli_missing_snapshot_is_one_line_naming_the_variable(tmp_path: Path) -> None:
     done = _cli({"PYNUMABIND_TOPOLOGY": str(tmp_path / "nope.json")}, "show")
-    assert done.returncode == 2  # a file that does not exist: a usage error (issue 23)
+    assert done.returncode == 2  # a file that does not exist: a usage error
     assert done.stderr.startswith("pynumabind: error: PYNUMABIND_TOPOLOGY: cannot read ")
     assert len(done.stderr.splitlines()) == 1
 

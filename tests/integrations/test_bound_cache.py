@@ -1,4 +1,4 @@
-"""The integration helpers' once-per-process cache never hands back a stale Binding (issue 25).
+"""The integration helpers' once-per-process cache never hands back a stale Binding.
 
 ``bind_gpu``/``bind_gpus`` remember the Binding they made (``_BOUND``) so a
 second hook in the same process does not bind again.  Before the fix, after

@@ -1,4 +1,4 @@
-"""Exclusive modes in framework workers: the job's GPUs here are the ranks (issue 22 item 3).
+"""Exclusive modes in framework workers: the job's GPUs here are the ranks.
 
 Real binds in child processes, planned from a snapshot over this machine's
 CPUs 0 and 1: one node holding both CPUs and two GPUs, so two workers in

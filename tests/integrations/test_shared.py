@@ -88,7 +88,7 @@ def test_every_switch_takes_the_one_documented_set(variable: str, machine) -> No
     ("value", "expected"),
     [
         (None, None),
-        ("", None),  # blank is unset, as in the core (issue 25 item 8: was a ConfigError)
+        ("", None),  # blank is unset, as in the core (it must not be a ConfigError)
         (" \t", None),
         ("0 0 1 1", "0 0 1 1"),  # vLLM's form: the planner's one reader splits it
         ("  0-7   8-15 ", "0-7   8-15"),

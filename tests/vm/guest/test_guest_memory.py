@@ -1,4 +1,4 @@
-"""bind_memory and memory_on on a real multi-NUMA kernel (issue 21 section 2).
+"""bind_memory and memory_on on a real multi-NUMA kernel.
 
 Runs inside the guest booted with ``harness.STANDARD_TOPOLOGY`` (node0 CPUs 0-1, node1 CPUs
 2-3, node2 memory only; bochs-displays on node 1 and on node 2).  Where pages are is read

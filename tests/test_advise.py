@@ -385,26 +385,57 @@ STOP_BOUND = 5.0  # seconds; generous on two shared cores (the aim is one or two
 INTERRUPT_TRIES = 20
 
 
-def _interrupted_cli(delay: float) -> tuple[int, float, str]:
-    """A real ``advise --quick`` child, SIGINT ``delay`` s into measuring.
-
-    Returns (exit status, seconds from the signal to the exit, stderr).
-    """
+def _advise_child() -> subprocess.Popen[str]:
+    """A real ``pynumabind advise --quick`` child, started."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
-    child = subprocess.Popen(
+    return subprocess.Popen(
         [sys.executable, "-m", "pynumabind", "advise", "--quick"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=env,
     )
+
+
+def _await_measuring(child: subprocess.Popen[str]) -> List[str]:
+    """Read ``child``'s stderr until the bandwidth phase has begun; the lines read."""
     seen = []
     assert child.stderr is not None
-    for line in child.stderr:  # the bandwidth phase has begun once this line is out
+    for line in child.stderr:
         seen.append(line)
         if "memory: CPU node" in line:
-            break
+            return seen
+    raise AssertionError("advise never began measuring:\n" + "".join(seen))
+
+
+def _measuring_seconds() -> float:
+    """How long an uninterrupted advise measures here, from its first bandwidth round to its exit.
+
+    The delays before the signal are drawn inside this span, so that every
+    signal lands while measuring (the bandwidth rounds, the latency phase, the
+    copies), however fast or slow the machine is.
+    """
+    child = _advise_child()
+    _await_measuring(child)
+    began = time.monotonic()
+    _, err = child.communicate(timeout=120)
+    assert child.returncode == 0, err
+    return time.monotonic() - began
+
+
+def _interrupted_cli(delay: float) -> Optional[tuple[int, float, str]]:
+    """A real ``advise --quick`` child, SIGINT ``delay`` s into measuring.
+
+    Returns (exit status, seconds from the signal to the exit, stderr), or
+    None where the child had already finished when the signal was due (the
+    signal is then not sent: it would test nothing).
+    """
+    child = _advise_child()
+    seen = _await_measuring(child)
     time.sleep(delay)
+    if child.poll() is not None:
+        child.communicate()
+        return None
     sent = time.monotonic()
     child.send_signal(signal.SIGINT)
     try:
@@ -422,20 +453,30 @@ def test_ctrl_c_stops_the_cli_at_once_every_time() -> None:
 
     The copying threads used to wait on a barrier with a 120 s timeout, and
     the buffers could be unmapped under a running copy (exit 139).  The
-    delays spread over the bandwidth rounds and into the latency phase.
+    delays spread over the bandwidth rounds and into the latency phase: they
+    are drawn from the first 80% of what an uninterrupted run measures here.
+    A signal that would have come after the child finished is not sent, and
+    that try is drawn again (at most 5 times in all, or the span was wrong).
     """
+    span = _measuring_seconds()
     rng = random.Random()
     took: List[float] = []
-    for _ in range(INTERRUPT_TRIES):
-        delay = rng.uniform(0.0, 0.6)
-        rc, seconds, err = _interrupted_cli(delay)
+    late = 0
+    while len(took) < INTERRUPT_TRIES:
+        delay = rng.uniform(0.0, 0.8 * span)
+        result = _interrupted_cli(delay)
+        if result is None:
+            late += 1
+            assert late <= 5, f"{late} children ended within {delay:.2f} s of a {span:.2f} s span"
+            continue
+        rc, seconds, err = result
         assert rc == 130, (delay, rc, err)
         assert err.strip().splitlines()[-1] == "pynumabind: error: interrupted", err
         assert "Traceback" not in err, err
         took.append(seconds)
     took.sort()
     shown = ", ".join(f"{t:.2f}" for t in took)
-    sys.stdout.write(f"stop after SIGINT, s (sorted): {shown}\n")
+    sys.stdout.write(f"measuring span {span:.2f} s; stop after SIGINT, s (sorted): {shown}\n")
     assert took[-1] < STOP_BOUND, shown
 
 

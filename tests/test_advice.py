@@ -10,57 +10,23 @@ changes nothing, a clear local advantage always binds.
 from __future__ import annotations
 
 import json
-from typing import List, Optional, Sequence
+from typing import List
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from advice_builders import gpu, matrix, spread
 from pynumabind.advisor.report import render_text
 from pynumabind.advisor.rule import (
     NO_DIFFERENCE,
     Advice,
-    CopyCell,
-    GpuCopies,
-    MemoryCell,
-    MemoryMatrix,
     Placement,
     Spread,
     compare,
     decide,
 )
 from pynumabind.model import SCHEMA_VERSION
-
-
-def spread(median: float, rel: float = 0.02, n: int = 9) -> Spread:
-    """``n`` samples spaced evenly over median * (1 +- rel)."""
-    if n == 1:
-        return Spread.of([median])
-    step = 2 * rel / (n - 1)
-    return Spread.of([median * (1 - rel + i * step) for i in range(n)])
-
-
-def matrix(grid: Sequence[Sequence[Optional[float]]], rel: float = 0.02) -> MemoryMatrix:
-    """CPU nodes 0..n-1 x memory nodes 0..m-1 with these median bandwidths (None: failed)."""
-    cells = tuple(
-        tuple(
-            MemoryCell(error="failed") if v is None else MemoryCell(spread(v, rel), threads=8)
-            for v in row
-        )
-        for row in grid
-    )
-    return MemoryMatrix(tuple(range(len(grid))), tuple(range(len(grid[0]))), cells)
-
-
-def gpu(
-    index: int, node: Optional[int], h2d: Sequence[float], d2h: Sequence[float], rel: float = 0.02
-) -> GpuCopies:
-    cells = tuple(
-        CopyCell(cpu_node=i, h2d=spread(a, rel), d2h=spread(b, rel))
-        for i, (a, b) in enumerate(zip(h2d, d2h))
-    )
-    return GpuCopies(index, "test GPU", None, node, cells)
-
 
 # ------------------------------------------------------------- recorded
 

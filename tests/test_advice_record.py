@@ -22,7 +22,10 @@ from typing import Dict, List, Optional
 import pytest
 
 import child_advised
+from advice_builders import gpu as copies
+from advice_builders import matrix
 from childproc import run_in_child
+from cli_helpers import run as run_cli
 from pynumabind.advisor import document as _document
 from pynumabind.advisor import record as _record
 from pynumabind.advisor.document import (
@@ -41,9 +44,6 @@ from pynumabind.errors import AdviceRecordError, ConfigError
 from pynumabind.model import CpuMode, MemoryPolicy, Topology
 from pynumabind.options import Options
 from pynumabind.planner import local_ranks, plan_for
-from test_advice import gpu as copies
-from test_advice import matrix
-from test_cli import run as run_cli
 from topology_builders import gb200_tray, gpu, make_topology
 
 GiB = 1 << 30

@@ -8,21 +8,17 @@ crowded node.  Whatever is left in the cgroup afterwards is an orphan.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
-import subprocess
 import time
-import uuid
-from typing import Iterator, List
+from typing import Iterator
 
 import pytest
 
+import cgroups
 import child_cli
 from childproc import child_command
-from test_cli import SCRIPT, assert_one_line_error, run
-
-PIDS_ROOT = "/sys/fs/cgroup/pids"
+from cli_helpers import SCRIPT, assert_one_line_error, run
 
 
 def test_timeout_bounds_the_whole_run_starting_workers_included() -> None:
@@ -60,78 +56,32 @@ def test_a_nprocs_within_the_limit_is_accepted() -> None:
     assert [w["ok"] for w in json.loads(result.stdout)["workers"]] == [True] * 3
 
 
-def _write(path: str, value: str) -> None:
-    with open(path, "w") as handle:
-        handle.write(value)
-
-
-def _tasks(cgroup: str) -> List[int]:
-    with open(f"{cgroup}/cgroup.procs") as handle:
-        return [int(line) for line in handle if line.strip()]
-
-
 @pytest.fixture
 def pids_cgroup() -> Iterator[str]:
     """A real cgroup v1 pids controller group; removed afterwards."""
-    if not os.path.isdir(PIDS_ROOT):
-        pytest.skip(f"no cgroup v1 pids hierarchy at {PIDS_ROOT}")
-    path = f"{PIDS_ROOT}/pynumabind-test-{uuid.uuid4().hex[:8]}"
-    try:
-        os.mkdir(path)
-    except OSError as exc:
-        pytest.skip(f"cgroup pids not writable here ({path}: {exc.strerror})")
-    try:
-        yield path
-    finally:
-        for pid in _tasks(path):  # orphans (the test has failed already): do not leak them
-            try:
-                os.kill(pid, 9)
-            except ProcessLookupError:
-                pass
-        for _ in range(100):
-            try:
-                os.rmdir(path)
-                break
-            except OSError as exc:
-                if exc.errno != errno.EBUSY:
-                    raise
-                time.sleep(0.05)
+    yield from cgroups.group("pids")
 
 
 def test_a_failed_fork_is_one_line_and_leaves_no_worker_behind(pids_cgroup: str) -> None:
     # Room for the CLI, multiprocessing's resource tracker and two workers:
     # the kernel refuses the next fork (EAGAIN) while those two still run.
-    _write(f"{pids_cgroup}/pids.max", "4")
+    cgroups.write(f"{pids_cgroup}/pids.max", "4")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
     # The child joins the cgroup before it execs the script, so every process
     # the script starts is in it too.
     wait_then_exec = child_command(
         child_cli.exec_when_told, SCRIPT, "check", "--no-nvml", "--nprocs", "12", alarm=0
     )
-    proc = subprocess.Popen(
-        wait_then_exec,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    _write(f"{pids_cgroup}/cgroup.procs", str(proc.pid))
-    try:
-        # communicate() reads until every holder of the pipes exits: an
-        # orphaned worker would add its traceback here, or hang the test.
-        stdout, stderr = proc.communicate("go\n", timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    result = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    # run_moved reads until every holder of the pipes exits: an orphaned
+    # worker would add its traceback here, or hang the test.
+    result = cgroups.run_moved(pids_cgroup, wait_then_exec, env=env)
+    stderr = result.stderr
     assert_one_line_error(result, 1, "could not start the worker for rank", "of 12", "EAGAIN")
     assert "were stopped" in stderr and "process limit" in stderr
     # multiprocessing's resource tracker exits once the script's pipe closes;
     # give it a moment.  Orphaned workers would also have printed above.
     for _ in range(100):
-        if not _tasks(pids_cgroup):
+        if not cgroups.tasks(pids_cgroup):
             break
         time.sleep(0.05)
-    assert _tasks(pids_cgroup) == [], "processes outlived the check"
+    assert cgroups.tasks(pids_cgroup) == [], "processes outlived the check"

@@ -5,44 +5,18 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import pytest
 
 import child_cli
 from childproc import child_command
+from cli_helpers import SCRIPT, assert_one_line_error, run
 from pynumabind.discovery import load_topology
 from pynumabind.model import SCHEMA_VERSION, Cpu, Gpu, NumaNode, Topology
-
-# The script installed with the interpreter running the tests, not whatever is on PATH.
-_BESIDE = Path(sys.executable).with_name("pynumabind")
-SCRIPT = str(_BESIDE) if _BESIDE.exists() else (shutil.which("pynumabind") or str(_BESIDE))
-
-
-def run(
-    *args: str, env: Optional[Dict[str, str]] = None, timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
-    for key in ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_WORLD_SIZE"):
-        full_env.pop(key, None)
-    full_env.update(env or {})
-    return subprocess.run(
-        [SCRIPT, *args], capture_output=True, text=True, env=full_env, timeout=timeout
-    )
-
-
-def assert_one_line_error(result: subprocess.CompletedProcess[str], code: int, *words: str) -> None:
-    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("pynumabind: error: ")
-    for word in words:
-        assert word in lines[0], (word, lines[0])
 
 
 def two_socket_machine() -> Topology:

@@ -9,76 +9,33 @@ from __future__ import annotations
 
 import errno
 import os
-import subprocess
-import time
-import uuid
+from typing import Iterator
 
 import pytest
 
+import cgroups
 import child_cpuset
 from childproc import child_command, run_in_child
+from cli_helpers import two_node_snapshot
 
-CPUSET_ROOT = "/sys/fs/cgroup/cpuset"
+CPUSET_ROOT = f"{cgroups.CGROUP_V1}/cpuset"
 
 pytestmark = pytest.mark.skipif(
     len(os.sched_getaffinity(0)) < 2, reason="needs CPUs 0 and 1 to confine a child to CPU 0"
 )
 
 
-def _write(path: str, value: str) -> None:
-    with open(path, "w") as handle:
-        handle.write(value)
-
-
 @pytest.fixture
-def cpuset0():
+def cpuset0() -> Iterator[str]:
     """A real cgroup v1 cpuset with cpus=0, mems=0; removed afterwards."""
-    if not os.path.isdir(CPUSET_ROOT):
-        pytest.skip(f"no cgroup v1 cpuset hierarchy at {CPUSET_ROOT}")
-    path = f"{CPUSET_ROOT}/pynumabind-test-{uuid.uuid4().hex[:8]}"
-    try:
-        os.mkdir(path)
-    except OSError as exc:
-        pytest.skip(f"cgroup cpuset not writable here ({path}: {exc.strerror})")
-    try:
-        _write(f"{path}/cpuset.cpus", "0")
-        _write(f"{path}/cpuset.mems", "0")
-        yield path
-    finally:
-        # Tasks must leave before rmdir; our children have exited by now, but wait a bit.
-        for _ in range(100):
-            try:
-                os.rmdir(path)
-                break
-            except OSError as exc:
-                if exc.errno != errno.EBUSY:
-                    raise
-                time.sleep(0.05)
-        else:
-            pytest.fail(f"could not remove test cpuset {path}")
+    yield from cgroups.group("cpuset", {"cpuset.cpus": "0", "cpuset.mems": "0"})
 
 
 def _run_in_cpuset(cpuset: str, wanted: str) -> dict:
     """Start a child, move it into ``cpuset``, then let it bind to ``wanted``."""
-    import json
-
-    proc = subprocess.Popen(
-        child_command(child_cpuset.apply_cpus_once_moved, wanted),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    return cgroups.report_of(
+        cgroups.run_moved(cpuset, child_command(child_cpuset.apply_cpus_once_moved, wanted))
     )
-    try:
-        _write(f"{cpuset}/cgroup.procs", str(proc.pid))
-        stdout, stderr = proc.communicate("go\n", timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    lines = [line for line in stdout.splitlines() if line.strip()]
-    assert proc.returncode == 0 and lines, f"child failed:\n{stdout}\n{stderr}"
-    return json.loads(lines[-1])
 
 
 def test_cpuset_forbids_the_cpu(cpuset0: str) -> None:
@@ -139,38 +96,15 @@ def test_affinity_mask_from_the_parent_is_respected() -> None:
 
 def _bind_in_cpuset(cpuset: str, snapshot: str, how: str) -> dict:
     """A child moved into ``cpuset`` binds rank 0 of ``snapshot`` as ``how`` says."""
-    import json
-
-    proc = subprocess.Popen(
-        child_command(child_cpuset.bind_with_fallback, snapshot, how),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    return cgroups.report_of(
+        cgroups.run_moved(cpuset, child_command(child_cpuset.bind_with_fallback, snapshot, how))
     )
-    try:
-        _write(f"{cpuset}/cgroup.procs", str(proc.pid))
-        stdout, stderr = proc.communicate("go\n", timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    lines = [line for line in stdout.splitlines() if line.strip()]
-    assert proc.returncode == 0 and lines, f"child failed:\n{stdout}\n{stderr}"
-    return json.loads(lines[-1])
 
 
 @pytest.fixture
 def gpus_on_node1(tmp_path):
     """A two-node machine over CPUs 0 and 1 whose GPUs both sit on node 1 (CPU 1)."""
-    import sys
-    from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).parent / "integrations"))
-    try:
-        from helpers import two_node_snapshot
-    finally:
-        sys.path.pop(0)
     return str(two_node_snapshot(tmp_path / "node1.json", gpu_nodes=(1, 1)))
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Iterator, List, Optional
 
@@ -22,15 +21,11 @@ import pytest
 
 import fake_nvml
 import sysfs_tree as st
+from cli_helpers import run_cli as _cli
 from pynumabind import ConfigError, Options, plan_all
 from pynumabind.discovery import detect_topology
 from pynumabind.discovery.visible import apply_visibility
 from pynumabind.model import Topology
-
-sys.path.insert(0, str(Path(__file__).parent / "integrations"))
-from helpers import run_cli as _cli
-
-sys.path.pop(0)
 
 MACHINE = "dgx_h100_constrain_devices"
 

@@ -19,7 +19,7 @@ import pytest
 import child_environ
 import pynumabind
 from childproc import run_in_child
-from integrations.helpers import two_node_snapshot
+from cli_helpers import two_node_snapshot
 from pynumabind import ConfigError, Options, model, planner
 from topology_builders import dgx_h100
 

@@ -36,7 +36,7 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 import pytest
 
 import pynumabind
-from integrations.helpers import two_node_snapshot
+from cli_helpers import two_node_snapshot
 from pynumabind import planner
 from pynumabind.options import OptionKeywords
 from recipes import INTEGRATIONS, ROOT

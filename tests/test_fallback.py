@@ -11,7 +11,6 @@ case (a cgroup v1 cpuset) is in ``test_cpuset.py``.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import List, Optional
 
@@ -20,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sysfs_tree
+from cli_helpers import run_cli as _cli
 from pynumabind import ConfigError, Options, PlanError, plan, plan_all, plan_each
 from pynumabind.cpulist import parse_cpulist
 from pynumabind.discovery import topology_from_sysfs
@@ -27,11 +27,6 @@ from pynumabind.discovery.environ import resolve
 from pynumabind.model import Plan, Topology
 from pynumabind.planner._fallback import nearest_allowed_nodes
 from topology_builders import make_topology, topologies
-
-sys.path.insert(0, str(Path(__file__).parent / "integrations"))
-from helpers import run_cli as _cli
-
-sys.path.pop(0)
 
 MACHINE = "a100_pcie_slurm_cgroup"
 MODES = ["node", "socket", "exclusive", "core-complex"]

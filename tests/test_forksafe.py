@@ -166,7 +166,7 @@ def test_forks_racing_the_first_call_of_an_entry_point_never_hang_or_print(
     # logging's RuntimeError in the parent.  TRIALS fresh interpreters per
     # entry point, FORKS_PER_TRIAL forks each at random moments of the first
     # call; zero hangs and zero stray tracebacks is the only pass.
-    from integrations.helpers import two_node_snapshot
+    from cli_helpers import two_node_snapshot
 
     snapshot = str(two_node_snapshot(tmp_path / "two-node.json"))
     seeds = [random.randrange(1 << 30) for _ in range(TRIALS)]
@@ -184,7 +184,7 @@ def test_only_logging_and_pynumabind_register_fork_handlers_under_the_lock(
     # from a bare import through the first call of each entry point is
     # recorded with the module that made it; only logging's (balanced by
     # _forksafe) and pynumabind's own may pair a "before" with an "after".
-    from integrations.helpers import two_node_snapshot
+    from cli_helpers import two_node_snapshot
 
     snapshot = str(two_node_snapshot(tmp_path / "two-node.json"))
     made = _run(child_forksafe.fork_handlers_registered, snapshot)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -20,17 +19,13 @@ import pytest
 
 import child_environ
 from childproc import run_in_child
+from cli_helpers import run_cli as _cli
+from cli_helpers import two_node_snapshot
 from pynumabind import ConfigError, Options, PlanError, plan, plan_all
 from pynumabind.discovery.environ import resolve
 from pynumabind.integrations import bind_gpus, per_gpu_override
 from pynumabind.model import Cpu, Gpu, NumaNode, Topology
 from pynumabind.planner._overrides import parse_cpus_override, parse_nodes_override
-
-sys.path.insert(0, str(Path(__file__).parent / "integrations"))
-from helpers import run_cli as _cli
-from helpers import two_node_snapshot
-
-sys.path.pop(0)
 
 
 def two_nodes() -> Topology:

@@ -12,22 +12,17 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import pytest
 
+from cli_helpers import run_cli as _cli
+from cli_helpers import two_node_snapshot
 from pynumabind import ConfigError, Options, PlanError, TopologyError, plan_all
 from pynumabind.discovery import process_topology, resolve_topology
 from pynumabind.discovery.visible import apply_visibility
 from pynumabind.model import SCHEMA_VERSION, Gpu, NumaNode, Topology
-
-sys.path.insert(0, str(Path(__file__).parent / "integrations"))
-from helpers import run_cli as _cli
-from helpers import two_node_snapshot
-
-sys.path.pop(0)
 
 
 def four_gpus() -> Topology:

@@ -18,15 +18,11 @@ import pytest
 
 import child_environ
 from childproc import run_in_child
+from cli_helpers import two_node_snapshot
 from pynumabind import Options, TopologyError, bind_current_process, discovery
 from pynumabind.discovery import process_topology, resolve_topology
 from pynumabind.discovery.environ import resolve
 from pynumabind.model import Topology
-
-sys.path.insert(0, str(Path(__file__).parent / "integrations"))
-from helpers import two_node_snapshot
-
-sys.path.pop(0)
 
 
 @pytest.fixture

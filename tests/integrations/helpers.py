@@ -31,6 +31,8 @@ from typing import Dict, List, Optional, Sequence, Set
 
 import pytest
 
+from cli_helpers import run_cli, two_node_snapshot  # noqa: F401 (the framework tests' too)
+
 REQUIRED_ENV = "PYNUMABIND_INTEGRATIONS_REQUIRED"
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -70,68 +72,6 @@ def require_two_cpus() -> None:
     allowed = os.sched_getaffinity(0)
     if not {0, 1} <= allowed:
         pytest.skip(f"needs CPUs 0 and 1 allowed (have {sorted(allowed)})")
-
-
-def run_cli(env: Dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    """``python -m pynumabind ARGS`` with ``env`` over a clean environment.
-
-    No ``PYNUMABIND_*``, launcher rank/size or ``CUDA_VISIBLE_DEVICES`` of
-    the test's own environment leaks in; ``env`` adds what the test sets.
-    """
-    full = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
-    for name in ("LOCAL_RANK", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"):
-        full.pop(name, None)
-    full.pop("CUDA_VISIBLE_DEVICES", None)
-    full.update(env)
-    return subprocess.run(
-        [sys.executable, "-m", "pynumabind", *args],
-        capture_output=True,
-        text=True,
-        env=full,
-        timeout=120,
-    )
-
-
-def two_node_snapshot(path: Path, gpu_nodes: Sequence[int] = (0, 1)) -> Path:
-    """A two-node machine, GPU 0 on node 0 (CPU 0), GPU 1 on node 1 (CPU 1).
-
-    Its CPUs are this machine's CPUs 0 and 1, so a plan made from it can be
-    applied here for real.  This machine has one memory node, so the planner
-    (reading the allowed memory nodes from the process, not the file) puts
-    node 1's memory on node 0, and the plans say so.  ``gpu_nodes`` moves the
-    GPUs: ``(1, 1)`` puts both on node 1.
-    """
-    data = {
-        "schema": 1,
-        "nodes": [
-            {"id": 0, "cpus": "0", "has_memory": True, "distances": {"0": 10, "1": 21}},
-            {"id": 1, "cpus": "1", "has_memory": True, "distances": {"0": 21, "1": 10}},
-        ],
-        "cpus": [
-            {"id": 0, "node": 0, "package": 0, "core": 0, "siblings": "0", "l3": "0"},
-            {"id": 1, "node": 1, "package": 1, "core": 0, "siblings": "1", "l3": "1"},
-        ],
-        "gpus": [
-            {
-                "index": index,
-                "pci_bus_id": bus,
-                "vendor": "nvidia",
-                "numa_node": gpu_nodes[index],
-                "local_cpus": str(gpu_nodes[index]),
-                "uuid": f"GPU-0000000{index}-test-snapshot",
-                "model": "snapshot GPU",
-                "memory_node": None,
-                "physical_index": index,
-                "source": "snapshot",
-            }
-            for index, bus in ((0, "0000:17:00.0"), (1, "0000:65:00.0"))
-        ],
-        "allowed_cpus": "0-1",
-        "allowed_mems": "0-1",
-        "notes": ["two-node test machine over this machine's CPUs 0 and 1"],
-    }
-    path.write_text(json.dumps(data, indent=2), encoding="utf-8")
-    return path
 
 
 class ParkedLaunch:

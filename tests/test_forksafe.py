@@ -81,7 +81,7 @@ def test_a_fork_waits_only_so_long_for_a_lock_that_is_never_released() -> None:
 
 def test_the_fork_lock_module_imports_nothing_of_pynumabind() -> None:
     # The package imports it eagerly, before any lazy import: it must stay a leaf.
-    from test_layers import _package_imports
+    from import_scan import package_imports as _package_imports
 
     assert _package_imports("_os.forksafe") == set()
     assert "_os" in vars(pynumabind)

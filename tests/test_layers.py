@@ -30,7 +30,6 @@ architecture table names exactly these folders, in this order.
 
 from __future__ import annotations
 
-import ast
 import re
 from pathlib import Path
 from typing import Dict, FrozenSet, List, Mapping, Optional, Set
@@ -38,10 +37,11 @@ from typing import Dict, FrozenSet, List, Mapping, Optional, Set
 import pytest
 
 import child_cold
-import pynumabind
 from childproc import run_in_child
+from import_scan import BUILT, PACKAGE
+from import_scan import all_modules as _modules
+from import_scan import package_imports as _package_imports
 
-PACKAGE = Path(pynumabind.__file__).parent
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 #: The floors, bottom up: a folder's name, or ``values``/``entry`` for the
@@ -93,28 +93,12 @@ PURE: Dict[str, str] = {
 #: The top-level modules that are entry points, not values.
 ENTRY: FrozenSet[str] = frozenset({"__init__", "__main__"})
 
-#: Modules made when the package is built (cffi's out-of-line module), absent
-#: from a source tree; ``_os.libnuma`` falls back without it.
-BUILT: FrozenSet[str] = frozenset({"_libnuma_ffi"})
-
 #: What ``import pynumabind`` itself loads: the fork-safety lock must exist
 #: before the first lazy import (see pynumabind._os.forksafe).
 PACKAGE_EAGER: Set[str] = {"_os", "_os.forksafe", "_version"}
 
 #: At most this many modules of its own at the top of the package.
 MAX_TOP_LEVEL = 10
-
-
-def _name(path: Path) -> str:
-    parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
-    if parts[-1] == "__init__" and len(parts) > 1:
-        parts.pop()
-    return ".".join(parts)
-
-
-def _modules() -> Dict[str, Path]:
-    """Every module of the package, subpackages included (source files only)."""
-    return {_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
 
 
 def floor(module: str) -> str:
@@ -125,70 +109,6 @@ def floor(module: str) -> str:
     if dot or (PACKAGE / head).is_dir():
         return head
     return "entry" if module in ENTRY else "values"
-
-
-def _package_of(module: str, path: Path) -> str:
-    """The package ``module``'s relative imports start from ('' for the top)."""
-    if path.name == "__init__.py":
-        return "" if module == "__init__" else module
-    return module.rpartition(".")[0]
-
-
-def _resolve(dotted: str, known: Set[str]) -> Optional[str]:
-    """The module ``dotted`` names: itself, else the module holding it as an attribute."""
-    while dotted:
-        if dotted in known:
-            return dotted
-        dotted = dotted.rpartition(".")[0]
-    return "__init__"  # an attribute of the package itself (``from . import __version__``)
-
-
-def _package_imports(module: str, modules: Optional[Mapping[str, Path]] = None) -> Set[str]:
-    """Every pynumabind module ``module``'s source imports, at any depth (TYPE_CHECKING aside)."""
-    modules = _modules() if modules is None else modules
-    known = set(modules) | BUILT
-    path = modules[module]
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    package = _package_of(module, path)
-    found: Set[str] = set()
-    for node in _runtime_nodes(tree):
-        targets: List[str] = []
-        if isinstance(node, ast.ImportFrom) and node.level:
-            base = package.split(".") if package else []
-            base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
-            prefix = ".".join([*base, node.module] if node.module else base)
-            targets = [f"{prefix}.{a.name}" if prefix else a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pynumabind."):
-            prefix = (node.module or "")[len("pynumabind.") :]
-            targets = [f"{prefix}.{a.name}" for a in node.names]
-        elif isinstance(node, ast.Import):
-            targets = [
-                a.name[len("pynumabind.") :] for a in node.names if a.name.startswith("pynumabind.")
-            ]
-        for target in targets:
-            resolved = _resolve(target, known)
-            if resolved is not None:
-                found.add(resolved)
-    found.discard(module)
-    return found
-
-
-def _runtime_nodes(tree: ast.AST) -> List[ast.AST]:
-    """Every node that can run: ``if TYPE_CHECKING:`` bodies (type-only imports) left out."""
-    out: List[ast.AST] = []
-    todo = [tree]
-    while todo:
-        node = todo.pop()
-        out.append(node)
-        if (
-            isinstance(node, ast.If)
-            and isinstance(node.test, ast.Name)
-            and node.test.id == "TYPE_CHECKING"
-        ):
-            todo.extend(node.orelse)
-            continue
-        todo.extend(ast.iter_child_nodes(node))
-    return out
 
 
 def _graph() -> Dict[str, Set[str]]:

@@ -206,7 +206,9 @@ def test_no_other_module_translates_oserror(module: str) -> None:
 
 @pytest.mark.parametrize("module", DISCOVERY)
 def test_discovery_depends_on_proc_not_on_the_apply_layer(module: str) -> None:
-    from test_layers import _package_imports  # resolves relative imports in subpackages
+    from import_scan import (
+        package_imports as _package_imports,  # resolves relative imports in subpackages
+    )
 
     imports = _package_imports(module)
     allowed_libnuma = {"_os.libnuma"} if module == "_os.proc" else set()  # get_mempolicy, lazily

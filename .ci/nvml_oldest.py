@@ -4,7 +4,7 @@
     python .ci/nvml_oldest.py --here [PYTEST ARGS]         # tox -e nvml-oldest: its env
 
 The floor is read from pyproject.toml's ``nvidia-ml-py>=X`` dependency (the
-only copy of the number; tests/test_nvml.py checks that ``_nvml.NVML_PY_FLOOR``
+only copy of the number; tests/discovery/test_nvml.py checks that ``_nvml.NVML_PY_FLOOR``
 equals it).  ``--venv`` makes a ``--system-site-packages`` venv at DIR (the
 test extras come from the system) and installs this package and
 ``nvidia-ml-py==X`` into it, so the venv's own pynvml shadows the system's;
@@ -12,7 +12,7 @@ then this script runs again, ``--here``, under the venv's interpreter, with
 pytest's ``--basetemp`` inside the venv.
 ``--here`` installs ``nvidia-ml-py==X`` into the running interpreter's
 environment (a venv only: it never downgrades a system Python's) unless it
-is there already, and runs ``tests/test_nvml.py`` with
+is there already, and runs ``tests/discovery/test_nvml.py`` with
 ``PYNUMABIND_EXPECT_NVML_PY=X``: a test there fails unless the ``pynvml`` it
 imports is that release's, so the run cannot pass on another version.  CI
 tooling, not the library: it runs pip and pytest as subprocesses.
@@ -76,8 +76,8 @@ def main(argv: list[str]) -> int:
         pip = [sys.executable, "-m", "pip", "install", "-q", f"nvidia-ml-py=={version}"]
         subprocess.run(pip, check=True)
     env = dict(os.environ, PYNUMABIND_EXPECT_NVML_PY=version)
-    print(f"nvml-oldest: tests/test_nvml.py against nvidia-ml-py=={version}", flush=True)
-    test = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_nvml.py"]
+    print(f"nvml-oldest: tests/discovery/test_nvml.py against nvidia-ml-py=={version}", flush=True)
+    test = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/discovery/test_nvml.py"]
     return subprocess.run([*test, *argv[1:]], cwd=ROOT, env=env, check=False).returncode
 
 

@@ -15,7 +15,7 @@ journal holds a CPU and a policy record), then times ``reps`` more
 them newest first.  Reported: median [IQR] per bind and per restore in µs,
 and the totals.  Flat per-operation figures across the counts mean O(1);
 the algorithmic property itself is tested without timing in
-``tests/test_restore.py``.
+``tests/binding/test_restore.py``.
 """
 
 from __future__ import annotations

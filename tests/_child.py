@@ -8,7 +8,7 @@ last stdout line.  Built by :func:`childproc.child_command`; never source text.
 
 It imports nothing of its own before the function runs (``faulthandler`` is
 built in and ``_signal`` is loaded at interpreter start), so a test that
-measures what a fresh interpreter loads (test_discovery_cost.py) still
+measures what a fresh interpreter loads (discovery/test_cost.py) still
 measures only the function's imports.  A hung child dumps its stacks and dies
 at ALARM seconds: a signal, not a watchdog thread, since tests count threads.
 ALARM 0 sets none: a function that execs another program must pass 0, since

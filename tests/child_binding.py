@@ -1,4 +1,4 @@
-"""Child bodies of test_binder.py: each binds a fresh interpreter and reports.
+"""Child bodies of binding/test_bind.py: each binds a fresh interpreter and reports.
 
 Run through :func:`childproc.run_in_child`, so the pytest process is never
 left bound.  Each function returns what its test asserts on.

@@ -1,4 +1,4 @@
-"""Child bodies of test_cpuset.py: binding under a real cpuset or affinity mask."""
+"""Child bodies of binding/test_cpuset.py: binding under a real cpuset or affinity mask."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Child bodies of the discovery tests (test_sysfs.py): live reads in a fresh process.
+"""Child bodies of the discovery tests (discovery/test_sysfs.py): live reads in a fresh process.
 
 Order matters in each (libnuma loaded before or after a change of the
 process's CPUs or cpuset), so pynumabind is imported inside the functions,

@@ -1,4 +1,4 @@
-"""Child bodies of test_forksafe.py: fork while another thread is inside pynumabind.
+"""Child bodies of _os/test_forksafe.py: fork while another thread is inside pynumabind.
 
 Each runs in a fresh interpreter (only the *first* use imports), so nothing
 of pynumabind is imported at module level here.  Each forks from the main

@@ -1,6 +1,6 @@
-"""Child bodies of test_interrupts.py: a KeyboardInterrupt at the k-th point.
+"""Child bodies of binding/test_interrupts.py: a KeyboardInterrupt at the k-th point.
 
-See test_interrupts.py for what the points are and why.
+See binding/test_interrupts.py for what the points are and why.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Child bodies of test_placement.py: memory placement under a real seccomp filter.
+"""Child bodies of binding/test_placement.py: memory placement under a real seccomp filter.
 
 pynumabind and libnuma load first (at import of this module, then
 ``_libnuma.load()``), the filter goes in after, as in the old child text.
@@ -66,7 +66,7 @@ def bind_without_move_pages(denied: str) -> Dict[str, Any]:
 
 def interrupt_every_point_of_memory_on() -> Dict[str, Any]:
     """A KeyboardInterrupt at the k-th point of a memory_on block, for every k (see
-    test_interrupts.py for what the points are).  Each time, once the interrupt is dropped,
+    binding/test_interrupts.py for what the points are).  Each time, once the interrupt is dropped,
     the thread's policy must be the one before the block and no block left in force."""
     from child_interrupts import Interrupter, Tally
     from pynumabind.binding import placement

@@ -1,4 +1,4 @@
-"""Child bodies of test_seccomp.py: bind under a real seccomp filter.
+"""Child bodies of binding/test_seccomp.py: bind under a real seccomp filter.
 
 Each installs its filter first and imports pynumabind only afterwards (so
 libnuma loads under the filter, as in a container): no pynumabind import at

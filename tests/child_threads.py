@@ -1,4 +1,4 @@
-"""Child bodies of test_threads.py: thread-wide affinity in a fresh interpreter."""
+"""Child bodies of _os/test_threads.py: thread-wide affinity in a fresh interpreter."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Child body of test_verify.py: ``check`` and ``verify()`` judge the same pages."""
+"""Child body of binding/test_verify.py: ``check`` and ``verify()`` judge the same pages."""
 
 from __future__ import annotations
 

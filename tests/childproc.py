@@ -6,7 +6,7 @@ their body in a child.  The body is an ordinary function in an importable
 module, where ruff, mypy and an editor see it, including any internals it
 patches.  The child is started as ``python tests/_child.py ... module:function
 args`` (see ``_child.py``); no test passes Python source text to a child, and
-test_child_sources.py fails if one does again.
+package/test_child_sources.py fails if one does again.
 
 Arguments reach the function as strings (a child parses what it needs).  A
 function returns a JSON-able value (or None); :func:`run_in_child` returns it

@@ -1,4 +1,4 @@
-"""Drivers of test_recipe_multiprocessing.py: the recipe's pools, run in a child.
+"""Drivers of launchers/test_multiprocessing.py: the recipe's pools, run in a child.
 
 The recipe itself (docs/integrations.md, unchanged) is written by the test to
 ``bindrecipe.py`` in a folder that each driver puts on ``sys.path`` first

@@ -41,7 +41,7 @@ reject.
 
 Deliberate differences from libnuma 2.0.16's ``numa_parse_cpustring_all``
 and ``numa_parse_nodestring_all`` (which read numbers with ``strtoul(s,
-&end, 0)``; each is pinned by a test in ``tests/test_cpulist_libnuma.py``):
+&end, 0)``; each is pinned by a test in ``tests/values/test_cpulist_against_libnuma.py``):
 
 * libnuma reads ``010`` as octal 8 (``08`` is an error) and ``0x1`` as hex;
   we read decimal, as the kernel and sysfs do;

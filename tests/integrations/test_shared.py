@@ -156,7 +156,7 @@ def test_missing_attributes_resolves_through_imports() -> None:
 
 
 # ------------------------------------------------------------ topology
-# (PYNUMABIND_TOPOLOGY itself is the core's: tests/test_topology_variable.py)
+# (PYNUMABIND_TOPOLOGY itself is the core's: tests/discovery/test_topology_variable.py)
 
 
 def test_integrations_have_no_topology_source_of_their_own(snapshot: Path) -> None:

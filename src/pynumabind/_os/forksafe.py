@@ -45,7 +45,7 @@ The rules:
   for it, which logging's own *after* handlers then release.  Nothing else
   imported under the lock (pynumabind's own modules, the standard library
   modules they load, ``cffi`` and ``pynvml``) registers a *before* or
-  *after-in-parent* handler; ``tests/test_forksafe.py`` records every
+  *after-in-parent* handler; ``tests/_os/test_forksafe.py`` records every
   registration made through the public entry points and fails on a new one.
   A framework's own modules (vLLM, SGLang, torch) are never imported under
   the lock: they may register such handlers, and making their imports

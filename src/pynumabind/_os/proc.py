@@ -29,7 +29,7 @@ How errors are translated:
   :class:`~pynumabind.errors.NumaSyscallError` naming the call.  Both are
   :class:`~pynumabind.errors.PynumabindError` and ``OSError``.
 * Nothing else in the package catches ``OSError`` around these reads or
-  reads these files: ``tests/test_proc_boundary.py`` fails when another
+  reads these files: ``tests/_os/test_proc_boundary.py`` fails when another
   module names ``/proc/self``, ``/proc/thread-self`` or ``/sys/fs/cgroup``
   or calls ``os.sched_getaffinity``/``os.sched_setaffinity``, and lists, each
   with its reason, the few modules that may catch ``OSError`` at all for

@@ -5,7 +5,7 @@ the measurements (:class:`MemoryMatrix`, :class:`GpuCopies`),
 :func:`decide` judges them, and :class:`Advice` carries both with the
 firmware's own claims (:class:`Firmware`) to the caller, the table and the
 JSON.  The rule is tested on recorded matrices from published numbers and
-on generated ones (``tests/test_advice.py``).
+on generated ones (``tests/advisor/test_rule.py``).
 
 The decision rule
 -----------------

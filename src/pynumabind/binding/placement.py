@@ -173,7 +173,7 @@ as a bind's journal is.
   its object is freed, which for ``with memory_on(...):`` is when the
   interrupt's traceback is (a finalizer, armed only while a block is in
   force).  Tested at every interpreter check point of a block, and with
-  real SIGINTs at random moments (``tests/test_placement.py``).
+  real SIGINTs at random moments (``tests/binding/test_placement.py``).
 * *fork*: a child forked inside a block has one thread, the forking
   thread's copy, with its policy and its blocks; leaving the block there
   puts the previous policy back, in the child as in the parent.

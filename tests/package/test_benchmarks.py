@@ -375,7 +375,7 @@ def test_generated_tree_reads_back_as_generated(count: int) -> None:
 
 def test_discovery_is_named_in_common_only() -> None:
     """Every benchmark reaches the discovery API through benchmarks.common (one line to move)."""
-    bench_dir = Path(__file__).resolve().parent.parent / "benchmarks"
+    bench_dir = Path(__file__).resolve().parents[2] / "benchmarks"
     pattern = re.compile(
         r"pynumabind\.discovery|import discovery|topology_from_sysfs|load_topology"
         r"|\bTopology\.|\.from_sysfs\(|\.detect\("

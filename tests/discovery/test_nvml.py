@@ -483,7 +483,7 @@ def test_a_pynvml_without_the_numa_wrapper_is_noted(
 def test_the_declared_floor_is_the_one_the_library_names() -> None:
     import re
 
-    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
     if not pyproject.is_file():
         pytest.skip("not run from a source checkout (no pyproject.toml)")
     pins = re.findall(r'"nvidia-ml-py>=([0-9.]+)"', pyproject.read_text(encoding="utf-8"))

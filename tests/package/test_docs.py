@@ -17,7 +17,7 @@ documents cannot drift from the code or from each other:
   that rule is what a process without a rank gets.
 
 The recipes of docs/integrations.md are run by their own tests
-(``tests/test_recipes_doc.py`` lists them).
+(``tests/launchers/test_every_recipe_runs.py`` lists them).
 """
 
 from __future__ import annotations

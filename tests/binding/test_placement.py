@@ -44,7 +44,7 @@ from pynumabind.model import MemoryPolicy
 from topology_builders import gb200_tray, gpu, make_topology, threadripper_memoryless
 
 PAGE = mmap.PAGESIZE
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.skipif(not _libnuma.available(), reason="no NUMA API (libnuma/kernel)")
 

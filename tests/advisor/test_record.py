@@ -1,6 +1,6 @@
 """The advice record and mode ``advised``: recorded matrices in, plans out; the file on disk.
 
-The matrices are the published figures test_advice.py uses (GB200: local
+The matrices are the published figures advisor/test_rule.py uses (GB200: local
 pinned copies ~330 GB/s against ~115 GB/s across the C2C link; MI210: ~28
 GB/s from every node), saved as records, read back and followed.  The
 machine each record was measured on is a :class:`Machine` value, so

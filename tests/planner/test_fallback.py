@@ -5,7 +5,7 @@ The recorded A100 PCIe box under a Slurm cpuset of node 0's CPUs
 whose CPUs the job may not use.  By default their ranks are a PlanError;
 with the fallback they are bound to node 0's allowed CPUs, their memory on
 node 1 (allowed), with one warning naming the cpuset.  The real kernel
-case (a cgroup v1 cpuset) is in ``test_cpuset.py``.
+case (a cgroup v1 cpuset) is in ``binding/test_cpuset.py``.
 """
 
 from __future__ import annotations

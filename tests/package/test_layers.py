@@ -42,7 +42,7 @@ from import_scan import BUILT, PACKAGE
 from import_scan import all_modules as _modules
 from import_scan import package_imports as _package_imports
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 #: The floors, bottom up: a folder's name, or ``values``/``entry`` for the
 #: modules at the top of the package.
@@ -163,6 +163,24 @@ def test_every_folder_is_a_floor_and_the_top_stays_small() -> None:
     assert len(top) <= MAX_TOP_LEVEL, sorted(top)
     assert set(PURE) <= set(_modules())
     assert {floor(m) for m in _modules()} <= set(FLOORS)
+
+
+#: The test folders that test no single floor: the package as a whole (its
+#: layers, public names, docs and site), the recipes under real launchers,
+#: and the QEMU guest (which tests every floor on a multi-node kernel).
+TESTS_BEYOND_FLOORS = frozenset({"package", "launchers", "vm"})
+
+
+def test_the_tests_are_laid_out_like_the_code() -> None:
+    """One test folder per floor, named as the package's: no test file left at the top."""
+    tests = Path(__file__).resolve().parents[1]
+    with_tests = {p.parent.name for p in tests.glob("*/test_*.py")}
+    floors = {f for f in FLOORS if f != "entry"}
+    assert with_tests - TESTS_BEYOND_FLOORS == floors, sorted(with_tests)
+    assert not sorted(tests.glob("test_*.py")), "a test file at the top of tests/"
+    names = [p.name for p in tests.rglob("test_*.py") if "vm" not in p.relative_to(tests).parts]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    assert not dup, f"test files share a name (pytest imports them by name): {dup}"
 
 
 def test_the_cffi_build_script_stays_beside_the_package_it_builds() -> None:

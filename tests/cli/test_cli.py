@@ -653,7 +653,7 @@ def test_exec_on_error_default_is_explained() -> None:
     assert "(default: raise" not in helped.stdout
     text = " ".join(helped.stdout.split())
     assert "Default: raise, unlike the library" in text
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     assert "`exec --on-error` defaults to `raise`" in " ".join(readme.split())
 
 

@@ -415,12 +415,21 @@ def _measuring_seconds() -> float:
     signal lands while measuring (the bandwidth rounds, the latency phase, the
     copies), however fast or slow the machine is.
     """
-    child = _advise_child()
-    _await_measuring(child)
-    began = time.monotonic()
-    _, err = child.communicate(timeout=120)
-    assert child.returncode == 0, err
-    return time.monotonic() - began
+    spans = []
+    for _ in range(2):  # the shorter of two: a noisy machine's slow run must not widen it
+        child = _advise_child()
+        _await_measuring(child)
+        began = time.monotonic()
+        _, err = child.communicate(timeout=120)
+        assert child.returncode == 0, err
+        spans.append(time.monotonic() - began)
+    return min(spans)
+
+
+def _finished_report(out: str) -> bool:
+    """Whether ``out`` is advise's whole report: it ends with the run's duration line."""
+    lines = out.strip().splitlines()
+    return bool(lines) and lines[-1].startswith("(") and lines[-1].endswith("quick)")
 
 
 def _interrupted_cli(delay: float) -> Optional[tuple[int, float, str]]:
@@ -428,7 +437,10 @@ def _interrupted_cli(delay: float) -> Optional[tuple[int, float, str]]:
 
     Returns (exit status, seconds from the signal to the exit, stderr), or
     None where the child had already finished when the signal was due (the
-    signal is then not sent: it would test nothing).
+    signal is then not sent: it would test nothing), or where it came after
+    the child had printed its whole report: the measuring was over and the
+    interpreter was ending, where CPython has put back the default SIGINT
+    action (a CI machine saw exit -2 so).
     """
     child = _advise_child()
     seen = _await_measuring(child)
@@ -439,11 +451,13 @@ def _interrupted_cli(delay: float) -> Optional[tuple[int, float, str]]:
     sent = time.monotonic()
     child.send_signal(signal.SIGINT)
     try:
-        _, err = child.communicate(timeout=60)
+        out, err = child.communicate(timeout=60)
     except subprocess.TimeoutExpired:
         child.kill()
         child.communicate()
         raise
+    if child.returncode != 130 and _finished_report(out):
+        return None
     return child.returncode, time.monotonic() - sent, "".join(seen) + err
 
 
@@ -456,7 +470,9 @@ def test_ctrl_c_stops_the_cli_at_once_every_time() -> None:
     delays spread over the bandwidth rounds and into the latency phase: they
     are drawn from the first 80% of what an uninterrupted run measures here.
     A signal that would have come after the child finished is not sent, and
-    that try is drawn again (at most 5 times in all, or the span was wrong).
+    one that came after its whole report was printed tests nothing either:
+    that try is drawn again (at most 5 times in all, or the span was wrong;
+    a CLI that ignored the signal would finish every time and fail here).
     """
     span = _measuring_seconds()
     rng = random.Random()
@@ -467,7 +483,7 @@ def test_ctrl_c_stops_the_cli_at_once_every_time() -> None:
         result = _interrupted_cli(delay)
         if result is None:
             late += 1
-            assert late <= 5, f"{late} children ended within {delay:.2f} s of a {span:.2f} s span"
+            assert late <= 5, f"{late} done before {delay:.2f} s of {span:.2f} s"
             continue
         rc, seconds, err = result
         assert rc == 130, (delay, rc, err)

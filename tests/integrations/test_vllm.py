@@ -519,16 +519,25 @@ NUMACTL_ENV = "_VLLM_INTERNAL_NUMACTL_ARGS"  # set by vLLM for its numactl wrapp
 
 @pytest.mark.slow
 def test_real_launch_plugin_binds_engine_core_and_each_worker(launch, snapshot: Path) -> None:
-    """PYNUMABIND_VLLM=1, vLLM's stock worker, TP=2: each process read from outside."""
-    run = launch(
-        "vllm_probe.ProbeStockWorker",
-        {"PYNUMABIND_VLLM": "1", "PYNUMABIND_TOPOLOGY": str(snapshot)},
-    )
+    """PYNUMABIND_VLLM=1, vLLM's stock worker, TP=2: each process read from outside.
+
+    Where the release binds by itself (vLLM >= 0.34) its decision is forced on
+    too, so the same launch also checks that only pynumabind binds: vLLM's
+    automatic binding is switched off in the launching process, once, and no
+    process starts through vLLM's numactl wrapper.  (One launch, not two: a
+    launch costs four interpreters that import vLLM.)
+    """
+    auto = binds_by_default()
+    env = {"PYNUMABIND_VLLM": "1", "PYNUMABIND_TOPOLOGY": str(snapshot)}
+    if auto:
+        env["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"  # what vLLM's automatic mode needs
+    run = launch("vllm_probe.ProbeStockWorker", env, flags=["force_auto"] if auto else [])
     workers = {r["rank"]: r for r in run.parked("worker-*.json", 2)}
     seen = {rank: observe(rec["pid"]) for rank, rec in workers.items()}
     engine_pid = workers[0]["ppid"]
     assert workers[1]["ppid"] == engine_pid  # both started by EngineCore
     engine = observe(engine_pid)
+    engine_env = environ_of(engine_pid)
     front = observe(run.proc.pid)
     output = run.release()
     print(output[-30000:])  # shown by pytest when an assertion below fails
@@ -537,6 +546,7 @@ def test_real_launch_plugin_binds_engine_core_and_each_worker(launch, snapshot: 
     # Worker 0 drives GPU 0 (node 0: CPU 0), worker 1 GPU 1 (node 1: CPU 1);
     # every thread moved; memory preferred on node 0 for both, because this
     # machine's only memory node is 0 (the planner read that from the process).
+    # (numactl's node 0 would have been CPUs 0-1 for both.)
     assert seen[0].cpus == "0" and seen[0].thread_cpus == ("0",)
     assert seen[1].cpus == "1" and seen[1].thread_cpus == ("1",)
     assert seen[0].policy == seen[1].policy == "prefer:0"
@@ -556,15 +566,33 @@ def test_real_launch_plugin_binds_engine_core_and_each_worker(launch, snapshot: 
     )
     assert "vLLM EngineCore (DP rank 0), GPUs 0 (physical 0, " in output
     assert "), 1 (physical 1, GPU-00000001-test-snapshot, 0000:65:00.0): pynumabind:" in output
+    # No process was started through vLLM's numactl wrapper ...
+    assert NUMACTL_ENV not in engine_env
+    assert workers[0]["numactl"] is None and workers[1]["numactl"] is None
+    assert "with numactl" not in output
+    # ... and where vLLM had decided to bind, the launching process said it is off, once.
+    said = output.count("vLLM's automatic NUMA binding (numa_bind unset) is off")
+    assert said == (1 if auto else 0)
 
 
 @pytest.mark.slow
 def test_real_launch_worker_cls_with_vllm_style_node_override(launch, snapshot: Path) -> None:
-    """--worker-cls without the plugin's opt-in; PYNUMABIND_NODES in vLLM's form."""
-    run = launch(
-        "vllm_probe.ProbePynumabindWorker",
-        {"PYNUMABIND_TOPOLOGY": str(snapshot), "PYNUMABIND_NODES": "1 0"},
-    )
+    """--worker-cls without the plugin's opt-in; PYNUMABIND_NODES in vLLM's form.
+
+    Where the release binds by itself (vLLM >= 0.34) its decision is forced on
+    too.  The launch names ``vllm_probe.ProbePynumabindWorker``, a subclass
+    that the launching process does not import to find out what it derives
+    from: vLLM's decision stands, it wraps each worker in numactl, and each
+    worker rebinds (to the override's node) and says so.  Named by its own
+    path, pynumabind's worker class turns vLLM's decision off: the ``vllm
+    serve`` test below.  (One launch, not two: a launch costs four
+    interpreters that import vLLM.)
+    """
+    auto = binds_by_default()
+    env = {"PYNUMABIND_TOPOLOGY": str(snapshot), "PYNUMABIND_NODES": "1 0"}
+    if auto:
+        env["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"  # what vLLM's automatic mode needs
+    run = launch("vllm_probe.ProbePynumabindWorker", env, flags=["force_auto"] if auto else [])
     workers = {r["rank"]: r for r in run.parked("worker-*.json", 2)}
     seen = {rank: observe(rec["pid"]) for rank, rec in workers.items()}
     engine = observe(workers[0]["ppid"])
@@ -575,8 +603,16 @@ def test_real_launch_worker_cls_with_vllm_style_node_override(launch, snapshot: 
     # "1 0": GPU index 0 -> node 1 (CPU 1), GPU index 1 -> node 0 (CPU 0).
     assert seen[0].cpus == "1" and seen[0].thread_cpus == ("1",)
     assert seen[1].cpus == "0" and seen[1].thread_cpus == ("0",)
-    # Without PYNUMABIND_VLLM=1 the plugin did nothing: EngineCore unbound.
-    assert engine.cpus == "0-1" and engine.policy == "default"
+    if not auto:
+        # Without PYNUMABIND_VLLM=1 the plugin did nothing: EngineCore unbound.
+        assert engine.cpus == "0-1" and engine.policy == "default"
+        assert workers[0]["numactl"] is None and workers[1]["numactl"] is None
+        return
+    # vLLM did wrap the workers in numactl (its forced automatic decision) ...
+    assert workers[0]["numactl"] == workers[1]["numactl"] == "--cpunodebind=0 --preferred=0"
+    # ... the workers did not fail, and pynumabind's binding is the one in force.
+    assert output.count("pynumabind's binding now replaces numactl's") == 2
+    assert "set PYNUMABIND_VLLM=1 for the launch (or pass --no-numa-bind)" in output
 
 
 # ---------------------------------------- vLLM >= 0.34's automatic binding
@@ -585,74 +621,6 @@ def test_real_launch_worker_cls_with_vllm_style_node_override(launch, snapshot: 
 def require_automatic_binding() -> None:
     if not binds_by_default():
         pytest.skip("this vLLM has no automatic NUMA binding (vLLM >= 0.34 has)")
-
-
-@pytest.mark.slow
-def test_real_launch_plugin_turns_vllms_automatic_binding_off(launch, snapshot: Path) -> None:
-    """vLLM decides to bind by itself (forced), PYNUMABIND_VLLM=1: only pynumabind binds."""
-    require_automatic_binding()
-    run = launch(
-        "vllm_probe.ProbeStockWorker",
-        {
-            "PYNUMABIND_VLLM": "1",
-            "PYNUMABIND_TOPOLOGY": str(snapshot),
-            "VLLM_WORKER_MULTIPROC_METHOD": "spawn",  # what vLLM's automatic mode needs
-        },
-        flags=["force_auto"],
-    )
-    workers = {r["rank"]: r for r in run.parked("worker-*.json", 2)}
-    seen = {rank: observe(rec["pid"]) for rank, rec in workers.items()}
-    engine_pid = workers[0]["ppid"]
-    engine = observe(engine_pid)
-    engine_env = environ_of(engine_pid)
-    output = run.release()
-    print(output[-30000:])  # shown by pytest when an assertion below fails
-
-    assert "Unsupported device type: cpu" in output  # where a GPU is needed
-    # No process was started through vLLM's numactl wrapper ...
-    assert NUMACTL_ENV not in engine_env
-    assert workers[0]["numactl"] is None and workers[1]["numactl"] is None
-    assert "with numactl" not in output
-    # ... each was bound by pynumabind (numactl's node 0 would be CPUs 0-1) ...
-    assert seen[0].cpus == "0" and seen[0].thread_cpus == ("0",)
-    assert seen[1].cpus == "1" and seen[1].thread_cpus == ("1",)
-    assert engine.cpus == "0-1" and engine.policy == "prefer:0"
-    assert "vLLM EngineCore (DP rank 0), GPUs 0 (physical 0, GPU-00000000-test-snapshot" in output
-    # ... and the launching process said so, once.
-    assert output.count("vLLM's automatic NUMA binding (numa_bind unset) is off") == 1
-
-
-@pytest.mark.slow
-def test_real_launch_worker_class_under_vllms_automatic_binding_binds_and_says_so(
-    launch, snapshot: Path
-) -> None:
-    """A subclass named by another path is not recognised in the launching process.
-
-    The launch names ``vllm_probe.ProbePynumabindWorker``, which the launching
-    process does not import to find out what it derives from: vLLM's decision
-    stands, and each worker rebinds and warns.  (Named by its own path,
-    pynumabind's worker class turns vLLM's decision off: the ``vllm serve``
-    test below.)
-    """
-    require_automatic_binding()
-    run = launch(
-        "vllm_probe.ProbePynumabindWorker",
-        {"PYNUMABIND_TOPOLOGY": str(snapshot), "VLLM_WORKER_MULTIPROC_METHOD": "spawn"},
-        flags=["force_auto"],
-    )
-    workers = {r["rank"]: r for r in run.parked("worker-*.json", 2)}
-    seen = {rank: observe(rec["pid"]) for rank, rec in workers.items()}
-    output = run.release()
-    print(output[-30000:])  # shown by pytest when an assertion below fails
-
-    assert "Unsupported device type: cpu" in output
-    # vLLM did wrap the workers in numactl (its forced automatic decision) ...
-    assert workers[0]["numactl"] == workers[1]["numactl"] == "--cpunodebind=0 --preferred=0"
-    # ... the workers did not fail, and pynumabind's binding is the one in force.
-    assert seen[0].cpus == "0" and seen[0].thread_cpus == ("0",)
-    assert seen[1].cpus == "1" and seen[1].thread_cpus == ("1",)
-    assert output.count("pynumabind's binding now replaces numactl's") == 2
-    assert "set PYNUMABIND_VLLM=1 for the launch (or pass --no-numa-bind)" in output
 
 
 # ---------------------------------------------- mode advised, do not bind

@@ -7,7 +7,13 @@ binding:
 
 * **Placement.**  Buffers are anonymous mappings first touched by the
   calling thread inside :func:`pynumabind.memory_on` (``MPOL_BIND`` to the
-  memory node), which restores the thread's policy afterwards.  Where each
+  memory node), which restores the thread's policy afterwards.  Each mapping
+  is also bound itself (``mbind``, ``MPOL_BIND``) before it is touched: the
+  copying threads run under the default policy, and automatic NUMA balancing
+  moves pages of a mapping without a policy of its own towards the node of
+  the threads touching them, so a remote cell's buffer would drift to the
+  CPU node mid-measurement (seen in the QEMU guest).  Where ``mbind`` is
+  refused (a seccomp profile) the thread's policy alone places them.  Where each
   buffer really landed is then asked of the kernel (``move_pages`` on up to
   :data:`PLACEMENT_SAMPLES` evenly spaced pages) and reported beside the
   number: a measurement whose buffer is not where it should be says so.
@@ -71,7 +77,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
-from ..errors import PynumabindError
+from ..errors import NumaSyscallError, PynumabindError
 from ..model import Topology
 from .rule import Firmware, HmatEntry, MemoryCell, MemoryMatrix, Placement, Spread
 
@@ -283,6 +289,16 @@ def _on_node(node: int, topology: Topology) -> Any:
     return memory_on(node=node, policy="bind", topology=topology)
 
 
+def _bind_mapping(buffer: _Buffer, node: int) -> None:
+    """``mbind`` the mapping to ``node``: NUMA balancing then leaves its pages there."""
+    from .._os import libnuma as _libnuma
+
+    try:
+        _libnuma.mbind_range(buffer.address, buffer.size, _libnuma.MPOL_BIND, {node})
+    except NumaSyscallError:
+        pass  # EPERM under seccomp: memory_on's policy still places it, the placement check tells
+
+
 @contextlib.contextmanager
 def _buffers(node: int, sizes: Sequence[int], topology: Topology) -> Iterator[List[_Buffer]]:
     """Buffers first touched on ``node`` (``ctypes.memset`` inside ``memory_on``)."""
@@ -292,6 +308,7 @@ def _buffers(node: int, sizes: Sequence[int], topology: Topology) -> Iterator[Li
             for size in sizes:
                 buffer = _Buffer(size)
                 made.append(buffer)
+                _bind_mapping(buffer, node)
                 for offset in range(0, size, TOUCH_CHUNK):  # an interrupt lands between chunks
                     ctypes.memset(buffer.address + offset, 1, min(TOUCH_CHUNK, size - offset))
         yield made

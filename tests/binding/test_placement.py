@@ -198,8 +198,8 @@ def test_placement_never_imports_torch() -> None:
 def test_a_real_torch_cpu_tensor_and_a_strided_view_of_it() -> None:
     torch = pytest.importorskip(
         "torch",
-        reason="torch is not importable in this Python: .ci/integrations runs this file again "
-        "in its vLLM environment, which has torch",
+        reason="torch is not importable in this Python: .ci/integrations runs this test again "
+        "in its vLLM environment, which has torch (TORCH_TESTS there)",
     )
     tensor = torch.ones((1024, 512), dtype=torch.float32)
     result = bind_memory(tensor, node=0)

@@ -27,7 +27,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Set
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import pytest
 
@@ -52,20 +52,117 @@ def require(module: str, framework_venv: str) -> None:
     pytest.skip(message, allow_module_level=True)
 
 
-def run_python(code: str, env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
+def run_python(
+    code: str, env: Optional[Dict[str, str]] = None, args: Sequence[str] = ()
+) -> subprocess.CompletedProcess:
     """``code`` in a fresh interpreter, without the caller's PYNUMABIND_* variables.
 
-    Fresh because each framework's plugin loader runs once per process.
+    Fresh because each framework's plugin loader runs once per process
+    (:func:`run_forked` runs many such cases from one interpreter).
     """
     full = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
     full.update(env or {})
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
+        [sys.executable, "-c", textwrap.dedent(code), *args],
         capture_output=True,
         text=True,
         env=full,
         timeout=300,
     )
+
+
+# The driver of run_forked: run the prelude once, then fork once per case.
+_FORKED_DRIVER = r"""
+import json, os, sys, traceback
+spec = json.load(open(sys.argv[1], encoding="utf-8"))
+exec(compile(spec["prelude"], "<prelude>", "exec"), {"__name__": "__prelude__"})
+# Each case must see a process in which nothing it tests has run yet.
+assert not any(m.split(".")[0] == "pynumabind" for m in sys.modules), "prelude imported pynumabind"
+for module, flag in (("vllm.plugins", "plugins_loaded"), ("sglang.srt.plugins", "_plugins_loaded")):
+    assert not getattr(sys.modules.get(module), flag, False), "prelude ran " + module + "'s loader"
+codes = {}
+for name, case in spec["cases"].items():
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            for fd, suffix in ((1, ".out"), (2, ".err")):
+                path = os.path.join(spec["dir"], name + suffix)
+                target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                os.dup2(target, fd)
+                os.close(target)
+            os.environ.update(case["env"])
+            try:
+                exec(compile(case["code"], "<" + name + ">", "exec"), {"__name__": "__main__"})
+                status = 0
+            except SystemExit as exc:
+                status = exc.code if isinstance(exc.code, int) else 1
+            except BaseException:
+                traceback.print_exc()
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(status)
+    codes[name] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+with open(os.path.join(spec["dir"], "codes.json"), "w", encoding="utf-8") as out:
+    json.dump(codes, out)
+"""
+
+
+def run_forked(
+    directory: Path,
+    prelude: str,
+    cases: Dict[str, Tuple[str, Dict[str, str]]],
+    env: Optional[Dict[str, str]] = None,
+) -> Dict[str, subprocess.CompletedProcess]:
+    """Each case's ``(code, env)`` as :func:`run_python` would run it, from one interpreter.
+
+    Importing a framework takes a fresh interpreter 10 s or more here, CPU
+    time that CI pays per test.  So one interpreter runs ``prelude`` (the
+    framework's imports, nothing that the cases test) under ``env`` and then
+    forks once per case: each child applies the case's ``env`` on top and runs
+    its code with stdout and stderr to files of its own.  A child is a process
+    in which the case's own steps have not run yet, as a fresh one is: the
+    driver checks that the prelude neither imported pynumabind nor ran vLLM's
+    or SGLang's plugin loader (each runs once per process).  What the framework reads
+    from the environment as it is imported must therefore come from ``env``,
+    not from a case's.  The result of each case is a CompletedProcess with its
+    exit status and its output.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    spec = directory / "spec.json"
+    spec.write_text(
+        json.dumps(
+            {
+                "dir": str(directory),
+                "prelude": textwrap.dedent(prelude),
+                "cases": {
+                    name: {"code": textwrap.dedent(code), "env": case_env}
+                    for name, (code, case_env) in cases.items()
+                },
+            }
+        ),
+        encoding="utf-8",
+    )
+    driver = run_python(_FORKED_DRIVER, env, args=[str(spec)])
+    codes_file = directory / "codes.json"
+    if driver.returncode != 0 or not codes_file.exists():
+        raise AssertionError(
+            f"the forked batch's driver failed (exit {driver.returncode}):\n"
+            f"{driver.stdout[-3000:]}\n{driver.stderr[-6000:]}"
+        )
+    codes = json.loads(codes_file.read_text(encoding="utf-8"))
+    return {
+        name: subprocess.CompletedProcess(
+            [sys.executable, f"<{name}>"],
+            codes[name],
+            (directory / f"{name}.out").read_text(encoding="utf-8", errors="replace"),
+            (directory / f"{name}.err").read_text(encoding="utf-8", errors="replace"),
+        )
+        for name in cases
+    }
 
 
 def require_two_cpus() -> None:

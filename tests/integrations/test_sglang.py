@@ -26,7 +26,7 @@ import pytest
 
 from recipes import observe
 
-from .helpers import HERE, ParkedLaunch, require, require_two_cpus, run_python
+from .helpers import HERE, ParkedLaunch, require, require_two_cpus, run_forked
 
 pytestmark = pytest.mark.integration
 
@@ -62,20 +62,21 @@ def test_untested_version_with_every_hook_warns_once(version: str, caplog) -> No
     assert RANGE in warnings[0]
 
 
-def test_untested_version_without_a_hook_is_refused_naming_it() -> None:
-    result = run_python(
-        """
-        import importlib.metadata as md
-        real = md.version
-        md.version = lambda name: "0.6.0" if name == "sglang" else real(name)
-        import sglang.srt.utils.numa_utils as numa_utils
-        del numa_utils.get_numa_node_if_available
-        try:
-            import pynumabind.integrations.sglang
-        except Exception as exc:
-            print(type(exc).__name__, exc)
-        """
-    )
+WITHOUT_A_HOOK = """
+    import importlib.metadata as md
+    real = md.version
+    md.version = lambda name: "0.6.0" if name == "sglang" else real(name)
+    import sglang.srt.utils.numa_utils as numa_utils
+    del numa_utils.get_numa_node_if_available
+    try:
+        import pynumabind.integrations.sglang
+    except Exception as exc:
+        print(type(exc).__name__, exc)
+"""
+
+
+def test_untested_version_without_a_hook_is_refused_naming_it(probes) -> None:
+    result = probes["without a hook"]
     assert "ConfigError" in result.stdout, result.stdout + result.stderr[-3000:]
     assert f"SGLang 0.6.0 is outside the tested range {RANGE}" in result.stdout
     assert "sglang.srt.utils.numa_utils.get_numa_node_if_available" in result.stdout
@@ -102,23 +103,44 @@ PROBE_HOOKS = """
 """
 
 
-def test_plugin_changes_nothing_without_opt_in() -> None:
-    result = run_python(PROBE_HOOKS)
+# Each probe needs a process in which SGLang's plugin loader has not run and
+# pynumabind is not imported yet: one interpreter imports torch and SGLang's
+# plugin modules once (not the scheduler, whose import applies the hooks) and
+# forks per probe (run_forked), which saves a fresh interpreter's start each.
+PRELUDE = """
+    import torch
+    import sglang.srt.plugins, sglang.srt.plugins.hook_registry, sglang.srt.utils.numa_utils
+"""
+
+
+@pytest.fixture(scope="module")
+def probes(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, subprocess.CompletedProcess]:
+    cases = {
+        "without a hook": (WITHOUT_A_HOOK, {}),
+        "without opt-in": (PROBE_HOOKS, {}),
+        "with opt-in": (PROBE_HOOKS, {"PYNUMABIND_SGLANG": "1"}),
+        "with a bad opt-in": (PROBE_HOOKS, {"PYNUMABIND_SGLANG": "maybe"}),
+    }
+    return run_forked(tmp_path_factory.mktemp("probes"), PRELUDE, cases)
+
+
+def test_plugin_changes_nothing_without_opt_in(probes) -> None:
+    result = probes["without opt-in"]
     assert json.loads(result.stdout.splitlines()[-1]) == {"hooks": [], "patched": False}
 
 
-def test_plugin_with_opt_in_hooks_configure_scheduler_process() -> None:
-    result = run_python(PROBE_HOOKS, {"PYNUMABIND_SGLANG": "1"})
+def test_plugin_with_opt_in_hooks_configure_scheduler_process(probes) -> None:
+    result = probes["with opt-in"]
     assert json.loads(result.stdout.splitlines()[-1]) == {
         "hooks": ["_after_configure"],
         "patched": True,
     }
 
 
-def test_plugin_with_bad_opt_in_value_is_logged_by_sglangs_loader() -> None:
+def test_plugin_with_bad_opt_in_value_is_logged_by_sglangs_loader(probes) -> None:
     # SGLang's loader catches a plugin's exception and logs it with its
     # traceback; the scheduler then runs unbound, but never silently.
-    result = run_python(PROBE_HOOKS, {"PYNUMABIND_SGLANG": "maybe"})
+    result = probes["with a bad opt-in"]
     assert json.loads(result.stdout.splitlines()[-1]) == {"hooks": [], "patched": False}
     assert "ConfigError: invalid PYNUMABIND_SGLANG='maybe'" in result.stderr
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import socket
 import subprocess
 import sys
@@ -32,7 +33,7 @@ from .helpers import (
     ParkedLaunch,
     require,
     require_two_cpus,
-    run_python,
+    run_forked,
     two_node_snapshot,
 )
 
@@ -87,46 +88,38 @@ def test_outside_the_tested_range_warns_once_when_the_hooks_are_there(version, c
     assert "0.33 to 0.34" in warnings[0]
 
 
-def test_import_of_an_untested_version_warns_and_goes_on() -> None:
-    # The installed vLLM's version as vLLM reports it, changed in this
-    # process only: the module imports, with one WARNING naming the version.
-    result = run_python(
-        """
-        import importlib.metadata as md
-        real = md.version
-        md.version = lambda name: "0.35.1" if name == "vllm" else real(name)
-        import pynumabind.integrations.vllm
-        print("IMPORTED")
-        """
-    )
+# The installed vLLM's version as vLLM reports it, changed in this process
+# only: the module imports, with one WARNING naming the version.
+UNTESTED_IMPORT = """
+    import importlib.metadata as md
+    real = md.version
+    md.version = lambda name: "0.35.1" if name == "vllm" else real(name)
+    import pynumabind.integrations.vllm
+    print("IMPORTED")
+"""
+
+
+def test_import_of_an_untested_version_warns_and_goes_on(plain_cases) -> None:
+    result = plain_cases["untested_import"]
     assert "IMPORTED" in result.stdout, result.stderr[-3000:]
     assert result.stderr.count("vLLM 0.35.1 is outside the range") == 1
 
 
 GPU_WORKER = "vllm.v1.worker.gpu_worker"
+HOOKS = [
+    ("vllm.config", "ParallelConfig", "get_local_gpu_index", None),
+    ("vllm.v1.worker.gpu_worker", None, "Worker", f"{GPU_WORKER}.Worker.init_device"),
+    ("vllm.utils.numa_utils", None, "configure_subprocess", None),
+]
 
 
-@pytest.mark.parametrize(
-    ("module", "owner", "attribute", "named"),
-    [
-        ("vllm.config", "ParallelConfig", "get_local_gpu_index", None),
-        ("vllm.v1.worker.gpu_worker", None, "Worker", f"{GPU_WORKER}.Worker.init_device"),
-        ("vllm.utils.numa_utils", None, "configure_subprocess", None),
-    ],
-)
-def test_untested_version_without_a_hook_is_refused_naming_it(
-    module: str, owner: str, attribute: str, named: str
-) -> None:
-    # A release without a hook the integration calls: the real module with
-    # that one attribute deleted in this process, and an untested version.
-    if "numa_utils" in module and not binds_by_default():
-        pytest.skip("this vLLM has no automatic binding, so configure_subprocess is not needed")
-    removed = named or ".".join(p for p in (module, owner, attribute) if p)
+def without_hook(module: str, owner: Optional[str], attribute: str) -> str:
+    """A release without a hook the integration calls: the real module with
+    that one attribute deleted in this process, and an untested version."""
     target = f"importlib.import_module({module!r})"
     if owner:
         target = f"getattr({target}, {owner!r})"
-    result = run_python(
-        f"""
+    return f"""
         import importlib, importlib.metadata as md
         real = md.version
         md.version = lambda name: "0.35.1" if name == "vllm" else real(name)
@@ -135,8 +128,17 @@ def test_untested_version_without_a_hook_is_refused_naming_it(
             import pynumabind.integrations.vllm
         except Exception as exc:
             print(type(exc).__name__, exc)
-        """
-    )
+    """
+
+
+@pytest.mark.parametrize(("module", "owner", "attribute", "named"), HOOKS)
+def test_untested_version_without_a_hook_is_refused_naming_it(
+    module: str, owner: str, attribute: str, named: str, plain_cases
+) -> None:
+    if "numa_utils" in module and not binds_by_default():
+        pytest.skip("this vLLM has no automatic binding, so configure_subprocess is not needed")
+    removed = named or ".".join(p for p in (module, owner, attribute) if p)
+    result = plain_cases[f"without {module}.{attribute}"]
     assert "ConfigError" in result.stdout, result.stdout + result.stderr[-3000:]
     assert "vLLM 0.35.1 is outside the tested range (0.33 to 0.34)" in result.stdout
     assert removed in result.stdout
@@ -330,29 +332,23 @@ REFUSAL_PROBE = """
 """
 
 
-@pytest.mark.parametrize(
-    ("options", "flag"),
-    [
-        ({"numa_bind": True}, "--numa-bind"),
-        # vLLM 0.33 wants --numa-bind with the lists; 0.34 implies it.
-        ({"numa_bind": True, "numa_bind_nodes": [0]}, "--numa-bind-nodes"),
-        ({"numa_bind": True, "numa_bind_cpus": ["0"]}, "--numa-bind-cpus"),
-    ],
-)
-def test_vllms_explicit_binding_is_refused_naming_the_flag(options, flag, tiny_llama) -> None:
+EXPLICIT = [
+    ({"numa_bind": True}, "--numa-bind"),
+    # vLLM 0.33 wants --numa-bind with the lists; 0.34 implies it.
+    ({"numa_bind": True, "numa_bind_nodes": [0]}, "--numa-bind-nodes"),
+    ({"numa_bind": True, "numa_bind_cpus": ["0"]}, "--numa-bind-cpus"),
+]
+
+
+@pytest.mark.parametrize(("options", "flag"), EXPLICIT)
+def test_vllms_explicit_binding_is_refused_naming_the_flag(options, flag, cpu_cases) -> None:
     # A real VllmConfig built by vLLM's EngineArgs (on the CPU platform: no
     # GPU here), with the plugin's switch on.
     from vllm.engine.arg_utils import EngineArgs
 
     if not all(hasattr(EngineArgs, option) for option in options):
         pytest.skip(f"this vLLM has no {flag}")
-    code = STAND_IN + REFUSAL_PROBE.format(
-        model=str(tiny_llama), options=options, worker="types.SimpleNamespace()"
-    )
-    result = run_python(
-        code,
-        {"VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1", "PYNUMABIND_VLLM": "1"},
-    )
+    result = cpu_cases[f"explicit {flag}"]
     raised = [line for line in result.stdout.splitlines() if line.startswith("RAISED")]
     assert len(raised) == 3, result.stdout + result.stderr[-3000:]
     assert raised[0].startswith("RAISED ConfigError vLLM launch:")  # before any process starts
@@ -367,11 +363,8 @@ def test_vllms_explicit_binding_is_refused_naming_the_flag(options, flag, tiny_l
     assert "UNCHANGED True" in result.stdout  # nothing was bound
 
 
-def test_refusal_in_the_worker_class_names_the_worker_class(tiny_llama: Path) -> None:
-    code = STAND_IN + REFUSAL_PROBE.format(
-        model=str(tiny_llama), options={"numa_bind": True}, worker="object.__new__(Worker)"
-    )
-    result = run_python(code, {"VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"})
+def test_refusal_in_the_worker_class_names_the_worker_class(cpu_cases) -> None:
+    result = cpu_cases["refusal in the worker class"]
     raised = [line for line in result.stdout.splitlines() if line.startswith("RAISED")]
     worker_line = [line for line in raised if "vLLM worker rank 0" in line]
     assert len(worker_line) == 1, result.stdout + result.stderr[-3000:]
@@ -380,26 +373,25 @@ def test_refusal_in_the_worker_class_names_the_worker_class(tiny_llama: Path) ->
     assert "PYNUMABIND_VLLM" not in worker_line[0]  # not the switch that is on
 
 
-def test_launch_turns_vllms_automatic_binding_off(tiny_llama: Path) -> None:
-    # numa_bind left unset: on vLLM >= 0.34 that is "automatic" (None), and
-    # the plugin's hook ahead of configure_subprocess makes it False, once.
-    result = run_python(
-        textwrap.dedent(STAND_IN)
-        + textwrap.dedent(f"""
-        import logging
-        from vllm.engine.arg_utils import EngineArgs
-        from pynumabind.integrations.vllm import resolve_auto_binding
+# numa_bind left unset: on vLLM >= 0.34 that is "automatic" (None), and the
+# plugin's hook ahead of configure_subprocess makes it False, once.
+AUTO_OFF = """
+    import logging
+    from vllm.engine.arg_utils import EngineArgs
+    from pynumabind.integrations.vllm import resolve_auto_binding
 
-        logging.basicConfig(level=logging.INFO)
-        args = EngineArgs(model={str(tiny_llama)!r}, skip_tokenizer_init=True)
-        config = args.create_engine_config()
-        print("BEFORE", config.parallel_config.numa_bind)
-        resolve_auto_binding(config)
-        resolve_auto_binding(config)
-        print("AFTER", config.parallel_config.numa_bind)
-        """),
-        {"VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1", "PYNUMABIND_VLLM": "1"},
-    )
+    logging.basicConfig(level=logging.INFO)
+    args = EngineArgs(model={model!r}, skip_tokenizer_init=True)
+    config = args.create_engine_config()
+    print("BEFORE", config.parallel_config.numa_bind)
+    resolve_auto_binding(config)
+    resolve_auto_binding(config)
+    print("AFTER", config.parallel_config.numa_bind)
+"""
+
+
+def test_launch_turns_vllms_automatic_binding_off(cpu_cases) -> None:
+    result = cpu_cases["automatic binding turned off"]
     auto = binds_by_default()
     assert f"BEFORE {None if auto else False}" in result.stdout, result.stderr[-3000:]
     assert "AFTER False" in result.stdout
@@ -436,18 +428,18 @@ def test_entry_point_is_discovered_by_vllm() -> None:
     assert found.get("pynumabind") == "pynumabind.integrations:vllm_plugin"
 
 
-def test_plugin_changes_nothing_without_opt_in() -> None:
-    result = run_python(PROBE_HOOKS)
+def test_plugin_changes_nothing_without_opt_in(plain_cases) -> None:
+    result = plain_cases["hooks without opt-in"]
     assert json.loads(result.stdout.splitlines()[-1]) == {"worker": False, "executor": False}
 
 
-def test_plugin_with_opt_in_wraps_stock_worker_and_executor() -> None:
-    result = run_python(PROBE_HOOKS, {"PYNUMABIND_VLLM": "1"})
+def test_plugin_with_opt_in_wraps_stock_worker_and_executor(plain_cases) -> None:
+    result = plain_cases["hooks with opt-in"]
     assert json.loads(result.stdout.splitlines()[-1]) == {"worker": True, "executor": True}
 
 
-def test_plugin_with_bad_opt_in_value_is_a_config_error() -> None:
-    result = run_python(PROBE_HOOKS, {"PYNUMABIND_VLLM": "2"})
+def test_plugin_with_bad_opt_in_value_is_a_config_error(plain_cases) -> None:
+    result = plain_cases["hooks with a bad opt-in"]
     error = json.loads(result.stdout.splitlines()[-1])["error"]
     assert error.startswith("ConfigError: invalid PYNUMABIND_VLLM='2'")
 
@@ -469,6 +461,75 @@ def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
         timeout=300,
     )
     return path
+
+
+# --------------------------------------------- the probes, batched
+#
+# Each probe above needs a process in which vLLM's plugin loader has not run
+# and pynumabind is not imported yet.  Importing vLLM takes a fresh
+# interpreter 10 s of CPU here, so the probes of one environment run from one
+# interpreter that imports vLLM once and forks per probe (run_forked).  What
+# vLLM reads as it is imported (VLLM_TARGET_DEVICE) is the batch's; a probe
+# sets only PYNUMABIND_* variables.
+
+PLAIN_PRELUDE = """
+    import importlib
+    import vllm.config, vllm.plugins, vllm.v1.executor.abstract, vllm.v1.worker.gpu_worker
+    try:
+        importlib.import_module("vllm.utils.numa_utils")
+    except ImportError:  # vLLM < 0.34
+        pass
+"""
+
+CPU_PRELUDE = PLAIN_PRELUDE + """
+    import vllm.engine.arg_utils, vllm.platforms
+"""
+
+CPU_ENV = {"VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"}
+
+
+@pytest.fixture(scope="module")
+def plain_cases(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, subprocess.CompletedProcess]:
+    """The import-time and plugin-loader probes, in vLLM's default environment."""
+    cases = {
+        "untested_import": (UNTESTED_IMPORT, {}),
+        "hooks without opt-in": (PROBE_HOOKS, {}),
+        "hooks with opt-in": (PROBE_HOOKS, {"PYNUMABIND_VLLM": "1"}),
+        "hooks with a bad opt-in": (PROBE_HOOKS, {"PYNUMABIND_VLLM": "2"}),
+    }
+    for module, owner, attribute, _ in HOOKS:
+        if "numa_utils" not in module or binds_by_default():
+            cases[f"without {module}.{attribute}"] = (without_hook(module, owner, attribute), {})
+    return run_forked(tmp_path_factory.mktemp("plain-probes"), PLAIN_PRELUDE, cases)
+
+
+@pytest.fixture(scope="module")
+def cpu_cases(
+    tmp_path_factory: pytest.TempPathFactory, tiny_llama: Path
+) -> Dict[str, subprocess.CompletedProcess]:
+    """The probes that build a real VllmConfig, on vLLM's CPU platform."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    def refusal(options: Dict[str, object], worker: str) -> str:
+        probe = REFUSAL_PROBE.format(model=str(tiny_llama), options=options, worker=worker)
+        return textwrap.dedent(STAND_IN) + textwrap.dedent(probe)
+
+    cases = {
+        "refusal in the worker class": (refusal({"numa_bind": True}, "object.__new__(Worker)"), {}),
+        "automatic binding turned off": (
+            textwrap.dedent(STAND_IN) + textwrap.dedent(AUTO_OFF.format(model=str(tiny_llama))),
+            {"PYNUMABIND_VLLM": "1"},
+        ),
+    }
+    for options, flag in EXPLICIT:
+        if all(hasattr(EngineArgs, option) for option in options):
+            probe = refusal(options, "types.SimpleNamespace()")
+            cases[f"explicit {flag}"] = (probe, {"PYNUMABIND_VLLM": "1"})
+    if binds_by_default() and {0, 1} <= os.sched_getaffinity(0):
+        check = textwrap.dedent(AFFINITY_CHECK)
+        cases["affinity constrained"] = ("import os; os.sched_setaffinity(0, {1})\n" + check, {})
+        cases["affinity free"] = (check, {})
+    return run_forked(tmp_path_factory.mktemp("cpu-probes"), CPU_PRELUDE, cases, CPU_ENV)
 
 
 @pytest.fixture
@@ -804,14 +865,11 @@ AFFINITY_CHECK = """
 """
 
 
-def test_vllm_skips_automatic_binding_in_a_constrained_process() -> None:
+def test_vllm_skips_automatic_binding_in_a_constrained_process(cpu_cases) -> None:
     require_automatic_binding()
     require_two_cpus()
-    constrained = run_python(
-        "import os; os.sched_setaffinity(0, {1})\n" + textwrap.dedent(AFFINITY_CHECK),
-        {"VLLM_TARGET_DEVICE": "cpu"},
-    )
-    free = run_python(AFFINITY_CHECK, {"VLLM_TARGET_DEVICE": "cpu"})
+    constrained = cpu_cases["affinity constrained"]
+    free = cpu_cases["affinity free"]
     assert "AVAILABLE False" in constrained.stdout, constrained.stderr[-3000:]
     assert "CPU affinity is already constrained" in constrained.stderr
     assert "CPU affinity is already constrained" not in free.stderr, free.stderr[-3000:]

@@ -98,7 +98,7 @@ for name, case in spec["cases"].items():
                 exec(compile(case["code"], "<" + name + ">", "exec"), {"__name__": "__main__"})
                 status = 0
             except SystemExit as exc:
-                status = exc.code if isinstance(exc.code, int) else 1
+                status = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
             except BaseException:
                 traceback.print_exc()
             sys.stdout.flush()

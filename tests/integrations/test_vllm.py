@@ -100,7 +100,7 @@ UNTESTED_IMPORT = """
 
 
 def test_import_of_an_untested_version_warns_and_goes_on(plain_cases) -> None:
-    result = plain_cases["untested_import"]
+    result = plain_cases["untested import"]
     assert "IMPORTED" in result.stdout, result.stderr[-3000:]
     assert result.stderr.count("vLLM 0.35.1 is outside the range") == 1
 
@@ -111,6 +111,11 @@ HOOKS = [
     ("vllm.v1.worker.gpu_worker", None, "Worker", f"{GPU_WORKER}.Worker.init_device"),
     ("vllm.utils.numa_utils", None, "configure_subprocess", None),
 ]
+
+
+def hook_needed(module: str) -> bool:
+    """vLLM < 0.34 has no automatic binding, so no configure_subprocess to hook."""
+    return "numa_utils" not in module or binds_by_default()
 
 
 def without_hook(module: str, owner: Optional[str], attribute: str) -> str:
@@ -135,7 +140,7 @@ def without_hook(module: str, owner: Optional[str], attribute: str) -> str:
 def test_untested_version_without_a_hook_is_refused_naming_it(
     module: str, owner: str, attribute: str, named: str, plain_cases
 ) -> None:
-    if "numa_utils" in module and not binds_by_default():
+    if not hook_needed(module):
         pytest.skip("this vLLM has no automatic binding, so configure_subprocess is not needed")
     removed = named or ".".join(p for p in (module, owner, attribute) if p)
     result = plain_cases[f"without {module}.{attribute}"]
@@ -340,13 +345,18 @@ EXPLICIT = [
 ]
 
 
+def has_options(options: Dict[str, object]) -> bool:
+    """Whether this vLLM's EngineArgs takes every one of ``options``."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    return all(hasattr(EngineArgs, option) for option in options)
+
+
 @pytest.mark.parametrize(("options", "flag"), EXPLICIT)
 def test_vllms_explicit_binding_is_refused_naming_the_flag(options, flag, cpu_cases) -> None:
     # A real VllmConfig built by vLLM's EngineArgs (on the CPU platform: no
     # GPU here), with the plugin's switch on.
-    from vllm.engine.arg_utils import EngineArgs
-
-    if not all(hasattr(EngineArgs, option) for option in options):
+    if not has_options(options):
         pytest.skip(f"this vLLM has no {flag}")
     result = cpu_cases[f"explicit {flag}"]
     raised = [line for line in result.stdout.splitlines() if line.startswith("RAISED")]
@@ -492,13 +502,13 @@ CPU_ENV = {"VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"}
 def plain_cases(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, subprocess.CompletedProcess]:
     """The import-time and plugin-loader probes, in vLLM's default environment."""
     cases = {
-        "untested_import": (UNTESTED_IMPORT, {}),
+        "untested import": (UNTESTED_IMPORT, {}),
         "hooks without opt-in": (PROBE_HOOKS, {}),
         "hooks with opt-in": (PROBE_HOOKS, {"PYNUMABIND_VLLM": "1"}),
         "hooks with a bad opt-in": (PROBE_HOOKS, {"PYNUMABIND_VLLM": "2"}),
     }
     for module, owner, attribute, _ in HOOKS:
-        if "numa_utils" not in module or binds_by_default():
+        if hook_needed(module):
             cases[f"without {module}.{attribute}"] = (without_hook(module, owner, attribute), {})
     return run_forked(tmp_path_factory.mktemp("plain-probes"), PLAIN_PRELUDE, cases)
 
@@ -508,8 +518,6 @@ def cpu_cases(
     tmp_path_factory: pytest.TempPathFactory, tiny_llama: Path
 ) -> Dict[str, subprocess.CompletedProcess]:
     """The probes that build a real VllmConfig, on vLLM's CPU platform."""
-    from vllm.engine.arg_utils import EngineArgs
-
     def refusal(options: Dict[str, object], worker: str) -> str:
         probe = REFUSAL_PROBE.format(model=str(tiny_llama), options=options, worker=worker)
         return textwrap.dedent(STAND_IN) + textwrap.dedent(probe)
@@ -522,7 +530,7 @@ def cpu_cases(
         ),
     }
     for options, flag in EXPLICIT:
-        if all(hasattr(EngineArgs, option) for option in options):
+        if has_options(options):
             probe = refusal(options, "types.SimpleNamespace()")
             cases[f"explicit {flag}"] = (probe, {"PYNUMABIND_VLLM": "1"})
     if binds_by_default() and {0, 1} <= os.sched_getaffinity(0):

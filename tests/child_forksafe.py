@@ -202,6 +202,42 @@ def _entry_call(entry: str, snapshot: str) -> Callable[[], Any]:
     raise SystemExit("unknown entry " + entry)
 
 
+class _ImportRecorder:
+    """A meta-path finder that notes each new import of one thread, and whether the
+    fork lock was held then (it finds nothing: the import goes on as usual)."""
+
+    def __init__(self) -> None:
+        from pynumabind._os import forksafe
+
+        self.forksafe, self.thread = forksafe, threading.get_ident()
+        self.inside: List[str] = []
+        self.outside: List[str] = []
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if threading.get_ident() == self.thread:
+            held = self.forksafe.lock()._is_owned()  # type: ignore[attr-defined]
+            (self.inside if held else self.outside).append(name)
+
+
+def imports_of_a_first_call(entry: str, snapshot: str) -> Dict[str, List[str]]:
+    """The modules one entry point's lazy export and first call import, inside and
+    outside the fork lock, in an interpreter that has not loaded importlib yet."""
+    import pynumabind  # the caller's own imports, as a worker makes them
+    from pynumabind import integrations  # noqa: F401
+
+    # A venv's interpreter starts without importlib (only some site .pth files
+    # load it), so the first lazy export imports it: drop it to be that one.
+    sys.modules.pop("importlib", None)
+    recorder = _ImportRecorder()
+    sys.meta_path.insert(0, recorder)
+    try:
+        _entry_call(entry, snapshot)()
+    finally:
+        sys.meta_path.remove(recorder)
+    assert pynumabind.__name__ == "pynumabind"
+    return {"inside": recorder.inside, "outside": recorder.outside}
+
+
 def _await_all(children: List[int], limit: float) -> List[str]:
     return [await_child(pid, limit) for pid in children]
 

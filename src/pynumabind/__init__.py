@@ -152,9 +152,12 @@ def __getattr__(name: str) -> Any:
         module_name, attribute = _EXPORTS[name]
     except KeyError:
         raise AttributeError(f"module 'pynumabind' has no attribute {name!r}") from None
-    import importlib
+    with _forksafe.lock():  # a fork waits for these imports (see _forksafe)
+        # importlib too: a fresh interpreter may not have loaded it yet, and a
+        # child forked while this thread imported it outside the lock would
+        # inherit its module lock held and hang on its own first export.
+        import importlib
 
-    with _forksafe.lock():  # a fork waits for this import (see _forksafe)
         value = getattr(importlib.import_module(f".{module_name}", __name__), attribute)
     globals()[name] = value
     return value

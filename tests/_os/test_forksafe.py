@@ -176,6 +176,28 @@ def test_forks_racing_the_first_call_of_an_entry_point_never_hang_or_print(
     assert not problems, f"{len(problems)} problem(s) in {TRIALS} trials:\n" + "\n".join(problems)
 
 
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_every_import_of_a_first_call_is_made_holding_the_fork_lock(
+    entry: str, tmp_path: Path
+) -> None:
+    # Deterministic where the races above are not: a module imported outside
+    # the lock is one a child forked meanwhile can inherit with its import
+    # lock held, and then hang on.  The first lazy export imported importlib
+    # outside it: a fresh venv's interpreter has not loaded importlib (the
+    # system one here has, through a site .pth file), and there the racing
+    # bind above hung its child (reproduced on the first try, 0 of 40 after).
+    # Every new import of the lookup and the first call is recorded, with
+    # whether this thread held the lock.
+    from cli_helpers import two_node_snapshot
+
+    snapshot = str(two_node_snapshot(tmp_path / "two-node.json"))
+    seen = _run(child_forksafe.imports_of_a_first_call, entry, snapshot)
+    assert seen["outside"] == [], seen
+    assert seen["inside"], "the first call imported nothing: the check saw no import"
+    if entry not in ("bind_gpu", "bind_visible_gpus"):  # these are no lazy exports
+        assert "importlib" in seen["inside"], seen
+
+
 def test_only_logging_and_pynumabind_register_fork_handlers_under_the_lock(
     tmp_path: Path,
 ) -> None:

@@ -38,7 +38,7 @@ def apply_setup(setup: Dict[str, Any]) -> Dict[str, Any]:
     applied = _libnuma.get_mempolicy()
     return {
         "affinity": sorted(os.sched_getaffinity(0)),
-        "mempolicy": applied.mode_name,
+        "mempolicy": applied.kernel_policy,
         "mempolicy_nodes": sorted(applied.nodes),
     }
 

@@ -27,7 +27,7 @@ def bind_and_report(cpu: int, queue: Any) -> None:
         policy = _libnuma.get_mempolicy()
         report.update(
             cpus=status["Cpus_allowed_list"].strip(),
-            policy=policy.mode_name,
+            policy=policy.kernel_policy,
             nodes=sorted(policy.nodes),
             verify_ok=binding.verify().ok,
         )

@@ -14,5 +14,5 @@ def bind_advised(record: str) -> Dict[str, Any]:
         "not_bound": binding.not_bound,
         "applied": binding.applied,
         "summary": binding.summary(),
-        "policy": _libnuma.get_mempolicy().mode_name,
+        "policy": _libnuma.get_mempolicy().kernel_policy,
     }

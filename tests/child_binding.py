@@ -36,7 +36,7 @@ def plan(
 
 def policy_now() -> List[Any]:
     p = _libnuma.get_mempolicy()
-    return [p.mode_name, sorted(p.nodes)]
+    return [p.kernel_policy, sorted(p.nodes)]
 
 
 class _Keep(logging.Handler):
@@ -74,11 +74,11 @@ def every_policy() -> Dict[str, Any]:
     for policy, mems in cases:
         b = apply_plan(plan(policy, mems=mems))
         v = b.verify()
-        out[policy] = [b.policy_name, policy_now(), v.ok, v.page_nodes, list(v.problems)]
+        out[policy] = [b.kernel_policy, policy_now(), v.ok, v.page_nodes, list(v.problems)]
         b.restore()
         out[policy].append(policy_now())
     b = apply_plan(plan("NONE", mems=()))
-    out["NONE"] = [b.policy_name, policy_now(), b.verify().ok, b.memory_applied]
+    out["NONE"] = [b.kernel_policy, policy_now(), b.verify().ok, b.memory_applied]
     return out
 
 
@@ -315,7 +315,7 @@ def arguments_win_over_environment() -> Dict[str, Any]:
     assert binding.plan is not None
     return {
         "plan": binding.plan.to_dict(),
-        "policy": binding.policy_name,
+        "policy": binding.kernel_policy,
         "status": cpus_allowed(),
     }
 

@@ -31,7 +31,7 @@ def apply_cpus(wanted: str) -> Dict[str, Any]:
         out["error"] = None
     except BindError as exc:
         out["error"] = str(exc)
-    out.update(after=cpus_allowed(), policy=_libnuma.get_mempolicy().mode_name)
+    out.update(after=cpus_allowed(), policy=_libnuma.get_mempolicy().kernel_policy)
     return out
 
 
@@ -115,7 +115,7 @@ def bind_with_fallback(snapshot: str, how: str) -> Dict[str, Any]:
     policy = _libnuma.get_mempolicy()
     out.update(
         after=cpus_allowed(),
-        policy=policy.mode_name,
+        policy=policy.kernel_policy,
         policy_nodes=sorted(policy.nodes),
         warnings=[m for m in logged if "fallback nearest" in m],
     )

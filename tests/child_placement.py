@@ -173,12 +173,12 @@ def fork_inside_a_block() -> Dict[str, Any]:
     before = _libnuma.get_mempolicy()
     read, write = os.pipe()
     with memory_on(node=0, policy="interleave", topology=topology):
-        inside = _libnuma.get_mempolicy().mode_name
+        inside = _libnuma.get_mempolicy().kernel_policy
         pid = os.fork()
     if pid == 0:  # the child: its one thread is the forking thread's copy, and left the block
         try:
             now = _libnuma.get_mempolicy()
-            report = [now == before, now.mode_name, len(placement._BLOCKS.stack)]
+            report = [now == before, now.kernel_policy, len(placement._BLOCKS.stack)]
             os.write(write, json.dumps(report).encode())
         finally:
             os._exit(0)

@@ -84,4 +84,4 @@ def raise_on_denied_migration() -> Dict[str, Any]:
     except BindError as exc:
         err = str(exc)
     policy = _libnuma.get_mempolicy()
-    return {"error": err, "policy": policy.mode_name, "after": cpus_allowed()}
+    return {"error": err, "policy": policy.kernel_policy, "after": cpus_allowed()}

@@ -34,7 +34,11 @@ def test_bind_cpu1_node0_reads_back_from_proc_and_get_mempolicy() -> None:
     assert set(result["tasks"].values()) == {"1"}
     assert result["policy"] == ["MPOL_PREFERRED", [0]]
     binding = result["binding"]
-    assert binding["policy_read_back"] == {"mode": "MPOL_PREFERRED", "nodes": "0", "flags": 0}
+    assert binding["policy_read_back"] == {
+        "kernel_policy": "MPOL_PREFERRED",
+        "nodes": "0",
+        "flags": 0,
+    }
     assert binding["partial"] is False and binding["skipped"] == []
     assert binding["cpus"] == "1"
     verify = result["verify"]
@@ -58,7 +62,7 @@ def test_local_policy_verifies_on_kernels_that_report_it_as_empty_preferred() ->
     result, _ = run_in_child(child_binding.local_on_an_old_kernel)
     assert result["verify"]["ok"] is True, result["verify"]
     assert not any("reads back" in note for note in result["notes"]), result["notes"]
-    assert result["mempolicy"]["mode"] == "MPOL_LOCAL"
+    assert result["mempolicy"]["kernel_policy"] == "MPOL_LOCAL"
 
 
 def test_threads_rebound_pinned_left_and_policy_keepers_listed() -> None:
@@ -309,7 +313,7 @@ def test_nothing_to_apply_is_not_applied() -> None:
     binding = binding_module.apply_plan(
         _plan(cpus=None, mems=frozenset(), policy=MemoryPolicy.NONE)
     )
-    assert binding.applied is False and binding.threads == () and binding.policy_mode is None
+    assert binding.applied is False and binding.threads == () and binding.kernel_policy is None
     assert binding.verify().ok and binding.verify().notes == (
         "nothing was applied; nothing to verify",
     )

@@ -85,7 +85,7 @@ def test_with_sys_nice_policy_applies_but_migration_and_page_check_are_denied() 
     result, _ = _run(MIGRATION_ONLY, policy="BIND", migrate=True)
     binding = result["binding"]
     assert binding["memory_applied"] is True
-    assert binding["policy_read_back"] == {"mode": "MPOL_BIND", "nodes": "0", "flags": 0}
+    assert binding["policy_read_back"] == {"kernel_policy": "MPOL_BIND", "nodes": "0", "flags": 0}
     assert binding["partial"] is True
     assert [s["what"] for s in binding["skipped"]] == ["page migration"]
     assert binding["pages_not_moved"] is None and binding["migrated"] is False

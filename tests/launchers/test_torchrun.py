@@ -101,7 +101,7 @@ REPORT = textwrap.dedent(
         "local_rank": int(os.environ["LOCAL_RANK"]),
         "cpus": status["Cpus_allowed_list"].strip(),
         "task_cpus": sorted(set(tasks.values())),
-        "policy": [policy.mode_name, sorted(policy.nodes)],
+        "policy": [policy.kernel_policy, sorted(policy.nodes)],
         "binding": binding.to_dict(),
         "verify": binding.verify().to_dict(),
         "all_reduce": total.item(),

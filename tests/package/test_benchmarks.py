@@ -396,7 +396,7 @@ def test_raw_binder_sets_what_it_is_asked() -> None:
 
     original = frozenset(os.sched_getaffinity(0))
     cpu = max(original)
-    for policy, mode_name in (
+    for policy, kernel_policy in (
         ("bind", "MPOL_BIND"),
         ("preferred", "MPOL_PREFERRED"),
         ("interleave", "MPOL_INTERLEAVE"),
@@ -406,15 +406,15 @@ def test_raw_binder_sets_what_it_is_asked() -> None:
         try:
             binder.apply()
             assert os.sched_getaffinity(0) == {cpu}
-            assert _libnuma.get_mempolicy().mode_name == mode_name
+            assert _libnuma.get_mempolicy().kernel_policy == kernel_policy
         finally:
             binder.undo()
         assert os.sched_getaffinity(0) == original
-        assert _libnuma.get_mempolicy().mode_name == "MPOL_DEFAULT"
+        assert _libnuma.get_mempolicy().kernel_policy == "MPOL_DEFAULT"
     untouched = RawBinder(frozenset({cpu}), frozenset({0}), "none", original)
     try:
         untouched.apply()
-        assert _libnuma.get_mempolicy().mode_name == "MPOL_DEFAULT"
+        assert _libnuma.get_mempolicy().kernel_policy == "MPOL_DEFAULT"
     finally:
         untouched.undo()
 

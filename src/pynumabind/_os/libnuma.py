@@ -80,6 +80,7 @@ MODE_NAMES: Dict[int, str] = {
     MPOL_PREFERRED_MANY: "MPOL_PREFERRED_MANY",
     MPOL_WEIGHTED_INTERLEAVE: "MPOL_WEIGHTED_INTERLEAVE",
 }
+MODE_NUMBERS: Dict[str, int] = {name: number for number, name in MODE_NAMES.items()}
 
 _INSTALL_HINT = (
     "install the libnuma runtime: 'apt-get install libnuma1' on Debian/Ubuntu, "
@@ -243,14 +244,20 @@ def node_memory(node: int) -> Tuple[int, int]:
 
 @dataclass(frozen=True)
 class MemPolicy:
-    """A memory policy as the kernel reports it."""
+    """A memory policy as the kernel reports it.
+
+    ``kernel_policy`` is its ``MPOL_*`` name (``"MPOL_BIND"``), the name every
+    report and ``MemoryPlacement.kernel_policy`` use.  ``mode`` is the kernel's
+    number for it, named as ``get_mempolicy(2)``'s argument: the one place
+    where *mode* is not the CPU mode, kept because it is the syscall's value.
+    """
 
     mode: int
     nodes: frozenset[int]
     flags: int = 0
 
     @property
-    def mode_name(self) -> str:
+    def kernel_policy(self) -> str:
         return MODE_NAMES.get(self.mode, f"mode {self.mode}")
 
 

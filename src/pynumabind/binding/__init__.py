@@ -107,10 +107,12 @@ class Binding:
     * ``threads``: per-thread affinity results (tid, name, before, after,
       action); empty when the plan leaves CPUs alone.
     * ``cpus``: the calling thread's affinity now.
-    * ``policy_mode``/``policy_nodes``: the ``MPOL_*`` mode and nodes
-      requested (``None``: memory policy untouched); ``policy_read_back``: the
-      calling thread's policy read back with ``get_mempolicy`` (``None`` when
-      it could not be read).
+    * ``kernel_policy``/``policy_nodes``: the kernel's name of the policy
+      requested (``"MPOL_BIND"``, as ``MemoryPlacement.kernel_policy``) and its
+      nodes (``None``: memory policy untouched); ``policy_read_back``: the
+      calling thread's policy read back with ``get_mempolicy`` (its
+      ``kernel_policy``, ``nodes`` and ``flags``; ``None`` when it could not
+      be read).
     * ``threads_keeping_policy``: other threads that existed at bind time and
       keep their previous memory policy.
     * ``partial``: something in ``skipped`` was not applied.
@@ -128,7 +130,7 @@ class Binding:
     threads: Tuple[ThreadResult, ...] = ()
     threads_converged: bool = True
     cpus: Optional[frozenset[int]] = None
-    policy_mode: Optional[int] = None
+    kernel_policy: Optional[str] = None
     policy_nodes: frozenset[int] = frozenset()
     policy_read_back: Optional[_libnuma.MemPolicy] = None
     memory_applied: bool = False
@@ -143,12 +145,6 @@ class Binding:
     _undo: Optional[Journal] = field(default=None, repr=False, compare=False)
 
     # ------------------------------------------------------------ queries
-
-    @property
-    def policy_name(self) -> Optional[str]:
-        if self.policy_mode is None:
-            return None
-        return _libnuma.MODE_NAMES.get(self.policy_mode, f"mode {self.policy_mode}")
 
     @property
     def threads_bound(self) -> Tuple[int, ...]:
@@ -178,7 +174,7 @@ class Binding:
             return f"pynumabind: {_who(plan)} left unbound on purpose ({self.not_bound})"
         cpus = "unchanged" if plan.cpus is None else format_ids(self.cpus)
         if self.memory_applied:
-            memory = f"nodes {format_ids(self.policy_nodes)} policy {self.policy_name}"
+            memory = f"nodes {format_ids(self.policy_nodes)} policy {self.kernel_policy}"
         elif plan.policy is MemoryPolicy.NONE:
             memory = "unchanged"
         else:
@@ -203,7 +199,7 @@ class Binding:
         policy = None
         if self.policy_read_back is not None:
             policy = {
-                "mode": self.policy_read_back.mode_name,
+                "kernel_policy": self.policy_read_back.kernel_policy,
                 "nodes": format_cpulist(self.policy_read_back.nodes),
                 "flags": self.policy_read_back.flags,
             }
@@ -215,7 +211,7 @@ class Binding:
             "cpus": None if self.cpus is None else format_cpulist(self.cpus),
             "threads": [t.to_dict() for t in self.threads],
             "threads_converged": self.threads_converged,
-            "policy_requested": self.policy_name,
+            "kernel_policy": self.kernel_policy,
             "policy_nodes": format_cpulist(self.policy_nodes),
             "memory_applied": self.memory_applied,
             "policy_read_back": policy,
@@ -414,7 +410,7 @@ def _apply_steps(
         threads=scan.results if scan is not None else (),
         threads_converged=scan.converged if scan is not None else True,
         cpus=_caller_cpus(scan, caller, before),
-        policy_mode=request.mode,
+        kernel_policy=None if request.mode is None else _libnuma.MODE_NAMES[request.mode],
         policy_nodes=request.nodes,
         policy_read_back=readback,
         memory_applied=memory_applied,

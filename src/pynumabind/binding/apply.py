@@ -604,7 +604,7 @@ def read_back_policy(
         return None, f"memory policy could not be read back: {exc}"
     if applied and (now.mode != request.mode or (request.nodes and now.nodes != request.nodes)):
         return now, (
-            f"memory policy reads back as {now.mode_name} on {format_ids(now.nodes)}, "
+            f"memory policy reads back as {now.kernel_policy} on {format_ids(now.nodes)}, "
             f"requested {_libnuma.MODE_NAMES.get(request.mode or 0)} on "
             f"{format_ids(request.nodes)}"
         )

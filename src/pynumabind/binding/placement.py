@@ -1146,8 +1146,8 @@ def _drop(stack: List[_Block], block: _Block) -> None:
 
 def _describe(policy: _libnuma.MemPolicy) -> str:
     if policy.mode in _NO_NODES:
-        return policy.mode_name
-    return f"{policy.mode_name} on node {format_ids(policy.nodes)}"
+        return policy.kernel_policy
+    return f"{policy.kernel_policy} on node {format_ids(policy.nodes)}"
 
 
 def _remap(nodes: AbstractSet[int], old: AbstractSet[int], new: AbstractSet[int]) -> frozenset[int]:
@@ -1349,7 +1349,9 @@ class MemoryOn:
             self._ended()
             previous = block.previous
             raise _refused(
-                refused, f"set_mempolicy({previous.mode_name}) restoring the policy", previous.nodes
+                refused,
+                f"set_mempolicy({previous.kernel_policy}) restoring the policy",
+                previous.nodes,
             ) from None
         except BaseException:  # an interrupt inside: finish putting the policy back
             _leave(stack, block)

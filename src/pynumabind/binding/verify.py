@@ -287,7 +287,7 @@ def _verify_memory(
         return (), False
     if now.mode != mode or (nodes and now.nodes != nodes):
         problems.append(
-            f"memory policy is {now.mode_name} on nodes {format_ids(now.nodes)}, "
+            f"memory policy is {now.kernel_policy} on nodes {format_ids(now.nodes)}, "
             f"expected {_libnuma.MODE_NAMES.get(mode, str(mode))} on {format_ids(nodes)}"
         )
     try:
@@ -325,7 +325,7 @@ def verify_binding(binding: Binding, pages: int = VERIFY_PAGES) -> VerifyResult:
         problems.extend(found)
     page_nodes: Tuple[int, ...] = ()
     memory_checked = False
-    if binding.memory_applied and binding.policy_mode is not None:
+    if binding.memory_applied and binding.kernel_policy is not None:
         if threading.get_native_id() != binding.thread_id:
             notes.append(
                 f"memory not checked: the policy belongs to thread {binding.thread_id}, "
@@ -333,7 +333,11 @@ def verify_binding(binding: Binding, pages: int = VERIFY_PAGES) -> VerifyResult:
             )
         else:
             page_nodes, memory_checked = _verify_memory(
-                binding.policy_mode, binding.policy_nodes, pages, problems, notes
+                _libnuma.MODE_NUMBERS[binding.kernel_policy],
+                binding.policy_nodes,
+                pages,
+                problems,
+                notes,
             )
     elif plan.policy is not MemoryPolicy.NONE:
         notes.append("memory policy was not applied (see Binding.skipped); not checked")

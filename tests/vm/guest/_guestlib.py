@@ -96,7 +96,7 @@ def mempolicy() -> Tuple[str, List[int]]:
     from pynumabind._os import libnuma as _libnuma
 
     policy = _libnuma.get_mempolicy()
-    return policy.mode_name, sorted(policy.nodes)
+    return policy.kernel_policy, sorted(policy.nodes)
 
 
 class Sleepers:

@@ -62,7 +62,7 @@ def pristine() -> Iterator[None]:
             os.sched_setaffinity(tid, mask)
     policy = _libnuma.get_mempolicy()
     if (policy.mode, policy.nodes) != (policy_before.mode, policy_before.nodes):
-        leaked.append(f"memory policy {policy.mode_name} {sorted(policy.nodes)}")
+        leaked.append(f"memory policy {policy.kernel_policy} {sorted(policy.nodes)}")
         _libnuma.set_mempolicy(policy_before.mode, policy_before.nodes, policy_before.flags)
     assert not leaked, "test left the process bound: " + "; ".join(leaked)
 

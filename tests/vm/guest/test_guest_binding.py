@@ -351,7 +351,7 @@ for i in range(16):
 policy = _libnuma.get_mempolicy()
 tasks = {t: sorted(os.sched_getaffinity(int(t))) for t in os.listdir("/proc/self/task")}
 print(json.dumps({"cpus": sorted(os.sched_getaffinity(0)), "tasks": tasks,
-                  "policy": [policy.mode_name, sorted(policy.nodes)],
+                  "policy": [policy.kernel_policy, sorted(policy.nodes)],
                   "pages": _libnuma.page_nodes(region)}))
 """
 

@@ -41,7 +41,7 @@ from pynumabind._os import libnuma as _libnuma
 
 def state():
     policy = _libnuma.get_mempolicy()
-    return {"cpus": sorted(os.sched_getaffinity(0)), "policy": policy.mode_name}
+    return {"cpus": sorted(os.sched_getaffinity(0)), "policy": policy.kernel_policy}
 
 def attempt(call):
     try:

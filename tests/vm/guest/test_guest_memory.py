@@ -347,7 +347,7 @@ report = {
     "memory_on": attempt(lambda: memory_on(node=1)),
     "kernel": attempt(lambda: bind_memory(region, node=1, topology=claims)),
     "within": bind_memory(region, node=0).to_dict(),
-    "policy": _libnuma.get_mempolicy().mode_name,
+    "policy": _libnuma.get_mempolicy().kernel_policy,
 }
 print(json.dumps(report))
 """
@@ -518,7 +518,7 @@ def mems(text):
 
 def policy():
     now = _libnuma.get_mempolicy()
-    return [now.mode_name, sorted(now.nodes)]
+    return [now.kernel_policy, sorted(now.nodes)]
 
 def leave_after(saved_mode, saved_nodes, new_mems):
     mems("0-2")

@@ -58,6 +58,7 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "NumaNode": ("model", "NumaNode"),
     "Cpu": ("model", "Cpu"),
     "Gpu": ("model", "Gpu"),
+    "Detail": ("model", "Detail"),
     # planning
     "Plan": ("model", "Plan"),
     "CpuMode": ("model", "CpuMode"),
@@ -74,6 +75,7 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "apply_visibility": ("discovery", "apply_visibility"),
     # binding (Binding.threads holds ThreadResults, whose action is a ThreadAction)
     "Binding": ("binding", "Binding"),
+    "KernelPolicy": ("binding", "KernelPolicy"),
     "Skipped": ("binding", "Skipped"),
     "ThreadAction": ("binding", "ThreadAction"),
     "ThreadResult": ("binding", "ThreadResult"),
@@ -84,6 +86,7 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "MemoryPlacement": ("binding.placement", "MemoryPlacement"),
     "bind_memory": ("binding.placement", "bind_memory"),
     "memory_on": ("binding.placement", "memory_on"),
+    "MemoryOn": ("binding.placement", "MemoryOn"),
     # measuring before binding
     "advise": ("advisor", "advise"),
     "Advice": ("advisor", "Advice"),
@@ -103,12 +106,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from .advisor import advise as advise
     from .advisor.record import load_advice as load_advice
     from .binding import Binding as Binding
+    from .binding import KernelPolicy as KernelPolicy
     from .binding import Skipped as Skipped
     from .binding import ThreadAction as ThreadAction
     from .binding import ThreadResult as ThreadResult
     from .binding import VerifyResult as VerifyResult
     from .binding import apply_plan as apply_plan
     from .binding import bind_current_process as bind_current_process
+    from .binding.placement import MemoryOn as MemoryOn
     from .binding.placement import MemoryPlacement as MemoryPlacement
     from .binding.placement import bind_memory as bind_memory
     from .binding.placement import memory_on as memory_on
@@ -136,6 +141,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .errors import UnknownIdError as UnknownIdError
     from .model import Cpu as Cpu
     from .model import CpuMode as CpuMode
+    from .model import Detail as Detail
     from .model import Gpu as Gpu
     from .model import MemoryPolicy as MemoryPolicy
     from .model import NumaNode as NumaNode

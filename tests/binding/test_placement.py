@@ -286,7 +286,7 @@ def test_memory_on_sets_the_policy_in_the_block_and_restores_the_default() -> No
     assert (inside.mode, inside.nodes) == (_libnuma.MPOL_BIND, frozenset({0}))
     assert pages == [0] * 8
     assert scope.previous is None  # consumed by the restore
-    assert _libnuma.get_mempolicy() == _libnuma.MemPolicy(_libnuma.MPOL_DEFAULT, frozenset(), 0)
+    assert _libnuma.get_mempolicy() == _libnuma.KernelPolicy(_libnuma.MPOL_DEFAULT, frozenset(), 0)
     region.close()
 
 
@@ -754,12 +754,12 @@ def test_a_saved_policy_the_cpuset_no_longer_allows_becomes_the_nearest_one(
     monkeypatch.setattr(_libnuma, "set_mempolicy", set_mempolicy)
     monkeypatch.setattr(_libnuma, "get_mems_allowed", lambda: allowed["now"])
     static = _libnuma.MPOL_F_STATIC_NODES
-    saved = _libnuma.MemPolicy(_libnuma.MPOL_BIND, frozenset({1, 2}), static)
+    saved = _libnuma.KernelPolicy(_libnuma.MPOL_BIND, frozenset({1, 2}), static)
     with pytest.warns(RuntimeWarning, match=r"allowed memory nodes are now 0,2, were 0-2"):
         placement._put_back(placement._Block(saved, frozenset({0, 1, 2})))
     assert calls[-1] == (_libnuma.MPOL_BIND, frozenset({2}), static)  # the allowed part
     calls.clear()  # none of the saved nodes allowed: the kernel's remapping (1 -> 2nd of 0,2)
-    saved = _libnuma.MemPolicy(_libnuma.MPOL_INTERLEAVE, frozenset({1}), 0)
+    saved = _libnuma.KernelPolicy(_libnuma.MPOL_INTERLEAVE, frozenset({1}), 0)
     with pytest.warns(RuntimeWarning, match="remaps its nodes to, MPOL_INTERLEAVE on node 2"):
         placement._put_back(placement._Block(saved, frozenset({0, 1, 2})))
     assert calls == [(_libnuma.MPOL_INTERLEAVE, {1}, 0), (_libnuma.MPOL_INTERLEAVE, {2}, 0)]

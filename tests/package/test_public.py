@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 from pathlib import Path
-from typing import Dict, Tuple
+from typing import Dict, List, Tuple
 
 import pytest
 
@@ -99,11 +100,134 @@ def test_plan_all_is_a_plain_function_with_its_own_signature() -> None:
 def test_one_word_per_concept_in_the_public_signatures() -> None:
     import inspect
 
-    for name in ("plan", "plan_all", "plan_each", "bind_current_process", "bind_memory",
-                 "memory_on", "advise"):
+    for name in (
+        "plan",
+        "plan_all",
+        "plan_each",
+        "bind_current_process",
+        "bind_memory",
+        "memory_on",
+        "advise",
+    ):
         parameters = inspect.signature(getattr(pynumabind, name)).parameters
         assert "memory" not in parameters and "device" not in parameters, name
         assert "devices" not in parameters, name
     assert "copies" in inspect.signature(pynumabind.advise).parameters
     fields = {f for f in pynumabind.Options.__dataclass_fields__}
     assert "policy" in fields and "memory" not in fields
+
+
+# Types a user meets in a public signature or result without having asked for
+# them by name.  OptionKeywords and ArgumentKeywords are the TypedDicts behind
+# ``**keywords``: their keys are Options' fields (documented there), and
+# nobody builds one.
+NOT_EXPORTED = {"OptionKeywords", "ArgumentKeywords"}
+REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "site" / "reference.rst"
+
+
+def _annotations_of(obj: object) -> List[Tuple[str, str]]:
+    """(where, annotation text) for every public parameter, return, field and property."""
+    import dataclasses
+    import inspect
+
+    found: List[Tuple[str, str]] = []
+
+    def signature(where: str, func: object) -> None:
+        sig = inspect.signature(func)  # type: ignore[arg-type]
+        for parameter in sig.parameters.values():
+            if not parameter.name.startswith("_"):
+                found.append((f"{where}({parameter.name})", str(parameter.annotation)))
+        found.append((f"{where} ->", str(sig.return_annotation)))
+
+    name = getattr(obj, "__name__", "?")
+    if not inspect.isclass(obj):
+        signature(name, obj)
+        return found
+    if dataclasses.is_dataclass(obj):
+        for field in dataclasses.fields(obj):
+            if not field.name.startswith("_"):
+                found.append((f"{name}.{field.name}", str(field.type)))
+    for attribute, value in vars(obj).items():
+        if attribute.startswith("_") and attribute != "__enter__":
+            continue
+        if isinstance(value, property) and value.fget is not None:
+            returned = value.fget.__annotations__.get("return", "")
+            found.append((f"{name}.{attribute}", str(returned)))
+        elif inspect.isfunction(value) or isinstance(value, (classmethod, staticmethod)):
+            signature(f"{name}.{attribute}", getattr(obj, attribute))
+    return found
+
+
+def _pynumabind_classes() -> Dict[str, type]:
+    """Every class defined in a loaded pynumabind module, by name."""
+    import sys
+
+    classes: Dict[str, type] = {}
+    for module_name, module in list(sys.modules.items()):
+        if module_name.split(".")[0] != "pynumabind" or module is None:
+            continue
+        for value in vars(module).values():
+            if isinstance(value, type) and value.__module__.split(".")[0] == "pynumabind":
+                classes.setdefault(value.__name__, value)
+    return classes
+
+
+def _public_home(cls: type) -> str:
+    """``pynumabind.NAME``, or ``pynumabind.MODULE.NAME`` for a public module whose
+    ``__all__`` lists it; "" when no public module exports it."""
+    import sys
+
+    name = cls.__name__
+    if getattr(pynumabind, name, None) is cls and name in pynumabind.__all__:
+        return f"pynumabind.{name}"
+    for module_name, module in sorted(sys.modules.items()):
+        parts = module_name.split(".")
+        if parts[0] != "pynumabind" or any(part.startswith("_") for part in parts):
+            continue
+        if name in getattr(module, "__all__", ()) and getattr(module, name, None) is cls:
+            return f"{module_name}.{name}"
+    return ""
+
+
+def _types_reached() -> Dict[str, List[str]]:
+    """Each pynumabind class named in the public surface, transitively: where it is named."""
+    import re
+
+    # Looking the exports up imports their modules: then the classes are found.
+    pending = [getattr(pynumabind, name) for name in pynumabind.__all__ if name != "__version__"]
+    classes = _pynumabind_classes()
+    seen = {id(surface) for surface in pending}
+    reached: Dict[str, List[str]] = {}
+    while pending:
+        for where, text in _annotations_of(pending.pop()):
+            for ident in re.findall(r"\b[A-Z]\w*", text):
+                cls = classes.get(ident)
+                if cls is None or ident in NOT_EXPORTED:
+                    continue
+                reached.setdefault(ident, []).append(where)
+                if id(cls) not in seen:
+                    seen.add(id(cls))
+                    pending.append(cls)
+    return reached
+
+
+def test_every_type_in_a_public_signature_or_result_is_exported_and_documented() -> None:
+    # A result holding a type no public module exports (Advice.copies, a
+    # Binding's policy_read_back, what memory_on returns) leaves a user
+    # nothing to annotate with and the reference nothing to link to.  The
+    # walk follows results into results (Advice -> GpuCopies -> CopyCell).
+    reached = _types_reached()
+    assert {"KernelPolicy", "MemoryOn", "Detail", "CopyCell", "Spread"} <= set(reached), reached
+    classes = _pynumabind_classes()
+    homes = {name: _public_home(classes[name]) for name in reached}
+    unexported = sorted(
+        f"{name} (in {reached[name][0]})" for name, home in homes.items() if not home
+    )
+    assert unexported == [], unexported
+    reference = REFERENCE.read_text(encoding="utf-8")
+    undocumented = sorted(
+        home
+        for home in homes.values()
+        if not re.search(rf"^\.\. auto(?:class|exception):: {re.escape(home)}\s*$", reference, re.M)
+    )
+    assert undocumented == [], f"docs/site/reference.rst lacks {undocumented}"

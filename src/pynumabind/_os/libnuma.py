@@ -243,13 +243,21 @@ def node_memory(node: int) -> Tuple[int, int]:
 
 
 @dataclass(frozen=True)
-class MemPolicy:
-    """A memory policy as the kernel reports it.
+class KernelPolicy:
+    """A memory policy as the kernel reports it (``get_mempolicy(2)``).
 
-    ``kernel_policy`` is its ``MPOL_*`` name (``"MPOL_BIND"``), the name every
-    report and ``MemoryPlacement.kernel_policy`` use.  ``mode`` is the kernel's
-    number for it, named as ``get_mempolicy(2)``'s argument: the one place
-    where *mode* is not the CPU mode, kept because it is the syscall's value.
+    ``Binding.policy_read_back`` is one (public as ``pynumabind.KernelPolicy``,
+    re-exported by :mod:`pynumabind.binding`).
+
+    * ``kernel_policy``: its ``MPOL_*`` name (``"MPOL_BIND"``), the name every
+      report and ``MemoryPlacement.kernel_policy`` use;
+    * ``nodes``: its node mask, as a set of node ids (empty for the default
+      and local policies);
+    * ``flags``: the mode flags the kernel reports with it
+      (``MPOL_F_STATIC_NODES``, ``MPOL_F_RELATIVE_NODES``, ...), ``0`` for none;
+    * ``mode``: the kernel's number for the policy, named as the syscall's
+      argument: the one *mode* that is not the CPU mode, kept because it is
+      the value the kernel passes.
     """
 
     mode: int
@@ -270,7 +278,7 @@ def _node_array(nodes: AbstractSet[int]) -> Tuple[Any, int]:
     return _ffi().new("unsigned long[]", words), nbits
 
 
-def get_mempolicy() -> MemPolicy:
+def get_mempolicy() -> KernelPolicy:
     """The calling thread's memory policy.
 
     Linux < 5.14 reports local allocation (``MPOL_LOCAL``) as ``MPOL_PREFERRED``
@@ -287,7 +295,7 @@ def get_mempolicy() -> MemPolicy:
     base = raw & ~MPOL_MODE_FLAGS
     if base == MPOL_PREFERRED and not nodes:
         base = MPOL_LOCAL
-    return MemPolicy(base, nodes, raw & MPOL_MODE_FLAGS)
+    return KernelPolicy(base, nodes, raw & MPOL_MODE_FLAGS)
 
 
 def get_mems_allowed() -> frozenset[int]:
@@ -484,7 +492,7 @@ def move_pages_status(
     return result, list(ffi.unpack(status, count))
 
 
-def address_policy(address: int) -> MemPolicy:
+def address_policy(address: int) -> KernelPolicy:
     """The policy governing the page at ``address`` (``get_mempolicy(MPOL_F_ADDR)``).
 
     A range ``mbind`` never touched reports the thread's policy; ``MPOL_DEFAULT``
@@ -498,7 +506,7 @@ def address_policy(address: int) -> MemPolicy:
     if load().get_mempolicy(mode, mask, nbits + 1, pointer, MPOL_F_ADDR) < 0:
         raise NumaSyscallError(ffi.errno, f"get_mempolicy(MPOL_F_ADDR, {address:#x})")
     raw = int(mode[0])
-    return MemPolicy(raw & ~MPOL_MODE_FLAGS, words_to_set(mask), raw & MPOL_MODE_FLAGS)
+    return KernelPolicy(raw & ~MPOL_MODE_FLAGS, words_to_set(mask), raw & MPOL_MODE_FLAGS)
 
 
 #: ``madvise`` advice (linux/mman.h): deactivate the pages; splits a huge page it covers in part.

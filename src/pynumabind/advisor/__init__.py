@@ -31,12 +31,44 @@ from typing import TYPE_CHECKING, Callable, List, Optional
 
 from ..errors import ConfigError
 from ..model import Topology
-from .rule import DEFAULT_MIN_EFFECT, GpuCopies, Recommendation, decide
+from .rule import (
+    DEFAULT_MIN_EFFECT,
+    Comparison,
+    CopyCell,
+    Firmware,
+    GpuAdvice,
+    GpuCopies,
+    HmatEntry,
+    MemoryCell,
+    MemoryMatrix,
+    Placement,
+    Recommendation,
+    Spread,
+    decide,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .record import Advice
 
-__all__ = ["Advice", "Recommendation", "advise"]
+# The values an Advice holds, defined in .rule (the pure decision), are
+# public here, the home of advise()'s results: pynumabind itself exports
+# only Advice and Recommendation, and the reference documents the rest as
+# pynumabind.advisor.NAME.
+__all__ = [
+    "Advice",
+    "Comparison",
+    "CopyCell",
+    "Firmware",
+    "GpuAdvice",
+    "GpuCopies",
+    "HmatEntry",
+    "MemoryCell",
+    "MemoryMatrix",
+    "Placement",
+    "Recommendation",
+    "Spread",
+    "advise",
+]
 
 
 def __getattr__(name: str) -> object:

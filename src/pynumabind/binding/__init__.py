@@ -35,7 +35,8 @@ holds the rules :meth:`Binding.verify` (and ``pynumabind check``) judge by.
 
 This module is the public home of the types a :class:`Binding` holds:
 :class:`Skipped` (defined in :mod:`._apply`), :class:`ThreadResult` and
-:class:`ThreadAction` (defined in :mod:`._threads`) are re-exported here, and
+:class:`ThreadAction` (defined in :mod:`._threads`) and :class:`KernelPolicy`
+(``policy_read_back``, defined in :mod:`._libnuma`) are re-exported here, and
 ``pynumabind`` exports them from here; their defining modules stay private.
 """
 
@@ -60,6 +61,7 @@ from .._os import forksafe as _forksafe
 from .._os import libnuma as _libnuma
 from .._os import proc as _proc
 from .._os import threads as _threads
+from .._os.libnuma import KernelPolicy
 from .._os.threads import ThreadAction, ThreadResult
 from ..cpulist import format_cpulist
 from ..errors import BindError, ConfigError, PlanError, format_ids
@@ -79,6 +81,7 @@ __all__ = [
     "ON_ERROR_CHOICES",
     "VERIFY_PAGES",
     "Binding",
+    "KernelPolicy",
     "Skipped",
     "ThreadAction",
     "ThreadResult",
@@ -132,7 +135,7 @@ class Binding:
     cpus: Optional[frozenset[int]] = None
     kernel_policy: Optional[str] = None
     policy_nodes: frozenset[int] = frozenset()
-    policy_read_back: Optional[_libnuma.MemPolicy] = None
+    policy_read_back: Optional[KernelPolicy] = None
     memory_applied: bool = False
     threads_keeping_policy: Tuple[int, ...] = ()
     partial: bool = False

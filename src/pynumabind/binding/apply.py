@@ -201,7 +201,7 @@ def _restore_same_threads(
 class PolicyUndo:
     """The calling thread's memory policy before (``None``: unreadable, so default)."""
 
-    before: Optional[_libnuma.MemPolicy]
+    before: Optional[_libnuma.KernelPolicy]
 
     def undo(self) -> List[str]:
         try:
@@ -542,7 +542,7 @@ def set_policy(request: PolicyRequest, journal: Journal) -> Optional[Exception]:
     """Step 2: the calling thread's memory policy.  Returns the failure, if any."""
     assert request.mode is not None
     try:
-        before: Optional[_libnuma.MemPolicy] = _libnuma.get_mempolicy()
+        before: Optional[_libnuma.KernelPolicy] = _libnuma.get_mempolicy()
     except _libnuma.ERRORS:
         before = None
     record = PolicyUndo(before)
@@ -596,7 +596,7 @@ def threads_keeping_policy(scan: Optional[_threads.ThreadScan], caller: int) -> 
 
 def read_back_policy(
     request: PolicyRequest, applied: bool
-) -> Tuple[Optional[_libnuma.MemPolicy], Optional[str]]:
+) -> Tuple[Optional[_libnuma.KernelPolicy], Optional[str]]:
     """The calling thread's policy now, and a note when it is not what was set."""
     try:
         now = _libnuma.get_mempolicy()

@@ -1104,7 +1104,7 @@ class _Block:
 
     __slots__ = ("allowed", "previous", "thread")
 
-    def __init__(self, previous: _libnuma.MemPolicy, allowed: frozenset[int]) -> None:
+    def __init__(self, previous: _libnuma.KernelPolicy, allowed: frozenset[int]) -> None:
         self.previous = previous
         self.allowed = allowed
         self.thread = threading.get_native_id()
@@ -1144,7 +1144,7 @@ def _drop(stack: List[_Block], block: _Block) -> None:
         del stack[index]
 
 
-def _describe(policy: _libnuma.MemPolicy) -> str:
+def _describe(policy: _libnuma.KernelPolicy) -> str:
     if policy.mode in _NO_NODES:
         return policy.kernel_policy
     return f"{policy.kernel_policy} on node {format_ids(policy.nodes)}"
@@ -1164,7 +1164,7 @@ def _remap(nodes: AbstractSet[int], old: AbstractSet[int], new: AbstractSet[int]
     return frozenset(after[before.index(n) % len(after)] if n in old else n for n in nodes)
 
 
-def _nearest(block: _Block) -> Iterator[Tuple[_libnuma.MemPolicy, str]]:
+def _nearest(block: _Block) -> Iterator[Tuple[_libnuma.KernelPolicy, str]]:
     """What to put back, nearest first, when the kernel refuses ``block.previous``."""
     previous = block.previous
     try:
@@ -1174,19 +1174,19 @@ def _nearest(block: _Block) -> Iterator[Tuple[_libnuma.MemPolicy, str]]:
     part = previous.nodes & allowed
     if part:
         yield (
-            _libnuma.MemPolicy(previous.mode, frozenset(part), previous.flags),
+            _libnuma.KernelPolicy(previous.mode, frozenset(part), previous.flags),
             "the same policy over the allowed part of its nodes",
         )
     moved = _remap(previous.nodes, block.allowed, allowed) & allowed
     if moved and moved != part:
         yield (
-            _libnuma.MemPolicy(previous.mode, moved, previous.flags),
+            _libnuma.KernelPolicy(previous.mode, moved, previous.flags),
             "the same policy on the nodes the kernel remaps its nodes to",
         )
-    yield _libnuma.MemPolicy(_libnuma.MPOL_DEFAULT, frozenset(), 0), "the default policy"
+    yield _libnuma.KernelPolicy(_libnuma.MPOL_DEFAULT, frozenset(), 0), "the default policy"
 
 
-def _set(policy: _libnuma.MemPolicy) -> None:
+def _set(policy: _libnuma.KernelPolicy) -> None:
     nodes = policy.nodes if policy.mode not in _NO_NODES else frozenset()
     _libnuma.set_mempolicy(policy.mode, nodes, policy.flags)
 
@@ -1286,7 +1286,7 @@ class MemoryOn:
         self._used = False
 
     @property
-    def previous(self) -> Optional[_libnuma.MemPolicy]:
+    def previous(self) -> Optional[_libnuma.KernelPolicy]:
         block = self._block
         return None if block is None else block.previous
 

@@ -265,7 +265,7 @@ def test_a_gpu_on_a_memoryless_node_gets_the_nearest_memory() -> None:
     scope = memory_on(gpu=0, topology=machine, policy="preferred")
     assert scope.nodes == frozenset({1})  # node 0 has no memory; 1 is the lowest at 12
     assert scope.nodes == pynumabind.plan(machine, 0, 1, policy="preferred").mems
-    assert scope.mode == "MPOL_PREFERRED"
+    assert scope.kernel_policy == "MPOL_PREFERRED"
 
 
 def test_a_gpu_with_no_known_node_is_a_plan_error() -> None:

@@ -1269,16 +1269,17 @@ def _leave(stack: List[_Block], block: _Block) -> None:
 class MemoryOn:
     """The context manager :func:`memory_on` returns; use it once, in one thread.
 
-    ``nodes``, ``mode`` and ``reasons`` say where the block allocates and
-    why; ``previous`` is the policy that is set again on exit (mode, nodes
-    and mode flags, as ``get_mempolicy`` read it when the block, or an
-    enclosing block left before it, was entered), ``None`` outside the block.
+    ``policy`` (the policy asked for), ``kernel_policy`` (its ``MPOL_*``
+    name), ``nodes`` and ``reasons`` say where the block allocates and why;
+    ``previous`` is the :class:`~pynumabind.KernelPolicy` that is set again on
+    exit (as ``get_mempolicy`` read it when the block, or an enclosing block
+    left before it, was entered), ``None`` outside the block.
     """
 
     def __init__(self, target: _Target) -> None:
         self._target = target
         self.nodes = target.nodes
-        self.mode = _libnuma.MODE_NAMES.get(target.mode, str(target.mode))
+        self.kernel_policy = _libnuma.MODE_NAMES.get(target.mode, str(target.mode))
         self.policy = target.policy.value
         self.reasons = target.reasons
         self._block: Optional[_Block] = None
@@ -1291,7 +1292,7 @@ class MemoryOn:
         return None if block is None else block.previous
 
     def __repr__(self) -> str:
-        return f"memory_on({self.mode} on node {format_ids(self.nodes)})"
+        return f"memory_on({self.kernel_policy} on node {format_ids(self.nodes)})"
 
     def __enter__(self) -> MemoryOn:
         if self._used:
@@ -1314,7 +1315,7 @@ class MemoryOn:
         except NumaSyscallError as exc:  # refused: nothing changed
             _drop(stack, block)
             self._ended()
-            raise _refused(exc, f"set_mempolicy({self.mode})", self.nodes) from None
+            raise _refused(exc, f"set_mempolicy({self.kernel_policy})", self.nodes) from None
         except BaseException:  # KeyboardInterrupt, maybe after the change: undo it
             _leave(stack, block)
             self._ended()

@@ -315,7 +315,7 @@ def test_memory_on_by_gpu_allocates_on_its_memory_node(process_on_node0: None) -
         use_nvml=False, gpu_vendors={PCI_VENDOR: "qemu"}, pci_classes=[PCI_CLASS]
     )
     with memory_on(gpu=1, topology=topology, policy="preferred") as scope:
-        assert scope.mode == "MPOL_PREFERRED" and scope.nodes == frozenset({1})
+        assert scope.kernel_policy == "MPOL_PREFERRED" and scope.nodes == frozenset({1})
         assert fresh_nodes() == [1] * 16
     assert fresh_nodes() == [0] * 16
 

@@ -176,6 +176,46 @@ def fork_waiting_for_the_first_lock() -> str:
     return await_child(pid)
 
 
+def fork_once_logging_registered_its_handlers() -> Dict[str, Any]:
+    """Fork while the first lock() is importing logging, after logging's module
+    registered its fork handlers: logging's *before* handler is in this fork's
+    list and runs first, and the import still has to take logging's lock."""
+    import pynumabind
+
+    assert "logging" not in sys.modules, "logging was loaded before the race"
+    parent = os.getpid()
+    registered = threading.Event()
+    real = os.register_at_fork
+
+    def register(**handlers: Any) -> None:
+        real(**handlers)
+        caller = sys._getframe(1).f_globals.get("__name__")
+        if caller == "logging" and os.getpid() == parent and not registered.is_set():
+            registered.set()
+            time.sleep(0.3)  # the main thread's fork begins meanwhile
+
+    os.register_at_fork = register  # type: ignore[assignment]
+
+    def bind() -> Any:
+        return pynumabind.bind_current_process(0, nprocs=1, environ={})
+
+    thread = threading.Thread(target=bind)
+    thread.start()
+    registered.wait()
+    before = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        code = 3
+        try:
+            code = 0 if bind().plan is not None else 4
+        finally:
+            os._exit(code)
+    waited = time.monotonic() - before
+    os.register_at_fork = real  # type: ignore[assignment]
+    thread.join()
+    return {"child": await_child(pid), "fork_waited": round(waited, 3)}
+
+
 def _entry_call(entry: str, snapshot: str) -> Callable[[], Any]:
     """The first call of one public entry point (the caller's imports done before the race)."""
     import pynumabind

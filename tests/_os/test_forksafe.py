@@ -107,6 +107,26 @@ def test_a_fork_waiting_for_the_first_lock_prints_no_traceback() -> None:
     assert stderr.strip() == "logging still works in the parent", stderr
 
 
+def test_a_fork_after_logging_registered_its_handlers_does_not_stall_the_first_lock() -> None:
+    # The first lock() imports logging holding the fork lock.  Once logging's
+    # module has registered its fork handlers, a fork that begins runs
+    # logging's "before" handler first (it takes logging's lock), then waits
+    # for the fork lock; the import then needs logging's lock to go on.  Both
+    # waited out FORK_WAIT, and the fork copied the half-done import: the
+    # child hung on it (CI saw the racing bind above time out this way under
+    # load; a standalone race under load hung 6 of 120 children, 0 after).
+    # Here the import is held just after logging registered, so the fork
+    # surely begins inside that window.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
+    env.pop("LOCAL_RANK", None)
+    result, stderr = run_in_child(
+        child_forksafe.fork_once_logging_registered_its_handlers, env=env, timeout=90
+    )
+    assert result["child"] == "exit 0", (result, stderr)
+    assert result["fork_waited"] < _forksafe.FORK_WAIT / 2, result
+    assert not any(word in stderr for word in STRAY), stderr
+
+
 # One trial (child_forksafe.fork_trial): a fresh interpreter, a thread making
 # the process's first call of one entry point, and FORKS_PER_TRIAL forks from
 # the main thread at random moments of it; each child calls the same entry

@@ -50,6 +50,15 @@ The rules:
   A framework's own modules (vLLM, SGLang, torch) are never imported under
   the lock: they may register such handlers, and making their imports
   fork-safe is theirs.
+* The handler registered at import runs *after* logging's whenever logging
+  was loaded later, so the forking thread already holds logging's lock when
+  it comes to wait for this one.  The thread holding this lock may need
+  logging's to go on (logging's own import takes it, and so does a bind that
+  logs), so that handler lets logging's lock go while it waits and takes it
+  back before the fork goes on.  Without that, a fork that began while a
+  first :func:`lock` was importing logging (after logging had registered its
+  handlers) waited out :data:`FORK_WAIT`, and the child then hung on the
+  half-done import.
 * **Every public entry point that imports or loads holds the lock** for
   its whole call (:func:`guarded`, or a ``with lock():``): the lazy exports,
   ``bind_current_process``, ``apply_plan``, ``Binding.verify`` and
@@ -129,9 +138,50 @@ def _before_fork() -> None:
 
 def _before_fork_first() -> None:
     """The handler registered at import: it runs after logging's (when logging came later)."""
-    _before_fork()
+    if _lock.acquire(blocking=False):
+        _held.count = getattr(_held, "count", 0) + 1
+    else:
+        _wait_without_logging_lock()
     if _registered and _LOGGING_AFTER_US:
         _take_logging_lock()
+
+
+def _logging_lock_held_here() -> Any:
+    """logging's module lock when this thread holds it (its *before* handler ran), else None."""
+    module = sys.modules.get("logging")
+    lock = getattr(module, "_lock", None)
+    owned = getattr(lock, "_is_owned", None)
+    try:
+        return lock if owned is not None and owned() else None
+    except Exception:  # an at-fork handler must not raise
+        return None
+
+
+def _wait_without_logging_lock() -> None:
+    """:func:`_before_fork`, holding no lock of logging's while it waits.
+
+    When logging's fork handlers were registered after this module's (its
+    import finished, or got that far, after ``import pynumabind``), its
+    *before* handler has run by now and this thread holds logging's lock.
+    The thread that holds :func:`lock` may need that lock to go on: to
+    finish importing logging (the module makes its last-resort handler,
+    which takes the lock) or to log from a bind.  Waiting while holding it
+    would stall both for :data:`FORK_WAIT`, and the fork would then copy a
+    half-done import.  So logging's lock is let go for the wait and taken
+    back, as many times as it was held, before the fork goes on.
+    """
+    lock = _logging_lock_held_here()
+    saved = None
+    if lock is not None:
+        try:
+            saved = lock._release_save()
+        except Exception:  # an at-fork handler must not raise: wait holding it
+            lock = None
+    try:
+        _before_fork()
+    finally:
+        if lock is not None:
+            lock._acquire_restore(saved)
 
 
 def _take_logging_lock() -> None:

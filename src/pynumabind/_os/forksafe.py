@@ -81,7 +81,7 @@ import threading
 # loads this module and must not load typing (several milliseconds).
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any, Callable, TypeVar
+    from typing import Any, Callable, Optional, Tuple, TypeVar
 
     F = TypeVar("F", bound=Callable[..., Any])
 
@@ -131,30 +131,37 @@ def _register() -> None:
         _registered = True
 
 
-def _before_fork() -> None:
-    if _lock.acquire(timeout=FORK_WAIT):
+def _take(timeout: float) -> bool:
+    """Take the lock for this fork within ``timeout`` s (0: only if free); count it."""
+    if _lock.acquire(timeout=timeout):
         _held.count = getattr(_held, "count", 0) + 1
+        return True
+    return False
+
+
+def _before_fork() -> None:
+    _take(FORK_WAIT)
 
 
 def _before_fork_first() -> None:
     """The handler registered at import: it runs after logging's (when logging came later)."""
-    if _lock.acquire(blocking=False):
-        _held.count = getattr(_held, "count", 0) + 1
-    else:
+    if not _take(0):
         _wait_without_logging_lock()
     if _registered and _LOGGING_AFTER_US:
         _take_logging_lock()
 
 
-def _logging_lock_held_here() -> Any:
-    """logging's module lock when this thread holds it (its *before* handler ran), else None."""
+def _logging_lock() -> Tuple[Any, Optional[bool]]:
+    """logging's module lock (``None`` before logging is loaded) and whether this
+    thread holds it (``None``: cannot tell).  Never raises: an at-fork handler's
+    exception is printed, not raised."""
     module = sys.modules.get("logging")
     lock = getattr(module, "_lock", None)
     owned = getattr(lock, "_is_owned", None)
     try:
-        return lock if owned is not None and owned() else None
-    except Exception:  # an at-fork handler must not raise
-        return None
+        return lock, None if owned is None else bool(owned())
+    except Exception:
+        return lock, None
 
 
 def _wait_without_logging_lock() -> None:
@@ -170,17 +177,17 @@ def _wait_without_logging_lock() -> None:
     half-done import.  So logging's lock is let go for the wait and taken
     back, as many times as it was held, before the fork goes on.
     """
-    lock = _logging_lock_held_here()
+    lock, held = _logging_lock()
     saved = None
-    if lock is not None:
+    if held:
         try:
             saved = lock._release_save()
         except Exception:  # an at-fork handler must not raise: wait holding it
-            lock = None
+            held = False
     try:
         _before_fork()
     finally:
-        if lock is not None:
+        if held:
             lock._acquire_restore(saved)
 
 
@@ -195,11 +202,9 @@ def _take_logging_lock() -> None:
     Never raises (an at-fork handler's exception is printed, not raised);
     when in doubt it takes nothing.
     """
-    module = sys.modules.get("logging")
-    lock = getattr(module, "_lock", None)
-    owned = getattr(lock, "_is_owned", None)
+    lock, held = _logging_lock()
     try:
-        if lock is not None and owned is not None and not owned():
+        if held is False:
             lock.acquire(timeout=FORK_WAIT)
     except Exception:  # noqa: S110 - an at-fork handler must not print
         pass

@@ -12,7 +12,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List
 
 
 def await_child(pid: int, limit: float = 10.0) -> str:
@@ -26,6 +26,19 @@ def await_child(pid: int, limit: float = 10.0) -> str:
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
     return "DEADLOCK"
+
+
+def fork_a_binding_child(bind: Callable[[], Any]) -> int:
+    """Fork; the child calls ``bind`` and exits 0 when it returned a binding with a
+    plan (4: without one, 3: it raised).  The parent gets the child's pid."""
+    pid = os.fork()
+    if pid == 0:
+        code = 3
+        try:
+            code = 0 if bind().plan is not None else 4
+        finally:
+            os._exit(code)
+    return pid
 
 
 class _PauseImport:
@@ -66,19 +79,13 @@ def fork_during_a_lazy_export_import() -> str:
 def fork_racing_the_first_bind(delay: str) -> str:
     import pynumabind
 
-    def bind() -> Optional[object]:
-        return pynumabind.bind_current_process(0, nprocs=1, environ={}).plan
+    def bind() -> Any:
+        return pynumabind.bind_current_process(0, nprocs=1, environ={})
 
     thread = threading.Thread(target=bind)
     thread.start()
     time.sleep(float(delay))
-    pid = os.fork()
-    if pid == 0:
-        code = 3
-        try:
-            code = 0 if bind() is not None else 4
-        finally:
-            os._exit(code)
+    pid = fork_a_binding_child(bind)
     thread.join()
     return await_child(pid)
 
@@ -162,13 +169,7 @@ def fork_waiting_for_the_first_lock() -> str:
     thread = threading.Thread(target=bind)
     thread.start()
     paused.wait()
-    pid = os.fork()
-    if pid == 0:
-        code = 3
-        try:
-            code = 0 if bind().plan is not None else 4
-        finally:
-            os._exit(code)
+    pid = fork_a_binding_child(bind)
     thread.join()
     import logging
 
@@ -203,13 +204,7 @@ def fork_once_logging_registered_its_handlers() -> Dict[str, Any]:
     thread.start()
     registered.wait()
     before = time.monotonic()
-    pid = os.fork()
-    if pid == 0:
-        code = 3
-        try:
-            code = 0 if bind().plan is not None else 4
-        finally:
-            os._exit(code)
+    pid = fork_a_binding_child(bind)
     waited = time.monotonic() - before
     os.register_at_fork = real  # type: ignore[assignment]
     thread.join()

@@ -26,7 +26,7 @@ import os
 import random
 import subprocess
 from pathlib import Path
-from typing import Any, Callable, List
+from typing import Any, Callable, Dict, List
 
 import pytest
 
@@ -36,11 +36,16 @@ from childproc import child_command, run_in_child
 from pynumabind._os import forksafe as _forksafe
 
 
-def _run(trial: Callable[..., Any], *args: object) -> Any:
-    """Run ``trial`` in a fresh interpreter without PYNUMABIND_* or LOCAL_RANK; its verdict."""
+def _clean_env() -> Dict[str, str]:
+    """This environment without PYNUMABIND_* and LOCAL_RANK: a trial binds as rank 0 by hand."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
     env.pop("LOCAL_RANK", None)
-    verdict, _ = run_in_child(trial, *args, env=env, timeout=90)
+    return env
+
+
+def _run(trial: Callable[..., Any], *args: object) -> Any:
+    """Run ``trial`` in a fresh interpreter without PYNUMABIND_* or LOCAL_RANK; its verdict."""
+    verdict, _ = run_in_child(trial, *args, env=_clean_env(), timeout=90)
     return verdict
 
 
@@ -98,10 +103,8 @@ def test_a_fork_waiting_for_the_first_lock_prints_no_traceback() -> None:
     # "after" handler released a lock never taken and printed
     # "RuntimeError: cannot release un-acquired lock" in the parent.  The
     # import of logging is held for 0.3 s, so the fork surely waits.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
-    env.pop("LOCAL_RANK", None)
     verdict, stderr = run_in_child(
-        child_forksafe.fork_waiting_for_the_first_lock, env=env, timeout=90
+        child_forksafe.fork_waiting_for_the_first_lock, env=_clean_env(), timeout=90
     )
     assert verdict == "exit 0"
     assert stderr.strip() == "logging still works in the parent", stderr
@@ -117,10 +120,8 @@ def test_a_fork_after_logging_registered_its_handlers_does_not_stall_the_first_l
     # load; a standalone race under load hung 6 of 120 children, 0 after).
     # Here the import is held just after logging registered, so the fork
     # surely begins inside that window.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
-    env.pop("LOCAL_RANK", None)
     result, stderr = run_in_child(
-        child_forksafe.fork_once_logging_registered_its_handlers, env=env, timeout=90
+        child_forksafe.fork_once_logging_registered_its_handlers, env=_clean_env(), timeout=90
     )
     assert result["child"] == "exit 0", (result, stderr)
     assert result["fork_waited"] < _forksafe.FORK_WAIT / 2, result
@@ -151,10 +152,8 @@ def _trial(entry: str, seed: int, snapshot: str) -> List[str]:
     argv = child_command(
         child_forksafe.fork_trial, entry, seed, snapshot, FORKS_PER_TRIAL, SPAN, alarm=120
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
-    env.pop("LOCAL_RANK", None)
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=150)
+        done = subprocess.run(argv, capture_output=True, text=True, env=_clean_env(), timeout=150)
     except subprocess.TimeoutExpired:
         return [f"{entry} seed {seed}: the trial itself hung"]
     problems = []

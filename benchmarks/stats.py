@@ -21,7 +21,7 @@ def quantile(ordered: Sequence[float], q: float) -> float:
         raise ValueError("quantile of no samples")
     if not 0.0 <= q <= 1.0:
         raise ValueError(f"quantile {q} outside [0, 1]")
-    from pynumabind.advisor.rule import _quantile  # the package's one interpolation
+    from pynumabind.records.values import _quantile  # the package's one interpolation
 
     return _quantile(ordered, q)
 

@@ -1,6 +1,6 @@
 """Measurement matrices built from figures, for the advise rule and the advice record's tests.
 
-Values only: a :class:`~pynumabind.advisor.rule.MemoryMatrix` or a GPU's
+Values only: a :class:`~pynumabind.advisor.MemoryMatrix` or a GPU's
 copies from medians, each median spread over a narrow noise band.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from pynumabind.advisor.rule import CopyCell, GpuCopies, MemoryCell, MemoryMatrix, Spread
+from pynumabind.records.values import CopyCell, GpuCopies, MemoryCell, MemoryMatrix, Spread
 
 
 def spread(median: float, rel: float = 0.02, n: int = 9) -> Spread:

@@ -1,4 +1,4 @@
-"""Child body of advisor/test_record.py: bind a fresh interpreter in mode advised, report."""
+"""Child body of records/test_record.py: bind a fresh interpreter in mode advised, report."""
 
 from __future__ import annotations
 

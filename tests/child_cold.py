@@ -26,13 +26,24 @@ def star_import_names() -> list[str]:
     return sorted(k for k in namespace if k != "__builtins__")
 
 
-def pynumabind_modules_after_importing(module: str) -> list[str]:
-    """Every ``pynumabind.*`` module loaded by importing ``pynumabind.<module>``."""
+def pynumabind_modules_loaded_by(module: str) -> dict[str, list[str]]:
+    """What importing ``pynumabind.<module>`` loads beyond what its packages load.
+
+    ``packages``: every ``pynumabind.*`` module loaded once the packages
+    holding ``module`` are imported (``pynumabind`` itself, and for
+    ``records.values`` also ``pynumabind.records``); ``module``: every one
+    loaded once ``module`` is imported after them.
+    """
     import importlib
     import sys
 
+    parts = module.split(".")
+    for depth in range(len(parts)):
+        importlib.import_module(".".join(["pynumabind", *parts[:depth]]))
+    packages = sorted(m for m in sys.modules if m.startswith("pynumabind."))
     importlib.import_module(f"pynumabind.{module}")
-    return sorted(m for m in sys.modules if m.startswith("pynumabind."))
+    loaded = sorted(m for m in sys.modules if m.startswith("pynumabind."))
+    return {"packages": packages, "module": loaded}
 
 
 def loaded_after_import(*prefixes: str) -> list[str]:

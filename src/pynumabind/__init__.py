@@ -89,9 +89,9 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "MemoryOn": ("binding.placement", "MemoryOn"),
     # measuring before binding
     "advise": ("advisor", "advise"),
-    "Advice": ("advisor", "Advice"),
-    "Recommendation": ("advisor", "Recommendation"),
-    "load_advice": ("advisor.record", "load_advice"),
+    "Advice": ("records.advice", "Advice"),
+    "Recommendation": ("records.values", "Recommendation"),
+    "load_advice": ("records.store", "load_advice"),
 }
 
 # Made from the table; type checkers read the "X as X" re-exports below instead.
@@ -101,10 +101,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Dict, List, Tuple
 
     # "X as X": an explicit re-export, for type checkers and linters.
-    from .advisor import Advice as Advice
-    from .advisor import Recommendation as Recommendation
     from .advisor import advise as advise
-    from .advisor.record import load_advice as load_advice
     from .binding import Binding as Binding
     from .binding import KernelPolicy as KernelPolicy
     from .binding import Skipped as Skipped
@@ -151,6 +148,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from .planner import plan as plan
     from .planner import plan_all as plan_all
     from .planner import plan_each as plan_each
+    from .records.advice import Advice as Advice
+    from .records.store import load_advice as load_advice
+    from .records.values import Recommendation as Recommendation
 
 
 def __getattr__(name: str) -> Any:

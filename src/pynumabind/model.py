@@ -593,7 +593,7 @@ class CpuMode(str, enum.Enum):
     NONE = "none"  # leave CPU affinity alone
     # Follow the advice record (pynumabind advise --save): resolved into one of
     # the modes above, and a memory policy, before the planner runs
-    # (pynumabind.advisor.record.resolve_advised); the planner itself refuses it.
+    # (pynumabind.records.store.resolve_advised); the planner itself refuses it.
     ADVISED = "advised"
 
     @classmethod

@@ -51,7 +51,7 @@ MAY_CATCH_OSERROR: Dict[str, str] = {
     "advisor.copies": "dlopen of the CUDA runtime library (libcudart)",
     "advisor": "/proc/cpuinfo, which describes the machine (its hypervisor flag)",
     "cli.advise": "the --plot file the user names",
-    "advisor.record": "the advice record file (read, and written atomically) and its directory",
+    "records._file": "the advice record file (read, and written atomically) and its directory",
 }
 
 #: Where the process's own state lives.

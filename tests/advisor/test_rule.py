@@ -9,7 +9,6 @@ changes nothing, a clear local advantage always binds.
 
 from __future__ import annotations
 
-import json
 from typing import List
 
 import pytest
@@ -17,16 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from advice_builders import gpu, matrix, spread
-from pynumabind.advisor.report import render_text
-from pynumabind.advisor.rule import (
-    NO_DIFFERENCE,
-    Advice,
-    Placement,
-    Spread,
-    compare,
-    decide,
-)
-from pynumabind.model import SCHEMA_VERSION
+from pynumabind.advisor.rule import NO_DIFFERENCE, compare, decide
+from pynumabind.records.values import Spread
 
 # ------------------------------------------------------------- recorded
 
@@ -126,64 +117,6 @@ def test_compare_ratio_and_noise_range() -> None:
     assert slow.ratio == 2.0 and not slow.measurable
     zero = compare("x", ("a", spread(1.0)), ("b", Spread(1, 0.0, 0.0, 0.0, 0.0, 0.0)))
     assert not zero.measurable
-
-
-def test_spread_of_known_samples() -> None:
-    s = Spread.of([5, 1, 3, 2, 4])
-    assert (s.n, s.median, s.q1, s.q3, s.min, s.max) == (5, 3, 2, 4, 1, 5)
-    with pytest.raises(ValueError, match="at least one"):
-        Spread.of([])
-    with pytest.raises(ValueError, match="finite"):
-        Spread.of([1.0, float("nan")])
-
-
-def test_placement_fraction_and_text() -> None:
-    assert Placement(1, {1: 10}).text() == "100% on node 1"
-    half = Placement(1, {0: 5, 1: 5, -2: 0})
-    assert half.fraction == 0.5
-    assert "5 on node 0" in half.text()
-    assert Placement(0, {}).text() == "unchecked"
-
-
-def test_advice_json_has_the_documented_fields() -> None:
-    memory = matrix([[100, 50], [50, 100]])
-    gpus = (gpu(0, 0, [28, 28], [28, 28]),)
-    advice = Advice(memory, gpus, "measured with test", "test", None, decide(memory, gpus))
-    data = json.loads(json.dumps(advice.to_dict()))
-    assert data["schema"] == SCHEMA_VERSION  # the package's one JSON version
-    assert data["memory"]["cpu_nodes"] == [0, 1]
-    assert data["memory"]["memory_nodes"] == [0, 1]
-    assert data["memory"]["bandwidth_gbs"] == [[100, 50], [50, 100]]
-    assert data["copies"][0]["h2d_gbs"] == [28, 28]
-    rec = data["recommendation"]
-    assert rec["bind"] is True and rec["mode"] == "node" and rec["policy"] == "preferred"
-    assert isinstance(rec["reasons"], list) and rec["reasons"]
-
-
-def test_str_of_an_advice_is_the_report_the_command_prints() -> None:
-    memory = matrix([[100, 50], [50, 100]])
-    gpus = (gpu(0, 0, [28, 20], [28, 20]),)
-    advice = Advice(memory, gpus, "measured with test", "test", None, decide(memory, gpus))
-    text = str(advice)
-    assert text == render_text(advice)
-    assert not text.startswith("Advice(")  # not the dataclass repr
-    lines = text.splitlines()
-    assert lines[0].startswith("Memory bandwidth, GB/s")
-    assert "Pinned host<->GPU copies, GB/s: median (quartiles)" in lines
-    assert f"Recommendation: {advice.recommendation.verdict}" in lines
-    assert lines[lines.index("Reasons:") + 1].startswith("  - memory bandwidth from CPU node 0")
-    method = next(i for i, line in enumerate(lines) if line.startswith("Method: "))
-    assert lines[method - 1] == ""  # a paragraph of its own, after the tables
-
-
-def test_a_reason_that_repeats_the_verdict_is_not_printed_again() -> None:
-    memory = matrix([[100]])
-    advice = Advice(memory, (), "CUDA is not usable", None, None, decide(memory))
-    rec = advice.recommendation
-    assert rec.reasons == (rec.verdict,)  # the data keeps it: JSON readers need a reason
-    text = str(advice)
-    assert text.count(rec.verdict) == 1
-    assert "Reasons:" not in text
 
 
 # ----------------------------------------------------------- properties

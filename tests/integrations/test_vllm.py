@@ -697,8 +697,9 @@ def require_automatic_binding() -> None:
 
 def do_not_bind_record(path: Path) -> str:
     """This machine's advice record saying binding makes no difference (equal cells)."""
+    from pynumabind.advisor import MemoryCell, MemoryMatrix, Spread
     from pynumabind.advisor.record import Advice, save_record, this_machine
-    from pynumabind.advisor.rule import MemoryCell, MemoryMatrix, Spread, decide
+    from pynumabind.advisor.rule import decide
 
     same = MemoryCell(Spread.of([99.0, 99.5, 100.0, 100.5, 101.0]), threads=1)
     memory = MemoryMatrix((0, 1), (0, 1), ((same, same), (same, same)))

@@ -241,7 +241,8 @@ def test_bound_worker_reports_its_binding_and_samples() -> None:
 
 
 def _document() -> dict[str, object]:
-    from pynumabind.advisor.rule import Advice, MemoryCell, MemoryMatrix, Spread, decide
+    from pynumabind.advisor import Advice, MemoryCell, MemoryMatrix, Spread
+    from pynumabind.advisor.rule import decide
     from pynumabind.cli.advise import render_text
 
     cell = MemoryCell(Spread.of([10, 11, 12]), Spread.of([90, 100, 110]), None, 2)

@@ -1,6 +1,7 @@
 """The layers stay layers: the folders of ``src/pynumabind`` are the floors.
 
-A module's floor is the folder it sits in, read from the tree, not from a table:
+A module's floor is the folder it sits in, read from the tree, not from a
+table, with no exceptions:
 
 * ``values``: the modules at the top of the package -- the errors, id lists,
   the model, the options object, the cffi build script (and the module it
@@ -11,10 +12,15 @@ A module's floor is the folder it sits in, read from the tree, not from a table:
   GPU visibility, the environment);
 * ``planner``: the pure planner; it may use only the values (no I/O, no
   environment: it takes Options already merged);
+* ``records``: the advice record -- the values an advice holds, its report,
+  its JSON, the machine fingerprint and staleness, and the store (the path
+  rule, the atomic save, loading, and mode ``advised`` resolved into plain
+  values).  It reads files and the machine through discovery but measures
+  nothing and plans nothing, so the binding reads the record in every worker
+  without importing the advisor;
 * ``binding``: applying a plan with its journal, verifying it, the process
   binding, and buffer placement;
-* ``advisor``: measuring whether binding helps, and the rule that decides
-  (``advisor.rule`` is pure: values only, see :data:`PURE`);
+* ``advisor``: measuring whether binding helps, and the rule that decides;
 * ``integrations``: the framework hooks;
 * ``cli``, and the package's own ``__init__``/``__main__`` (``entry``).
 
@@ -26,19 +32,39 @@ count), and the bottom floors are imported in a fresh interpreter to see
 which pynumabind modules really got loaded.  No import cycle exists, lazy
 ones included, across all modules, subpackages too.  The README's
 architecture table names exactly these folders, in this order.
+
+Purity is a stricter rule on top, not an exception to the floors: the
+modules of :func:`pure_modules` (every planner module, the decision rule,
+and the records' values, machine fingerprint, JSON and report) keep their
+floor and may in addition import nothing but the values floor and each
+other, lazily or not, and no module of the standard library that does I/O
+(:data:`PURE_STDLIB` is all they may import from outside the package), nor
+call ``open``, ``print`` or the other built-ins of :data:`IO_BUILTINS`.  In a
+fresh interpreter, what importing one of them loads beyond what its packages
+load is pure or values too.
+
+``_os.forksafe`` needs no rule of its own: it is an ``_os`` module that
+nothing below ``_os`` imports.  The package's ``__init__`` (the entry floor)
+imports it, so that the fork-safety lock exists before the first lazy
+import; every import of any pynumabind module therefore loads it and the
+``_os`` package (:data:`PACKAGE_EAGER`), which the fresh-interpreter check
+counts as the package's own, not as a floor the module under test imports.
+(It sat at the top with the values before the layers were folders, and kept
+that floor through a table after the move, which nothing needed.)
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
-from typing import Dict, FrozenSet, List, Mapping, Optional, Set
+from typing import Dict, FrozenSet, List, Mapping, Optional, Set, Tuple
 
 import pytest
 
 import child_cold
 from childproc import run_in_child
-from import_scan import BUILT, PACKAGE
+from import_scan import BUILT, PACKAGE, runtime_nodes
 from import_scan import all_modules as _modules
 from import_scan import package_imports as _package_imports
 
@@ -51,6 +77,7 @@ FLOORS = (
     "_os",
     "discovery",
     "planner",
+    "records",
     "binding",
     "advisor",
     "integrations",
@@ -58,37 +85,42 @@ FLOORS = (
     "entry",
 )
 
+_BELOW_BINDING = frozenset({"values", "_os", "discovery", "planner", "records"})
+
 #: Floor -> the floors its modules may import (their own included).
 MAY_IMPORT: Dict[str, FrozenSet[str]] = {
     "values": frozenset({"values"}),
     "_os": frozenset({"values", "_os"}),
     "discovery": frozenset({"values", "_os", "discovery"}),
     "planner": frozenset({"values", "planner"}),
-    "binding": frozenset({"values", "_os", "discovery", "planner", "binding"}),
-    "advisor": frozenset({"values", "_os", "discovery", "planner", "binding", "advisor"}),
-    "integrations": frozenset(
-        {"values", "_os", "discovery", "planner", "binding", "advisor", "integrations"}
-    ),
+    # The store reads the record's file and this machine (through discovery);
+    # it neither plans nor binds: mode advised hands the planner plain values.
+    "records": frozenset({"values", "_os", "discovery", "records"}),
+    "binding": _BELOW_BINDING | {"binding"},
+    "advisor": _BELOW_BINDING | {"binding", "advisor"},
+    "integrations": _BELOW_BINDING | {"binding", "advisor", "integrations"},
     "cli": frozenset(FLOORS) - {"entry"},
     "entry": frozenset(FLOORS),
 }
 
-#: Modules held to a lower floor than their folder's: the rule that turns
-#: measurements into advice is a pure function of values, and so is the advice
-#: record as a value (its JSON, the machine fingerprint, staleness).  The
-#: record on disk (``advisor.record``: the path rule, reading and writing the
-#: file, this machine's fingerprint, and mode ``advised`` resolved into plain
-#: values) sits on the discovery floor: it reads files and the machine through
-#: discovery but measures nothing, and the binding must read the record in
-#: every worker that binds in mode ``advised`` -- without importing the
-#: measurement (``advisor.memory``, ``advisor.copies``), which stays above it.
-PURE: Dict[str, str] = {
-    "advisor.rule": "values",
-    "advisor.document": "values",
-    "advisor.record": "discovery",
-    "advisor.report": "values",  # the rule's Advice renders itself: str(advice)
-    "_os.forksafe": "values",
-}
+#: The pure modules beyond the planner's: the rule that turns measurements
+#: into advice, and the advice record as values -- the values an advice holds,
+#: the machine fingerprint and staleness, the record's JSON, and the text
+#: report ``str(advice)`` renders.  Not :mod:`pynumabind.records.advice`:
+#: ``Advice.save`` writes the record.
+PURE_NAMED: FrozenSet[str] = frozenset(
+    {"advisor.rule", "records.values", "records._machine", "records._json", "records.report"}
+)
+
+#: All a pure module may import from outside the package: none does I/O.
+PURE_STDLIB: FrozenSet[str] = frozenset(
+    {"__future__", "typing", "typing_extensions", "dataclasses", "math", "json", "re", "functools"}
+)
+
+#: Built-ins that read, write or run code: a pure module calls none.
+IO_BUILTINS: FrozenSet[str] = frozenset(
+    {"open", "print", "input", "exec", "eval", "compile", "__import__", "breakpoint"}
+)
 
 #: The top-level modules that are entry points, not values.
 ENTRY: FrozenSet[str] = frozenset({"__init__", "__main__"})
@@ -103,12 +135,15 @@ MAX_TOP_LEVEL = 10
 
 def floor(module: str) -> str:
     """The floor of ``module`` (dotted under ``pynumabind``), read from where it sits."""
-    if module in PURE:
-        return PURE[module]
     head, dot, _ = module.partition(".")
     if dot or (PACKAGE / head).is_dir():
         return head
     return "entry" if module in ENTRY else "values"
+
+
+def pure_modules() -> FrozenSet[str]:
+    """Every planner module, and :data:`PURE_NAMED`."""
+    return frozenset(m for m in _modules() if floor(m) == "planner") | PURE_NAMED
 
 
 def _graph() -> Dict[str, Set[str]]:
@@ -127,6 +162,35 @@ def violations(graph: Mapping[str, Set[str]]) -> List[str]:
             if floor(target) not in allowed:
                 out.append(f"{module} ({floor(module)}) imports {target} ({floor(target)})")
     return out
+
+
+def impurities(graph: Mapping[str, Set[str]], pure: FrozenSet[str]) -> List[str]:
+    """Every import of a pure module that reaches beyond the values and the pure modules."""
+    out = []
+    for module in sorted(pure & set(graph)):
+        for target in sorted(graph[module]):
+            if floor(target) != "values" and target not in pure:
+                out.append(f"{module} (pure) imports {target} ({floor(target)})")
+    return out
+
+
+def io_uses(source: str) -> List[str]:
+    """Each place ``source`` imports I/O from outside the package or calls an I/O built-in."""
+    found: List[Tuple[int, str]] = []
+    for node in runtime_nodes(ast.parse(source)):
+        names: List[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        for name in names:
+            top = name.split(".")[0]
+            if top != "pynumabind" and top not in PURE_STDLIB:
+                found.append((node.lineno, f"imports {name}"))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            if node.func.id in IO_BUILTINS:
+                found.append((node.lineno, f"calls {node.func.id}()"))
+    return [f"line {line}: {what}" for line, what in sorted(found)]
 
 
 def cycle(graph: Mapping[str, Set[str]]) -> Optional[List[str]]:
@@ -161,7 +225,7 @@ def test_every_folder_is_a_floor_and_the_top_stays_small() -> None:
     top = {p.stem for p in PACKAGE.glob("*.py")}
     assert ENTRY <= top
     assert len(top) <= MAX_TOP_LEVEL, sorted(top)
-    assert set(PURE) <= set(_modules())
+    assert PURE_NAMED <= set(_modules())
     assert {floor(m) for m in _modules()} <= set(FLOORS)
 
 
@@ -217,18 +281,50 @@ def test_the_ast_scan_sees_lazy_and_relative_imports_and_skips_type_only_ones() 
     assert "integrations.vllm" in _package_imports("integrations")  # lazy, in vllm_plugin
     assert "_version" in _package_imports("cli")  # from .._version import __version__
     assert "discovery" in _package_imports("cli")  # from .. import discovery
+    assert "records._file" in _package_imports("records.advice")  # lazy, in Advice.save
 
 
 def test_the_checks_catch_a_wrong_floor_and_a_lazy_cycle() -> None:
-    # What these checks once found: the planner importing _environ, and the
+    # What these checks once found: the planner importing _environ, the
+    # binding importing the advisor for the advice record, and the
     # integrations package and its vllm module importing each other.
     wrong = {"planner._request": {"discovery.environ"}, "discovery.environ": set()}
     assert violations(wrong) == ["planner._request (planner) imports discovery.environ (discovery)"]
-    assert violations({"advisor.rule": {"_os.sysfs"}}) == [
-        "advisor.rule (values) imports _os.sysfs (_os)"
+    assert violations({"binding": {"advisor.record"}}) == [
+        "binding (binding) imports advisor.record (advisor)"
+    ]
+    assert violations({"records.store": {"planner", "discovery"}}) == [
+        "records.store (records) imports planner (planner)"
     ]
     looped = {"integrations": {"integrations.vllm"}, "integrations.vllm": {"integrations"}}
     assert cycle(looped) == ["integrations", "integrations.vllm", "integrations"]
+
+
+def test_the_purity_checks_catch_an_impure_import_and_io() -> None:
+    graph = {"advisor.rule": {"_os.sysfs", "records.values", "model"}}
+    assert impurities(graph, PURE_NAMED) == ["advisor.rule (pure) imports _os.sysfs (_os)"]
+    # The advice itself is not pure (Advice.save writes the record): the
+    # record's JSON reads its fields without importing it.
+    assert impurities({"records._json": {"records.advice"}}, PURE_NAMED) == [
+        "records._json (pure) imports records.advice (records)"
+    ]
+    source = (
+        "import os\n"
+        "import json\n"
+        "from subprocess import run\n"
+        "from typing import TYPE_CHECKING\n"
+        "from . import values\n"
+        "if TYPE_CHECKING:\n"
+        "    import io\n"
+        "def f():\n"
+        "    return open('x'), print(1), values.Spread\n"
+    )
+    assert io_uses(source) == [
+        "line 1: imports os",
+        "line 3: imports subprocess",
+        "line 9: calls open()",
+        "line 9: calls print()",
+    ]
 
 
 # ------------------------------------------------------------ the package
@@ -238,6 +334,21 @@ def test_no_module_imports_a_floor_above_it() -> None:
     assert violations(_graph()) == []
 
 
+def test_the_binding_reads_the_advice_record_from_below_it() -> None:
+    # Mode advised, resolved in every worker that binds: the store, not the advisor.
+    assert "records.store" in _package_imports("binding")  # lazy, in bind_current_process
+    assert not {m for m in _package_imports("binding") if floor(m) == "advisor"}
+
+
+def test_pure_modules_import_only_values_and_each_other() -> None:
+    assert impurities(_graph(), pure_modules()) == []
+
+
+@pytest.mark.parametrize("module", sorted(pure_modules()))
+def test_pure_modules_do_no_io(module: str) -> None:
+    assert io_uses(_modules()[module].read_text(encoding="utf-8")) == []
+
+
 def test_no_import_cycle_lazy_imports_included() -> None:
     graph = _graph()
     # A module imports its package's __init__ implicitly; only statements count.
@@ -245,11 +356,12 @@ def test_no_import_cycle_lazy_imports_included() -> None:
     assert found is None, "import cycle: " + " -> ".join(found or [])
 
 
+#: Imported each in a fresh interpreter: the values, and the pure modules (the
+#: planner's through its package, which imports every one of them).
 BOTTOM = [
     *sorted(m for m in _modules() if floor(m) == "values" and m not in BUILT),
     "planner",
-    "advisor.rule",
-    "advisor.document",
+    *sorted(PURE_NAMED),
 ]
 
 
@@ -258,21 +370,35 @@ def _parents(module: str) -> Set[str]:
     return {".".join(parts[:i]) for i in range(1, len(parts))}
 
 
+def _names(found: List[str]) -> Set[str]:
+    return {name[len("pynumabind.") :] for name in found}
+
+
 @pytest.mark.parametrize("module", BOTTOM)
-def test_pure_floors_load_only_what_they_may(module: str) -> None:
-    names, _ = run_in_child(child_cold.pynumabind_modules_after_importing, module)
-    loaded = {name[len("pynumabind.") :] for name in names}
+def test_bottom_floors_and_pure_modules_load_only_what_they_may(module: str) -> None:
+    found, _ = run_in_child(child_cold.pynumabind_modules_loaded_by, module)
+    packages, loaded = _names(found["packages"]), _names(found["module"])
     graph = _graph()
+    # What its source imports, at any depth, and the packages that hold them.
     closure = {module} | _parents(module)
     todo = list(closure)
     while todo:
-        for below in graph[todo.pop()] - closure:
-            closure.add(below)
-            todo.append(below)
+        for below in graph[todo.pop()]:
+            for name in {below} | _parents(below):
+                if name not in closure:
+                    closure.add(name)
+                    todo.append(name)
     if not _parents(module):
         assert loaded == (closure - {"__init__"}) | PACKAGE_EAGER
     else:
         assert loaded <= (closure - {"__init__"}) | PACKAGE_EAGER
-    floors = MAY_IMPORT[floor(module)]
-    beside = _parents(module) | PACKAGE_EAGER
-    assert all(floor(name) in floors for name in loaded - beside), loaded
+    # What the module itself loads, beyond its packages (their own imports are
+    # their floor's business): it must be loaded here, not by a package.
+    added = loaded - packages
+    assert module in added or module in PACKAGE_EAGER, sorted(packages)
+    pure = pure_modules()
+    if module in pure:
+        wrong = {name for name in added if floor(name) != "values" and name not in pure}
+    else:
+        wrong = {name for name in added if floor(name) not in MAY_IMPORT[floor(module)]}
+    assert not wrong, sorted(added)

@@ -27,8 +27,9 @@ def host_record(folder: Path) -> str:
     The guest sees the host's /tmp read-only, so the file is read there at
     this path; in the guest it must be stale (another machine).
     """
+    from pynumabind.advisor import MemoryCell, MemoryMatrix, Spread
     from pynumabind.advisor.record import Advice, save_record, this_machine
-    from pynumabind.advisor.rule import MemoryCell, MemoryMatrix, Spread, decide
+    from pynumabind.advisor.rule import decide
 
     same = MemoryCell(Spread.of([99.0, 99.5, 100.0, 100.5, 101.0]))
     memory = MemoryMatrix((0,), (0,), ((same,),))

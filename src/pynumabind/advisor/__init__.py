@@ -13,12 +13,22 @@ assuming, in this process and without changing its binding:
    comparison only;
 
 and applies the documented rule of :func:`pynumabind.advisor.rule.decide`.
-:meth:`Advice.save <pynumabind.advisor.record.Advice.save>` keeps the
-result as the machine's advice record, which mode ``advised`` follows
-(:mod:`pynumabind.advisor.record`).
 ``quick=True`` takes about 15 s on a two-node server, the default about a
 minute.  Progress goes to ``progress`` (a callable taking one line), which
 the CLI points at stderr.
+
+This folder measures and decides; what it hands back is the advice record's,
+one floor below the binding (:mod:`pynumabind.records`), so a worker that
+follows a record never imports the measurement: the
+:class:`~pynumabind.Advice` (:mod:`pynumabind.records.advice`) and the values
+it holds (:mod:`pynumabind.records.values`), its report, its JSON and the
+store.  Those values are public here, the home of ``advise()``'s results
+(the reference documents them as ``pynumabind.advisor.NAME``);
+``pynumabind`` itself exports only :class:`~pynumabind.Advice` and
+:class:`~pynumabind.Recommendation`.  :meth:`Advice.save
+<pynumabind.Advice.save>` keeps the result as the machine's advice record,
+which mode ``advised`` follows (:mod:`pynumabind.advisor.record`, the
+store's public home).
 
 The module is ``advisor``, not ``advise``: a submodule named like the
 function would replace ``pynumabind.advise`` with itself once imported.
@@ -27,11 +37,12 @@ function would replace ``pynumabind.advise`` with itself once imported.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Callable, List, Optional
+from typing import Callable, List, Optional
 
 from ..errors import ConfigError
 from ..model import Topology
-from .rule import (
+from ..records.advice import Advice
+from ..records.values import (
     DEFAULT_MIN_EFFECT,
     Comparison,
     CopyCell,
@@ -44,16 +55,10 @@ from .rule import (
     Placement,
     Recommendation,
     Spread,
-    decide,
 )
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .record import Advice
-
-# The values an Advice holds, defined in .rule (the pure decision), are
-# public here, the home of advise()'s results: pynumabind itself exports
-# only Advice and Recommendation, and the reference documents the rest as
-# pynumabind.advisor.NAME.
+# The values an Advice holds, defined in records (below the binding), are
+# public here, the home of advise()'s results (see the module docstring).
 __all__ = [
     "Advice",
     "Comparison",
@@ -69,19 +74,6 @@ __all__ = [
     "Spread",
     "advise",
 ]
-
-
-def __getattr__(name: str) -> object:
-    """``Advice``, imported on first use: the class with ``save()`` lives in :mod:`.record`.
-
-    Importing it here eagerly would load the record module (the discovery
-    floor) with :mod:`.rule`, which must stay pure.
-    """
-    if name == "Advice":
-        from .record import Advice
-
-        return Advice
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _quiet(_line: str) -> None:
@@ -126,7 +118,7 @@ def advise(
 
     Returns:
         An :class:`Advice`: the measurements, the firmware's SLIT and HMAT,
-        and the :class:`~pynumabind.advisor.rule.Recommendation` with its
+        and the :class:`~pynumabind.Recommendation` with its
         reasons.  No CUDA to measure copies with, or a single node, is
         reported in it, not raised.
 
@@ -140,7 +132,7 @@ def advise(
     """
     from . import copies as _cuda
     from . import memory as _measure
-    from .record import Advice  # the one with save(); imported here, so rule stays light
+    from .rule import decide
 
     if buffer_bytes is not None and buffer_bytes < _measure.PAGE:
         raise ConfigError(f"buffer_bytes={buffer_bytes} is smaller than a page")

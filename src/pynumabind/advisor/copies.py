@@ -36,7 +36,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from ..errors import PynumabindError
 from ..model import Topology
-from .rule import CopyCell, GpuCopies, Spread
+from ..records.values import CopyCell, GpuCopies, Spread
 
 __all__ = ["Backend", "CudartBackend", "TorchBackend", "find_backend", "measure_gpus"]
 

@@ -79,7 +79,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 from ..errors import NumaSyscallError, PynumabindError
 from ..model import Topology
-from .rule import Firmware, HmatEntry, MemoryCell, MemoryMatrix, Placement, Spread
+from ..records.values import Firmware, HmatEntry, MemoryCell, MemoryMatrix, Placement, Spread
 
 __all__ = [
     "MAX_THREADS",

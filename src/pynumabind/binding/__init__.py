@@ -596,9 +596,9 @@ def bind_current_process(
                 )
             advised = None
             if resolved.cpu_mode is CpuMode.ADVISED:  # the record decides, read here
-                from ..advisor import record as _record
+                from ..records.store import resolve_advised
 
-                advised = _record.resolve_advised(resolved, topology, env)
+                advised = resolve_advised(resolved, topology, env)
                 resolved, topology = advised.options, advised.topology
             plan = _plan(topology, resolved)
             if advised is not None:

@@ -470,7 +470,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     topology = machine_topology(args)
     advised = None
     if options.cpu_mode is CpuMode.ADVISED:  # what each worker will follow: the record
-        from ..advisor.record import resolve_advised
+        from ..records.store import resolve_advised
 
         advised = resolve_advised(options, topology)
         options, topology = advised.options, advised.topology

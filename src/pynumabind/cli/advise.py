@@ -2,7 +2,7 @@
 
 The measuring is :func:`pynumabind.advise`; this module parses the options,
 prints progress on stderr, prints the :class:`~pynumabind.Advice` as tables
-(:func:`pynumabind.advisor.report.render_text`, also ``str(advice)``) or
+(:func:`pynumabind.records.report.render_text`, also ``str(advice)``) or
 JSON, and draws the optional heatmap
 (:func:`write_plot`, needs matplotlib: ``pip install 'pynumabind[plot]'``).
 
@@ -17,7 +17,7 @@ is drawn, so a plot that still fails (exit 1) loses no measurement.
 
 So is a ``--save`` path that would overwrite a file that is not an advice
 record.  ``--save`` writes the record mode ``advised`` follows
-(:mod:`pynumabind.advisor.record`: where, and how).
+(:mod:`pynumabind.records.store`: where, and how).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ import os
 import sys
 from typing import Any, Dict, List, Optional
 
-from ..advisor.report import render_text
 from ..errors import ConfigError, PynumabindError
+from ..records.report import render_text
 
 __all__ = ["add_parser", "check_plot_path", "cmd_advise", "render_text", "write_plot"]
 
@@ -83,10 +83,10 @@ def _save_target(save: Optional[str]) -> Optional[str]:
         return None
     import os
 
-    from ..advisor import record as _record
+    from ..records.store import refuse_foreign, save_path
 
-    target = os.path.abspath(save if save else _record.save_path(os.environ))
-    _record.refuse_foreign(target)
+    target = os.path.abspath(save if save else save_path(os.environ))
+    refuse_foreign(target)
     return target
 
 

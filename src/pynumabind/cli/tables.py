@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence, Tuple
 
-from ..advisor.report import table  # the one table format (the advise report's too)
 from ..planner._sets import counted  # "1 NUMA node", "2 GPUs": the planner's rule
+from ..records.report import table  # the one table format (the advise report's too)
 
 __all__ = ["by_rank", "counted", "human_bytes", "table"]
 

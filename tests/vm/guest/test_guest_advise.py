@@ -143,8 +143,9 @@ def test_cli_json_in_the_guest(tmp_path: Path) -> None:
 
 def _record(path: Path, bind: bool) -> str:
     """A record of this guest whose verdict is ``bind`` (equal cells, or local 2x remote)."""
+    from pynumabind.advisor import MemoryCell, MemoryMatrix, Spread
     from pynumabind.advisor.record import Advice, save_record, this_machine
-    from pynumabind.advisor.rule import MemoryCell, MemoryMatrix, Spread, decide
+    from pynumabind.advisor.rule import decide
 
     def cell(median: float) -> MemoryCell:
         return MemoryCell(Spread.of([median * f for f in (0.99, 0.995, 1.0, 1.005, 1.01)]))
@@ -216,8 +217,7 @@ def test_the_hosts_record_is_stale_here_and_the_default_plan_runs() -> None:
     assert host, f"{HOST_RECORD_ENV} not set: the host test saves the host's record"
     cpus, policies, stderr = _exec_rank0(host)
     warning = _one_warning(stderr, host, "is stale")
-    from pynumabind.advisor.document import staleness
-    from pynumabind.advisor.record import load_record, this_machine
+    from pynumabind.advisor.record import load_record, staleness, this_machine
 
     differences = staleness(load_record(host).machine, this_machine())
     assert differences, "the host's record matches the guest"

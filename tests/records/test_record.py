@@ -1,8 +1,10 @@
 """The advice record and mode ``advised``: recorded matrices in, plans out; the file on disk.
 
-The matrices are the published figures advisor/test_rule.py uses (GB200: local
-pinned copies ~330 GB/s against ~115 GB/s across the C2C link; MI210: ~28
-GB/s from every node), saved as records, read back and followed.  The
+The store is :mod:`pynumabind.records.store` (public as
+:mod:`pynumabind.advisor.record`).  The matrices are the published figures
+advisor/test_rule.py uses (GB200: local pinned copies ~330 GB/s against ~115
+GB/s across the C2C link; MI210: ~28 GB/s from every node), saved as
+records, read back and followed.  The
 machine each record was measured on is a :class:`Machine` value, so
 staleness is tested field by field without a second machine; the file
 itself goes through the real file system.
@@ -26,24 +28,23 @@ from advice_builders import gpu as copies
 from advice_builders import matrix
 from childproc import run_in_child
 from cli_helpers import run as run_cli
-from pynumabind.advisor import document as _document
-from pynumabind.advisor import record as _record
-from pynumabind.advisor.document import (
-    MEMORY_TOLERANCE,
-    Machine,
-    MachineGpu,
-    MachineNode,
-    machine_of,
-    parse_record,
-    record_dict,
-    staleness,
-)
-from pynumabind.advisor.rule import Advice, decide
+from pynumabind.advisor.rule import decide
 from pynumabind.cpulist import format_cpulist
 from pynumabind.errors import AdviceRecordError, ConfigError
 from pynumabind.model import CpuMode, MemoryPolicy, Topology
 from pynumabind.options import Options
 from pynumabind.planner import local_ranks, plan_for
+from pynumabind.records import _json, _paths, store
+from pynumabind.records._json import record_dict
+from pynumabind.records._machine import (
+    MEMORY_TOLERANCE,
+    Machine,
+    MachineGpu,
+    MachineNode,
+    machine_of,
+    staleness,
+)
+from pynumabind.records.advice import Advice, parse_record
 from topology_builders import gb200_tray, gpu, make_topology
 
 GiB = 1 << 30
@@ -86,12 +87,12 @@ def write(path: Path, advice: Advice, recorded: Machine) -> Path:
 
 def resolve(
     tmp_path: Path, advice: Optional[Advice], topology: Topology, current: Machine, **given: object
-) -> _record.Advised:
+) -> store.Advised:
     path = tmp_path / "advice.json"
     if advice is not None:
         write(path, advice, current)
     options = Options(mode="advised", rank=0, **given)  # type: ignore[arg-type]
-    return _record.resolve_advised(
+    return store.resolve_advised(
         options, topology, {"PYNUMABIND_ADVICE": str(path)}, machine=current
     )
 
@@ -205,7 +206,7 @@ def test_a_policy_given_with_mode_advised_is_refused(tmp_path: Path) -> None:
 def test_other_modes_pass_through_untouched() -> None:
     topology = two_socket()
     options = Options(mode="socket", rank=0)
-    advised = _record.resolve_advised(options, topology, {"PYNUMABIND_ADVICE": "/nonexistent"})
+    advised = store.resolve_advised(options, topology, {"PYNUMABIND_ADVICE": "/nonexistent"})
     assert advised.options is options and advised.topology is topology and not advised.reasons
 
 
@@ -230,12 +231,12 @@ class _Messages(logging.Handler):
 
 @pytest.fixture
 def logged():  # type: ignore[no-untyped-def]
-    """The WARNING messages of the record module, whatever other tests did to the loggers above."""
-    logger = logging.getLogger(_record.__name__)
+    """The WARNING messages of the store, whatever other tests did to the loggers above."""
+    logger = logging.getLogger(store.__name__)
     handler, level = _Messages(), logger.level
     logger.addHandler(handler)
     logger.setLevel(logging.WARNING)
-    _record._WARNED.clear()
+    store._WARNED.clear()
     yield lambda: list(handler.messages)
     logger.removeHandler(handler)
     logger.setLevel(level)
@@ -337,7 +338,7 @@ def test_a_stale_record_warns_with_what_differs_and_plans_the_default(
     path = write(
         tmp_path / "advice.json", advice_of(matrix([[100, 50], [50, 100]])), machine(topology)
     )
-    advised = _record.resolve_advised(
+    advised = store.resolve_advised(
         Options(mode="advised", rank=0),
         topology,
         {"PYNUMABIND_ADVICE": str(path)},
@@ -440,31 +441,31 @@ def test_options_follow_the_recommendation() -> None:
 def test_path_rule_variable_then_user_cache_then_system_file(tmp_path: Path) -> None:
     env = {"HOME": str(tmp_path / "home")}
     user = str(tmp_path / "home" / ".cache" / "pynumabind" / "advice.json")
-    assert _record.read_paths(env) == [user, _record.SYSTEM_PATH]
+    assert store.read_paths(env) == [user, store.SYSTEM_PATH]
     xdg = {"HOME": "/nowhere", "XDG_CACHE_HOME": str(tmp_path / "xdg")}
-    assert _record.read_paths(xdg)[0] == str(tmp_path / "xdg" / "pynumabind" / "advice.json")
-    assert _record.read_paths({**xdg, "XDG_CACHE_HOME": "relative"})[0].startswith("/nowhere/")
+    assert store.read_paths(xdg)[0] == str(tmp_path / "xdg" / "pynumabind" / "advice.json")
+    assert store.read_paths({**xdg, "XDG_CACHE_HOME": "relative"})[0].startswith("/nowhere/")
     given = {**env, "PYNUMABIND_ADVICE": " /srv/a.json "}
-    assert _record.read_paths(given) == ["/srv/a.json"]
-    assert _record.save_path(given) == "/srv/a.json"
-    assert _record.read_paths({**env, "PYNUMABIND_ADVICE": "  "}) == [user, _record.SYSTEM_PATH]
-    expected = _record.SYSTEM_PATH if os.geteuid() == 0 else user
-    assert _record.save_path(env) == expected
+    assert store.read_paths(given) == ["/srv/a.json"]
+    assert store.save_path(given) == "/srv/a.json"
+    assert store.read_paths({**env, "PYNUMABIND_ADVICE": "  "}) == [user, store.SYSTEM_PATH]
+    expected = store.SYSTEM_PATH if os.geteuid() == 0 else user
+    assert store.save_path(env) == expected
 
 
 @pytest.mark.parametrize("value, words", [("a\0b", "NUL"), ("/var/lib/", "names a directory")])
 def test_a_bad_advice_variable_is_a_typed_error(value: str, words: str) -> None:
     with pytest.raises(AdviceRecordError, match=f"PYNUMABIND_ADVICE.*{words}"):
-        _record.read_paths({"PYNUMABIND_ADVICE": value})
+        store.read_paths({"PYNUMABIND_ADVICE": value})
 
 
 def test_the_first_existing_file_is_the_record(tmp_path: Path) -> None:
     env = {"HOME": str(tmp_path)}
-    user = Path(_record.read_paths(env)[0])
-    assert _record._found(env)[0] in (None, _record.SYSTEM_PATH)
+    user = Path(store.read_paths(env)[0])
+    assert _paths.find(env)[0] in (None, store.SYSTEM_PATH)
     user.parent.mkdir(parents=True)
     write(user, advice_of(matrix([[1.0]])), machine(two_socket()))
-    assert _record._found(env)[0] == str(user)
+    assert _paths.find(env)[0] == str(user)
 
 
 # ----------------------------------------------------------------- the file
@@ -474,16 +475,16 @@ def test_save_writes_atomically_with_mode_0644_and_loads_back(tmp_path: Path) ->
     target = tmp_path / "deep" / "dir" / "advice.json"
     advice = advice_of(matrix([[100, 50], [50, 100]]))
     recorded = machine(two_socket())
-    written = _record.save_record(advice, str(target), machine=recorded)
+    written = store.save_record(advice, str(target), machine=recorded)
     assert written == str(target)
     assert stat.S_IMODE(target.stat().st_mode) == 0o644
     assert os.listdir(target.parent) == ["advice.json"]  # no temporary file left
-    loaded = _record.load_record(str(target))
-    assert isinstance(loaded.advice, _record.Advice)
+    loaded = store.load_record(str(target))
+    assert type(loaded.advice) is Advice
     assert loaded.advice.to_dict() == advice.to_dict() and loaded.machine == recorded
     # A record may be overwritten by a newer one; the inode changes (rename).
     before = target.stat().st_ino
-    _record.save_record(advice, str(target), machine=recorded)
+    store.save_record(advice, str(target), machine=recorded)
     assert target.stat().st_ino != before
 
 
@@ -491,12 +492,10 @@ def test_save_refuses_to_overwrite_what_is_not_a_record(tmp_path: Path) -> None:
     config = tmp_path / "config.json"
     config.write_text('{"important": true}')
     with pytest.raises(AdviceRecordError, match=r"refusing to overwrite .*config\.json"):
-        _record.save_record(advice_of(matrix([[1.0]])), str(config), machine=machine(two_socket()))
+        store.save_record(advice_of(matrix([[1.0]])), str(config), machine=machine(two_socket()))
     assert config.read_text() == '{"important": true}'
     with pytest.raises(AdviceRecordError, match="not a regular file"):
-        _record.save_record(
-            advice_of(matrix([[1.0]])), str(tmp_path), machine=machine(two_socket())
-        )
+        store.save_record(advice_of(matrix([[1.0]])), str(tmp_path), machine=machine(two_socket()))
 
 
 def test_save_to_an_unwritable_place_names_the_variable(tmp_path: Path) -> None:
@@ -505,7 +504,7 @@ def test_save_to_an_unwritable_place_names_the_variable(tmp_path: Path) -> None:
     with pytest.raises(
         AdviceRecordError, match=r"cannot write the advice record.*PYNUMABIND_ADVICE"
     ):
-        _record.save_record(
+        store.save_record(
             advice_of(matrix([[1.0]])), str(blocker / "advice.json"), machine=machine(two_socket())
         )
 
@@ -513,24 +512,39 @@ def test_save_to_an_unwritable_place_names_the_variable(tmp_path: Path) -> None:
 def test_load_advice_refuses_a_stale_record_unless_asked(tmp_path: Path) -> None:
     path = write(tmp_path / "a.json", advice_of(matrix([[1.0]])), machine(two_socket()))
     with pytest.raises(AdviceRecordError, match="is stale"):
-        _record.load_advice(str(path))  # measured on two_socket, not on this machine
-    advice = _record.load_advice(str(path), check_machine=False)
-    assert isinstance(advice, _record.Advice)
+        store.load_advice(str(path))  # measured on two_socket, not on this machine
+    advice = store.load_advice(str(path), check_machine=False)
+    assert type(advice) is Advice
     with pytest.raises(AdviceRecordError, match="no advice record"):
-        _record.load_record(environ={"PYNUMABIND_ADVICE": str(tmp_path / "none.json")})
+        store.load_record(environ={"PYNUMABIND_ADVICE": str(tmp_path / "none.json")})
+
+
+def test_one_advice_class_and_the_stores_public_home() -> None:
+    import pynumabind
+    from pynumabind import advisor
+    from pynumabind.advisor import record
+
+    # One class: what advise() returns is what a record saves and loads.
+    assert pynumabind.Advice is advisor.Advice is record.Advice is Advice
+    assert Advice.__mro__ == (Advice, object) and callable(Advice.save)
+    assert pynumabind.load_advice is record.load_advice is store.load_advice
+    # advisor.record is where users import the store's names from.
+    assert set(record.__all__) == {*store.__all__, "Advice"}
+    for name in store.__all__:
+        assert getattr(record, name) is getattr(store, name), name
 
 
 def test_this_machine_is_read_from_the_kernel() -> None:
-    here = _record.this_machine()
+    here = store.this_machine()
     assert here.kernel == os.uname().release
     assert here.nodes and all(n.memory_bytes for n in here.nodes)
     online = frozenset(os.sched_getaffinity(0))
     assert online <= frozenset().union(*(n.cpus for n in here.nodes))
-    assert staleness(here, _record.this_machine()) == []
+    assert staleness(here, store.this_machine()) == []
     # The fingerprint survives its own JSON.
     document = record_dict(advice_of(matrix([[1.0]])), here, "t", "v")
     assert parse_record(json.dumps(document)).machine == here
-    assert _document.RECORD_KIND == document["record"]
+    assert _json.RECORD_KIND == document["record"]
 
 
 # ----------------------------------------------------- this machine, for real
@@ -538,13 +552,13 @@ def test_this_machine_is_read_from_the_kernel() -> None:
 
 def _records_for_this_machine(tmp_path: Path) -> Dict[str, str]:
     """A "do not bind" and a "bind" record of this machine, and a missing one."""
-    here = _record.this_machine()
+    here = store.this_machine()
     no = advice_of(matrix([[100, 98], [99, 100]]))
     yes = advice_of(matrix([[100, 50], [50, 100]]))
     assert (no.bind, yes.bind) == (False, True)
     return {
-        "no": _record.save_record(no, str(tmp_path / "no.json"), machine=here),
-        "yes": _record.save_record(yes, str(tmp_path / "yes.json"), machine=here),
+        "no": store.save_record(no, str(tmp_path / "no.json"), machine=here),
+        "yes": store.save_record(yes, str(tmp_path / "yes.json"), machine=here),
         "missing": str(tmp_path / "missing.json"),
     }
 
@@ -563,7 +577,7 @@ def _policies(numa_maps: str) -> set[str]:
 
 def test_exec_rank0_advised_follows_the_record_on_this_machine(tmp_path: Path) -> None:
     records = _records_for_this_machine(tmp_path)
-    node0 = sorted(_record.this_machine().nodes[0].cpus)
+    node0 = sorted(store.this_machine().nodes[0].cpus)
     everything = sorted(os.sched_getaffinity(0))
     # "do not bind": the command runs with every CPU and the default policy.
     unbound = _exec(records["no"], "--json")

@@ -1,52 +1,30 @@
-"""The advice record as a value: its JSON, the machine it was measured on, and staleness.
+"""The advice record's JSON: what makes a file a record, writing one, and reading one back.
 
-Pure: values in, values out, no I/O (:mod:`pynumabind.advisor.record` reads
-and writes the file and the machine).  The record that ``pynumabind advise
---save`` writes is the document ``pynumabind advise --json`` prints
-(:meth:`~pynumabind.advisor.rule.Advice.to_dict`, same schema, same keys)
-with four keys added:
+Pure: values in, values out, no I/O (:mod:`pynumabind.records._file` reads
+and writes the file).  The record that ``pynumabind advise --save`` writes is
+the document ``pynumabind advise --json`` prints
+(:meth:`pynumabind.Advice.to_dict`, same schema, same keys) with four keys
+added (:func:`record_dict`):
 
 * ``"record": "pynumabind advice"``: what the file is.  A file without it is
   not an advice record: the writer refuses to overwrite it, the readers to
-  use it;
-* ``"machine"``: the :class:`Machine` the measurement ran on, what must
-  still hold for the record to apply;
+  use it (:func:`is_record`);
+* ``"machine"``: the :class:`~pynumabind.records._machine.Machine` the
+  measurement ran on, what must still hold for the record to apply
+  (:mod:`pynumabind.records._machine` says what makes it stale);
 * ``"saved"``: when (UTC, ISO 8601), and ``"pynumabind"``: which version.
-
-What makes a record stale
--------------------------
-:func:`staleness` compares the record's machine with this one, field by
-field; any difference makes the record stale (it does not apply, and the
-advised mode falls back to the default plan):
-
-* the **CPU model** (``model name`` of ``/proc/cpuinfo``; compared when both
-  sides know it): another processor is another machine;
-* the **NUMA nodes**: a node added or removed; a node's CPUs (its *online*
-  CPUs: SMT turned off or CPUs taken offline change the threads the
-  measurement used); a node's **memory size**, with a tolerance of
-  :data:`MEMORY_TOLERANCE` (2%) of the larger: ``MemTotal`` moves by some
-  megabytes between boots and kernel versions (pages the kernel and firmware
-  reserve, a crash kernel), while a DIMM added or removed changes it by far
-  more.  Free memory is not part of the record at all: it changes all the time
-  and says nothing about where memory is fast;
-* the **SLIT distances**;
-* the **GPUs**, by PCI bus id: one added or removed, or a different model in
-  the same slot.  The model is what sysfs names (``PCI vendor:device``), so a
-  record saved with NVML and read without it still compare;
-* the **kernel release** (``uname -r``): a new kernel may place and migrate
-  memory differently; measure again after an upgrade.
-
-Not compared: free memory, the process's allowed CPUs and memory nodes (a
-worker in a cpuset is still on the same machine), ``CUDA_VISIBLE_DEVICES``
-(the record holds every GPU; a worker sees some), load, the time since the
-record was saved.
 
 Reading a record back
 ---------------------
-:func:`parse_record` turns the text into a :class:`Record` (an
-:class:`~pynumabind.advisor.rule.Advice` and its :class:`Machine`).  The text
-is untrusted: every key is checked for its type, and anything wrong is an
-:class:`~pynumabind.errors.AdviceRecordError` naming the file and the key.
+:func:`read_record` turns the text into the values of a record: the
+advice's fields, its machine, when and by which version it was saved
+(:func:`pynumabind.records.advice.parse_record` makes the
+:class:`~pynumabind.records.advice.Record` of them; this module does not
+import the :class:`~pynumabind.Advice` class, whose ``save`` writes files).
+The text is untrusted: its size is bounded (:data:`MAX_RECORD_BYTES`), every
+key is checked for its type, a mode or policy must be one the rule can
+recommend, and anything wrong is an :class:`~pynumabind.AdviceRecordError`
+naming the file and the key.
 """
 
 from __future__ import annotations
@@ -54,14 +32,26 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar, cast
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Dict,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Type,
+    TypeVar,
+    cast,
+)
 
-from ..cpulist import format_cpulist, parse_cpulist
+from ..cpulist import parse_cpulist
 from ..errors import AdviceRecordError, ListParseError
-from ..model import SCHEMA_VERSION, Topology
-from .rule import (
+from ..model import SCHEMA_VERSION
+from ._machine import Machine, MachineGpu, MachineNode
+from .values import (
     DEFAULT_MIN_EFFECT,
-    Advice,
     Comparison,
     CopyCell,
     Firmware,
@@ -75,25 +65,20 @@ from .rule import (
     Spread,
 )
 
+if TYPE_CHECKING:  # pragma: no cover
+    from .advice import Advice
+
 __all__ = [
     "MAX_RECORD_BYTES",
-    "MEMORY_TOLERANCE",
     "RECORD_KIND",
-    "Machine",
-    "MachineGpu",
-    "MachineNode",
-    "Record",
-    "advice_from_dict",
+    "Found",
+    "advice_fields",
     "is_record",
-    "machine_of",
-    "parse_record",
+    "read_record",
     "record_dict",
-    "staleness",
 ]
 
 RECORD_KIND = "pynumabind advice"
-#: A node's memory size may differ by this share of the larger size.
-MEMORY_TOLERANCE = 0.02
 #: Far more than any record (a 16-node, 16-GPU one is about 1 MB).
 MAX_RECORD_BYTES = 16 << 20
 
@@ -108,196 +93,18 @@ _KINDS: Dict[type, str] = {
 }
 
 
-# ---------------------------------------------------------------- machine
-
-
-@dataclass(frozen=True)
-class MachineNode:
-    """One NUMA node as the record holds it: its online CPUs and memory size (bytes)."""
-
-    id: int
-    cpus: frozenset[int]
-    memory_bytes: Optional[int]
-
-
-@dataclass(frozen=True)
-class MachineGpu:
-    """One GPU of the machine (every GPU, not only the visible ones)."""
-
-    pci_bus_id: str
-    model: Optional[str]
-
-
-@dataclass(frozen=True)
-class Machine:
-    """What must still hold for a record to apply (see the module docstring).
-
-    ``distances[i][j]`` is the SLIT distance from ``nodes[i]`` to ``nodes[j]``
-    (``None``: unknown).
-    """
-
-    cpu_model: Optional[str]
-    nodes: Tuple[MachineNode, ...]
-    distances: Tuple[Tuple[Optional[int], ...], ...]
-    gpus: Tuple[MachineGpu, ...]
-    kernel: str
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {
-            "cpu_model": self.cpu_model,
-            "nodes": [
-                {"id": n.id, "cpus": format_cpulist(n.cpus), "memory_bytes": n.memory_bytes}
-                for n in self.nodes
-            ],
-            "distances": [list(row) for row in self.distances],
-            "gpus": [{"pci_bus_id": g.pci_bus_id, "model": g.model} for g in self.gpus],
-            "kernel": self.kernel,
-        }
-
-    def text(self) -> str:
-        """``4 NUMA nodes, 8 GPUs, Intel(R) Xeon(R) ..., kernel 6.8.0``: for messages."""
-        cpu = self.cpu_model or "CPU model unknown"
-        return (
-            f"{len(self.nodes)} NUMA node{'s' if len(self.nodes) != 1 else ''}, "
-            f"{len(self.gpus)} GPU{'s' if len(self.gpus) != 1 else ''}, {cpu}, "
-            f"kernel {self.kernel}"
-        )
-
-
-def machine_of(
-    topology: Topology,
-    *,
-    cpu_model: Optional[str],
-    kernel: str,
-    memory_bytes: Optional[Mapping[int, Optional[int]]] = None,
-) -> Machine:
-    """The :class:`Machine` of ``topology`` (every GPU it lists, by bus id).
-
-    ``memory_bytes`` maps node -> size; default each node's ``memory_total``.
-    """
-    ids = sorted(topology.nodes)
-    sizes = memory_bytes if memory_bytes is not None else {}
-    return Machine(
-        cpu_model=cpu_model,
-        nodes=tuple(
-            MachineNode(
-                n,
-                topology.nodes[n].cpus,
-                sizes.get(n) if memory_bytes is not None else topology.nodes[n].memory_total,
-            )
-            for n in ids
-        ),
-        distances=tuple(tuple(topology.distance(a, b) for b in ids) for a in ids),
-        gpus=tuple(
-            MachineGpu(g.pci_bus_id, g.model)
-            for g in sorted(topology.gpus, key=lambda g: g.pci_bus_id)
-        ),
-        kernel=kernel,
-    )
-
-
-def _size(value: Optional[int]) -> str:
-    return "unknown" if value is None else f"{value / (1 << 30):.1f} GiB"
-
-
-def _node_differences(recorded: Machine, current: Machine) -> List[str]:
-    out: List[str] = []
-    old = {n.id: n for n in recorded.nodes}
-    new = {n.id: n for n in current.nodes}
-    gone = sorted(set(old) - set(new))
-    added = sorted(set(new) - set(old))
-    if gone:
-        out.append(f"NUMA node(s) {format_cpulist(frozenset(gone))} no longer exist")
-    if added:
-        out.append(f"NUMA node(s) {format_cpulist(frozenset(added))} are new")
-    for node in sorted(set(old) & set(new)):
-        before, now = old[node], new[node]
-        if before.cpus != now.cpus:
-            out.append(
-                f"node {node}'s CPUs were {format_cpulist(before.cpus) or 'none'}, "
-                f"now {format_cpulist(now.cpus) or 'none'}"
-            )
-        if _memory_differs(before.memory_bytes, now.memory_bytes):
-            out.append(
-                f"node {node}'s memory was {_size(before.memory_bytes)}, "
-                f"now {_size(now.memory_bytes)}"
-            )
-    return out
-
-
-def _memory_differs(before: Optional[int], now: Optional[int]) -> bool:
-    """Sizes differ by more than :data:`MEMORY_TOLERANCE` of the larger; unknown: no."""
-    if before is None or now is None:
-        return False
-    return abs(before - now) > MEMORY_TOLERANCE * max(before, now)
-
-
-def _distance_map(machine: Machine) -> Dict[Tuple[int, int], Optional[int]]:
-    ids = [n.id for n in machine.nodes]
-    return {(a, b): value for a, row in zip(ids, machine.distances) for b, value in zip(ids, row)}
-
-
-def _gpu_differences(recorded: Machine, current: Machine) -> List[str]:
-    out: List[str] = []
-    old = {g.pci_bus_id: g for g in recorded.gpus}
-    new = {g.pci_bus_id: g for g in current.gpus}
-    for bus in sorted(set(old) - set(new)):
-        out.append(f"GPU {bus} ({old[bus].model or 'model unknown'}) was removed")
-    for bus in sorted(set(new) - set(old)):
-        out.append(f"GPU {bus} ({new[bus].model or 'model unknown'}) was added")
-    for bus in sorted(set(old) & set(new)):
-        before, now = old[bus].model, new[bus].model
-        if before is not None and now is not None and before != now:
-            out.append(f"GPU {bus} was a {before}, now a {now}")
-    return out
-
-
-def staleness(recorded: Machine, current: Machine) -> List[str]:
-    """Every difference that makes a record of ``recorded`` stale on ``current``; [] if none.
-
-    Each item is one sentence naming what differs, the record's value first
-    (see the module docstring for what is compared, and what is not).
-    """
-    out: List[str] = []
-    if (
-        recorded.cpu_model is not None
-        and current.cpu_model is not None
-        and recorded.cpu_model != current.cpu_model
-    ):
-        out.append(f"the CPU was {recorded.cpu_model!r}, now {current.cpu_model!r}")
-    out += _node_differences(recorded, current)
-    before, now = _distance_map(recorded), _distance_map(current)
-    changed = sorted(k for k in set(before) & set(now) if before[k] != now[k])
-    if changed:
-        a, b = changed[0]
-        more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
-        out.append(
-            f"the SLIT distance from node {a} to node {b} was {before[(a, b)]}, "
-            f"now {now[(a, b)]}{more}"
-        )
-    out += _gpu_differences(recorded, current)
-    if recorded.kernel != current.kernel:
-        out.append(f"the kernel was {recorded.kernel}, now {current.kernel}")
-    return out
-
-
 # ------------------------------------------------------------------ record
 
 
 @dataclass(frozen=True)
-class Record:
-    """A saved advice record: what was measured, where, when, and the file it came from."""
+class Found:
+    """What :func:`read_record` found: the advice's fields (the keywords of
+    :class:`~pynumabind.Advice`), its machine, when and by which version it was saved."""
 
-    advice: Advice
+    advice: Dict[str, Any]
     machine: Machine
     saved: str
     version: str
-    path: Optional[str] = None
-
-    def quoted(self) -> str:
-        """``the advice record /path (saved ...) says "..."``: for reasons and reports."""
-        where = f"the advice record {self.path}" if self.path else "the advice record"
-        return f'{where} (saved {self.saved}) says "{self.advice.recommendation.verdict}"'
 
 
 def record_dict(advice: Advice, machine: Machine, saved: str, version: str) -> Dict[str, Any]:
@@ -314,8 +121,12 @@ def is_record(document: object) -> bool:
     return isinstance(document, dict) and document.get("record") == RECORD_KIND
 
 
-def parse_record(text: str, path: Optional[str] = None) -> Record:
-    """The :class:`Record` in ``text``; an :class:`AdviceRecordError` naming ``path`` if not one."""
+def read_record(text: str, path: Optional[str] = None) -> Found:
+    """The record in ``text``.
+
+    Not a record, or a corrupt one: an :class:`~pynumabind.AdviceRecordError`
+    naming ``path`` and the key.
+    """
     where = f"advice record {path}" if path else "advice record"
     if len(text) > MAX_RECORD_BYTES:
         raise AdviceRecordError(f"{where} is larger than {MAX_RECORD_BYTES} bytes")
@@ -335,12 +146,11 @@ def parse_record(text: str, path: Optional[str] = None) -> Record:
             f"{where} has schema {schema}; this pynumabind reads schema {SCHEMA_VERSION}: "
             "measure again with pynumabind advise --save"
         )
-    return Record(
-        advice=advice_from_dict(document, reader),
-        machine=_machine(reader.get(document, "machine", dict), reader.at("machine")),
+    return Found(
+        advice=advice_fields(document, reader),
+        machine=_read_machine(reader.get(document, "machine", dict), reader.at("machine")),
         saved=reader.get(document, "saved", str),
         version=reader.get(document, "pynumabind", str),
-        path=path,
     )
 
 
@@ -593,15 +403,18 @@ def _strings(reader: _Reader, data: Mapping[str, Any], key: str) -> Tuple[str, .
     return tuple(child.check(v, "", str) for child, v in reader.items(data, key))
 
 
-def advice_from_dict(document: Mapping[str, Any], reader: Optional[_Reader] = None) -> Advice:
-    """The :class:`Advice` of an ``advise --json`` document (a record's too)."""
+def advice_fields(document: Mapping[str, Any], reader: Optional[_Reader] = None) -> Dict[str, Any]:
+    """The :class:`~pynumabind.Advice` of an ``advise --json`` document (a record's too).
+
+    As the keywords ``Advice(**fields)`` takes, each value checked.
+    """
     reader = reader or _Reader("advice document")
     memory = reader.optional(document, "memory", dict)
     firmware = reader.optional(document, "firmware", dict)
     status = reader.get(document, "copies_status", dict)
     status_reader = reader.at("copies_status")
     notes = _strings(reader, document, "notes")
-    return Advice(
+    return dict(
         memory=None if memory is None else _memory(reader.at("memory"), memory),
         copies=tuple(_copies(child, entry) for child, entry in reader.objects(document, "copies")),
         copies_status=status_reader.get(status, "reason", str),
@@ -616,7 +429,7 @@ def advice_from_dict(document: Mapping[str, Any], reader: Optional[_Reader] = No
     )
 
 
-def _machine(data: Mapping[str, Any], reader: _Reader) -> Machine:
+def _read_machine(data: Mapping[str, Any], reader: _Reader) -> Machine:
     nodes = []
     for child, entry in reader.objects(data, "nodes"):
         text = child.get(entry, "cpus", str)

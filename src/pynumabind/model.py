@@ -209,7 +209,7 @@ class Topology:
     cgroup (Slurm's ``ConstrainDevices``).  They are not in ``gpus``, and
     CUDA does not count them: an index in ``CUDA_VISIBLE_DEVICES`` counts the
     GPUs this process can open, so with ``denied_gpus`` known, index entries
-    are positions among ``gpus`` (see :mod:`pynumabind.discovery.visible`).
+    are positions among ``gpus`` (see :mod:`pynumabind.discovery._visible`).
     """
 
     nodes: Mapping[int, NumaNode]

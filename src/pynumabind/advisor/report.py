@@ -32,7 +32,7 @@ def _cell(spread: Optional[Spread], error: Optional[str] = None, skipped: bool =
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     """Left-aligned columns separated by two spaces; no trailing blanks.
 
-    Every table the CLI prints (``pynumabind.cli.tables`` takes it from here).
+    Every table the CLI prints (``pynumabind.cli._tables`` takes it from here).
     """
     widths = [len(h) for h in headers]
     for row in rows:

@@ -442,7 +442,7 @@ def _target(
     else:
         assert gpu is not None
         nodes, reasons = _gpu_nodes(_machine(topology, gpus=True), gpu, parsed)
-    from .apply import policy_request
+    from ._apply import policy_request
 
     # One owner of "policy name -> MPOL_* mode" (preferred on several nodes
     # needs MPOL_PREFERRED_MANY): the binder's.  Positional: rank, GPU, CPUs.

@@ -1,8 +1,8 @@
 """Is a binding in force?  The one set of rules, for ``verify()`` and ``check``.
 
 :meth:`Binding.verify() <pynumabind.binding.Binding.verify>` and
-``pynumabind check`` (:mod:`._cli_check`) both judge with the functions here, so
-they cannot disagree: ``check`` adds an independent *read* of the thread masks
+``pynumabind check`` (:mod:`pynumabind.cli._check`) both judge with the functions
+here, so they cannot disagree: ``check`` adds an independent *read* of the thread masks
 (``/proc/self/task/*/status`` instead of ``sched_getaffinity``), judged by the
 same :func:`thread_problems`, never a second rule set.  Both reads, and the
 allowed memory nodes, are :mod:`._proc`'s; a failed read arrives here as a

@@ -227,6 +227,7 @@ from typing import (
     Union,
 )
 
+from .._mempolicy import NODELESS_MODES, POLICIES, placing_policies
 from .._os import libnuma as _libnuma
 from .._os import proc as _proc
 from ..errors import (
@@ -239,7 +240,7 @@ from ..errors import (
     UnknownIdError,
     format_ids,
 )
-from ..model import CpuMode, MemoryPolicy, Plan
+from ..model import MemoryPolicy
 from ..planner._memory import choose_mems
 from ..planner._place import RankState, place_gpu
 from ..planner._request import check_memory_nodes
@@ -296,8 +297,6 @@ REASONS: Mapping[str, str] = {
 #: Reasons that mean page-locked (pinned) memory: the result then points to memory_on.
 _PINNED_REASONS = frozenset({NOT_MIGRATED, "EBUSY"})
 
-_PLACING_POLICIES = (MemoryPolicy.BIND, MemoryPolicy.PREFERRED, MemoryPolicy.INTERLEAVE)
-
 _PINNED_HINT = (
     "page-locked (pinned) memory (cudaHostAlloc, cudaHostRegister, RDMA or io_uring "
     "registration) cannot be moved once pinned: allocate it inside "
@@ -346,14 +345,15 @@ class _Target:
 
 
 def _parse_policy(policy: Union[str, MemoryPolicy]) -> MemoryPolicy:
-    choices = ", ".join(p.value for p in _PLACING_POLICIES)
+    """A policy that places a buffer (its row in the policy table says so)."""
+    choices = ", ".join(placing_policies())
     try:
         parsed = MemoryPolicy(policy)
     except ValueError:
         raise ConfigError(
             f"invalid placement policy {policy!r}; choose one of: {choices}"
         ) from None
-    if parsed not in _PLACING_POLICIES:
+    if not POLICIES[parsed].places:
         raise ConfigError(
             f"placement policy {parsed.value!r} places nothing on a node; choose one of: {choices}"
         )
@@ -442,15 +442,13 @@ def _target(
     else:
         assert gpu is not None
         nodes, reasons = _gpu_nodes(_machine(topology, gpus=True), gpu, parsed)
-    from ._apply import policy_request
-
-    # One owner of "policy name -> MPOL_* mode" (preferred on several nodes
-    # needs MPOL_PREFERRED_MANY): the binder's.  Positional: rank, GPU, CPUs.
-    request = policy_request(Plan(0, None, None, nodes, parsed, CpuMode.NONE))
-    assert request.mode is not None
-    if request.note:
-        reasons = (*reasons, request.note)
-    return _Target(parsed, request.mode, request.nodes, reasons)
+    # The mode is the policy table's, as for a bind (preferred on several nodes
+    # needs MPOL_PREFERRED_MANY, probed; its fallback where the kernel lacks it).
+    mode, kept, note = POLICIES[parsed].kernel_request(nodes, _libnuma.supports_mode)
+    assert mode is not None
+    if note:
+        reasons = (*reasons, note)
+    return _Target(parsed, mode, kept, reasons)
 
 
 # ----------------------------------------------------------------- buffers
@@ -1090,9 +1088,6 @@ def bind_memory(
 # ---------------------------------------------------------------- memory_on
 
 
-_NO_NODES = (_libnuma.MPOL_DEFAULT, _libnuma.MPOL_LOCAL)
-
-
 class _Block:
     """One ``memory_on`` block in force on a thread: what to put back when it ends.
 
@@ -1145,7 +1140,7 @@ def _drop(stack: List[_Block], block: _Block) -> None:
 
 
 def _describe(policy: _libnuma.KernelPolicy) -> str:
-    if policy.mode in _NO_NODES:
+    if policy.mode in NODELESS_MODES:
         return policy.kernel_policy
     return f"{policy.kernel_policy} on node {format_ids(policy.nodes)}"
 
@@ -1187,7 +1182,7 @@ def _nearest(block: _Block) -> Iterator[Tuple[_libnuma.KernelPolicy, str]]:
 
 
 def _set(policy: _libnuma.KernelPolicy) -> None:
-    nodes = policy.nodes if policy.mode not in _NO_NODES else frozenset()
+    nodes = policy.nodes if policy.mode not in NODELESS_MODES else frozenset()
     _libnuma.set_mempolicy(policy.mode, nodes, policy.flags)
 
 
@@ -1207,7 +1202,7 @@ def _put_back(block: _Block) -> None:
         _set(previous)
         return
     except NumaSyscallError as exc:
-        if exc.errno != errno.EINVAL or previous.mode in _NO_NODES:
+        if exc.errno != errno.EINVAL or previous.mode in NODELESS_MODES:
             raise
         refused = exc
     for policy, how in _nearest(block):

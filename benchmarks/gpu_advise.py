@@ -146,7 +146,7 @@ def _write(
         written.append(path)
     if advice_document is not None:
         try:
-            from pynumabind.cli.advise import write_plot
+            from pynumabind.cli._advise import write_plot
 
             path = os.path.join(out, "gpu-advise.png")
             write_plot(advice_document, path)
@@ -182,7 +182,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     results["nvidia_smi_topo"] = _step(results, "nvidia-smi", _nvidia_smi_topology)
 
     def run_advise() -> Any:
-        from pynumabind.cli.advise import render_text
+        from pynumabind.cli._advise import render_text
 
         advice = pynumabind.advise(quick=args.quick, progress=lambda line: say(f"  {line}"))
         results["advise_text"] = render_text(advice)

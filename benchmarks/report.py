@@ -605,7 +605,7 @@ def render_plots(results: Dict[str, Any], directory: str) -> List[str]:
 
     advice = benches.get("advise", {}).get("advice")
     if advice:
-        from pynumabind.cli.advise import write_plot
+        from pynumabind.cli._advise import write_plot
 
         path = os.path.join(directory, "advise.png")
         write_plot(advice, path)

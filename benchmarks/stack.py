@@ -3,7 +3,7 @@
 ``python -m benchmarks.stack [--quick] [--counts N ...] [--out FILE.json]``
 
 Every binding in force sits in the per-process restore stack
-(:class:`pynumabind.binding.apply.Journal`); a restore checks that no newer binding
+(:class:`pynumabind.binding._apply.Journal`); a restore checks that no newer binding
 changed the same things.  Issue 25 measured the old list-based stack: one
 restore took 105 µs with 2,500 bindings in force and 915 µs with 20,000, and
 keeping 20,000 took 18 s and restoring them 26 s (each step linear in the

@@ -370,14 +370,14 @@ def verify_accepts_a_thread_pinned_elsewhere() -> Dict[str, Any]:
 
 
 def empty_id_sets_in_json() -> Dict[str, Any]:
-    from pynumabind.cli import check as _cli_check
+    from pynumabind.cli import _check
     from pynumabind.discovery import detect_topology
 
     b = apply_plan(plan("LOCAL", mems=()))
     out = {"binding": b.to_dict()}
     b.restore()
     snapshot = detect_topology(use_nvml=False).to_json(indent=None)
-    out["check"] = _cli_check.check_this_process(0, 1, {"policy": "none"}, snapshot).to_dict()
+    out["check"] = _check.check_this_process(0, 1, {"policy": "none"}, snapshot).to_dict()
     return out
 
 
@@ -551,7 +551,7 @@ def rescan_time_limit() -> Dict[str, Any]:
 def nobody_holds_leave_no_trace() -> Dict[str, Any]:
     import gc
 
-    from pynumabind.binding import apply as _apply
+    from pynumabind.binding import _apply
 
     tid = threading.get_native_id()
     held = apply_plan(plan(cpus=None))

@@ -67,7 +67,7 @@ def pynvml_after_importing_discovery() -> list[str]:
     from pynumabind._os import kfd as _kfd
     from pynumabind._os import nvml as _nvml
     from pynumabind._os import sysfs as _sysfs
-    from pynumabind.discovery import visible as _visible
+    from pynumabind.discovery import _visible
 
     assert all(
         m.__name__.startswith("pynumabind.") for m in (discovery, _nvml, _sysfs, _visible, _kfd)

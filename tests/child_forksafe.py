@@ -92,7 +92,7 @@ def fork_racing_the_first_bind(delay: str) -> str:
 
 def fork_during_a_bind() -> str:
     import pynumabind
-    from pynumabind.binding import apply as _apply
+    from pynumabind.binding import _apply
 
     assert callable(pynumabind.bind_current_process)  # imports done: only the bind itself is racing
     inside, forked = threading.Event(), threading.Event()

@@ -69,7 +69,7 @@ def interrupt_every_point_of_memory_on() -> Dict[str, Any]:
     binding/test_interrupts.py for what the points are).  Each time, once the interrupt is dropped,
     the thread's policy must be the one before the block and no block left in force."""
     from child_interrupts import Interrupter, Tally
-    from pynumabind.binding import placement
+    from pynumabind.binding import _memory_on
     from pynumabind.discovery import detect_topology
 
     topology = detect_topology(use_nvml=False)
@@ -96,10 +96,10 @@ def interrupt_every_point_of_memory_on() -> Dict[str, Any]:
         # a real interrupt's traceback is freed when its handler ends.
         del interrupter
         gc.collect()
-        if _libnuma.get_mempolicy() != baseline or placement._BLOCKS.stack:
+        if _libnuma.get_mempolicy() != baseline or _memory_on._BLOCKS.stack:
             tally.bad.append(k)
             _libnuma.set_mempolicy(baseline.mode, baseline.nodes, baseline.flags)
-            placement._BLOCKS.stack.clear()
+            _memory_on._BLOCKS.stack.clear()
         if not fired:
             break
     result = tally.result(k - 1)
@@ -116,7 +116,7 @@ def sigint_race(seconds: str) -> Dict[str, Any]:
     in this loop's own.  After each block (once the interrupt is handled) the policy must be
     the one from before it and no block left in force.
     """
-    from pynumabind.binding import placement
+    from pynumabind.binding import _memory_on
     from pynumabind.discovery import detect_topology
 
     topology = detect_topology(use_nvml=False)
@@ -150,22 +150,22 @@ def sigint_race(seconds: str) -> Dict[str, Any]:
                 except KeyboardInterrupt:
                     pass
             counts["interrupted"] += 1
-        if _libnuma.get_mempolicy() != baseline or placement._BLOCKS.stack:
+        if _libnuma.get_mempolicy() != baseline or _memory_on._BLOCKS.stack:
             counts["leaked"] += 1
             _libnuma.set_mempolicy(baseline.mode, baseline.nodes, baseline.flags)
-            placement._BLOCKS.stack.clear()
+            _memory_on._BLOCKS.stack.clear()
     stop.set()
     firing.join()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # discards the SIGINT still pending
     signal.pthread_sigmask(signal.SIG_UNBLOCK, sigint)
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    counts["final"] = _libnuma.get_mempolicy() == baseline and not placement._BLOCKS.stack
+    counts["final"] = _libnuma.get_mempolicy() == baseline and not _memory_on._BLOCKS.stack
     return counts
 
 
 def fork_inside_a_block() -> Dict[str, Any]:
     """A child forked inside a block leaves it (as the parent does) and reports its policy."""
-    from pynumabind.binding import placement
+    from pynumabind.binding import _memory_on
     from pynumabind.discovery import detect_topology
 
     topology = detect_topology(use_nvml=False)
@@ -178,7 +178,7 @@ def fork_inside_a_block() -> Dict[str, Any]:
     if pid == 0:  # the child: its one thread is the forking thread's copy, and left the block
         try:
             now = _libnuma.get_mempolicy()
-            report = [now == before, now.kernel_policy, len(placement._BLOCKS.stack)]
+            report = [now == before, now.kernel_policy, len(_memory_on._BLOCKS.stack)]
             os.write(write, json.dumps(report).encode())
         finally:
             os._exit(0)

@@ -15,8 +15,7 @@ import time
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional
 
 from pynumabind._os import proc as _proc
-from pynumabind.binding import Binding, apply_plan
-from pynumabind.binding import apply as _apply
+from pynumabind.binding import Binding, _apply, apply_plan
 from pynumabind.model import MemoryPolicy, Plan
 
 

@@ -6,7 +6,7 @@ from typing import Any, Dict
 
 from pynumabind import binding as binding_module
 from pynumabind._os import libnuma as _libnuma
-from pynumabind.cli import check as _cli_check
+from pynumabind.cli import _check
 from pynumabind.discovery import detect_topology
 
 
@@ -26,5 +26,5 @@ def check_and_verify_twins(free: str) -> Dict[str, Any]:
         return verified["result"]
 
     binding_module.Binding.verify = keep  # type: ignore[method-assign]
-    report = _cli_check.check_this_process(0, 1, {"policy": "preferred"}, snapshot)
+    report = _check.check_this_process(0, 1, {"policy": "preferred"}, snapshot)
     return {"report": report.to_dict(), "verify": verified["result"].to_dict()}

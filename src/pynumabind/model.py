@@ -209,7 +209,7 @@ class Topology:
     cgroup (Slurm's ``ConstrainDevices``).  They are not in ``gpus``, and
     CUDA does not count them: an index in ``CUDA_VISIBLE_DEVICES`` counts the
     GPUs this process can open, so with ``denied_gpus`` known, index entries
-    are positions among ``gpus`` (see :mod:`pynumabind.discovery.visible`).
+    are positions among ``gpus`` (see :mod:`pynumabind.discovery._visible`).
     """
 
     nodes: Mapping[int, NumaNode]
@@ -602,7 +602,13 @@ class CpuMode(str, enum.Enum):
 
 
 class MemoryPolicy(str, enum.Enum):
-    """Which memory policy a rank gets."""
+    """Which memory policy a rank gets.
+
+    What each one does -- the kernel mode it sets, the fallback on a kernel
+    without that mode, whether it takes nodes and can place a buffer, how
+    ``verify()`` judges it -- is its row in the policy table,
+    ``pynumabind._mempolicy.POLICIES``.
+    """
 
     PREFERRED = "preferred"  # local first, spill over instead of OOM
     BIND = "bind"  # strict, like numactl --membind

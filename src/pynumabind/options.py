@@ -4,7 +4,7 @@ An :class:`Options` is built once, where the inputs arrive -- from keyword
 arguments (the public functions' thin keyword fronts call
 :meth:`Options.from_arguments`; the CLI's flags too), or by the caller
 (``plan(topology, options=Options(rank=1, mode="socket"))``) -- merged with
-the environment by :func:`pynumabind.discovery.environ.resolve`, and passed down
+the environment by :func:`pynumabind.discovery._environ.resolve`, and passed down
 unchanged: CLI -> binding -> planner.  The planner takes an Options already
 merged; it never reads the environment.  Everything that can be checked
 without the machine is checked here, once, when the object is made

@@ -16,6 +16,7 @@ import pytest
 import child_cold
 import libnuma_oracle as oracle
 from childproc import run_in_child
+from pynumabind._mempolicy import MODE_NAMES, MODE_SINCE
 from pynumabind._os import libnuma as _libnuma
 from pynumabind.cpulist import parse_cpulist
 from pynumabind.errors import LibnumaUnavailableError, NumaSyscallError
@@ -151,6 +152,9 @@ def test_feature_probe_reports_kernel_support() -> None:
     # MPOL_PREFERRED_MANY arrived in 5.15, weighted interleave in 6.9.
     assert _libnuma.supports_mode(_libnuma.MPOL_PREFERRED_MANY) is (release >= (5, 15))
     assert _libnuma.supports_mode(_libnuma.MPOL_WEIGHTED_INTERLEAVE) is (release >= (6, 9))
+    # The policy table's versions, which its fallback notes name, agree with the kernel.
+    for mode, since in MODE_SINCE.items():
+        assert _libnuma.supports_mode(mode) is (release >= since), MODE_NAMES[mode]
     # The probe must leave the thread's policy alone.
     assert _libnuma.get_mempolicy().mode == _libnuma.MPOL_DEFAULT
 

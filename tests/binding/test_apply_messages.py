@@ -1,7 +1,7 @@
 """The words of a failed step come from values: ``_apply.fix_for`` and ``cpu_error`` run no syscall.
 
 The facts (this process's allowed memory nodes, its cpuset) are read first,
-by :func:`pynumabind.binding.apply.allowed_mems_for` and the CPU step, through
+by :func:`pynumabind.binding._apply.allowed_mems_for` and the CPU step, through
 :mod:`pynumabind._os.proc`; the message functions only format what they are
 given.  Checked by making every reader fail loudly while they run.
 """
@@ -14,7 +14,7 @@ import pytest
 
 from pynumabind._os import libnuma as _libnuma
 from pynumabind._os import proc as _proc
-from pynumabind.binding import apply as _apply
+from pynumabind.binding import _apply
 from pynumabind.errors import LibnumaUnavailableError, NumaSyscallError
 
 

@@ -17,7 +17,7 @@ import child_cold
 from childproc import run_in_child
 from pynumabind import binding as binding_module
 from pynumabind._os import libnuma as _libnuma
-from pynumabind.binding import apply as _apply
+from pynumabind.binding import _apply
 from pynumabind.discovery import detect_topology
 from pynumabind.errors import BindError, ConfigError, PlanError
 from pynumabind.model import MemoryPolicy, Plan
@@ -296,7 +296,7 @@ def test_bind_current_process_arguments_win_over_environment() -> None:
 def test_bad_environment_overrides_name_their_variable(variables, error, needles) -> None:
     if error is None:  # a valid per-rank form: planned, not applied here
         from pynumabind import planner
-        from pynumabind.discovery import environ as _environ
+        from pynumabind.discovery import _environ
 
         config = _environ.resolve({"LOCAL_RANK": "0", **variables})
         assert planner.plan_for(detect_topology(), config).cpus == frozenset({1})

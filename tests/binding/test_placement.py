@@ -31,7 +31,7 @@ import pynumabind
 import seccomp_filter
 from childproc import run_in_child
 from pynumabind._os import libnuma as _libnuma
-from pynumabind.binding import placement
+from pynumabind.binding import _buffers, _census, _memory_on, _target, placement
 from pynumabind.binding.placement import (
     NotABufferError,
     PlacementSyscallError,
@@ -593,7 +593,7 @@ def test_a_page_caught_mid_migration_is_asked_for_again_and_never_called_unwritt
     # it, and was reported as "not present yet (never written)").  So the kernel's answers
     # to the queries are scripted at the _libnuma boundary; the move itself "succeeds".
     pages = [0x10000, 0x11000, 0x12000]
-    target = placement._Target(MemoryPolicy.BIND, _libnuma.MPOL_BIND, frozenset({0}), ())
+    target = _target.Target(MemoryPolicy.BIND, _libnuma.MPOL_BIND, frozenset({0}), ())
     queries: List[List[int]] = []
 
     def scripted(addresses: List[int], node: Any = None, flags: int = 0) -> Tuple[int, List[int]]:
@@ -605,16 +605,16 @@ def test_a_page_caught_mid_migration_is_asked_for_again_and_never_called_unwritt
     monkeypatch.setattr(_libnuma, "move_pages_status", scripted)
     # Not found when first asked, found on node 0 when asked again.
     answers = [[-errno.ENOENT], [0]]
-    census = placement._Census()
+    census = _census._Census()
     census.add(pages, [0, 0, 1], frozenset({0}))  # the third page is on node 1
-    assert placement._retry_moves(census, target) == {}
+    assert _census._retry_moves(census, target) == {}
     assert queries == [[0x12000], [0x12000]]
     assert census.counts[0] == 3 and sum(c for s, c in census.counts.items() if s < 0) == 0
     # Never found in three asks: VANISHED, still not counted as "not present".
     answers = [[-errno.ENOENT]] * 3
-    census = placement._Census()
+    census = _census._Census()
     census.add(pages, [0, 0, 1], frozenset({0}))
-    assert placement._retry_moves(census, target) == {placement.VANISHED: 1}
+    assert _census._retry_moves(census, target) == {placement.VANISHED: 1}
     assert answers == [] and sum(c for s, c in census.counts.items() if s < 0) == 0  # 3 asks
     assert placement.VANISHED in placement.REASONS
 
@@ -635,13 +635,13 @@ def test_the_census_asks_again_for_missing_pages_only_where_some_were_found(
     monkeypatch.setattr(_libnuma, "move_pages_status", scripted)
     start = 0x10000
     answers[:] = [[0, -errno.ENOENT, 0], [-errno.ENOENT], [0]]
-    census = placement._census(start, 3 * PAGE, frozenset({0}))
+    census = _census._query(start, 3 * PAGE, frozenset({0}))
     assert census.counts == {0: 3} and not census.stray
     assert queries == [[start, start + PAGE, start + 2 * PAGE], [start + PAGE], [start + PAGE]]
     # None found: a range never written is asked for once.
     queries.clear()
     answers[:] = [[-errno.ENOENT] * 3]
-    census = placement._census(start, 3 * PAGE, frozenset({0}))
+    census = _census._query(start, 3 * PAGE, frozenset({0}))
     assert census.counts == {-errno.ENOENT: 3} and len(queries) == 1
 
 
@@ -675,7 +675,7 @@ def test_asyncio_tasks_leaving_out_of_order_end_on_the_policy_from_before() -> N
         "bind left": _libnuma.MPOL_INTERLEAVE,  # the second block is still in force
         "interleave left": _libnuma.MPOL_DEFAULT,  # the policy from before both
     }
-    assert not placement._BLOCKS.stack
+    assert not _memory_on._BLOCKS.stack
 
 
 def test_a_generator_suspended_in_a_block_puts_the_policy_back_when_closed_or_freed() -> None:
@@ -693,7 +693,7 @@ def test_a_generator_suspended_in_a_block_puts_the_policy_back_when_closed_or_fr
     next(dropped)
     del dropped  # freed while suspended: closed, the block ends
     assert _libnuma.get_mempolicy().mode == _libnuma.MPOL_DEFAULT
-    assert not placement._BLOCKS.stack
+    assert not _memory_on._BLOCKS.stack
 
 
 def test_a_generator_closed_inside_the_callers_own_block_hands_its_policy_on() -> None:
@@ -713,7 +713,7 @@ def test_a_generator_closed_inside_the_callers_own_block_hands_its_policy_on() -
 def test_a_block_object_freed_while_in_force_ends_the_block() -> None:
     memory_on(node=0, policy="interleave").__enter__()  # nothing keeps it: freed at once
     assert _libnuma.get_mempolicy().mode == _libnuma.MPOL_DEFAULT
-    assert not placement._BLOCKS.stack
+    assert not _memory_on._BLOCKS.stack
 
 
 def test_a_child_forked_inside_a_block_puts_the_previous_policy_back() -> None:
@@ -756,17 +756,17 @@ def test_a_saved_policy_the_cpuset_no_longer_allows_becomes_the_nearest_one(
     static = _libnuma.MPOL_F_STATIC_NODES
     saved = _libnuma.KernelPolicy(_libnuma.MPOL_BIND, frozenset({1, 2}), static)
     with pytest.warns(RuntimeWarning, match=r"allowed memory nodes are now 0,2, were 0-2"):
-        placement._put_back(placement._Block(saved, frozenset({0, 1, 2})))
+        _memory_on._put_back(_memory_on._Block(saved, frozenset({0, 1, 2})))
     assert calls[-1] == (_libnuma.MPOL_BIND, frozenset({2}), static)  # the allowed part
     calls.clear()  # none of the saved nodes allowed: the kernel's remapping (1 -> 2nd of 0,2)
     saved = _libnuma.KernelPolicy(_libnuma.MPOL_INTERLEAVE, frozenset({1}), 0)
     with pytest.warns(RuntimeWarning, match="remaps its nodes to, MPOL_INTERLEAVE on node 2"):
-        placement._put_back(placement._Block(saved, frozenset({0, 1, 2})))
+        _memory_on._put_back(_memory_on._Block(saved, frozenset({0, 1, 2})))
     assert calls == [(_libnuma.MPOL_INTERLEAVE, {1}, 0), (_libnuma.MPOL_INTERLEAVE, {2}, 0)]
     calls.clear()  # nothing but the default accepted
     allowed["now"] = frozenset()
     with pytest.warns(RuntimeWarning, match="the default policy, MPOL_DEFAULT"):
-        placement._put_back(placement._Block(saved, frozenset({0, 1, 2})))
+        _memory_on._put_back(_memory_on._Block(saved, frozenset({0, 1, 2})))
     assert calls[-1] == (_libnuma.MPOL_DEFAULT, frozenset(), 0)
 
 
@@ -871,8 +871,8 @@ def test_a_full_target_node_keeps_the_census_and_lists_the_pages_under_enomem(
         raise NumaSyscallError(errno.ENOMEM, f"move_pages(to node {node})")
 
     monkeypatch.setattr(_libnuma, "move_pages_status", scripted)
-    target = placement._Target(MemoryPolicy.BIND, _libnuma.MPOL_BIND, frozenset({0}), ())
-    span = placement._Span(start, 3 * PAGE, "(address, length)")
+    target = _target.Target(MemoryPolicy.BIND, _libnuma.MPOL_BIND, frozenset({0}), ())
+    span = _buffers.Span(start, 3 * PAGE, "(address, length)")
     result = placement._report(span, start, 3 * PAGE, target, True, neighbours={})
     assert result.pages_per_node == {0: 1, 1: 2} and result.not_present == 0
     assert result.not_moved == {"ENOMEM": 2} and not result.complete

@@ -1,4 +1,4 @@
-"""The one verifier (``pynumabind.binding.verify``): its pure rules, and its two users agreeing.
+"""The one verifier (``pynumabind.binding._verify``): its pure rules, and its two users agreeing.
 
 ``Binding.verify()`` and ``pynumabind check`` must judge by the same rules;
 the end-to-end tests here put both in front of a case where a second rule
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import child_verify
 from childproc import run_in_child
 from pynumabind._os import libnuma as _libnuma
-from pynumabind.binding import verify as _verify
+from pynumabind.binding import _verify
 
 BIND, PREFERRED = _libnuma.MPOL_BIND, _libnuma.MPOL_PREFERRED
 INTERLEAVE, LOCAL = _libnuma.MPOL_INTERLEAVE, _libnuma.MPOL_LOCAL

@@ -15,7 +15,7 @@ import pytest
 
 from pynumabind import binding as binding_module
 from pynumabind._os import libnuma as _libnuma
-from pynumabind.binding import verify as _verify
+from pynumabind.binding import _verify
 from pynumabind.model import MemoryPolicy, Plan
 
 pytestmark = pytest.mark.skipif(not _libnuma.available(), reason="libnuma unavailable")

@@ -24,7 +24,7 @@ import sysfs_tree as st
 from cli_helpers import run_cli as _cli
 from pynumabind import ConfigError, Options, plan_all
 from pynumabind.discovery import detect_topology
-from pynumabind.discovery.visible import apply_visibility
+from pynumabind.discovery._visible import apply_visibility
 from pynumabind.model import Topology
 
 MACHINE = "dgx_h100_constrain_devices"

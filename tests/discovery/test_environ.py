@@ -1,4 +1,4 @@
-"""Environment rules (``pynumabind.discovery.environ``): pure, tested with plain dicts."""
+"""Environment rules (``pynumabind.discovery._environ``): pure, tested with plain dicts."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pynumabind.discovery import environ as _environ
-from pynumabind.discovery.environ import RANK_VARIABLES, parse_flag, resolve
+from pynumabind.discovery import _environ
+from pynumabind.discovery._environ import RANK_VARIABLES, parse_flag, resolve
 from pynumabind.errors import ConfigError
 from pynumabind.model import CpuMode, MemoryPolicy
 from pynumabind.options import Options

@@ -23,7 +23,7 @@ from cli_helpers import two_node_snapshot
 from pynumabind import ConfigError, Options, plan_all
 from pynumabind._os import sysfs as _sysfs
 from pynumabind.discovery import detect_topology, topology_from_sysfs
-from pynumabind.discovery.visible import apply_visibility
+from pynumabind.discovery._visible import apply_visibility
 from pynumabind.model import Topology
 from recipes import recipe
 

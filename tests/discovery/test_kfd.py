@@ -10,7 +10,7 @@ import pytest
 import sysfs_tree as st
 from pynumabind._os.kfd import KFD_TOPOLOGY, read_kfd
 from pynumabind.discovery import topology_from_sysfs
-from pynumabind.discovery.visible import apply_visibility
+from pynumabind.discovery._visible import apply_visibility
 from pynumabind.errors import TopologyError
 
 

@@ -21,7 +21,7 @@ from cli_helpers import run_cli as _cli
 from cli_helpers import two_node_snapshot
 from pynumabind import ConfigError, Options, PlanError, TopologyError, plan_all
 from pynumabind.discovery import process_topology, resolve_topology
-from pynumabind.discovery.visible import apply_visibility
+from pynumabind.discovery._visible import apply_visibility
 from pynumabind.model import SCHEMA_VERSION, Gpu, NumaNode, Topology
 
 

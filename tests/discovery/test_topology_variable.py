@@ -21,7 +21,7 @@ from childproc import run_in_child
 from cli_helpers import two_node_snapshot
 from pynumabind import Options, TopologyError, bind_current_process, discovery
 from pynumabind.discovery import process_topology, resolve_topology
-from pynumabind.discovery.environ import resolve
+from pynumabind.discovery._environ import resolve
 from pynumabind.model import Topology
 
 

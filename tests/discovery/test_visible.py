@@ -11,7 +11,7 @@ from hypothesis import strategies as st_
 
 import sysfs_tree as st
 from pynumabind.discovery import topology_from_sysfs
-from pynumabind.discovery.visible import (
+from pynumabind.discovery._visible import (
     apply_visibility,
     cuda_device_order,
     mig_uuids,

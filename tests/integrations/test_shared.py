@@ -57,7 +57,7 @@ def documented_flag_values() -> Dict[str, List[str]]:
 
 
 def test_documented_flag_values_are_the_parsers() -> None:
-    from pynumabind.discovery.environ import FLAG_FALSE, FLAG_TRUE
+    from pynumabind.discovery._environ import FLAG_FALSE, FLAG_TRUE
 
     documented = documented_flag_values()
     assert set(documented["on"]) == FLAG_TRUE
@@ -77,7 +77,7 @@ def test_every_switch_takes_the_one_documented_set(variable: str, machine) -> No
             assert gate(variable, {variable: value}) is on, (variable, value)
     with pytest.raises(ConfigError, match=f"invalid {variable}='enable'"):
         if variable == "PYNUMABIND_DISABLE":
-            from pynumabind.discovery.environ import resolve
+            from pynumabind.discovery._environ import resolve
 
             resolve({variable: "enable"}, need_rank=False)
         else:

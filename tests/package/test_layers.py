@@ -283,10 +283,10 @@ def test_the_ast_scan_sees_lazy_and_relative_imports_and_skips_type_only_ones() 
     # _sysfs imports _kfd inside read_layout only; _verify names
     # binding.Binding only for type checkers, which is no import at run time.
     assert "_os.kfd" in _package_imports("_os.sysfs")
-    assert "binding" not in _package_imports("binding.verify")
+    assert "binding" not in _package_imports("binding._verify")
     # Relative imports inside subpackages resolve to the right module.
     assert {"options", "planner._overrides"} <= _package_imports("planner._request")
-    assert {"_os.libnuma", "binding.apply"} <= _package_imports("binding")
+    assert {"_os.libnuma", "binding._apply"} <= _package_imports("binding")
     assert "integrations._common" in _package_imports("integrations.vllm")
     assert "integrations.vllm" in _package_imports("integrations")  # lazy, in vllm_plugin
     assert "_version" in _package_imports("cli")  # from .._version import __version__
@@ -298,8 +298,10 @@ def test_the_checks_catch_a_wrong_floor_and_a_lazy_cycle() -> None:
     # What these checks once found: the planner importing _environ, the
     # binding importing the advisor for the advice record, and the
     # integrations package and its vllm module importing each other.
-    wrong = {"planner._request": {"discovery.environ"}, "discovery.environ": set()}
-    assert violations(wrong) == ["planner._request (planner) imports discovery.environ (discovery)"]
+    wrong = {"planner._request": {"discovery._environ"}, "discovery._environ": set()}
+    assert violations(wrong) == [
+        "planner._request (planner) imports discovery._environ (discovery)"
+    ]
     assert violations({"binding": {"advisor.record"}}) == [
         "binding (binding) imports advisor.record (advisor)"
     ]

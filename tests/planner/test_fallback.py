@@ -23,7 +23,7 @@ from cli_helpers import run_cli as _cli
 from pynumabind import ConfigError, Options, PlanError, plan, plan_all, plan_each
 from pynumabind.cpulist import parse_cpulist
 from pynumabind.discovery import topology_from_sysfs
-from pynumabind.discovery.environ import resolve
+from pynumabind.discovery._environ import resolve
 from pynumabind.model import Plan, Topology
 from pynumabind.planner._fallback import nearest_allowed_nodes
 from topology_builders import make_topology, topologies

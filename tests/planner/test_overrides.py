@@ -22,7 +22,7 @@ from childproc import run_in_child
 from cli_helpers import run_cli as _cli
 from cli_helpers import two_node_snapshot
 from pynumabind import ConfigError, Options, PlanError, plan, plan_all
-from pynumabind.discovery.environ import resolve
+from pynumabind.discovery._environ import resolve
 from pynumabind.integrations import bind_gpus, per_gpu_override
 from pynumabind.model import Cpu, Gpu, NumaNode, Topology
 from pynumabind.planner._overrides import parse_cpus_override, parse_nodes_override

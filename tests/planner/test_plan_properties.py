@@ -7,13 +7,14 @@ from typing import Dict, List, Optional, Union
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pynumabind import _mempolicy
 from pynumabind.errors import ConfigError, PlanError
 from pynumabind.model import MemoryPolicy, Plan, Topology
 from pynumabind.planner import plan, plan_all
 from topology_builders import topologies
 
 MODES = ["node", "socket", "exclusive", "core-complex", "none"]
-POLICIES = ["preferred", "bind", "interleave", "local", "none"]
+POLICIES = [policy.value for policy in MemoryPolicy]  # every one: the planner takes them all
 
 Outcome = Union[Plan, Exception]
 
@@ -50,10 +51,10 @@ def check_plan(topo: Topology, p: Plan, mode: str, detected: bool = True) -> Non
         assert mode == "none" or p.warnings, "an unbound rank always says why"
     assert p.mems <= topo.allowed_mems
     assert all(topo.nodes[n].has_memory for n in p.mems)
-    if p.policy in (MemoryPolicy.LOCAL, MemoryPolicy.NONE):
-        assert p.mems == frozenset()
-    else:
+    if _mempolicy.POLICIES[p.policy].takes_nodes:
         assert p.mems
+    else:
+        assert p.mems == frozenset()
     if mode == "none":
         assert p.cpus is None
     gpu = p.gpu_info

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import sysfs_tree as tree
 from pynumabind import ConfigError, Options, discovery, planner
 from pynumabind.cpulist import parse_cpulist
-from pynumabind.discovery import environ as _environ
+from pynumabind.discovery import _environ
 from pynumabind.model import Topology
 
 XEON6 = tree.load_machine("xeon6_pct_b300")

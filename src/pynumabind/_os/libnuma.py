@@ -32,6 +32,19 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
+# The memory-policy modes (linux/mempolicy.h) are written once, in the policy
+# table; the syscalls here take them, so __all__ re-exports them for callers.
+from .._mempolicy import (
+    MODE_NAMES,
+    MPOL_BIND,
+    MPOL_DEFAULT,
+    MPOL_INTERLEAVE,
+    MPOL_LOCAL,
+    MPOL_PREFERRED,
+    MPOL_PREFERRED_MANY,
+    MPOL_WEIGHTED_INTERLEAVE,
+    NODELESS_MODES,
+)
 from ..errors import LibnumaUnavailableError, NumaSyscallError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -39,21 +52,59 @@ if TYPE_CHECKING:  # pragma: no cover
 else:
     from typing import AbstractSet
 
+__all__ = [
+    "ERRORS",
+    "HUGE_PAGE_SIZE_FILE",
+    "LIBRARY_NAME",
+    "MADV_COLD",
+    "MODE_NAMES",
+    "MOVE_PAGES_CHUNK",
+    "MPOL_BIND",
+    "MPOL_DEFAULT",
+    "MPOL_F_ADDR",
+    "MPOL_F_MEMS_ALLOWED",
+    "MPOL_F_NODE",
+    "MPOL_F_NUMA_BALANCING",
+    "MPOL_F_RELATIVE_NODES",
+    "MPOL_F_STATIC_NODES",
+    "MPOL_INTERLEAVE",
+    "MPOL_LOCAL",
+    "MPOL_MF_MOVE",
+    "MPOL_MF_MOVE_ALL",
+    "MPOL_MF_STRICT",
+    "MPOL_MODE_FLAGS",
+    "MPOL_PREFERRED",
+    "MPOL_PREFERRED_MANY",
+    "MPOL_WEIGHTED_INTERLEAVE",
+    "STATUS_UNWRITTEN",
+    "KernelPolicy",
+    "address_policy",
+    "available",
+    "get_mempolicy",
+    "get_mems_allowed",
+    "huge_page_size",
+    "load",
+    "madvise",
+    "mbind",
+    "mbind_range",
+    "migrate_pages",
+    "move_pages_status",
+    "node_memory",
+    "page_addresses",
+    "page_nodes",
+    "possible_node_bits",
+    "set_mempolicy",
+    "set_to_words",
+    "supports_mode",
+    "words_to_set",
+]
+
 log = logging.getLogger(__name__)
 
 #: What a call into libnuma raises: catch these, never a bare ``OSError``.
 ERRORS = (NumaSyscallError, LibnumaUnavailableError)
 
 LIBRARY_NAME = "libnuma.so.1"
-
-# Memory policy modes (linux/mempolicy.h).
-MPOL_DEFAULT = 0
-MPOL_PREFERRED = 1
-MPOL_BIND = 2
-MPOL_INTERLEAVE = 3
-MPOL_LOCAL = 4
-MPOL_PREFERRED_MANY = 5
-MPOL_WEIGHTED_INTERLEAVE = 6
 
 # Mode flags, or-ed into the mode.
 MPOL_F_NUMA_BALANCING = 1 << 13
@@ -70,17 +121,6 @@ MPOL_F_MEMS_ALLOWED = 1 << 2
 MPOL_MF_STRICT = 1 << 0
 MPOL_MF_MOVE = 1 << 1
 MPOL_MF_MOVE_ALL = 1 << 2
-
-MODE_NAMES: Dict[int, str] = {
-    MPOL_DEFAULT: "MPOL_DEFAULT",
-    MPOL_PREFERRED: "MPOL_PREFERRED",
-    MPOL_BIND: "MPOL_BIND",
-    MPOL_INTERLEAVE: "MPOL_INTERLEAVE",
-    MPOL_LOCAL: "MPOL_LOCAL",
-    MPOL_PREFERRED_MANY: "MPOL_PREFERRED_MANY",
-    MPOL_WEIGHTED_INTERLEAVE: "MPOL_WEIGHTED_INTERLEAVE",
-}
-MODE_NUMBERS: Dict[str, int] = {name: number for number, name in MODE_NAMES.items()}
 
 _INSTALL_HINT = (
     "install the libnuma runtime: 'apt-get install libnuma1' on Debian/Ubuntu, "
@@ -312,7 +352,7 @@ def set_mempolicy(mode: int, nodes: AbstractSet[int] = frozenset(), flags: int =
     """Set the calling thread's policy; raises with errno on failure."""
     ffi = _ffi()
     operation = f"set_mempolicy({MODE_NAMES.get(mode, mode)})"
-    if mode in (MPOL_DEFAULT, MPOL_LOCAL):
+    if mode in NODELESS_MODES:
         result = load().set_mempolicy(mode | flags, ffi.NULL, 0)
         node_arg: Optional[AbstractSet[int]] = None
     else:
@@ -332,7 +372,7 @@ def mbind(buffer: Any, mode: int, nodes: AbstractSet[int] = frozenset(), flags: 
     ffi = _ffi()
     pointer = _buffer_pointer(buffer)
     try:
-        if mode in (MPOL_DEFAULT, MPOL_LOCAL):
+        if mode in NODELESS_MODES:
             result = load().mbind(pointer, len(buffer), mode, ffi.NULL, 0, flags)
         else:
             array, nbits = _node_array(nodes)
@@ -453,7 +493,7 @@ def mbind_range(
     """``mbind`` on ``length`` bytes at ``start`` (page-aligned); raises with errno."""
     ffi = _ffi()
     pointer = ffi.cast("void *", start)
-    if mode in (MPOL_DEFAULT, MPOL_LOCAL):
+    if mode in NODELESS_MODES:
         result = load().mbind(pointer, length, mode, ffi.NULL, 0, flags)
     else:
         array, nbits = _node_array(nodes)

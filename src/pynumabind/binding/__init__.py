@@ -67,9 +67,9 @@ from ..cpulist import format_cpulist
 from ..errors import BindError, ConfigError, PlanError, format_ids
 from ..model import FALLBACK_WARNING, CpuMode, MemoryPolicy, Plan
 from ..options import Options, union_front
-from . import apply as _apply
-from .apply import Journal, Skipped
-from .verify import VERIFY_PAGES, VerifyResult, verify_binding
+from . import _apply
+from ._apply import Journal, Skipped
+from ._verify import VERIFY_PAGES, VerifyResult, verify_binding
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Unpack
@@ -578,7 +578,7 @@ def bind_current_process(
     _check_on_error(on_error)
     given = union_front(options, dict(keywords, rank=rank, nprocs=nprocs, mode=mode, policy=policy))
     with _forksafe.lock():  # a fork waits for these first-use imports (see _forksafe)
-        from ..discovery import environ as _environ
+        from ..discovery import _environ
     env = os.environ if environ is None else environ
     resolved = _environ.resolve(env, given, need_rank=False)
     if resolved.disabled:
@@ -617,7 +617,7 @@ def bind_current_process(
 def _plan(topology: Topology, options: Options) -> Plan:
     """The plan for explicit ``gpus``, for a rank, or (no rank) for the visible GPUs."""
     from .. import planner
-    from ..discovery import environ as _environ
+    from ..discovery import _environ
 
     if options.gpus is not None:
         return planner.plan_gpus_for(topology, options, options.gpus)

@@ -39,9 +39,9 @@ from ..cpulist import format_cpulist, parse_cpulist, parse_nodelist
 from ..errors import ConfigError, ListParseError, PynumabindError, TopologyError, format_ids
 from ..model import SCHEMA_VERSION, CpuMode, MemoryPolicy, Plan, Topology
 from ..options import Options
-from .advise import add_parser as _add_advise_parser
-from .advise import cmd_advise
-from .tables import by_rank, counted, human_bytes, table
+from ._advise import add_parser as _add_advise_parser
+from ._advise import cmd_advise
+from ._tables import by_rank, counted, human_bytes, table
 
 log = logging.getLogger("pynumabind.cli")
 
@@ -461,7 +461,7 @@ def _plan_rows(results: Sequence[Union[Plan, PynumabindError]]) -> List[List[str
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """The per-rank table; a rank that cannot be planned shows its error, the others their plan."""
-    from ..discovery.environ import resolve
+    from ..discovery._environ import resolve
     from ..planner import plan_each_for
 
     # Flags win; PYNUMABIND_* and the launcher's process count fill the
@@ -599,8 +599,8 @@ def _check_note(topology: Topology, options: Options, workers: int) -> Optional[
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from ..discovery.environ import resolve
-    from .check import run_check
+    from ..discovery._environ import resolve
+    from ._check import run_check
 
     # As plan does: flags win, then PYNUMABIND_* and the launcher's process count.
     options = resolve(os.environ, _options(args), need_rank=False)

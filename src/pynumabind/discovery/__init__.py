@@ -98,7 +98,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, 
 from .._os import forksafe as _forksafe
 from ..errors import SnapshotFileError, TopologyError, format_ids
 from ..model import CpuMode, Detail, Gpu, Topology
-from .visible import apply_visibility
+from ._visible import apply_visibility
 
 if TYPE_CHECKING:  # pragma: no cover
     from .._os.nvml import NvmlDevice, NvmlReport
@@ -354,7 +354,7 @@ def detect_topology(
             ``CUDA_DEVICE_ORDER`` has a bad value.
     """
     from .._os import sysfs as _sysfs
-    from . import visible as _visible
+    from . import _visible
 
     env = os.environ if environ is None else environ
     keep = reuse and detail is not Detail.FULL and gpu_vendors is None and pci_classes is None
@@ -388,7 +388,7 @@ def _with_nvml(
     if not (has_nvidia or no_pci):
         return base, None
     from .._os import nvml as _nvml
-    from . import visible as _visible
+    from . import _visible
 
     max_cpu = max(base.cpus) if base.cpus else 0
     max_node = max(base.nodes) if base.nodes else 0
@@ -520,8 +520,8 @@ def process_topology(
     file: never a fallback to sysfs.
     """
     from .._os import proc as _proc
-    from . import visible as _visible
-    from .environ import TOPOLOGY_VARIABLE
+    from . import _visible
+    from ._environ import TOPOLOGY_VARIABLE
 
     env = os.environ if environ is None else environ
     source = given_by or TOPOLOGY_VARIABLE
@@ -619,7 +619,7 @@ def resolve_topology(
     elif sysfs_root is not None:
         return topology_from_sysfs(sysfs_root)
     else:
-        from .environ import topology_file
+        from ._environ import topology_file
 
         path = topology_file(env)
         if path is not None:

@@ -13,7 +13,7 @@ Rules
   (:mod:`pynumabind.integrations._vllm_launch`), which does nothing unless
   one of the two opt-ins is there.  The on/off values are the
   one set every switch takes (``1/true/yes/on``, ``0/false/no/off``, empty
-  or unset; :func:`pynumabind.discovery.environ.parse_flag`); any other value is a
+  or unset; :func:`pynumabind.discovery._environ.parse_flag`); any other value is a
   :class:`~pynumabind.errors.ConfigError` naming the variable (a typo must
   not silently leave workers unbound).  Only once opted in are
   :mod:`pynumabind.integrations.vllm` / ``.sglang`` imported.
@@ -44,7 +44,7 @@ Rules
   worker's environment are not read.
 * **Overrides.**  ``PYNUMABIND_NODES`` and ``PYNUMABIND_CPUS`` are per *GPU
   index*.  They are read exactly as in the core (one reader,
-  :func:`pynumabind.discovery.environ.override_text`, and one parser,
+  :func:`pynumabind.discovery._environ.override_text`, and one parser,
   :mod:`pynumabind.planner._overrides`): blank is unset, only ASCII
   whitespace separates or is trimmed, and vLLM's space-separated form
   (``PYNUMABIND_NODES="0 0 1 1"``, ``PYNUMABIND_CPUS="0-7 8-15"``) is
@@ -122,7 +122,7 @@ def gate(variable: str, environ: Optional[Mapping[str, str]] = None) -> bool:
     a ConfigError naming the variable.
     """
     with _forksafe.lock():  # a fork waits for this first-use import (see _forksafe)
-        from ..discovery.environ import parse_flag
+        from ..discovery._environ import parse_flag
 
     env = os.environ if environ is None else environ
     value = env.get(variable)

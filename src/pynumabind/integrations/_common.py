@@ -158,14 +158,14 @@ def _machine(env: Mapping[str, str]) -> Topology:
 
 
 def per_gpu_override(variable: str, environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
-    """``variable`` as the core reads it (:func:`pynumabind.discovery.environ.override_text`).
+    """``variable`` as the core reads it (:func:`pynumabind.discovery._environ.override_text`).
 
     Unset, empty or ASCII-blank is None, as in the core; vLLM's
     space-separated form (``"0 0 1 1"``) is parsed by the planner's one
     override reader, like ``,`` and ``;``, with the same rule for spaces
     (ASCII whitespace only).
     """
-    from ..discovery.environ import override_text
+    from ..discovery._environ import override_text
 
     return override_text(os.environ if environ is None else environ, variable)
 
@@ -275,7 +275,7 @@ def bind_gpus(
     allowed CPUs, with a warning, rather than failing to start.
     """
     from ..binding import bind_current_process
-    from ..discovery.environ import RANK_VARIABLES, SIZE_VARIABLES
+    from ..discovery._environ import RANK_VARIABLES, SIZE_VARIABLES
     from ..errors import ConfigError, PlanError
 
     env = os.environ if environ is None else environ
@@ -334,7 +334,7 @@ def hook_fallback(env: Mapping[str, str]) -> Optional[str]:
     variable is then left for the core to read (None here), so it is parsed
     and named in errors as everywhere.
     """
-    from ..discovery.environ import FALLBACK_VARIABLE
+    from ..discovery._environ import FALLBACK_VARIABLE
 
     return None if env.get(FALLBACK_VARIABLE) is not None else "nearest"
 

@@ -101,7 +101,7 @@ def names_our_worker(worker_cls: Any) -> bool:
 
 def opt_ins(parallel_config: Any, environ: Mapping[str, str]) -> List[Tuple[str, str]]:
     """The pynumabind switches on for this launch, each with how to turn it off."""
-    from ..discovery.environ import parse_flag
+    from ..discovery._environ import parse_flag
 
     on = []
     if names_our_worker(getattr(parallel_config, "worker_cls", None)):
@@ -125,7 +125,7 @@ def refusal(what: str, flag: str, switches: List[Tuple[str, str]]) -> ConfigErro
 
 def advised(environ: Mapping[str, str]) -> bool:
     """Whether ``PYNUMABIND_MODE`` asks for mode ``advised`` (a bad value: the bind says so)."""
-    from ..discovery.environ import MODE_VARIABLE
+    from ..discovery._environ import MODE_VARIABLE
     from ..model import CpuMode
     from ..options import parse_choice
 

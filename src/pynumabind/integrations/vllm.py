@@ -74,7 +74,7 @@ import os
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple
 
 from ..discovery import resolve_topology
-from ..discovery.environ import parse_flag
+from ..discovery._environ import parse_flag
 from ..errors import ConfigError
 from ._common import (
     bind_gpu,

@@ -6,26 +6,22 @@ them directly; ``fallback="nearest"`` names the GPU's node(s), see
 allowed mems, is replaced by the nearest allowed node with memory (ties: CPU
 nodes first, then the lowest id).  ``gpu_memory=True`` adds the GPU's own
 memory node.  ``interleave`` uses ``interleave_nodes`` or, by default, these
-same nodes.  ``local`` and ``none`` need no nodes.
+same nodes.  A policy that takes no nodes (``local``, ``none``) gets none.
+Whether a policy takes nodes, and how a reason names it, is its row in the
+policy table (:mod:`pynumabind._mempolicy`); the rules here pick the nodes.
 """
 
 from __future__ import annotations
 
 from typing import List, Optional, Tuple
 
+from .._mempolicy import POLICIES
 from ..errors import PlanError, format_ids
 from ..model import MemoryPolicy, Topology
 from ._place import RankState, nodes_of
 from ._sets import named
 
 __all__ = ["choose_mems"]
-
-_DESCRIBED = {
-    MemoryPolicy.PREFERRED: "preferred (local first, spills over instead of OOM)",
-    MemoryPolicy.BIND: "bind (strict)",
-    MemoryPolicy.INTERLEAVE: "interleave across the rank's own nodes (the default)",
-}
-
 
 def _nearest_memory_nodes(topology: Topology, node: int) -> List[Tuple[int, Optional[int]]]:
     """Allowed nodes with memory by distance from ``node``; ties: CPU nodes, then id."""
@@ -110,11 +106,9 @@ def choose_mems(
     nodes_given: bool,
 ) -> Tuple[frozenset[int], MemoryPolicy]:
     """The rank's memory nodes and the policy actually planned (``none`` when no node is known)."""
-    if policy is MemoryPolicy.NONE:
-        state.reasons.append("memory policy none: left alone")
-        return frozenset(), policy
-    if policy is MemoryPolicy.LOCAL:
-        state.reasons.append("memory policy local: allocate on the node of the faulting CPU")
+    row = POLICIES[policy]
+    if not row.takes_nodes:
+        state.reasons.append(f"memory policy {row.described}")
         return frozenset(), policy
     if policy is MemoryPolicy.INTERLEAVE and interleave_nodes is not None:
         state.reasons.append(
@@ -144,5 +138,5 @@ def choose_mems(
             f"(allowed mems {format_ids(topology.allowed_mems)})"
         )
     frozen = frozenset(chosen)
-    state.reasons.append(f"memory policy {_DESCRIBED[policy]}: {named('node', frozen)}")
+    state.reasons.append(f"memory policy {row.described}: {named('node', frozen)}")
     return frozen, policy

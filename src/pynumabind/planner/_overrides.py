@@ -19,7 +19,7 @@ readings.
 
 This is the one reader of both overrides, wherever they come from: keyword
 arguments, ``PYNUMABIND_NODES``/``PYNUMABIND_CPUS`` (through
-:mod:`pynumabind.discovery.environ`, in the core and in the framework hooks alike),
+:mod:`pynumabind.discovery._environ`, in the core and in the framework hooks alike),
 and the CLI's ``--nodes``/``--cpus``.  One rule for spaces: only ASCII
 whitespace separates or is trimmed (:data:`ASCII_SPACE`); any other
 character, U+00A0 and ``\x1f`` included, is part of an item, so ``'0\xa0,1'``

@@ -11,7 +11,7 @@ notes, then the recommendation and its reasons.  A reason that only repeats
 the verdict is not printed twice.
 
 :func:`table` is the one aligned-table format of the package; the CLI takes
-it from here (:mod:`pynumabind.cli.tables`: this floor may not import the
+it from here (:mod:`pynumabind.cli._tables`: this floor may not import the
 CLI, the CLI may import it).
 """
 
@@ -35,7 +35,7 @@ def _cell(spread: Optional[Spread], error: Optional[str] = None, skipped: bool =
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     """Left-aligned columns separated by two spaces; no trailing blanks.
 
-    Every table the CLI prints (``pynumabind.cli.tables`` takes it from here).
+    Every table the CLI prints (``pynumabind.cli._tables`` takes it from here).
     """
     widths = [len(h) for h in headers]
     for row in rows:

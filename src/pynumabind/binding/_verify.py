@@ -1,8 +1,8 @@
 """Is a binding in force?  The one set of rules, for ``verify()`` and ``check``.
 
 :meth:`Binding.verify() <pynumabind.binding.Binding.verify>` and
-``pynumabind check`` (:mod:`._cli_check`) both judge with the functions here, so
-they cannot disagree: ``check`` adds an independent *read* of the thread masks
+``pynumabind check`` (:mod:`pynumabind.cli._check`) both judge with the functions
+here, so they cannot disagree: ``check`` adds an independent *read* of the thread masks
 (``/proc/self/task/*/status`` instead of ``sched_getaffinity``), judged by the
 same :func:`thread_problems`, never a second rule set.  Both reads, and the
 allowed memory nodes, are :mod:`._proc`'s; a failed read arrives here as a
@@ -17,11 +17,14 @@ The rules:
   the binding; a bound thread moved elsewhere was re-pinned after it.
 * **Memory** (checked only on the binding thread, whose policy it is): the
   policy reads back as requested, and freshly touched pages land where it
-  promises -- inside the nodes for ``bind`` and ``interleave`` (alternating
-  when there are several), inside the allowed nodes for ``local``.  For
-  ``preferred``, pages off the preferred nodes are a problem only while those
-  nodes have free memory: below :data:`PREFERRED_SPILL_BYTES` free, spilling
-  is the policy working as designed.
+  promises.  Which promise is the ``judge`` of the policy's row in the
+  policy table (:mod:`pynumabind._mempolicy`; the mode the kernel holds
+  names the row): inside the nodes (``INSIDE``: ``bind``); inside them and
+  alternating when there are several (``SPREAD``: ``interleave``); inside
+  the allowed nodes (``ALLOWED``: ``local``).  Under ``SPILL``
+  (``preferred``), pages off the preferred nodes are a problem only while
+  those nodes have free memory: below :data:`PREFERRED_SPILL_BYTES` free,
+  spilling is the policy working as designed.
 * A page ``move_pages`` cannot find (``-ENOENT``) is asked about again a few
   times first: the kernel reports a page it is migrating at that instant
   (compaction, NUMA balancing) as absent; seen in the QEMU guest tests.
@@ -38,6 +41,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple
 
+from .._mempolicy import ALLOWED, INSIDE, MODE_NAMES, MODE_NUMBERS, SPILL, SPREAD, row_of_mode
 from .._os import libnuma as _libnuma
 from .._os import proc as _proc
 from .._os import threads as _threads
@@ -190,18 +194,25 @@ def placement_problems(
         problems.append(f"test pages {missing} not present after touching them")
     placed = [node for node in found if node >= 0]
     outside = frozenset(node for node in placed if node not in nodes)
-    if mode == _libnuma.MPOL_BIND and outside:
+    judge = _judge_of(mode)
+    if judge == INSIDE and outside:
         problems.append(
             f"pages landed on nodes {format_ids(outside)} outside the bound nodes "
             f"{format_ids(nodes)}"
         )
-    elif mode in (_libnuma.MPOL_PREFERRED, _libnuma.MPOL_PREFERRED_MANY) and outside:
+    elif judge == SPILL and outside:
         _judge_spill(nodes, outside, free_bytes, problems, notes)
-    elif mode == _libnuma.MPOL_INTERLEAVE:
+    elif judge == SPREAD:
         problems.extend(_interleave_problems(nodes, placed, outside))
-    elif mode == _libnuma.MPOL_LOCAL:
+    elif judge == ALLOWED:
         problems.extend(_local_problems(placed, allowed))
     return problems, notes
+
+
+def _judge_of(mode: int) -> Optional[str]:
+    """How pages are judged under kernel mode ``mode``: its policy's row says."""
+    row = row_of_mode(mode)
+    return None if row is None else row.judge
 
 
 def _local_problems(placed: List[int], allowed: Optional[frozenset[int]]) -> List[str]:
@@ -288,15 +299,14 @@ def _verify_memory(
     if now.mode != mode or (nodes and now.nodes != nodes):
         problems.append(
             f"memory policy is {now.kernel_policy} on nodes {format_ids(now.nodes)}, "
-            f"expected {_libnuma.MODE_NAMES.get(mode, str(mode))} on {format_ids(nodes)}"
+            f"expected {MODE_NAMES.get(mode, str(mode))} on {format_ids(nodes)}"
         )
     try:
         found = _touched_page_nodes(pages)
     except _libnuma.ERRORS as exc:
         notes.append(f"page placement not checked: {exc}")
         return (), False
-    preferred = mode in (_libnuma.MPOL_PREFERRED, _libnuma.MPOL_PREFERRED_MANY)
-    free = _free_bytes(nodes) if preferred else None
+    free = _free_bytes(nodes) if _judge_of(mode) == SPILL else None
     placed_problems, placed_notes = placement_problems(
         mode, nodes, found, free_bytes=free, allowed=_mems_allowed()
     )
@@ -333,7 +343,7 @@ def verify_binding(binding: Binding, pages: int = VERIFY_PAGES) -> VerifyResult:
             )
         else:
             page_nodes, memory_checked = _verify_memory(
-                _libnuma.MODE_NUMBERS[binding.kernel_policy],
+                MODE_NUMBERS[binding.kernel_policy],
                 binding.policy_nodes,
                 pages,
                 problems,

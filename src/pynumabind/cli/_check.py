@@ -2,9 +2,10 @@
 
 Each rank gets its own freshly *spawned* process (as launchers start
 workers), which calls :func:`~pynumabind.bind_current_process` in-process and
-then judges the result by the one set of rules in :mod:`._verify` -- the
-same ones :meth:`Binding.verify` applies, so a worker whose ``verify()``
-passes cannot fail here for a rule of check's own:
+then judges the result by the one set of rules in
+:mod:`pynumabind.binding._verify` -- the same ones :meth:`Binding.verify`
+applies, so a worker whose ``verify()`` passes cannot fail here for a rule of
+check's own:
 
 * ``Binding.verify()``: every thread's affinity, the policy read back, and
   where pages touched afterwards land (``move_pages``);
@@ -45,9 +46,9 @@ from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from .._os import proc as _proc
-from ..binding import verify as _verify
+from ..binding import _verify
 from ..cpulist import format_cpulist
-from ..discovery.environ import SIZE_VARIABLES
+from ..discovery._environ import SIZE_VARIABLES
 from ..errors import ConfigError, PynumabindError
 from ..model import Topology
 from ..options import CHOSEN_BY_CHECK, Options

@@ -38,11 +38,12 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple, Union
 
+from .._mempolicy import POLICIES
 from .._os import libnuma as _libnuma
 from .._os import proc as _proc
 from .._os import threads as _threads
 from ..errors import BindError, LibnumaUnavailableError, PlanError, PynumabindError, format_ids
-from ..model import MemoryPolicy, Plan
+from ..model import Plan
 
 __all__ = [
     "CpuUndo",
@@ -432,34 +433,21 @@ class PolicyRequest:
 
 
 def policy_request(plan: Plan) -> PolicyRequest:
-    """The MPOL mode and nodes for ``plan``, and a note when they differ from it."""
-    policy = plan.policy
-    mems = plan.mems
-    if policy is MemoryPolicy.NONE:
-        return PolicyRequest(None, frozenset())
-    if policy is MemoryPolicy.LOCAL:
-        return PolicyRequest(_libnuma.MPOL_LOCAL, frozenset())
-    if not mems:
+    """The MPOL mode and nodes for ``plan``, and a note when they differ from it.
+
+    The policy's row in the policy table says which (see
+    :meth:`pynumabind._mempolicy.PolicyRow.kernel_request`): a mode newer
+    than the rest is probed first, and its fallback set where the kernel
+    lacks it.
+    """
+    row = POLICIES[plan.policy]
+    if row.takes_nodes and not plan.mems:
         raise PlanError(
-            f"plan for rank {plan.rank} asks for memory policy {policy.value} "
+            f"plan for rank {plan.rank} asks for memory policy {plan.policy.value} "
             "but names no memory nodes"
         )
-    if policy is MemoryPolicy.BIND:
-        return PolicyRequest(_libnuma.MPOL_BIND, mems)
-    if policy is MemoryPolicy.INTERLEAVE:
-        return PolicyRequest(_libnuma.MPOL_INTERLEAVE, mems)
-    if len(mems) == 1:
-        return PolicyRequest(_libnuma.MPOL_PREFERRED, mems)
-    many = _libnuma.supports_mode(_libnuma.MPOL_PREFERRED_MANY)
-    if many:
-        return PolicyRequest(_libnuma.MPOL_PREFERRED_MANY, mems)
-    first = min(mems)
-    why = "this kernel lacks it (Linux < 5.15)" if many is False else "it could not be probed"
-    note = (
-        f"preferred on nodes {format_ids(mems)} needs MPOL_PREFERRED_MANY and {why}; "
-        f"preferring node {first} only"
-    )
-    return PolicyRequest(_libnuma.MPOL_PREFERRED, frozenset({first}), note)
+    mode, nodes, note = row.kernel_request(plan.mems, _libnuma.supports_mode)
+    return PolicyRequest(mode, nodes, note)
 
 
 def bind_cpus(

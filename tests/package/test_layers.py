@@ -81,7 +81,7 @@ MAY_IMPORT: Dict[str, FrozenSet[str]] = {
 #: values) sits on the discovery floor: it reads files and the machine through
 #: discovery but measures nothing, and the binding must read the record in
 #: every worker that binds in mode ``advised`` -- without importing the
-#: measurement (``advisor.memory``, ``advisor.copies``), which stays above it.
+#: measurement (``advisor._memory``, ``advisor._copies``), which stays above it.
 PURE: Dict[str, str] = {
     "advisor.rule": "values",
     "advisor.document": "values",

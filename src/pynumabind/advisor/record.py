@@ -216,6 +216,8 @@ def this_machine(sysfs_root: str = "/sys") -> Machine:
     same layout a bind reads (kept between calls), memory sizes from each
     node's ``meminfo``.
     """
+    from .._os import cpuinfo as _cpuinfo
+    from .._os import meminfo as _meminfo
     from .._os import sysfs as _sysfs
     from ..discovery import detect_topology
     from ..model import Detail
@@ -230,9 +232,9 @@ def this_machine(sysfs_root: str = "/sys") -> Machine:
     )
     return machine_of(
         topology,
-        cpu_model=_sysfs.cpu_model(),
+        cpu_model=_cpuinfo.cpu_model(),
         kernel=_sysfs.kernel_release(),
-        memory_bytes=_sysfs.node_memory_sizes(sysfs_root, sorted(topology.nodes)),
+        memory_bytes=_meminfo.node_memory_sizes(sysfs_root, sorted(topology.nodes)),
     )
 
 
@@ -448,7 +450,7 @@ def _usable(
 
 def _gpu_for(record: Record, gpu: Gpu) -> Optional[GpuAdvice]:
     """The record's advice for ``gpu``, matched by PCI bus id."""
-    from .._os.sysfs import normalize_bus_id
+    from .._os.pci import normalize_bus_id
 
     for measured in record.advice.copies:
         if measured.pci_bus_id is None:

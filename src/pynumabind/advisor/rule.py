@@ -1,6 +1,6 @@
 """What ``pynumabind advise`` found, and the rule that turns it into a recommendation.
 
-Pure: values in, values out, no I/O.  :mod:`pynumabind.advisor.memory` produces
+Pure: values in, values out, no I/O.  :mod:`pynumabind.advisor._memory` produces
 the measurements (:class:`MemoryMatrix`, :class:`GpuCopies`),
 :func:`decide` judges them, and :class:`Advice` carries both with the
 firmware's own claims (:class:`Firmware`) to the caller, the table and the

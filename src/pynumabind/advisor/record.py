@@ -72,6 +72,7 @@ import tempfile
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, List, Mapping, Optional, Tuple
 
+from .._os import SYSFS_ROOT
 from .._version import __version__
 from ..errors import AdviceRecordError, ConfigError, PynumabindError
 from ..model import CpuMode, Gpu, MemoryPolicy, Plan, Topology
@@ -208,7 +209,7 @@ def _found(environ: Mapping[str, str]) -> Tuple[Optional[str], List[str]]:
 # ---------------------------------------------------------------- machine
 
 
-def this_machine(sysfs_root: str = "/sys") -> Machine:
+def this_machine(sysfs_root: str = SYSFS_ROOT) -> Machine:
     """This machine's fingerprint, read through discovery (sysfs only, every GPU; no NVML).
 
     GPUs are sysfs's, named by PCI ids, so a record saved with NVML compares

@@ -145,6 +145,11 @@ def _class_matchers(classes: Iterable[Union[str, int]]) -> List[Tuple[int, int]]
 
 
 def vendor_names(vendors: Union[Mapping[int, str], Iterable[int]]) -> Dict[int, str]:
+    """A ``gpu_vendors`` argument as PCI vendor id -> name.
+
+    Bare ids take the name :data:`DEFAULT_GPU_VENDORS` gives them, or their
+    hex id; anything but ids up to 0xffff is a :class:`TopologyError`.
+    """
     if isinstance(vendors, (str, bytes)) or not isinstance(vendors, Iterable):
         raise TopologyError(f"PCI vendors must be ids or a mapping of ids, not {vendors!r}")
     pairs = vendors.items() if isinstance(vendors, Mapping) else ((v, None) for v in vendors)

@@ -4,7 +4,7 @@ Why C: the jitter loop's iteration time should be the CPU's, not the
 allocator's or the GIL's; and CPUID tells a QEMU TCG guest from a KVM one.
 Benchmark-only: the library itself never compiles anything (its memory
 latency is a Python pointer chase with the loop's own cost measured and
-subtracted: ``pynumabind.advisor.memory``).
+subtracted: ``pynumabind.advisor._memory``).
 
 If no compiler is found, :func:`load_kernels` returns ``None`` and a reason;
 the callers report the affected measurements as unavailable.

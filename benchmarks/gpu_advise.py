@@ -5,7 +5,7 @@ One ready script for the day a GPU machine is lent: it runs
 1. ``pynumabind.advise()`` (memory per CPU node x memory node, pinned
    H2D/D2H per GPU x CPU node, firmware tables, the recommendation), and
 2. the GPU copy benchmark: the same pinned copies (the library's own code,
-   :func:`pynumabind.advisor.copies.measure_gpus`) at several sizes, so that
+   :func:`pynumabind.advisor._copies.measure_gpus`) at several sizes, so that
    small-copy overhead and large-copy bandwidth are both on record,
 
 and writes ``gpu-advise.json`` (everything, with machine facts, the
@@ -66,9 +66,9 @@ def _nvidia_smi_topology() -> Optional[str]:
 
 def _copy_benchmark(quick: bool) -> Dict[str, Any]:
     """Pinned copies per GPU x CPU node at several sizes (the library's measurement code)."""
-    from pynumabind.advisor import copies as _cuda
+    from pynumabind.advisor import _copies
 
-    backend, why = _cuda.find_backend()
+    backend, why = _copies.find_backend()
     if backend is None:
         return {"measured": False, "reason": why}
     topology = detect_topology()
@@ -79,7 +79,7 @@ def _copy_benchmark(quick: bool) -> Dict[str, Any]:
     ]
     runs = []
     for mib in COPY_SIZES_MIB[:2] if quick else COPY_SIZES_MIB:
-        copies = _cuda.measure_gpus(
+        copies = _copies.measure_gpus(
             backend,
             topology,
             nodes,

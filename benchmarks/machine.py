@@ -15,7 +15,7 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
-from pynumabind.advisor.memory import llc_bytes
+from pynumabind._os.caches import llc_bytes
 from pynumabind.cpulist import parse_cpulist
 
 __all__ = [

@@ -1,7 +1,7 @@
 """The per-CPU sysfs reader pynumabind first used, kept as a test oracle.
 
 It reads every CPU's own files (about 13 per CPU), trusting no list to
-describe a group.  ``_sysfs._read_cpus`` now reads each fact once per group
+describe a group.  ``pynumabind._os.sysfs._read_cpus`` now reads each fact once per group
 that shares it; tests check both give the same CPUs and notes on every
 machine fixture and on this machine's ``/sys``.
 """
@@ -11,9 +11,17 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Dict, List, Mapping
 
-from pynumabind._os.sysfs import SysfsReader, _l3_of
+from pynumabind._os.caches import l3_group
+from pynumabind._os.textfile import SysfsReader
 from pynumabind.errors import format_ids
 from pynumabind.model import Cpu
+
+
+def _l3(sysfs: SysfsReader, cpu: int, online: frozenset[int], missing: List[int]) -> frozenset[int]:
+    group = l3_group(sysfs, cpu, online)
+    if group is None:
+        missing.append(cpu)
+    return group or frozenset()
 
 
 def read_cpus_per_cpu(
@@ -42,7 +50,7 @@ def read_cpus_per_cpu(
             core=core,
             die=die if die is not None and die >= 0 else None,
             siblings=(siblings or frozenset({cpu})) & online,
-            l3=_l3_of(sysfs, base, online, no_l3),
+            l3=_l3(sysfs, cpu, online, no_l3),
         )
     perfs = {
         cpu: sysfs.integer(

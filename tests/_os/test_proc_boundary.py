@@ -38,8 +38,10 @@ PACKAGE = Path(pynumabind.__file__).parent
 #: process's own state (rule 1 makes sure).
 MAY_CATCH_OSERROR: Dict[str, str] = {
     "_os.proc": "the boundary itself: translates every failure once",
-    "_os.sysfs": "files of a sysfs tree a user may name; /proc/meminfo and "
-    "/proc/bus/pci/devices describe the machine",
+    "_os.textfile": "files of a sysfs tree a user may name (SysfsReader: the one policy)",
+    "_os.pci": "/proc/bus/pci/devices, which describes the machine (optional)",
+    "_os.meminfo": "/proc/meminfo, which describes the machine (optional)",
+    "_os.cpuinfo": "/proc/cpuinfo, which describes the machine (optional)",
     "_os.kfd": "files of a sysfs tree a user may name (the KFD topology)",
     "_os.libnuma": "dlopen of libnuma.so.1 (LibnumaUnavailableError)",
     "discovery": "the topology snapshot file a user names",
@@ -47,9 +49,7 @@ MAY_CATCH_OSERROR: Dict[str, str] = {
     # The CLI's check command starts worker processes over pipes.
     "cli._check": "starting the check command's workers and reading their pipes",
     # advise's measurement
-    "advisor.memory": "anonymous mappings (mmap) for the measurement buffers",
-    "advisor.copies": "dlopen of the CUDA runtime library (libcudart)",
-    "advisor": "/proc/cpuinfo, which describes the machine (its hypervisor flag)",
+    "advisor._copies": "dlopen of the CUDA runtime library (libcudart)",
     "cli._advise": "the --plot file the user names",
     "records._file": "the advice record file (read, and written atomically) and its directory",
 }
@@ -68,6 +68,11 @@ OSERROR_NAMES: Set[str] = {
 #: Discovery-side modules, and what they must not import.
 DISCOVERY = (
     "_os.sysfs",
+    "_os.pci",
+    "_os.meminfo",
+    "_os.caches",
+    "_os.cpuinfo",
+    "_os.hmat",
     "_os.kfd",
     "_os.nvml",
     "_os.textfile",
@@ -209,6 +214,13 @@ def test_only_proc_reads_the_process_state(module: str) -> None:
 @pytest.mark.parametrize("module", sorted(set(_modules()) - set(MAY_CATCH_OSERROR)))
 def test_no_other_module_translates_oserror(module: str) -> None:
     assert oserror_handlers(_modules()[module].read_text(encoding="utf-8")) == []
+
+
+@pytest.mark.parametrize("module", sorted(MAY_CATCH_OSERROR))
+def test_each_module_that_may_catch_oserror_exists_and_does(module: str) -> None:
+    """The table names no module that is gone, nor one that no longer needs the leave."""
+    assert module in _modules()
+    assert oserror_handlers(_modules()[module].read_text(encoding="utf-8"))
 
 
 @pytest.mark.parametrize("module", DISCOVERY)

@@ -29,9 +29,7 @@ import pytest
 
 import pynumabind
 from pynumabind._os import libnuma as _libnuma
-from pynumabind.advisor import copies as _cuda
-from pynumabind.advisor import memory as _measure
-from pynumabind.advisor import rule
+from pynumabind.advisor import _copies, _firmware, _harness, _memory, rule
 from pynumabind.advisor.rule import NO_DIFFERENCE
 from pynumabind.errors import ConfigError, NumaSyscallError
 from pynumabind.model import SCHEMA_VERSION, NumaNode, Topology
@@ -66,7 +64,7 @@ def test_one_node_json_shape_and_verdict(advice: pynumabind.Advice) -> None:
     spread = memory["bandwidth_spread"][0][0]
     assert spread["n"] == 3 and spread["min"] <= spread["median"] <= spread["max"]
     assert memory["buffer_bytes"] == SMALL
-    if memory["llc_bytes"] and SMALL < _measure.MIN_LLC_MULTIPLE * memory["llc_bytes"]:
+    if memory["llc_bytes"] and SMALL < _memory.MIN_LLC_MULTIPLE * memory["llc_bytes"]:
         assert any("partly cache speed" in note for note in memory["notes"])  # said, not hidden
     assert memory["latency_overhead_ns"]["median"] > 0
     rec = data["recommendation"]
@@ -80,7 +78,7 @@ def test_every_buffer_was_checked_on_its_node(advice: pynumabind.Advice) -> None
     assert advice.memory is not None
     where = advice.memory.cell(0, 0).placement
     assert where is not None and where.wanted == 0
-    assert where.checked == SMALL // _measure.PAGE  # fewer pages than samples: every page
+    assert where.checked == SMALL // _harness.PAGE  # fewer pages than samples: every page
     assert where.fraction == 1.0
 
 
@@ -94,10 +92,10 @@ def test_no_gpu_here_the_gpu_section_is_empty_and_says_why(advice: pynumabind.Ad
 
 
 def test_cuda_backend_boundary() -> None:
-    backend, why = _cuda.find_backend(cudart_names=("libpynumabind-no-such-cudart.so",))
+    backend, why = _copies.find_backend(cudart_names=("libpynumabind-no-such-cudart.so",))
     assert backend is None
     assert "torch" in why and "not loadable" in why
-    backend, why = _cuda.find_backend()  # the real torch/libcudart lookup on this GPU-less box
+    backend, why = _copies.find_backend()  # the real torch/libcudart lookup on this GPU-less box
     assert backend is None and why
 
 
@@ -106,7 +104,7 @@ def test_cudart_declarations_bind_to_the_real_runtime_when_installed() -> None:
         lib = ctypes.CDLL("libcudart.so")
     except OSError:
         pytest.skip("no CUDA runtime library installed here")
-    backend = _cuda.CudartBackend(lib, "libcudart.so")  # every symbol resolves and is typed
+    backend = _copies.CudartBackend(lib, "libcudart.so")  # every symbol resolves and is typed
     with pytest.raises(pynumabind.PynumabindError, match="cudaGetDeviceCount failed: CUDA error"):
         backend.count()  # no driver, no GPU on this machine
 
@@ -121,42 +119,25 @@ def test_bad_arguments_are_config_errors() -> None:
 def test_run_bound_binds_only_the_new_thread() -> None:
     mine = frozenset(os.sched_getaffinity(0))
     cpu = min(mine)
-    seen = _measure.run_bound(frozenset({cpu}), lambda: frozenset(os.sched_getaffinity(0)))
+    seen = _harness.run_bound(frozenset({cpu}), lambda: frozenset(os.sched_getaffinity(0)))
     assert seen == {cpu}
     assert frozenset(os.sched_getaffinity(0)) == mine
     with pytest.raises(NumaSyscallError, match="sched_setaffinity"):
-        _measure.run_bound(frozenset({4000}), lambda: None)  # no such CPU: EINVAL, typed
+        _harness.run_bound(frozenset({4000}), lambda: None)  # no such CPU: EINVAL, typed
 
 
 def test_chase_chain_is_one_cycle_through_every_line_changing_page_each_step() -> None:
     pages = 16
-    chain = _measure.chase_chain(pages, seed=7)
-    lines = pages * _measure.PAGE // _measure.LINE
+    chain = _memory.chase_chain(pages, seed=7)
+    lines = pages * _harness.PAGE // _memory.LINE
     index, seen = 0, set()
-    page_words = _measure.PAGE // _measure.WORD
+    page_words = _harness.PAGE // _memory.WORD
     for _ in range(lines):
         following = chain[index]
         assert following // page_words != index // page_words  # another page every step
         seen.add(index)
         index = following
     assert index == 0 and len(seen) == lines
-
-
-def test_llc_sums_distinct_last_level_caches(tmp_path: Path) -> None:
-    def cache(cpu: int, index: int, level: int, kind: str, size: str, *, shared: str) -> None:
-        path = tmp_path / f"devices/system/cpu/cpu{cpu}/cache/index{index}"
-        path.mkdir(parents=True)
-        for name, text in (("level", level), ("type", kind), ("size", size)):
-            (path / name).write_text(f"{text}\n")
-        (path / "shared_cpu_list").write_text(f"{shared}\n")
-
-    for cpu in range(4):
-        cache(cpu, 0, 1, "Instruction", "64M", shared=str(cpu))  # never counted
-        cache(cpu, 1, 2, "Unified", "1M", shared=str(cpu))
-        cache(cpu, 2, 3, "Unified", "16384K", shared="0-1" if cpu < 2 else "2-3")
-    assert _measure.llc_bytes([0, 1, 2, 3], str(tmp_path)) == 32 << 20
-    assert _measure.llc_bytes([0, 1], str(tmp_path)) == 16 << 20
-    assert _measure.llc_bytes([7], str(tmp_path)) is None
 
 
 def test_firmware_reads_slit_and_hmat(tmp_path: Path) -> None:
@@ -180,32 +161,32 @@ def test_firmware_reads_slit_and_hmat(tmp_path: Path) -> None:
         allowed_cpus=frozenset({0}),
         allowed_mems=frozenset({0, 1}),
     )
-    firmware = _measure.firmware(topology, str(tmp_path))
+    firmware = _firmware.firmware(topology, str(tmp_path))
     assert firmware.distances == ((10, 20), (20, 10))
     (entry,) = firmware.hmat
     assert (entry.target, entry.access, entry.initiators) == (1, 0, (0,))
     assert (entry.read_bandwidth_mbs, entry.write_bandwidth_mbs) == (51200, 25600)
     assert (entry.read_latency_ns, entry.write_latency_ns) == (250, None)
     assert firmware.hmat_note is None
-    assert "no HMAT" in (_measure.firmware(topology, str(tmp_path / "none")).hmat_note or "")
+    assert "no HMAT" in (_firmware.firmware(topology, str(tmp_path / "none")).hmat_note or "")
 
 
 def test_buffer_size_is_several_llcs_within_available_memory() -> None:
-    settings = _measure.Settings()
+    settings = _memory.Settings()
     mib = 1 << 20
-    assert _measure.buffer_size(settings, 32 * mib, None) == 128 * mib
-    assert _measure.buffer_size(settings, None, None) == 64 * mib
-    assert _measure.buffer_size(settings, 32 * mib, 300 * mib) == 75 * mib  # a quarter
-    assert _measure.buffer_size(settings, 512 * mib, None) == settings.max_buffer
-    assert _measure.buffer_size(_measure.Settings(quick=True), 32 * mib, None) == 64 * mib
+    assert _memory.buffer_size(settings, 32 * mib, None) == 128 * mib
+    assert _memory.buffer_size(settings, None, None) == 64 * mib
+    assert _memory.buffer_size(settings, 32 * mib, 300 * mib) == 75 * mib  # a quarter
+    assert _memory.buffer_size(settings, 512 * mib, None) == settings.max_buffer
+    assert _memory.buffer_size(_memory.Settings(quick=True), 32 * mib, None) == 64 * mib
     # Never under twice the LLC: too little memory skips the node instead.
-    assert _measure.buffer_size(settings, 32 * mib, 100 * mib) is None
-    assert _measure.buffer_size(settings, 32 * mib, 256 * mib) == 64 * mib
+    assert _memory.buffer_size(settings, 32 * mib, 100 * mib) is None
+    assert _memory.buffer_size(settings, 32 * mib, 256 * mib) == 64 * mib
     # A cache larger than half the cap (1.1 GiB of L3 on some CPUs) raises the cap.
-    assert _measure.buffer_size(settings, 1100 * mib, None) == 2200 * mib
+    assert _memory.buffer_size(settings, 1100 * mib, None) == 2200 * mib
     # An explicit size is the caller's: as given, rounded down to pages.
-    explicit = _measure.Settings(buffer_bytes=5 * _measure.PAGE + 1)
-    assert _measure.buffer_size(explicit, 32 * mib, 1) == 5 * _measure.PAGE
+    explicit = _memory.Settings(buffer_bytes=5 * _harness.PAGE + 1)
+    assert _memory.buffer_size(explicit, 32 * mib, 1) == 5 * _harness.PAGE
 
 
 def _meminfo_tree(root: Path, node: int, **fields: int) -> None:
@@ -223,13 +204,13 @@ def test_memory_available_counts_reclaimable_cache_per_node(tmp_path: Path) -> N
     _meminfo_tree(tmp_path, 1, MemTotal=8 << 20, MemFree=6 << 20)
     meminfo = tmp_path / "meminfo"
     meminfo.write_text("MemTotal: 16777216 kB\nMemFree: 10 kB\nMemAvailable: 4194304 kB\n")
-    found = _measure.memory_available([0, 1, 2], str(tmp_path), str(meminfo))
+    found = _memory.memory_available([0, 1, 2], str(tmp_path), str(meminfo))
     assert found[0] == (1024 + (2048 + 4096 + 1024) // 2) << 10  # free + half the reclaimable
     assert found[1] == 4 << 30  # never more than the system's MemAvailable
     assert found[2] is None  # no meminfo, and not the only node
-    assert _measure.memory_available([2], str(tmp_path), str(meminfo)) == {2: 4 << 30}
-    assert _measure.memory_available([2], str(tmp_path), str(tmp_path / "none")) == {2: None}
-    this = _measure.memory_available([0])[0]  # this machine, for real
+    assert _memory.memory_available([2], str(tmp_path), str(meminfo)) == {2: 4 << 30}
+    assert _memory.memory_available([2], str(tmp_path), str(tmp_path / "none")) == {2: None}
+    this = _memory.memory_available([0])[0]  # this machine, for real
     assert this is not None and 0 < this <= os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGESIZE")
 
 
@@ -251,8 +232,8 @@ def test_a_node_short_of_memory_is_skipped_not_measured_as_cache(tmp_path: Path)
     _cache_tree(tmp_path, topology.nodes[0].cpus, "32768K")
     _meminfo_tree(tmp_path, 0, MemFree=100 << 10)
     lines: List[str] = []
-    settings = _measure.Settings(quick=True, repeats=2, latency=False)
-    matrix = _measure.measure_memory(topology, settings, lines.append, str(tmp_path))
+    settings = _memory.Settings(quick=True, repeats=2, latency=False)
+    matrix = _memory.measure_memory(topology, settings, lines.append, str(tmp_path))
     cell = matrix.cell(0, 0)
     assert cell.bandwidth is None and cell.error is None
     assert cell.skipped is not None
@@ -274,8 +255,8 @@ def test_a_full_page_cache_does_not_shrink_the_buffers(tmp_path: Path) -> None:
     topology = discovery.detect_topology(use_nvml=False)
     _cache_tree(tmp_path, topology.nodes[0].cpus, "32768K")
     _meminfo_tree(tmp_path, 0, MemFree=40 << 10, Inactive_file=2 << 20)
-    settings = _measure.Settings(quick=True, repeats=2, latency=False)
-    matrix = _measure.measure_memory(topology, settings, lambda _: None, str(tmp_path))
+    settings = _memory.Settings(quick=True, repeats=2, latency=False)
+    matrix = _memory.measure_memory(topology, settings, lambda _: None, str(tmp_path))
     assert matrix.buffer_bytes == 64 << 20  # the quick size: two LLCs, at least 64 MiB
     assert matrix.cell(0, 0).bandwidth is not None and matrix.cell(0, 0).skipped is None
 
@@ -523,12 +504,12 @@ def test_ctrl_c_reaches_the_caller_of_advise(attempt: int) -> None:
     assert sent and time.monotonic() - sent[0] < STOP_BOUND
     assert _state() == before, "the interrupted advise changed the caller's binding"
     for thread in _copy_threads():
-        thread.join(_measure.STOP_WAIT)
+        thread.join(_harness.STOP_WAIT)
     assert not _copy_threads(), "copy threads outlived the interrupted advise"
 
 
 def test_a_buffer_is_unmapped_only_when_no_copy_uses_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    buffer = _measure._Buffer(_measure.PAGE)
+    buffer = _harness.Buffer(_harness.PAGE)
     entered, leave = threading.Event(), threading.Event()
 
     def user() -> None:
@@ -545,12 +526,12 @@ def test_a_buffer_is_unmapped_only_when_no_copy_uses_it(monkeypatch: pytest.Monk
     assert time.monotonic() - began >= 0.25
     thread.join()
     assert buffer.map.closed
-    with pytest.raises(_measure._Stopped):  # a closing buffer takes no new copy
+    with pytest.raises(_harness.Stopped):  # a closing buffer takes no new copy
         with buffer.use():
             pass
 
-    stuck = _measure._Buffer(_measure.PAGE)
-    monkeypatch.setattr(_measure, "STOP_WAIT", 0.1)
+    stuck = _harness.Buffer(_harness.PAGE)
+    monkeypatch.setattr(_harness, "STOP_WAIT", 0.1)
     entered.clear()
     leave.clear()
     buffer = stuck
@@ -559,7 +540,7 @@ def test_a_buffer_is_unmapped_only_when_no_copy_uses_it(monkeypatch: pytest.Monk
     entered.wait(10)
     stuck.close()  # the user outlasts the wait: the mapping stays
     assert not stuck.map.closed and stuck.closing
-    ctypes.memset(stuck.address, 0, _measure.PAGE)  # still mapped: no crash
+    ctypes.memset(stuck.address, 0, _harness.PAGE)  # still mapped: no crash
     leave.set()
     thread.join()
 
@@ -568,7 +549,7 @@ def test_run_bound_interrupted_stops_its_thread_before_returning(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """What the GPU copies rely on: after the interrupt the worker has ended, or is ``stuck``."""
-    stop = _measure.Stop()
+    stop = _harness.Stop()
     ended = threading.Event()
 
     def work() -> None:
@@ -579,29 +560,29 @@ def test_run_bound_interrupted_stops_its_thread_before_returning(
 
     threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
     with pytest.raises(KeyboardInterrupt):
-        _measure.run_bound(frozenset(os.sched_getaffinity(0)), work, stop=stop)
+        _harness.run_bound(frozenset(os.sched_getaffinity(0)), work, stop=stop)
     assert ended.is_set() and not stop.stuck
 
-    stop = _measure.Stop()
+    stop = _harness.Stop()
     release = threading.Event()
 
     def ignores_stop() -> None:
         release.wait(10)
 
-    monkeypatch.setattr(_measure, "STOP_WAIT", 0.2)
+    monkeypatch.setattr(_harness, "STOP_WAIT", 0.2)
     try:
         threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
         with pytest.raises(KeyboardInterrupt):
-            _measure.run_bound(frozenset(os.sched_getaffinity(0)), ignores_stop, stop=stop)
+            _harness.run_bound(frozenset(os.sched_getaffinity(0)), ignores_stop, stop=stop)
     finally:
         release.set()
     assert stop.stuck
 
 
-class _HostCopies(_cuda.Backend):
+class _HostCopies(_copies.Backend):
     """A Backend whose "GPU" is host memory: real memmoves, slow enough to interrupt.
 
-    No GPU here: this drives :func:`pynumabind.advisor.copies.measure_gpus`'s
+    No GPU here: this drives :func:`pynumabind.advisor._copies.measure_gpus`'s
     own stop-and-free protocol with real copies, and records whether a buffer
     was ever freed while a copy into it ran.
     """
@@ -657,7 +638,7 @@ def test_interrupted_gpu_copies_free_nothing_under_a_running_copy(delay: float) 
     threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT)).start()
     began = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
-        _cuda.measure_gpus(
+        _copies.measure_gpus(
             backend, topology, [0], size=1 << 20, repeats=50, progress=lambda _: None
         )
         time.sleep(10)  # not reached unless the copies ended before the signal

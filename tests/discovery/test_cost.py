@@ -2,7 +2,7 @@
 
 The cheaper reads are checked against the full read on every machine
 fixture: same plans, every mode, every rank.  Costs are counted in files
-read (``_sysfs.read_ascii`` calls), never timed.
+read (``read_ascii`` calls, wherever an ``_os`` reader calls it), never timed.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import sysfs_tree as st
 from childproc import run_in_child
 from pynumabind import binding as binding_module
 from pynumabind import discovery, planner
+from pynumabind._os import caches, meminfo, textfile
+from pynumabind._os import pci as _pci
 from pynumabind._os import sysfs as _sysfs
 from pynumabind.cpulist import parse_cpulist
 from pynumabind.errors import PynumabindError, TopologyError
@@ -43,15 +45,22 @@ def machine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
 
 @pytest.fixture
 def reads(monkeypatch: pytest.MonkeyPatch) -> List[str]:
-    """Every path discovery opens through ``_sysfs.read_ascii``, in order."""
+    """Every path discovery opens through ``read_ascii``, in order.
+
+    Patched in every ``_os`` module that holds it (:class:`SysfsReader`'s
+    own module and the readers that import the function), so that no reader
+    opens a file unseen.
+    """
     seen: List[str] = []
-    real = _sysfs.read_ascii
+    real = textfile.read_ascii
 
     def counting(path: str, what: str = "sysfs file") -> str:
         seen.append(path)
         return real(path, what)
 
-    monkeypatch.setattr(_sysfs, "read_ascii", counting)
+    for module in (textfile, _pci, meminfo, caches, _sysfs):
+        if getattr(module, "read_ascii", None) is real:
+            monkeypatch.setattr(module, "read_ascii", counting)
     return seen
 
 
@@ -154,7 +163,7 @@ def _count(reads: List[str], root: str, detail: Detail) -> int:
 
 def _both_reads(root: str) -> Tuple[Any, Any]:
     """(CPUs, notes) from the grouped full read and from the per-CPU oracle."""
-    reader = _sysfs.SysfsReader(root)
+    reader = textfile.SysfsReader(root)
     online = _sysfs._online_cpus(reader, [])
     layout = _sysfs.read_layout(root, detail=Detail.NODES)
     node_of = {cpu: n.id for n in layout.nodes.values() for cpu in n.cpus}
@@ -229,24 +238,24 @@ def test_proc_pci_devices_names_the_gpu_vendors_functions() -> None:
         "c100\t100274a1\t0\t0\tamdgpu\n"
         "0010\t1af41042\t0\t0\tvirtio-pci\n"
     )
-    slots = _sysfs.vendor_slots(text, {0x10DE: "nvidia", 0x1002: "amd"})
+    slots = _pci.vendor_slots(text, {0x10DE: "nvidia", 0x1002: "amd"})
     assert slots == {(0x1B, 0), (0x1C, 8), (0xC1, 0)}
-    assert _sysfs.vendor_slots("zz\n", {0x10DE: "nvidia"}) is None
-    assert _sysfs._slot("0000:1c:01.0") == (0x1C, 8)
+    assert _pci.vendor_slots("zz\n", {0x10DE: "nvidia"}) is None
+    assert _pci._slot("0000:1c:01.0") == (0x1C, 8)
 
 
 def test_the_live_pci_scan_opens_only_gpu_vendors_functions(
     reads: List[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if not os.path.exists(_sysfs.PROC_PCI_DEVICES):
+    if not os.path.exists(_pci.PROC_PCI_DEVICES):
         pytest.skip("no /proc/bus/pci/devices here")
     functions = os.listdir("/sys/bus/pci/devices")
     layout = _sysfs.read_layout("/sys", detail=Detail.NODES)
     opened = {Path(p).parent.name for p in reads if "/bus/pci/devices/" in p}
     assert opened == {g.pci_bus_id for g in layout.gpus}  # no GPU on this box: none opened
-    assert _sysfs.PROC_PCI_DEVICES in reads
+    assert _pci.PROC_PCI_DEVICES in reads
     reads.clear()
-    monkeypatch.setattr(_sysfs, "_proc_vendor_slots", lambda vendors, drivers=None: None)  # masked
+    monkeypatch.setattr(_pci, "_proc_vendor_slots", lambda vendors, drivers=None: None)  # masked
     without = _sysfs.read_layout("/sys", detail=Detail.NODES)
     assert without.gpus == layout.gpus
     opened = {Path(p).parent.name for p in reads if "/bus/pci/devices/" in p}

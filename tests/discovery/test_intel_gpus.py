@@ -21,7 +21,7 @@ import pytest
 import sysfs_tree as st
 from cli_helpers import two_node_snapshot
 from pynumabind import ConfigError, Options, plan_all
-from pynumabind._os import sysfs as _sysfs
+from pynumabind._os import pci as _pci
 from pynumabind.discovery import detect_topology, topology_from_sysfs
 from pynumabind.discovery._visible import apply_visibility
 from pynumabind.model import Topology
@@ -86,10 +86,10 @@ def test_the_live_scan_opens_only_functions_bound_to_a_gpu_driver() -> None:
         "0030\t10de2330\t0" + "\t0" * 14 + "\tnvidia",
         "0038\t10de2331\t0" + "\t0" * 14,
     ]
-    vendors = _sysfs.DEFAULT_GPU_VENDORS
-    slots = _sysfs.vendor_slots("\n".join(lines), vendors, _sysfs.DEFAULT_VENDOR_DRIVERS)
+    vendors = _pci.DEFAULT_GPU_VENDORS
+    slots = _pci.vendor_slots("\n".join(lines), vendors, _pci.DEFAULT_VENDOR_DRIVERS)
     assert slots == {(0, 0x10), (0, 0x18), (0, 0x30), (0, 0x38)}  # NVIDIA: every function
-    assert len(_sysfs.vendor_slots("\n".join(lines), vendors) or ()) == 6  # no driver filter
+    assert len(_pci.vendor_slots("\n".join(lines), vendors) or ()) == 6  # no driver filter
 
 
 # ----------------------------------------------------------------- visibility

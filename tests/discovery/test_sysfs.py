@@ -16,7 +16,7 @@ import libnuma_oracle as oracle
 import sysfs_tree as st
 from childproc import run_in_child
 from pynumabind._os import libnuma as _libnuma
-from pynumabind._os.sysfs import normalize_bus_id
+from pynumabind._os.pci import normalize_bus_id
 from pynumabind.cpulist import format_cpulist, parse_cpulist
 from pynumabind.discovery import detect_topology, topology_from_sysfs
 from pynumabind.discovery import topology_from_sysfs as read_topology

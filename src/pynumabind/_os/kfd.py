@@ -21,6 +21,7 @@ from typing import Dict, List, Optional
 
 from ..errors import TopologyError
 from ..model import Gpu
+from . import SYSFS_ROOT
 from .textfile import read_ascii
 
 __all__ = ["KfdGpu", "apply_kfd", "read_kfd"]
@@ -67,7 +68,7 @@ def _small_file(path: str) -> Optional[str]:
         raise TopologyError(f"cannot read KFD file {path}: {exc.strerror}") from exc
 
 
-def read_kfd(root: str = "/sys") -> Optional[List[KfdGpu]]:
+def read_kfd(root: str = SYSFS_ROOT) -> Optional[List[KfdGpu]]:
     """GPU agents in ROCm order, or ``None`` when there is no KFD topology."""
     base = os.path.join(root, KFD_TOPOLOGY)
     try:

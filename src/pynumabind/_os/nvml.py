@@ -411,7 +411,7 @@ def _missing_note(pynvml: Any, call: str) -> str:
 
 
 def _bus_id(info: Any) -> str:
-    from .sysfs import normalize_bus_id
+    from .pci import normalize_bus_id
 
     raw = getattr(info, "busId", None) or getattr(info, "busIdLegacy", None)
     if raw is None:

@@ -7,7 +7,7 @@ once, here:
 * the CPUs it may use (``sched_getaffinity``) and each thread's mask -- and
   setting a thread's mask, the one write, because it fails the same way;
 * the memory nodes it may use: ``get_mempolicy(MPOL_F_MEMS_ALLOWED)``
-  through :mod:`._libnuma` (imported on first use, so discovery costs no
+  through :mod:`.libnuma` (imported on first use, so discovery costs no
   libnuma load until it asks), or ``Mems_allowed_list`` of
   ``/proc/self/status``;
 * each thread's ``Cpus_allowed_list`` from ``/proc/self/task/T/status``;
@@ -33,14 +33,16 @@ How errors are translated:
   module names ``/proc/self``, ``/proc/thread-self`` or ``/sys/fs/cgroup``
   or calls ``os.sched_getaffinity``/``os.sched_setaffinity``, and lists, each
   with its reason, the few modules that may catch ``OSError`` at all for
-  files that are not this process's state: :mod:`._sysfs` and :mod:`._kfd`
-  (files of a sysfs tree a user may name, through :mod:`._textfile`, which
-  itself catches nothing and hands ``open``'s errors to them), ``dlopen`` in
-  :mod:`._libnuma`, the snapshot file in :mod:`.discovery`, and the CLI's
-  own files, ``exec`` and worker processes.
+  files that are not this process's state: :mod:`.textfile` and :mod:`.kfd`
+  (files of a sysfs tree a user may name: :class:`.textfile.SysfsReader`
+  translates their errors for every sysfs reader), the machine-wide files
+  below, ``dlopen`` in :mod:`.libnuma`, the snapshot file in
+  :mod:`pynumabind.discovery`, and the CLI's own files, ``exec`` and
+  worker processes.
 
-Machine-wide files (``/proc/meminfo``, ``/proc/bus/pci/devices``) describe
-the machine, not the process; :mod:`._sysfs` reads them with the layout.
+Machine-wide files describe the machine, not the process, and each has its
+own reader: ``/proc/meminfo`` :mod:`.meminfo`, ``/proc/cpuinfo``
+:mod:`.cpuinfo`, ``/proc/bus/pci/devices`` :mod:`.pci`.
 """
 
 from __future__ import annotations

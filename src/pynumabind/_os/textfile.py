@@ -1,4 +1,4 @@
-"""Reading one small text file of a sysfs tree, with bounds (shell; shared by _sysfs and _kfd).
+"""The files of a sysfs tree: bounded reads, and the one translation of their errors (shell).
 
 A ``--sysfs-root`` is any directory a user names, so its files are untrusted:
 a FIFO would block ``open`` and ``read`` for good, ``/dev/zero`` never ends,
@@ -9,7 +9,14 @@ of at most a page, so only regular files are read, at most
 ``open`` itself (missing file, permissions, EINVAL from the kernel) reach
 the caller as ``OSError``, whose policy on optional files decides.  These
 are files of the machine's layout; this process's own state (``/proc/self``,
-its cgroup) is :mod:`._proc`'s to read.
+its cgroup) is :mod:`.proc`'s to read.
+
+:class:`SysfsReader` is that policy, once for every reader of a sysfs tree
+(:mod:`.sysfs`, :mod:`.pci`, :mod:`.meminfo`, :mod:`.caches`,
+:mod:`.hmat`): a missing optional file is ``None``, anything else a
+:class:`~pynumabind.errors.TopologyError` naming the file.
+:func:`read_head` reads the start of a file that may be long
+(``/proc/cpuinfo``), never more than its limit.
 """
 
 from __future__ import annotations
@@ -17,10 +24,13 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from typing import Iterable, List, Optional
 
-from ..errors import TopologyError
+from ..cpulist import parse_cpulist
+from ..errors import ListParseError, TopologyError
+from . import SYSFS_ROOT
 
-__all__ = ["MAX_FILE_BYTES", "read_ascii"]
+__all__ = ["MAX_FILE_BYTES", "SysfsReader", "is_live_root", "numbered", "read_ascii", "read_head"]
 
 #: Far more than any sysfs attribute (a page) or KFD properties file holds.
 MAX_FILE_BYTES = 1 << 20
@@ -56,3 +66,109 @@ def read_ascii(path: str, what: str = "sysfs file") -> str:
         return data.decode("ascii")
     except UnicodeDecodeError as exc:
         raise TopologyError(f"{what} {path} is not ASCII text (byte {exc.start})") from exc
+
+
+def read_head(path: str, limit: int, what: str, *, until: bytes = b"\n\n") -> str:
+    """The start of the regular file ``path``: up to the first ``until``, at most ``limit`` bytes.
+
+    For a file whose first part is all a caller needs and whose whole may be
+    long (``/proc/cpuinfo`` lists every CPU).  Bytes that are not ASCII are
+    replaced, not refused: the text is searched, never parsed whole.
+    Errors of ``open`` reach the caller as ``OSError``, as in :func:`read_ascii`.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise TopologyError(f"{what} {path} is not a regular file")
+        data = b""
+        while len(data) < limit and until not in data:
+            chunk = os.read(fd, min(_CHUNK, limit - len(data)))
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(fd)
+    end = data.find(until)
+    return (data if end < 0 else data[:end]).decode("ascii", errors="replace")
+
+
+def is_live_root(root: str) -> bool:
+    """Whether ``root`` is this machine's own sysfs (:data:`~pynumabind._os.SYSFS_ROOT`)."""
+    if root == SYSFS_ROOT:  # the default: no realpath (two lstat walks) on every bind
+        return True
+    return os.path.realpath(root) == os.path.realpath(SYSFS_ROOT)  # realpath does not raise
+
+
+def numbered(names: Iterable[str], prefix: str) -> List[int]:
+    """Ids of entries named ``<prefix><digits>`` (``node3``, ``cpu17``), in ascending order.
+
+    ASCII digits only: ``str.isdigit`` also accepts ``index²``, which
+    ``int`` then rejects.
+    """
+    out = []
+    for name in names:
+        digits = name[len(prefix) :]
+        if name.startswith(prefix) and digits.isascii() and digits.isdigit():
+            out.append(int(digits))
+    return sorted(out)
+
+
+class SysfsReader:
+    """File access relative to a sysfs root, with errors that name the file.
+
+    The one sysfs file reader of the package: the layout (:mod:`.sysfs`,
+    :mod:`.pci`), the nodes' memory (:mod:`.meminfo`), the caches
+    (:mod:`.caches`) and HMAT (:mod:`.hmat`).
+    """
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    def path(self, *parts: str) -> str:
+        return os.path.join(self.root, *parts)
+
+    def text(self, *parts: str, required: bool = True) -> Optional[str]:
+        path = self.path(*parts)
+        try:
+            return read_ascii(path)
+        except (FileNotFoundError, NotADirectoryError):
+            if required:
+                raise TopologyError(f"missing sysfs file {path}") from None
+            return None
+        except OSError as exc:
+            # EINVAL/ENODEV: an attribute the kernel refuses to show; treat
+            # an optional one as absent, a required one as an error.
+            if not required and exc.errno in (errno.EINVAL, errno.ENODEV, errno.ENXIO):
+                return None
+            reason = exc.strerror or str(exc)
+            raise TopologyError(f"cannot read sysfs file {path}: {reason}") from exc
+
+    def cpulist(self, *parts: str, required: bool = True) -> Optional[frozenset[int]]:
+        text = self.text(*parts, required=required)
+        if text is None:
+            return None
+        try:
+            return parse_cpulist(text.strip())
+        except ListParseError as exc:
+            raise TopologyError(f"malformed list in {self.path(*parts)}: {exc}") from exc
+
+    def integer(self, *parts: str, required: bool = True, base: int = 10) -> Optional[int]:
+        text = self.text(*parts, required=required)
+        if text is None:
+            return None
+        try:
+            return int(text.strip(), base)
+        except ValueError:
+            raise TopologyError(
+                f"malformed number {text.strip()!r} in {self.path(*parts)}"
+            ) from None
+
+    def listdir(self, *parts: str) -> Optional[List[str]]:
+        try:
+            return sorted(os.listdir(self.path(*parts)))
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise TopologyError(
+                f"cannot list sysfs directory {self.path(*parts)}: {exc.strerror}"
+            ) from exc

@@ -5,7 +5,7 @@ does) changes only the calling thread.  Thread pools that started before the
 bind -- OpenMP, torch intra-op workers, gRPC pollers -- keep running anywhere.
 Linux accepts a thread id in place of a pid, so this module walks
 ``/proc/self/task`` and sets each thread's mask.  Every read and the
-``sched_setaffinity`` call itself go through :mod:`._proc`, which says
+``sched_setaffinity`` call itself go through :mod:`.proc`, which says
 "exited" with a value and any other failure with a typed error; this module
 catches no ``OSError``.
 

@@ -5,12 +5,12 @@ machine slows them down on another.  ``advise`` measures instead of
 assuming, in this process and without changing its binding:
 
 1. memory bandwidth (and latency) for every CPU node this process may run
-   on x every memory node it may use (:mod:`pynumabind.advisor.memory`);
+   on x every memory node it may use (:mod:`pynumabind.advisor._memory`);
 2. pinned host<->GPU copy bandwidth, per GPU x CPU node, when CUDA is
-   usable from this process (:mod:`pynumabind.advisor.copies`); otherwise the GPU
+   usable from this process (:mod:`pynumabind.advisor._copies`); otherwise the GPU
    section is empty and says why;
 3. what the firmware claims (SLIT distances, HMAT attributes), for
-   comparison only;
+   comparison only (:mod:`pynumabind.advisor._firmware`);
 
 and applies the documented rule of :func:`pynumabind.advisor.rule.decide`.
 ``quick=True`` takes about 15 s on a two-node server, the default about a
@@ -30,6 +30,12 @@ store.  Those values are public here, the home of ``advise()``'s results
 which mode ``advised`` follows (:mod:`pynumabind.advisor.record`, the
 store's public home).
 
+Both measurements stand on :mod:`pynumabind.advisor._harness` (threads bound
+to a node, buffers placed on one, stopping on Ctrl-C); every fact about the
+machine (caches, memory, HMAT, the CPU's hypervisor flag) is asked of
+:mod:`pynumabind._os`.  The modules with an underscore are this package's
+own; what a caller uses is ``advise()`` and the values exported here.
+
 The module is ``advisor``, not ``advise``: a submodule named like the
 function would replace ``pynumabind.advise`` with itself once imported.
 """
@@ -39,6 +45,7 @@ from __future__ import annotations
 import time
 from typing import Callable, List, Optional
 
+from .._os import SYSFS_ROOT
 from ..errors import ConfigError
 from ..model import Topology
 from ..records.advice import Advice
@@ -90,7 +97,7 @@ def advise(
     repeats: Optional[int] = None,
     min_effect: float = DEFAULT_MIN_EFFECT,
     progress: Optional[Callable[[str], None]] = None,
-    sysfs_root: str = "/sys",
+    sysfs_root: str = SYSFS_ROOT,
 ) -> Advice:
     """Measure this machine and recommend a binding; returns an :class:`Advice`.
 
@@ -128,13 +135,12 @@ def advise(
         TopologyError: this machine's topology cannot be read.
         KeyboardInterrupt: Ctrl-C, within milliseconds wherever it lands;
             the measuring threads stop and no buffer is freed under a
-            running copy (see :mod:`pynumabind.advisor.memory`).
+            running copy (see :mod:`pynumabind.advisor._harness`).
     """
-    from . import copies as _cuda
-    from . import memory as _measure
+    from . import _copies, _firmware, _harness, _memory
     from .rule import decide
 
-    if buffer_bytes is not None and buffer_bytes < _measure.PAGE:
+    if buffer_bytes is not None and buffer_bytes < _harness.PAGE:
         raise ConfigError(f"buffer_bytes={buffer_bytes} is smaller than a page")
     if repeats is not None and repeats < 1:
         raise ConfigError(f"repeats={repeats} must be at least 1")
@@ -148,21 +154,21 @@ def advise(
         from .. import discovery
 
         topology = discovery.detect_topology(use_nvml=copies)
-    settings = _measure.Settings(
+    settings = _memory.Settings(
         quick=quick, buffer_bytes=buffer_bytes, repeats=repeats, latency=latency
     )
     notes: List[str] = list(_virtualization_note(sysfs_root))
-    memory = _measure.measure_memory(topology, settings, say, sysfs_root)
+    memory = _memory.measure_memory(topology, settings, say, sysfs_root)
     measured: List[GpuCopies] = []
     backend_name: Optional[str] = None
     if not copies:
         status = "not measured (copies=False)"
     else:
-        backend, status = _cuda.find_backend()
+        backend, status = _copies.find_backend()
         if backend is not None:
             backend_name = backend.name
             cpu_nodes = [n for n in memory.cpu_nodes if n in memory.memory_nodes]
-            measured = _cuda.measure_gpus(
+            measured = _copies.measure_gpus(
                 backend,
                 topology,
                 cpu_nodes,
@@ -173,7 +179,7 @@ def advise(
             status = f"measured with {backend.name}"
         else:
             say(status)
-    firmware = _measure.firmware(topology, sysfs_root)
+    firmware = _firmware.firmware(topology, sysfs_root)
     recommendation = decide(memory, measured, min_effect=min_effect)
     return Advice(
         memory=memory,
@@ -189,15 +195,16 @@ def advise(
 
 
 def _virtualization_note(sysfs_root: str) -> List[str]:
-    """A line when this looks like a VM: its NUMA layout may not be the host's."""
+    """A line when this looks like a VM: its NUMA layout may not be the host's.
+
+    The CPU's ``hypervisor`` flag (:func:`pynumabind._os.cpuinfo.hypervisor`),
+    or ``PYNUMABIND_IN_GUEST=1`` (the QEMU guest the tests boot).
+    """
     import os
 
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as handle:
-            flags = next((line for line in handle if line.startswith("flags")), "")
-    except OSError:
-        flags = ""
-    if " hypervisor" in flags or os.environ.get("PYNUMABIND_IN_GUEST") == "1":
+    from .._os import cpuinfo as _cpuinfo
+
+    if _cpuinfo.hypervisor() or os.environ.get("PYNUMABIND_IN_GUEST") == "1":
         return [
             "this is a virtual machine: its NUMA nodes need not be the host's, "
             "so a measured difference (or its absence) is the VM's"

@@ -1,6 +1,6 @@
 """The rule that turns what ``pynumabind advise`` measured into a recommendation.
 
-Pure: values in, values out, no I/O.  :mod:`pynumabind.advisor.memory` produces
+Pure: values in, values out, no I/O.  :mod:`pynumabind.advisor._memory` produces
 the measurements (:class:`~pynumabind.advisor.MemoryMatrix`,
 :class:`~pynumabind.advisor.GpuCopies`), :func:`decide` judges them into a
 :class:`~pynumabind.Recommendation`, and :class:`~pynumabind.Advice` carries

@@ -34,6 +34,7 @@ import sys
 from typing import Any, Dict, List, NoReturn, Optional, Sequence, Union
 
 from .. import discovery
+from .._os import SYSFS_ROOT
 from .._version import __version__
 from ..cpulist import format_cpulist, parse_cpulist, parse_nodelist
 from ..errors import ConfigError, ListParseError, PynumabindError, TopologyError, format_ids
@@ -82,7 +83,9 @@ def _common_options() -> _Parser:
         "allowed CPUs, memory nodes and visible GPUs on it, as PYNUMABIND_TOPOLOGY does",
     )
     where.add_argument(
-        "--sysfs-root", metavar="DIR", help="read the machine from this directory instead of /sys"
+        "--sysfs-root",
+        metavar="DIR",
+        help=f"read the machine from this directory instead of {SYSFS_ROOT}",
     )
     source.add_argument(
         "--allowed-cpus",

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
+from .._os import PROC_ROOT
 from .._os import proc as _proc
 from ..binding import _verify
 from ..cpulist import format_cpulist
@@ -131,7 +132,7 @@ def _proc_thread_problems(binding: Binding, masks: Dict[int, frozenset[int]]) ->
     bound, left, reference = _verify.expected_threads(binding)
     found: Dict[int, Optional[frozenset[int]]] = dict(masks)
     problems, _ = _verify.thread_problems(plan.cpus, bound, left, reference, found)
-    return [f"{problem} (per /proc)" for problem in problems]
+    return [f"{problem} (per {PROC_ROOT})" for problem in problems]
 
 
 def _completeness_problems(binding: Binding) -> List[str]:

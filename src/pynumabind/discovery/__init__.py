@@ -95,6 +95,7 @@ import os
 import stat
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
+from .._os import SYSFS_ROOT
 from .._os import forksafe as _forksafe
 from ..errors import SnapshotFileError, TopologyError, format_ids
 from ..model import CpuMode, Detail, Gpu, Topology
@@ -308,7 +309,7 @@ def detect_topology(
     *,
     environ: Optional[Mapping[str, str]] = None,
     use_nvml: bool = True,
-    sysfs_root: str = "/sys",
+    sysfs_root: str = SYSFS_ROOT,
     allowed_cpus: Optional[Iterable[int]] = None,
     allowed_mems: Optional[Iterable[int]] = None,
     gpu_vendors: Optional[Union[Mapping[int, str], Iterable[int]]] = None,
@@ -384,9 +385,11 @@ def _with_nvml(
         if has_nvidia:
             notes.append("NVML not used (use_nvml=False); GPU NUMA nodes from sysfs PCI")
         return base.replace(notes=tuple(notes)), None
-    no_pci = not has_nvidia and not os.path.isdir(os.path.join(sysfs_root, "bus", "pci", "devices"))
-    if not (has_nvidia or no_pci):
-        return base, None
+    if not has_nvidia:
+        from .._os import pci as _pci
+
+        if _pci.lists_functions(sysfs_root):  # no NVIDIA GPU among them: NVML adds nothing
+            return base, None
     from .._os import nvml as _nvml
     from . import _visible
 
@@ -411,7 +414,7 @@ def _with_nvml(
 
 @_forksafe.guarded  # it imports and loads on first use (see _forksafe)
 def topology_from_sysfs(
-    root: str = "/sys",
+    root: str = SYSFS_ROOT,
     *,
     allowed_cpus: Optional[Iterable[int]] = None,
     allowed_mems: Optional[Iterable[int]] = None,
@@ -427,11 +430,13 @@ def topology_from_sysfs(
     ``gpu_vendors`` (PCI vendor id -> name, or just ids) and ``pci_classes``
     (``"0x03"`` base class, ``"0x0302"`` base+subclass, ``"0x030200"`` full)
     choose which PCI functions count as accelerators; pass extra ones to
-    accept other devices; ``None`` means :data:`DEFAULT_GPU_VENDORS` /
-    :data:`DEFAULT_PCI_CLASSES`.  GPUs come in driver order: KFD order for AMD when
-    the KFD topology is present, PCI address order otherwise (NVML's default
-    order).  With ``environ``, ``CUDA_VISIBLE_DEVICES``/``ROCR_VISIBLE_DEVICES``
-    from it are applied; without, every GPU is listed.
+    accept other devices; ``None`` means
+    :data:`~pynumabind._os.pci.DEFAULT_GPU_VENDORS` /
+    :data:`~pynumabind._os.pci.DEFAULT_PCI_CLASSES`.  GPUs come in driver
+    order: KFD order for AMD when the KFD topology is present, PCI address
+    order otherwise (NVML's default order).  With ``environ``,
+    ``CUDA_VISIBLE_DEVICES``/``ROCR_VISIBLE_DEVICES`` from it are applied;
+    without, every GPU is listed.
 
     Allowed sets: for the live ``/sys`` they are read fresh from
     ``sched_getaffinity`` and ``get_mempolicy(MPOL_F_MEMS_ALLOWED)``; for any

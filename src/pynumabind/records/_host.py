@@ -9,12 +9,13 @@ the record.
 
 from __future__ import annotations
 
+from .._os import SYSFS_ROOT
 from ._machine import Machine, machine_of
 
 __all__ = ["this_machine"]
 
 
-def this_machine(sysfs_root: str = "/sys") -> Machine:
+def this_machine(sysfs_root: str = SYSFS_ROOT) -> Machine:
     """This machine's fingerprint, read through discovery (sysfs only, every GPU; no NVML).
 
     GPUs are sysfs's, named by PCI ids, so a record saved with NVML compares
@@ -22,6 +23,8 @@ def this_machine(sysfs_root: str = "/sys") -> Machine:
     same layout a bind reads (kept between calls), memory sizes from each
     node's ``meminfo``.
     """
+    from .._os import cpuinfo as _cpuinfo
+    from .._os import meminfo as _meminfo
     from .._os import sysfs as _sysfs
     from ..discovery import detect_topology
     from ..model import Detail
@@ -36,7 +39,7 @@ def this_machine(sysfs_root: str = "/sys") -> Machine:
     )
     return machine_of(
         topology,
-        cpu_model=_sysfs.cpu_model(),
+        cpu_model=_cpuinfo.cpu_model(),
         kernel=_sysfs.kernel_release(),
-        memory_bytes=_sysfs.node_memory_sizes(sysfs_root, sorted(topology.nodes)),
+        memory_bytes=_meminfo.node_memory_sizes(sysfs_root, sorted(topology.nodes)),
     )

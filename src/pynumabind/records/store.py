@@ -196,7 +196,7 @@ def _usable(
 
 def _gpu_for(record: Record, gpu: Gpu) -> Optional[GpuAdvice]:
     """The record's advice for ``gpu``, matched by PCI bus id."""
-    from .._os.sysfs import normalize_bus_id
+    from .._os.pci import normalize_bus_id
 
     for measured in record.advice.copies:
         if measured.pci_bus_id is None:

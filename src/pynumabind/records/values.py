@@ -1,7 +1,7 @@
 """The values an advice holds: measurements, the firmware's claims, and the verdict.
 
 Pure: values in, values out, no I/O; nothing here decides.  The measurement
-(:mod:`pynumabind.advisor.memory`, :mod:`pynumabind.advisor.copies`) fills
+(:mod:`pynumabind.advisor._memory`, :mod:`pynumabind.advisor._copies`) fills
 the measured values (:class:`MemoryMatrix`, :class:`GpuCopies`, each figure a
 :class:`Spread`), the rule (:func:`pynumabind.advisor.rule.decide`) makes the
 verdict (:class:`Recommendation`, with its :class:`Comparison` and

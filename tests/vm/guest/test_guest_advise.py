@@ -245,19 +245,20 @@ def test_a_node_short_of_memory_is_skipped_the_others_measured() -> None:
     import ctypes
     import mmap
 
-    from pynumabind.advisor import memory as _measure
+    from pynumabind._os.caches import llc_bytes
+    from pynumabind.advisor import _memory
 
     # As advise reckons it: the largest LLC total of one CPU node (nodes 0 and 1: CPUs 0-1, 2-3).
-    llc = max(_measure.llc_bytes([0, 1]) or 0, _measure.llc_bytes([2, 3]) or 0) or None
-    floor = _measure.MIN_LLC_MULTIPLE * (llc or 0)
-    before = _measure.memory_available([2])[2]
+    llc = max(llc_bytes([0, 1]) or 0, llc_bytes([2, 3]) or 0) or None
+    floor = _memory.MIN_LLC_MULTIPLE * (llc or 0)
+    before = _memory.memory_available([2])[2]
     assert before is not None and 0 < before <= 256 << 20
     keep = max(2 * floor, 8 << 20)  # leaves a quarter under the floor, and no OOM
     fill = mmap.mmap(-1, max(before - keep, mmap.PAGESIZE))
     try:
         with pynumabind.memory_on(node=2, policy="bind"):
             ctypes.memset(ctypes.addressof(ctypes.c_char.from_buffer(fill)), 1, len(fill))
-        after = _measure.memory_available([2])[2]
+        after = _memory.memory_available([2])[2]
         advice = pynumabind.advise(quick=True, repeats=3, latency=False)
     finally:
         fill.close()

@@ -13,6 +13,7 @@ import pytest
 import libnuma_oracle as oracle
 from pynumabind import Topology, apply_plan, plan
 from pynumabind._os import sysfs as _sysfs
+from pynumabind._os.textfile import SysfsReader
 from pynumabind.discovery import detect_topology, topology_from_sysfs
 from pynumabind.model import Detail
 from sysfs_oracle import read_cpus_per_cpu
@@ -81,7 +82,7 @@ def test_packages_are_sockets(topology: Topology) -> None:
 
 def test_grouped_cpu_read_equals_the_per_cpu_read_on_a_real_kernel() -> None:
     """A real kernel's group lists (package, die, siblings, L3) agree with each CPU's own files."""
-    reader = _sysfs.SysfsReader("/sys")
+    reader = SysfsReader("/sys")
     online = _sysfs._online_cpus(reader, [])
     layout = _sysfs.read_layout("/sys", detail=Detail.NODES)
     node_of = {cpu: n.id for n in layout.nodes.values() for cpu in n.cpus}

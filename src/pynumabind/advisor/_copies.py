@@ -22,9 +22,10 @@ allocator cannot hand one node's block to the next node's measurement.
 
 An interrupt (Ctrl-C) reaches the caller at once; the copying thread is
 asked to stop between copies and waited for (up to
-:data:`~pynumabind.advisor.memory.STOP_WAIT`) before the buffers are freed,
+:data:`~pynumabind.advisor._harness.STOP_WAIT`) before the buffers are freed,
 and if it has not ended by then they are left allocated: a buffer is never
-freed under a running copy.
+freed under a running copy.  The bound thread, the allocation on a node, the
+placement check and the stop are :mod:`pynumabind.advisor._harness`'s.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 from ..errors import PynumabindError
 from ..model import Topology
 from ..records.values import CopyCell, GpuCopies, Spread
+from ._harness import Stop, Stopped, on_node, placement, run_bound
 
 __all__ = ["Backend", "CudartBackend", "TorchBackend", "find_backend", "measure_gpus"]
 
@@ -239,7 +241,7 @@ def _numa_node(topology: Topology, bus_id: Optional[str]) -> Optional[int]:
     """The node pynumabind's discovery gives the GPU at ``bus_id``."""
     if bus_id is None:
         return None
-    from .._os.sysfs import normalize_bus_id
+    from .._os.pci import normalize_bus_id
 
     try:
         wanted = normalize_bus_id(bus_id)
@@ -260,13 +262,11 @@ def _copy_cell(
     size: int,
     repeats: int,
     keep: List[Any],
-    stop: Any,
+    stop: Stop,
 ) -> CopyCell:
     """Runs in a thread already bound to ``cpu_node``'s CPUs; ends early once ``stop`` is set."""
-    from .memory import _on_node, _Stopped, placement
-
     backend.select(ordinal)
-    with _on_node(cpu_node, topology):
+    with on_node(cpu_node, topology):
         host, address = backend.pinned(size)
     keep.append(host)
     where = placement(address, size, cpu_node)
@@ -278,7 +278,7 @@ def _copy_cell(
         samples = []
         for _ in range(repeats):
             if stop.is_set():
-                raise _Stopped()
+                raise Stopped()
             began = time.perf_counter()
             backend.copy(direction, host, device, size)
             samples.append(size / (time.perf_counter() - began) / 1e9)
@@ -296,8 +296,6 @@ def measure_gpus(
     progress: Callable[[str], None],
 ) -> List[GpuCopies]:
     """Every visible GPU x every CPU node in ``cpu_nodes`` (each must have memory)."""
-    from .memory import Stop, run_bound
-
     results: List[GpuCopies] = []
     for ordinal, name, bus in backend.devices():
         cells: List[CopyCell] = []

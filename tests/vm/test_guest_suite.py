@@ -178,8 +178,9 @@ session of `tests/vm/test_guest_suite.py` showed them, recorded by
 - Regular files only. The kernel's symbolic links that matter (HMAT initiators,
   `nodeN/access*/initiators/nodeM -> ../../../nodeM`) are listed in `SYMLINKS`;
   `tests/vm/sysfs_record.materialize(path, dest)` makes a sysfs root with them.
-- `nodeN/meminfo` is a snapshot (free memory varies); the session compares `MemTotal` only
-  (within 1%) and every other file exactly, on each run.
+- `nodeN/meminfo` is a snapshot: free memory varies, and so does a node's `MemTotal` by the
+  ~45 MB the kernel image takes wherever KASLR loads it. The session compares `MemTotal`
+  only (64 MiB per node, 1% in all) and every other file exactly, on each run.
 
 Re-record (needs root and apt, as the guest tests do):
 

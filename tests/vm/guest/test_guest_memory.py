@@ -382,8 +382,8 @@ def test_nodes_outside_cpuset_mems_are_refused_by_name(mems0_cgroup: Path) -> No
     assert (kind, err) == ("PlacementSyscallError", errno.EINVAL), report
     assert "allowed memory nodes" in message
     within = report["within"]  # a bytearray is not page-aligned: 2 or 3 pages, all on node 0
-    # No page anywhere but node 0.  This guest runs with transparent huge pages and NUMA
-    # balancing on, so a written page can read as not present for a moment (its huge page
+    # No page anywhere but node 0.  This test runs with transparent huge pages, and with NUMA
+    # balancing on in one session, so a written page can read as not present (its huge page
     # being split, or the page being migrated); bind_memory asks again before counting it
     # so (seen twice in full CI runs before it did).  Every page is accounted for.
     shown = json.dumps(within)

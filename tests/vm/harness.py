@@ -1,19 +1,25 @@
 """Boot a throw-away multi-NUMA QEMU guest that runs commands on the host's own files.
 
 The development and CI machines have a single NUMA node, so binding "to another node" cannot be
-tested on them directly.  This module boots Debian's generic kernel under QEMU (TCG) with a chosen
-NUMA topology, shares the host's root file system read-only over 9p, chroots into it and runs one
-command there.  The host's interpreter, libnuma and checkout are therefore used unchanged, at the
-same paths, inside a kernel that really has several nodes.  Only /proc, /sys and /dev are the
-guest's own; /tmp and /run show the host's files under a writable layer that stays in the guest
-(``GUEST_OVERLAID_DIRS``), so a checkout or venv under the host's /tmp works too.
+tested on them directly.  This module boots a Debian generic kernel (6.1 by default, or 6.12)
+under QEMU (TCG) with a chosen NUMA topology (optionally with a firmware HMAT, and with automatic
+NUMA balancing on or off), shares the host's root file system read-only over 9p, chroots into it
+and runs one command there.  The host's interpreter, libnuma and checkout are therefore used
+unchanged, at the same paths, inside a kernel that really has several nodes.  Only /proc, /sys
+and /dev are the guest's own; /tmp and /run show the host's files under a writable layer that
+stays in the guest (``GUEST_OVERLAID_DIRS``), so a checkout or venv under the host's /tmp works
+too.
 
 Main entry points:
 
 * :func:`ensure_tools` -- find (or install with apt) ``qemu-system-x86_64``, a static busybox and
-  the generic kernel; raises :class:`VmUnavailable` when that is impossible.
-* :class:`GuestTopology` / :class:`GuestNode` -- the guest's NUMA layout, rendered to QEMU args.
-* :func:`run_in_guest` -- boot, run one command, return a :class:`GuestResult`.
+  a generic kernel (``KERNELS``: ``"6.1"``, ``"6.12"``); raises :class:`VmUnavailable` when that
+  is impossible.
+* :class:`GuestTopology` / :class:`GuestNode` / :class:`HmatLink` -- the guest's NUMA layout and
+  firmware HMAT, rendered to QEMU args (``STANDARD_TOPOLOGY``, ``HMAT_TOPOLOGY``).
+* :func:`run_in_guest` -- boot (``kernel=``, ``numa_balancing=``), run one command, return a
+  :class:`GuestResult`; the command sees how it was booted in ``PYNUMABIND_VM_BOOT``
+  (:class:`GuestBoot`).
 * :func:`run_pytest_in_guest` -- run the host's pytest on the working tree inside the guest.
 
 Everything binary lives in ``tests/vm/.cache/`` (git-ignored; override with
@@ -23,6 +29,7 @@ Everything binary lives in ``tests/vm/.cache/`` (git-ignored; override with
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import io
 import json
@@ -30,6 +37,7 @@ import logging
 import lzma
 import os
 import re
+import resource
 import secrets
 import shlex
 import shutil
@@ -58,6 +66,9 @@ IN_GUEST_ENV = "PYNUMABIND_IN_GUEST"
 TOPOLOGY_ENV = "PYNUMABIND_VM_TOPOLOGY"
 """JSON form of the :class:`GuestTopology` the guest was booted with (see ``to_json``)."""
 
+BOOT_ENV = "PYNUMABIND_VM_BOOT"
+"""JSON form of the :class:`GuestBoot` (kernel, NUMA balancing) the guest was booted with."""
+
 HOST_RECORD_ENV = "PYNUMABIND_VM_HOST_ADVICE"
 """The host's advice record (saved by ``test_guest_suite``), read in the guest: stale there."""
 
@@ -67,7 +78,50 @@ APT_PACKAGES = ("qemu-system-x86", "busybox-static")
 The initramfs is written by this module itself (``newc`` cpio format), so ``cpio`` is not needed.
 """
 
-KERNEL_META_PACKAGE = "linux-image-amd64"
+
+@dataclass(frozen=True)
+class GuestKernel:
+    """A Debian kernel series the guest can boot.
+
+    ``meta_package`` is the package whose ``Depends:`` names the current image package
+    (``apt-cache depends``); the image's name must start with ``linux-image-<series>.`` (so a
+    cached ``linux-image-6.12.*`` is never taken for 6.1).  The image is fetched with
+    ``apt-get download`` and unpacked into the cache once; after that no registry is asked.
+    """
+
+    name: str
+    meta_package: str
+    series: str
+
+    @property
+    def image_prefix(self) -> str:
+        """Start of the versioned image package's name, e.g. ``linux-image-6.1.``."""
+        return f"linux-image-{self.series}."
+
+
+KERNEL_6_1 = GuestKernel("6.1", "linux-image-amd64", "6.1")
+"""Debian 12's default kernel (``linux-image-amd64``): 9p, virtio and netfs/fscache as modules."""
+
+KERNEL_6_12 = GuestKernel("6.12", "linux-image-6.12-amd64", "6.12")
+"""Debian 12's newer kernel (bookworm-security): virtio built in; 9p, 9pnet, 9pnet_virtio and
+netfs as modules.  Has weighted interleave (6.9+), and memory tiers for CPU-less nodes from HMAT
+(6.10+)."""
+
+KERNELS: Mapping[str, GuestKernel] = {k.name: k for k in (KERNEL_6_1, KERNEL_6_12)}
+DEFAULT_KERNEL = KERNEL_6_1
+
+
+def guest_kernel(kernel: GuestKernel | str) -> GuestKernel:
+    """``kernel`` itself, or the kernel of that name in ``KERNELS`` (``ValueError`` if none)."""
+    if isinstance(kernel, GuestKernel):
+        return kernel
+    try:
+        return KERNELS[kernel]
+    except KeyError:
+        raise ValueError(
+            f"unknown guest kernel {kernel!r}; known: {', '.join(sorted(KERNELS))}"
+        ) from None
+
 
 # 9p and its transport, and overlayfs (the guest's writable /tmp and /run over the host's), as
 # modules of Debian's generic kernel.  Dependencies (virtio_ring, netfs, fscache, ...) are read
@@ -167,6 +221,25 @@ class GuestNode:
 
 
 @dataclass(frozen=True)
+class HmatLink:
+    """What the firmware's HMAT says about one initiator (CPU node) reaching one memory node.
+
+    QEMU writes it as two ``-numa hmat-lb`` entries (``hierarchy=memory``): ``access-latency``
+    in nanoseconds and ``access-bandwidth`` in MiB/s (``bandwidth=<n>M``).  The guest kernel
+    shows them as ``read_/write_latency`` (ns) and ``read_/write_bandwidth`` (MiB/s) under
+    ``/sys/devices/system/node/nodeT/access0/initiators/``.  Under TCG nothing is really faster
+    or slower: these are the firmware's figures, not what a copy measures.
+    """
+
+    latency_ns: int
+    bandwidth_mib_s: int
+
+    def __post_init__(self) -> None:
+        if self.latency_ns <= 0 or self.bandwidth_mib_s <= 0:
+            raise ValueError(f"HMAT latency and bandwidth must be positive: {self}")
+
+
+@dataclass(frozen=True)
 class GuestTopology:
     """The guest's NUMA layout.
 
@@ -175,12 +248,18 @@ class GuestTopology:
     mapping holds every ordered pair).  ``pci_expander_nodes``
     puts one ``pxb`` expander bridge per entry, with its ``numa_node`` set to that node, and one
     ``pci_device`` (a QEMU ``-device`` name) behind each.
+
+    ``hmat`` (empty: no HMAT) maps ``(initiator, target)`` to an :class:`HmatLink` for every CPU
+    node (initiator) and every node (target); the machine then gets ``hmat=on``, and each
+    memory-only node is declared with the initiator nearest to it (lowest latency, then highest
+    bandwidth, then lowest id), as QEMU requires.
     """
 
     nodes: tuple[GuestNode, ...]
     distances: Mapping[tuple[int, int], int] = field(default_factory=dict, hash=False)
     pci_expander_nodes: tuple[int, ...] = ()
     pci_device: str = DEFAULT_PCI_DEVICE
+    hmat: Mapping[tuple[int, int], HmatLink] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         if not self.nodes:
@@ -219,6 +298,17 @@ class GuestTopology:
         for node_id in self.pci_expander_nodes:
             if not 0 <= node_id < n:
                 raise ValueError(f"pci expander node {node_id} not in 0..{n - 1}")
+        if self.hmat:
+            initiators = [i for i, node in enumerate(self.nodes) if node.cpu_ids]
+            wanted = {(i, t) for i in initiators for t in range(n)}
+            if set(self.hmat) != wanted:
+                missing = sorted(wanted - set(self.hmat))
+                extra = sorted(set(self.hmat) - wanted)
+                raise ValueError(
+                    "hmat needs exactly one link per (CPU node, node) pair; "
+                    f"missing {missing}, not an initiator/target pair {extra}"
+                )
+        object.__setattr__(self, "hmat", dict(sorted(self.hmat.items())))
 
     # -- derived -------------------------------------------------------------------------
 
@@ -237,6 +327,17 @@ class GuestTopology:
     def distance_matrix(self) -> list[list[int]]:
         n = len(self.nodes)
         return [[self.distance(a, b) for b in range(n)] for a in range(n)]
+
+    def initiator(self, node_id: int) -> int | None:
+        """The HMAT initiator QEMU is told for ``node_id`` (None: no HMAT, or a CPU node)."""
+        if not self.hmat or self.nodes[node_id].cpu_ids:
+            return None
+        links = [(link, i) for (i, t), link in self.hmat.items() if t == node_id]
+        return min(links, key=lambda li: (li[0].latency_ns, -li[0].bandwidth_mib_s, li[1]))[1]
+
+    def machine_options(self) -> str:
+        """The ``-machine`` value: QEMU's ``pc``, with ``hmat=on`` when there is an HMAT."""
+        return "pc,hmat=on" if self.hmat else "pc"
 
     def pci_bus_numbers(self) -> tuple[int, ...]:
         """Root bus number of each expander bridge, in ``pci_expander_nodes`` order."""
@@ -279,6 +380,9 @@ class GuestTopology:
             spec = f"node,nodeid={i},memdev=m{i}"
             for lo, hi in _ranges(node.cpu_ids):
                 spec += f",cpus={lo}" if lo == hi else f",cpus={lo}-{hi}"
+            initiator = self.initiator(i)
+            if initiator is not None:
+                spec += f",initiator={initiator}"
             args += ["-numa", spec]
         n = len(self.nodes)
         if n > 1:
@@ -290,6 +394,10 @@ class GuestTopology:
                             "-numa",
                             f"dist,src={b},dst={a},val={self.distance(b, a)}",
                         ]
+        for (initiator, target), link in self.hmat.items():
+            lb = f"hmat-lb,initiator={initiator},target={target},hierarchy=memory"
+            args += ["-numa", f"{lb},data-type=access-latency,latency={link.latency_ns}"]
+            args += ["-numa", f"{lb},data-type=access-bandwidth,bandwidth={link.bandwidth_mib_s}M"]
         for i, (node_id, bus_nr) in enumerate(zip(self.pci_expander_nodes, self.pci_bus_numbers())):
             args += [
                 "-device",
@@ -309,6 +417,10 @@ class GuestTopology:
                 "pci_device": self.pci_device,
                 "pci_bus_numbers": list(self.pci_bus_numbers()),
                 "pci_device_addresses": list(self.pci_device_addresses()),
+                "hmat": [
+                    [i, t, link.latency_ns, link.bandwidth_mib_s]
+                    for (i, t), link in self.hmat.items()
+                ],
             },
             sort_keys=True,
         )
@@ -329,6 +441,10 @@ class GuestTopology:
             distances=distances,
             pci_expander_nodes=tuple(int(x) for x in data["pci_expander_nodes"]),
             pci_device=str(data["pci_device"]),
+            hmat={
+                (int(i), int(t)): HmatLink(int(lat), int(bw))
+                for i, t, lat, bw in data.get("hmat", ())
+            },
         )
 
 
@@ -351,6 +467,28 @@ Distances 0-1 = 21, 1-2 = 30, 0-2 = 40.  Two bochs-display PCI devices (vendor 0
 0x1111, class 0x038000), each behind a pxb expander: on node 1 at guest address 0000:21:00.0
 (local_cpulist 2-3) and on the memory-only node 2 at 0000:41:00.0 (empty local_cpulist).
 """
+
+
+HMAT_TOPOLOGY = GuestTopology(
+    nodes=STANDARD_TOPOLOGY.nodes,
+    distances=STANDARD_TOPOLOGY.distances,
+    pci_expander_nodes=STANDARD_TOPOLOGY.pci_expander_nodes,
+    hmat={
+        # Each socket's own memory, and the other socket's.
+        (0, 0): HmatLink(latency_ns=100, bandwidth_mib_s=20480),
+        (1, 1): HmatLink(latency_ns=100, bandwidth_mib_s=20480),
+        (0, 1): HmatLink(latency_ns=150, bandwidth_mib_s=10240),
+        (1, 0): HmatLink(latency_ns=150, bandwidth_mib_s=10240),
+        # The memory-only node: a quarter of the local bandwidth at three times the latency
+        # from socket 1 (its nearest, as in the SLIT), less still from socket 0.
+        (1, 2): HmatLink(latency_ns=300, bandwidth_mib_s=5120),
+        (0, 2): HmatLink(latency_ns=400, bandwidth_mib_s=4096),
+    },
+)
+"""``STANDARD_TOPOLOGY`` (same nodes, distances and PCI devices) with a firmware HMAT that makes
+node 2 a slower memory tier, as a CXL expander is: from its nearest initiator (node 1) it has
+a quarter of the local bandwidth (5120 of 20480 MiB/s) at three times the latency (300 ns).
+On 6.12 the kernel puts nodes 0-1 in one memory tier and node 2 alone in a slower one."""
 
 
 def format_cpulist(cpus: Sequence[int]) -> str:
@@ -379,6 +517,13 @@ class VmTools:
     kernel: Path
     modules_dir: Path
     """``lib/modules/<version>`` of the unpacked kernel package."""
+    guest_kernel: GuestKernel = DEFAULT_KERNEL
+    """Which kernel series ``kernel`` is."""
+
+    @property
+    def kernel_release(self) -> str:
+        """The kernel's release string (``uname -r`` in the guest), e.g. ``6.1.0-50-amd64``."""
+        return self.modules_dir.name
 
 
 def _cache_dir() -> Path:
@@ -477,27 +622,29 @@ def _find_host_tools() -> tuple[Path | None, Path | None]:
     return (Path(qemu) if qemu else None), busybox
 
 
-def _kernel_package_name() -> str:
-    _require_apt("the guest kernel", root=False)  # apt-get download needs no root
-    out = _run_tool(["apt-cache", "depends", KERNEL_META_PACKAGE])
-    names = re.findall(r"Depends:\s*(linux-image-[0-9][\w.+-]*-amd64)\b", out)
+def _kernel_package_name(kernel: GuestKernel) -> str:
+    _require_apt(f"the {kernel.name} guest kernel", root=False)  # apt-get download needs no root
+    pattern = rf"Depends:\s*({re.escape(kernel.image_prefix)}[\w.+-]*-amd64)\b"
+    out = _run_tool(["apt-cache", "depends", kernel.meta_package])
+    names = re.findall(pattern, out)
     if not names:
         # Stale or missing package lists; as non-root this fails and the lists stay as they are.
         with contextlib.suppress(VmUnavailable):
             _run_tool(["apt-get", "update"])
-        out = _run_tool(["apt-cache", "depends", KERNEL_META_PACKAGE])
-        names = re.findall(r"Depends:\s*(linux-image-[0-9][\w.+-]*-amd64)\b", out)
+        out = _run_tool(["apt-cache", "depends", kernel.meta_package])
+        names = re.findall(pattern, out)
     if not names:
         raise VmUnavailable(
-            f"cannot tell the kernel package from `apt-cache depends {KERNEL_META_PACKAGE}`:\n{out}"
+            f"cannot tell the {kernel.name} kernel package from "
+            f"`apt-cache depends {kernel.meta_package}` (want {kernel.image_prefix}*-amd64):\n{out}"
         )
     return str(names[0])
 
 
-def _cached_kernel(cache: Path) -> tuple[Path, Path] | None:
-    """The newest unpacked kernel in the cache as (vmlinuz, lib/modules/<ver>), if any."""
+def _cached_kernel(cache: Path, kernel: GuestKernel = DEFAULT_KERNEL) -> tuple[Path, Path] | None:
+    """The newest unpacked ``kernel`` in the cache as (vmlinuz, lib/modules/<ver>), if any."""
     found: list[tuple[Path, Path]] = []
-    for root in sorted(cache.glob("linux-image-*"), key=_natural_key):
+    for root in sorted(cache.glob(f"{kernel.image_prefix}*"), key=_natural_key):
         for vmlinuz in sorted(root.glob("boot/vmlinuz-*")):
             version = vmlinuz.name[len("vmlinuz-") :]
             for base in ("lib", "usr/lib"):
@@ -512,8 +659,8 @@ def _natural_key(path: Path) -> list[tuple[int, str]]:
     return [(int(p), "") if p.isdigit() else (-1, p) for p in re.split(r"(\d+)", path.name)]
 
 
-def _fetch_kernel(cache: Path) -> tuple[Path, Path]:
-    package = _kernel_package_name()
+def _fetch_kernel(cache: Path, kernel: GuestKernel = DEFAULT_KERNEL) -> tuple[Path, Path]:
+    package = _kernel_package_name(kernel)
     workdir = Path(tempfile.mkdtemp(prefix="download-", dir=cache))
     try:
         try:
@@ -532,24 +679,26 @@ def _fetch_kernel(cache: Path) -> tuple[Path, Path]:
         unpacked.rename(target)  # atomic within the cache directory
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    kernel = _cached_kernel(cache)
-    if kernel is None:
+    found = _cached_kernel(cache, kernel)
+    if found is None:
         raise VmUnavailable(f"{package} did not contain boot/vmlinuz-* and lib/modules/<version>")
-    return kernel
+    return found
 
 
-_TOOLS: VmTools | None = None
+_TOOLS: dict[str, VmTools] = {}
 
 
-def ensure_tools() -> VmTools:
-    """Return the tools, installing QEMU/busybox and fetching the kernel into the cache if needed.
+def ensure_tools(kernel: GuestKernel | str = DEFAULT_KERNEL) -> VmTools:
+    """Return the tools, installing QEMU/busybox and fetching ``kernel`` into the cache if needed.
 
-    Raises :class:`VmUnavailable` (tests turn it into a skip) when they cannot be had: not root,
-    no apt, no registry.  Safe to call concurrently from several processes (file lock).
+    ``kernel`` is a :class:`GuestKernel` or its name in ``KERNELS`` (``"6.1"``, ``"6.12"``).
+    Raises :class:`VmUnavailable` (tests turn it into a skip, or a failure under
+    ``PYNUMABIND_VM_REQUIRED=1``) when they cannot be had: not root, no apt, no registry, no
+    such package.  Safe to call concurrently from several processes (file lock).
     """
-    global _TOOLS
-    if _TOOLS is not None:
-        return _TOOLS
+    wanted = guest_kernel(kernel)
+    if wanted.name in _TOOLS:
+        return _TOOLS[wanted.name]
     cache = _cache_dir()
     try:
         cache.mkdir(parents=True, exist_ok=True)
@@ -565,10 +714,13 @@ def ensure_tools() -> VmTools:
                     "qemu-system-x86_64 or a static /bin/busybox still missing after "
                     "apt-get install"
                 )
-        kernel = _cached_kernel(cache) or _fetch_kernel(cache)
-    _TOOLS = VmTools(qemu=qemu, busybox=busybox, kernel=kernel[0], modules_dir=kernel[1])
-    log.info("VM tools: qemu=%s busybox=%s kernel=%s", qemu, busybox, kernel[0])
-    return _TOOLS
+        found = _cached_kernel(cache, wanted) or _fetch_kernel(cache, wanted)
+    tools = VmTools(
+        qemu=qemu, busybox=busybox, kernel=found[0], modules_dir=found[1], guest_kernel=wanted
+    )
+    _TOOLS[wanted.name] = tools
+    log.info("VM tools: qemu=%s busybox=%s kernel=%s", qemu, busybox, found[0])
+    return tools
 
 
 # --------------------------------------------------------------------------------------------
@@ -805,6 +957,8 @@ class GuestResult:
     begin and exit markers; kernel messages can interleave but are mostly silenced by ``quiet``).
     ``console`` is the whole serial log, ``seconds`` the wall time from QEMU start to exit and
     ``boot_seconds`` the part of it before the command started (kernel boot, modules, mounts).
+    ``cpu_seconds`` is the host CPU time (user + system) QEMU used, all its vCPU threads
+    together (what the run cost the machine, next to ``seconds`` of wall time).
     """
 
     returncode: int
@@ -812,6 +966,7 @@ class GuestResult:
     console: str
     seconds: float
     boot_seconds: float | None = None
+    cpu_seconds: float | None = None
 
     def tagged_lines(self, tag: str) -> list[str]:
         """Rest of every output line starting with ``tag`` (e.g. a JSON payload after a marker)."""
@@ -829,7 +984,55 @@ class GuestResult:
         return json.loads(lines[0])
 
 
-def guest_env(topology: GuestTopology, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+@dataclass(frozen=True)
+class GuestBoot:
+    """How a guest was booted, as its commands see it in ``PYNUMABIND_VM_BOOT`` (JSON).
+
+    ``kernel`` is the :class:`GuestKernel` name (``"6.1"``, ``"6.12"``), ``kernel_release`` its
+    ``uname -r``, ``numa_balancing`` whether automatic NUMA balancing was asked for on the
+    kernel command line (``numa_balancing=enable`` / ``disable``).
+    """
+
+    kernel: str = DEFAULT_KERNEL.name
+    kernel_release: str = ""
+    numa_balancing: bool = False
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "kernel": self.kernel,
+                "kernel_release": self.kernel_release,
+                "numa_balancing": self.numa_balancing,
+            },
+            sort_keys=True,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> GuestBoot:
+        data = json.loads(text)
+        return cls(
+            kernel=str(data["kernel"]),
+            kernel_release=str(data["kernel_release"]),
+            numa_balancing=bool(data["numa_balancing"]),
+        )
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> GuestBoot | None:
+        """The boot this process runs in (None outside a guest started by this harness)."""
+        text = (os.environ if environ is None else environ).get(BOOT_ENV)
+        return cls.from_json(text) if text else None
+
+
+def numa_balancing_arg(enabled: bool) -> str:
+    """The kernel command-line switch for automatic NUMA balancing."""
+    return "numa_balancing=enable" if enabled else "numa_balancing=disable"
+
+
+def guest_env(
+    topology: GuestTopology,
+    extra: Mapping[str, str] | None = None,
+    boot: GuestBoot | None = None,
+) -> dict[str, str]:
     """The environment every guest command starts with (the chroot starts from an empty one)."""
     env = {
         "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -840,10 +1043,64 @@ def guest_env(topology: GuestTopology, extra: Mapping[str, str] | None = None) -
         "PYTHONUNBUFFERED": "1",
         IN_GUEST_ENV: "1",
         TOPOLOGY_ENV: topology.to_json(),
+        BOOT_ENV: (boot or GuestBoot()).to_json(),
     }
     if extra:
         env.update(extra)
     return env
+
+
+def kernel_command_line(numa_balancing: bool = False) -> list[str]:
+    """The guest kernel's command line (``-append``), before any ``extra_kernel_args``."""
+    return [
+        "console=ttyS0",
+        "panic=-1",
+        "oops=panic",
+        "quiet",
+        "loglevel=3",
+        "mitigations=off",
+        # Automatic NUMA balancing is on by default on a multi-node machine, as users have it.
+        # It moves pages of mappings without a policy of their own towards the threads touching
+        # them, and while it samples a page, 6.1's move_pages reports it as absent (-ENOENT).
+        # Most guest tests check pynumabind's placements, not the balancer's, so they boot with
+        # it off; the ones that must hold under it too run in a boot with it on.
+        numa_balancing_arg(numa_balancing),
+        "rdinit=/init",
+    ]
+
+
+def qemu_argv(
+    tools: VmTools,
+    topology: GuestTopology,
+    initrd: str | os.PathLike[str],
+    kernel_args: Sequence[str],
+) -> list[str]:
+    """QEMU's whole command line for one guest run."""
+    return [
+        str(tools.qemu),
+        "-machine", topology.machine_options(),
+        "-accel", "tcg,thread=multi",
+        "-cpu", "max",
+        *topology.qemu_args(),
+        "-kernel", str(tools.kernel),
+        "-initrd", os.fspath(initrd),
+        "-append", " ".join(kernel_args),
+        # The host root, read-only over 9p.  Same as -virtfs, but pinned to the main bus:
+        # left to QEMU, the device would land behind a pxb bridge, which refuses it.
+        "-fsdev", "local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap",
+        "-device", "virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot,bus=pci.0",
+        "-nographic",
+        "-no-reboot",
+        "-nodefaults",
+        "-serial", "stdio",
+        "-monitor", "none",
+    ]  # fmt: skip
+
+
+def qemu_version(tools: VmTools) -> str:
+    """The first line of ``qemu-system-x86_64 --version``."""
+    out = _run_tool([str(tools.qemu), "--version"], timeout=60)
+    return out.splitlines()[0].strip() if out.strip() else "unknown"
 
 
 def run_in_guest(
@@ -854,6 +1111,8 @@ def run_in_guest(
     env: Mapping[str, str] | None = None,
     cwd: str | os.PathLike[str] = "/tmp",
     extra_kernel_args: Sequence[str] = (),
+    kernel: GuestKernel | str = DEFAULT_KERNEL,
+    numa_balancing: bool = False,
 ) -> GuestResult:
     """Boot a guest with ``topology``, run ``command`` in the chroot of the host root, power off.
 
@@ -863,51 +1122,25 @@ def run_in_guest(
     process group is killed and :class:`GuestTimeout` raised.  :class:`GuestError` is raised if the
     guest ends without reporting the command's exit status.  Nothing on the host is written
     except a temporary initramfs.
+
+    ``kernel`` picks the guest kernel (``KERNELS``: ``"6.1"``, the default, or ``"6.12"``);
+    :class:`VmUnavailable` if it cannot be had.  ``numa_balancing`` turns automatic NUMA
+    balancing on or off on the kernel command line (off by default: see below); the command
+    sees both in ``PYNUMABIND_VM_BOOT`` (:class:`GuestBoot`).
     """
-    tools = ensure_tools()
+    tools = ensure_tools(kernel)
+    boot = GuestBoot(tools.guest_kernel.name, tools.kernel_release, numa_balancing)
     nonce = secrets.token_hex(8)
-    payload = _payload_script(command, guest_env(topology, env), os.fspath(cwd))
+    payload = _payload_script(command, guest_env(topology, env, boot), os.fspath(cwd))
     initrd_bytes = build_initramfs(tools, payload, nonce)
-    kernel_args = [
-        "console=ttyS0",
-        "panic=-1",
-        "oops=panic",
-        "quiet",
-        "loglevel=3",
-        "mitigations=off",
-        # Automatic NUMA balancing (on by default on a multi-node machine) moves pages of
-        # mappings without a policy of their own towards the threads touching them, and while it
-        # scans, 6.1's move_pages reports a page it is sampling as absent (-ENOENT): under TCG on a
-        # loaded host its scans land inside the guest tests, which check exact placements (CI
-        # saw both).  The guest tests check pynumabind's placements, not the balancer's.
-        "numa_balancing=disable",
-        "rdinit=/init",
-        *extra_kernel_args,
-    ]
+    kernel_args = [*kernel_command_line(numa_balancing), *extra_kernel_args]
     with tempfile.TemporaryDirectory(prefix="pynumabind-vm-") as tmp:
         initrd = Path(tmp) / "initrd.cpio"
         initrd.write_bytes(initrd_bytes)
-        argv = [
-            str(tools.qemu),
-            "-machine", "pc",
-            "-accel", "tcg,thread=multi",
-            "-cpu", "max",
-            *topology.qemu_args(),
-            "-kernel", str(tools.kernel),
-            "-initrd", str(initrd),
-            "-append", " ".join(kernel_args),
-            # The host root, read-only over 9p.  Same as -virtfs, but pinned to the main bus:
-            # left to QEMU, the device would land behind a pxb bridge, which refuses it.
-            "-fsdev", "local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap",
-            "-device", "virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot,bus=pci.0",
-            "-nographic",
-            "-no-reboot",
-            "-nodefaults",
-            "-serial", "stdio",
-            "-monitor", "none",
-        ]  # fmt: skip
+        argv = qemu_argv(tools, topology, initrd, kernel_args)
         log.debug("qemu argv: %s", shlex.join(argv))
         start = time.monotonic()
+        cpu_before = _children_cpu()
         proc = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
@@ -933,8 +1166,16 @@ def run_in_guest(
             reader.join(timeout=10)  # EOF once QEMU is gone
             proc.stdout.close()
         elapsed = time.monotonic() - start
+        cpu = _children_cpu() - cpu_before  # QEMU, reaped by proc.wait(); nothing else ran
     boot = None if reader.marker_at is None else reader.marker_at - start
-    return _parse_console(_decode(reader.data()), nonce, elapsed, boot, proc.returncode)
+    result = _parse_console(_decode(reader.data()), nonce, elapsed, boot, proc.returncode)
+    return dataclasses.replace(result, cpu_seconds=cpu)
+
+
+def _children_cpu() -> float:
+    """CPU seconds (user + system) of this process's reaped children so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 class _ConsoleReader(threading.Thread):
@@ -1051,6 +1292,8 @@ def run_pytest_in_guest(
     timeout: float = 180.0,
     env: Mapping[str, str] | None = None,
     disable_plugins: Sequence[str] = (),
+    kernel: GuestKernel | str = DEFAULT_KERNEL,
+    numa_balancing: bool = False,
 ) -> GuestResult:
     """Run ``python -m pytest -p no:cacheprovider <pytest_args>`` in the guest, in the repo root.
 
@@ -1061,6 +1304,7 @@ def run_pytest_in_guest(
     should go to ``TMPDIR`` (``GUEST_TMPDIR``, in the guest's writable layer over /tmp).
     ``disable_plugins`` adds ``-p no:<name>`` for each: under TCG every import is ~20x slower, and
     e.g. hypothesis' pytest plugin alone costs ~9 s of boot-to-first-test on a 2-core host.
+    ``kernel`` and ``numa_balancing`` are :func:`run_in_guest`'s.
     """
     executable = sys.executable
     if not executable or not os.path.exists(os.path.realpath(executable)):
@@ -1074,4 +1318,12 @@ def run_pytest_in_guest(
     for plugin in disable_plugins:
         argv += ["-p", f"no:{plugin}"]
     argv += pytest_args
-    return run_in_guest(topology, argv, timeout=timeout, env=merged, cwd=REPO_ROOT)
+    return run_in_guest(
+        topology,
+        argv,
+        timeout=timeout,
+        env=merged,
+        cwd=REPO_ROOT,
+        kernel=kernel,
+        numa_balancing=numa_balancing,
+    )

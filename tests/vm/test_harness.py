@@ -19,18 +19,31 @@ from typing import Any
 import pytest
 
 from .harness import (
+    DEFAULT_KERNEL,
     GUEST_TMPDIR,
+    HMAT_TOPOLOGY,
+    KERNEL_6_1,
+    KERNEL_6_12,
+    KERNELS,
     PCI_DEVICE_IDS,
+    STANDARD_TOPOLOGY,
+    GuestBoot,
     GuestNode,
     GuestResult,
     GuestTimeout,
     GuestTopology,
+    HmatLink,
     VmError,
     VmTools,
+    _cached_kernel,
     _Cpio,
     _payload_script,
     check_visible_in_guest,
     format_cpulist,
+    guest_env,
+    guest_kernel,
+    kernel_command_line,
+    numa_balancing_arg,
     resolve_modules,
     run_in_guest,
 )
@@ -134,7 +147,10 @@ def probe(vm_tools: VmTools, host_tmp_dir: Path) -> tuple[GuestResult, dict[str,
         cwd=host_tmp_dir,
     )
     boot = "?" if result.boot_seconds is None else f"{result.boot_seconds:.1f}"
-    sys.stdout.write(f"probe guest: {result.seconds:.1f} s in all, {boot} s booting\n")
+    sys.stdout.write(
+        f"probe guest: {result.seconds:.1f} s in all, {boot} s booting, "
+        f"{result.cpu_seconds or 0:.1f} s of CPU\n"
+    )
     if "PROBE-JSON" not in result.output:
         pytest.fail(f"probe printed no report (exit {result.returncode}):\n{result.console}")
     report: dict[str, Any] = result.tagged_json("PROBE-JSON")
@@ -360,3 +376,71 @@ def test_module_dependencies_ordered(vm_tools: VmTools) -> None:
         if first in names:
             assert names.index(first) < names.index(then), names
     assert names[-2:] == ["9p", "overlay"]
+
+
+def test_hmat_renders_links_initiators_and_the_machine_option() -> None:
+    args = " ".join(HMAT_TOPOLOGY.qemu_args())
+    assert HMAT_TOPOLOGY.machine_options() == "pc,hmat=on"
+    assert STANDARD_TOPOLOGY.machine_options() == "pc"
+    # The memory-only node is declared with its nearest initiator; CPU nodes are their own.
+    assert "-numa node,nodeid=2,memdev=m2,initiator=1 " in args
+    assert "-numa node,nodeid=0,memdev=m0,cpus=0-1 " in args
+    lb = "-numa hmat-lb,initiator=1,target=2,hierarchy=memory"
+    assert f"{lb},data-type=access-latency,latency=300 " in args
+    assert f"{lb},data-type=access-bandwidth,bandwidth=5120M " in args
+    assert args.count("hmat-lb") == 2 * 2 * 3  # latency and bandwidth, 2 initiators x 3 targets
+    assert "hmat" not in " ".join(STANDARD_TOPOLOGY.qemu_args())
+    assert GuestTopology.from_json(HMAT_TOPOLOGY.to_json()) == HMAT_TOPOLOGY
+    assert HMAT_TOPOLOGY.nodes == STANDARD_TOPOLOGY.nodes
+
+
+def test_incomplete_hmat_rejected() -> None:
+    links = dict(HMAT_TOPOLOGY.hmat)
+    del links[(0, 2)]
+    with pytest.raises(ValueError, match=r"missing \[\(0, 2\)\]"):
+        GuestTopology(nodes=STANDARD_TOPOLOGY.nodes, hmat=links)
+    with pytest.raises(ValueError, match=r"not an initiator/target pair \[\(2, 2\)\]"):
+        GuestTopology(
+            nodes=STANDARD_TOPOLOGY.nodes,
+            hmat={**HMAT_TOPOLOGY.hmat, (2, 2): HmatLink(10, 10)},
+        )
+    with pytest.raises(ValueError, match="positive"):
+        HmatLink(0, 1024)
+
+
+def test_kernels_by_name_and_their_packages() -> None:
+    assert guest_kernel("6.12") is KERNEL_6_12 and guest_kernel(KERNEL_6_1) is KERNEL_6_1
+    assert DEFAULT_KERNEL is KERNEL_6_1 and sorted(KERNELS) == ["6.1", "6.12"]
+    with pytest.raises(ValueError, match=r"unknown guest kernel '5\.10'"):
+        guest_kernel("5.10")
+    # 6.1's prefix must not take a 6.12 image (nor the other way round).
+    assert "linux-image-6.12.118+deb12-amd64".startswith(KERNEL_6_12.image_prefix)
+    assert not "linux-image-6.12.118+deb12-amd64".startswith(KERNEL_6_1.image_prefix)
+    assert "linux-image-6.1.0-57-amd64".startswith(KERNEL_6_1.image_prefix)
+
+
+def test_cached_kernels_are_told_apart(tmp_path: Path) -> None:
+    for package, release in [
+        ("linux-image-6.1.0-9-amd64", "6.1.0-9-amd64"),
+        ("linux-image-6.1.0-50-amd64", "6.1.0-50-amd64"),
+        ("linux-image-6.12.118+deb12-amd64", "6.12.118+deb12-amd64"),
+    ]:
+        (tmp_path / package / "boot").mkdir(parents=True)
+        (tmp_path / package / "boot" / f"vmlinuz-{release}").write_bytes(b"")
+        (tmp_path / package / "lib" / "modules" / release).mkdir(parents=True)
+    old = _cached_kernel(tmp_path, KERNEL_6_1)
+    new = _cached_kernel(tmp_path, KERNEL_6_12)
+    assert old is not None and old[1].name == "6.1.0-50-amd64"  # the newest 6.1
+    assert new is not None and new[1].name == "6.12.118+deb12-amd64"
+    assert _cached_kernel(tmp_path / "none", KERNEL_6_12) is None
+
+
+def test_boot_facts_reach_the_guest_environment() -> None:
+    boot = GuestBoot("6.12", "6.12.118+deb12-amd64", numa_balancing=True)
+    env = guest_env(HMAT_TOPOLOGY, {"X": "1"}, boot)
+    assert GuestBoot.from_env(env) == boot
+    assert GuestTopology.from_json(env["PYNUMABIND_VM_TOPOLOGY"]) == HMAT_TOPOLOGY
+    assert GuestBoot.from_env({}) is None
+    assert numa_balancing_arg(True) == "numa_balancing=enable"
+    assert "numa_balancing=disable" in kernel_command_line(False)
+    assert "numa_balancing=enable" in kernel_command_line(True)

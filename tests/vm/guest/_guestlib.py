@@ -33,6 +33,22 @@ GUEST_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(GUEST_DIR)))
 
 
+def numa_balancing_hides_pages() -> bool:
+    """Whether ``move_pages`` here reads a page waiting for a NUMA-hinting fault as not present.
+
+    That is this guest booted with automatic NUMA balancing on a 6.1 kernel.  6.1's
+    ``move_pages`` looks pages up with ``follow_page``, which takes a PROT_NONE hinting entry
+    for no page (-ENOENT); 6.12's looks them up with ``folio_walk`` and reports the node (both
+    measured in these guests: on 6.12 the balancer marked the pages and the status still read
+    the node).
+    """
+    boot = os.environ.get("PYNUMABIND_VM_BOOT")  # harness.BOOT_ENV (JSON)
+    if not boot:
+        return False
+    facts = json.loads(boot)
+    return bool(facts["numa_balancing"]) and facts["kernel"] == "6.1"
+
+
 def task_affinities() -> Dict[int, frozenset[int]]:
     """Every thread of this process and its CPU mask, as the kernel reports it now."""
     out: Dict[int, frozenset[int]] = {}

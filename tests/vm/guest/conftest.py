@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ..harness import IN_GUEST_ENV, TOPOLOGY_ENV, GuestTopology
+from ..harness import BOOT_ENV, IN_GUEST_ENV, TOPOLOGY_ENV, GuestBoot, GuestTopology
 
 _HERE = Path(__file__).resolve().parent
 
@@ -36,6 +36,15 @@ def guest_topology() -> GuestTopology:
     if not text:
         pytest.skip(f"{TOPOLOGY_ENV} not set: not running under the VM harness")
     return GuestTopology.from_json(text)
+
+
+@pytest.fixture(scope="session")
+def guest_boot() -> GuestBoot:
+    """How this guest was booted: kernel, NUMA balancing (from ``PYNUMABIND_VM_BOOT``)."""
+    boot = GuestBoot.from_env()
+    if boot is None:
+        pytest.skip(f"{BOOT_ENV} not set: not running under the VM harness")
+    return boot
 
 
 @pytest.fixture

@@ -154,8 +154,3 @@ def test_pci_device_reports_its_node(guest_topology: GuestTopology) -> None:
     }
     assert found == expected
     assert found["0000:21:00.0"] == (1, "2-3")
-
-
-def test_automatic_numa_balancing_is_off_as_the_harness_boots_the_guest() -> None:
-    """``numa_balancing=disable`` took: no balancer moves or hides pages under these tests."""
-    assert Path("/proc/sys/kernel/numa_balancing").read_text().strip() == "0"

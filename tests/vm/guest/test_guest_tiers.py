@@ -1,0 +1,139 @@
+"""Memory tiers, HMAT access attributes and weighted-interleave weights as a 6.12 guest shows them.
+
+Runs inside the guest booted with ``harness.HMAT_TOPOLOGY`` on kernel 6.12 (the
+``6.12-hmat`` session of ``tests/vm/test_guest_suite.py``): node 0 (CPUs 0-1) and node 1
+(CPUs 2-3) with 20480 MiB/s and 100 ns to their own CPUs, node 2 memory only with a quarter
+of that bandwidth at three times the latency from its nearest initiator, node 1.  The
+expectations are derived from the topology the host booted (``guest_topology``), so they say
+what the kernel made of the firmware's figures; no pynumabind code is involved.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+import pytest
+
+from ..harness import GuestBoot, GuestTopology, HmatLink, format_cpulist
+
+NODE_SYSFS = Path("/sys/devices/system/node")
+TIERS_SYSFS = Path("/sys/devices/virtual/memory_tiering")
+WEIGHTS_SYSFS = Path("/sys/kernel/mm/mempolicy/weighted_interleave")
+
+# mm/memory-tiers.c (6.12): DRAM's abstract distance is MEMTIER_ADISTANCE_DRAM = 4 * 128 + 64,
+# a tier spans 128 (MEMTIER_CHUNK_BITS = 7) and is named memory_tier<adistance >> 7.
+ADISTANCE_DRAM = 4 * 128 + 64
+CHUNK_BITS = 7
+
+
+def read(path: Path) -> str:
+    return path.read_text().strip()
+
+
+def best_initiators(topology: GuestTopology, target: int) -> Tuple[List[int], HmatLink]:
+    """The CPU nodes with the best HMAT figures to ``target``, and those figures."""
+    links = {i: link for (i, t), link in topology.hmat.items() if t == target}
+    latency = min(link.latency_ns for link in links.values())
+    bandwidth = max(link.bandwidth_mib_s for link in links.values())
+    best = [
+        i
+        for i, link in sorted(links.items())
+        if (link.latency_ns, link.bandwidth_mib_s) == (latency, bandwidth)
+    ]
+    return best, HmatLink(latency, bandwidth)
+
+
+def tiers() -> Dict[str, str]:
+    """``memory_tierN`` -> its nodelist, for every tier the kernel made."""
+    return {
+        entry.name: read(entry / "nodelist")
+        for entry in TIERS_SYSFS.iterdir()
+        if re.fullmatch(r"memory_tier\d+", entry.name)
+    }
+
+
+def test_this_is_the_612_hmat_guest(guest_boot: GuestBoot, guest_topology: GuestTopology) -> None:
+    assert guest_boot.kernel == "6.12" and os.uname().release.startswith("6.12.")
+    assert guest_topology.hmat, "booted without an HMAT"
+    assert read(NODE_SYSFS / "has_cpu") == "0-1"
+    assert read(NODE_SYSFS / "has_memory") == "0-2"
+
+
+@pytest.mark.parametrize("access", ["access0", "access1"])
+@pytest.mark.parametrize("target", [0, 1, 2])
+def test_hmat_access_attributes_name_the_best_initiator(
+    guest_topology: GuestTopology, target: int, access: str
+) -> None:
+    """``access0`` (any initiator) and ``access1`` (CPU initiators): here both are the CPU
+    nodes with the best figures, and the figures are the firmware's."""
+    initiators = NODE_SYSFS / f"node{target}" / access / "initiators"
+    best, link = best_initiators(guest_topology, target)
+    linked = sorted(
+        int(e.name[4:]) for e in initiators.iterdir() if re.fullmatch(r"node\d+", e.name)
+    )
+    assert linked == best
+    for node in linked:
+        assert (initiators / f"node{node}").resolve() == (NODE_SYSFS / f"node{node}").resolve()
+    for kind in ("read", "write"):
+        assert int(read(initiators / f"{kind}_latency")) == link.latency_ns
+        assert int(read(initiators / f"{kind}_bandwidth")) == link.bandwidth_mib_s
+
+
+def test_node2_has_a_quarter_of_the_bandwidth_at_a_higher_latency(
+    guest_topology: GuestTopology,
+) -> None:
+    def figures(node: int) -> Tuple[int, int]:
+        base = NODE_SYSFS / f"node{node}" / "access0" / "initiators"
+        return int(read(base / "read_bandwidth")), int(read(base / "read_latency"))
+
+    (bw0, lat0), (bw1, lat1), (bw2, lat2) = figures(0), figures(1), figures(2)
+    assert (bw0, lat0) == (bw1, lat1) == (20480, 100)
+    assert bw2 * 4 == bw0 == 20480 and bw2 == 5120
+    assert lat2 > lat0
+    assert best_initiators(guest_topology, 2)[0] == [1]  # nearest socket, as in the SLIT
+
+
+def test_nodes_0_and_1_share_a_tier_and_node_2_has_its_own() -> None:
+    found = tiers()
+    by_nodes = {nodes: name for name, nodes in found.items()}
+    assert sorted(by_nodes) == ["0-1", "2"], found
+    dram, slow = (int(by_nodes[n][len("memory_tier") :]) for n in ("0-1", "2"))
+    assert slow > dram, found  # a higher abstract distance: a slower tier
+
+
+def test_tier_ids_follow_the_kernels_abstract_distance(guest_topology: GuestTopology) -> None:
+    """DRAM (the CPU nodes) at MEMTIER_ADISTANCE_DRAM; node 2 scaled from its HMAT figures
+    relative to DRAM's, in mm/memory-tiers.c's order of integer operations
+    (``mt_perf_to_adistance``; read and write figures are equal here)."""
+    _, dram = best_initiators(guest_topology, 0)
+    _, slow = best_initiators(guest_topology, 2)
+    adistance = ADISTANCE_DRAM * (2 * slow.latency_ns) // (2 * dram.latency_ns)
+    adistance = adistance * (2 * dram.bandwidth_mib_s) // (2 * slow.bandwidth_mib_s)
+    expected = {
+        f"memory_tier{ADISTANCE_DRAM >> CHUNK_BITS}": format_cpulist((0, 1)),
+        f"memory_tier{adistance >> CHUNK_BITS}": "2",
+    }
+    assert tiers() == expected
+    assert expected == {"memory_tier4": "0-1", "memory_tier54": "2"}
+
+
+def test_weighted_interleave_has_a_weight_per_memory_node() -> None:
+    names = sorted(entry.name for entry in WEIGHTS_SYSFS.iterdir())
+    assert names == ["node0", "node1", "node2"]
+    for name in names:
+        assert 1 <= int(read(WEIGHTS_SYSFS / name)) <= 255
+
+
+def test_weighted_interleave_weights_can_be_set_by_root() -> None:
+    """The system-wide weights are the kernel's own, writable by root; put back after."""
+    path = WEIGHTS_SYSFS / "node0"
+    before = read(path)
+    try:
+        path.write_text("3")
+        assert read(path) == "3"
+    finally:
+        path.write_text(before)
+    assert read(path) == before

@@ -300,7 +300,7 @@ def machine_topology(
 
 
 def _options(args: argparse.Namespace) -> Options:
-    """The plan options given on the command line, validated once (see :mod:`._options`)."""
+    """The plan options given on the command line, validated once (:mod:`pynumabind.options`)."""
     return Options.from_arguments(
         rank=getattr(args, "rank", None),
         nprocs=getattr(args, "nprocs", None),

@@ -70,7 +70,7 @@ With ``reuse=True`` (what ``bind_current_process`` passes) the layout --
 nodes, CPUs, the GPUs sysfs lists -- is kept for the process and reused by
 the next call: none of it can change under a running process (CPU and
 memory hot-plug aside).  What can change is read again on every call: the
-allowed CPUs and memory nodes, NVML's merge (whose answers :mod:`._nvml`
+allowed CPUs and memory nodes, NVML's merge (whose answers :mod:`pynumabind._os.nvml`
 keeps), and the visibility variables.  The kept layout is keyed on the
 sysfs root and serves any ``detail`` up to the one it was read with; it is
 never used for ``FULL`` (whose node memory sizes are live figures) nor with
@@ -304,7 +304,7 @@ def _with(gpu: Gpu, **changes: Any) -> Gpu:
     return replace(gpu, **changes)
 
 
-@_forksafe.guarded  # it imports and loads on first use (see _forksafe)
+@_forksafe.guarded  # it imports and loads on first use (see _os.forksafe)
 def detect_topology(
     *,
     environ: Optional[Mapping[str, str]] = None,
@@ -412,7 +412,7 @@ def _with_nvml(
     return merged, dict(report.mig_parents)
 
 
-@_forksafe.guarded  # it imports and loads on first use (see _forksafe)
+@_forksafe.guarded  # it imports and loads on first use (see _os.forksafe)
 def topology_from_sysfs(
     root: str = SYSFS_ROOT,
     *,
@@ -476,7 +476,7 @@ def topology_from_sysfs(
     return topology
 
 
-@_forksafe.guarded  # it imports and loads on first use (see _forksafe)
+@_forksafe.guarded  # it imports and loads on first use (see _os.forksafe)
 def load_topology(path: str) -> Topology:
     """Read a snapshot file written by ``pynumabind snapshot``.
 
@@ -505,7 +505,7 @@ def load_topology(path: str) -> Topology:
         raise SnapshotFileError(f"topology file {path!r}: {exc}") from exc
 
 
-@_forksafe.guarded  # it imports and loads on first use (see _forksafe)
+@_forksafe.guarded  # it imports and loads on first use (see _os.forksafe)
 def process_topology(
     path: str,
     environ: Optional[Mapping[str, str]] = None,
@@ -549,7 +549,7 @@ def process_topology(
     return _visible.apply_visibility(live, env) if visible_only else live
 
 
-@_forksafe.guarded  # it imports and loads on first use (see _forksafe)
+@_forksafe.guarded  # it imports and loads on first use (see _os.forksafe)
 def resolve_topology(
     *,
     environ: Optional[Mapping[str, str]] = None,

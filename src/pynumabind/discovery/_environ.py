@@ -119,7 +119,7 @@ def no_rank(options: Optional[Options] = None) -> str:
     return NO_RANK.replace("pass rank=", f"pass {options.spelled('rank')}", 1)
 
 
-_ASCII_SPACE = ASCII_SPACE  # only ASCII whitespace is trimmed (see _options.ASCII_SPACE)
+_ASCII_SPACE = ASCII_SPACE  # only ASCII whitespace is trimmed (see options.ASCII_SPACE)
 #: The one set of boolean values, for every on/off variable (``PYNUMABIND_DISABLE``,
 #: ``PYNUMABIND_REQUIRE_NODE``, ``PYNUMABIND_VLLM``, ``PYNUMABIND_SGLANG``), in any
 #: letter case, ASCII whitespace around them ignored (docs/integrations.md lists it).

@@ -290,7 +290,7 @@ def _one(topology: Topology, request: Request, rank: int) -> Plan:
 
 
 def plan_for(topology: Topology, options: Options) -> Plan:
-    """The plan for ``options.rank``, from options built once (see :mod:`.._options`).
+    """The plan for ``options.rank``, from options built once (see :mod:`pynumabind.options`).
 
     ``options.gpu`` overrides this rank's GPU; the other ranks keep
     ``rank % len(gpus)``.  An error caused by a setting from the environment

@@ -63,8 +63,9 @@ from .._os import proc as _proc
 from .._os import threads as _threads
 from .._os.libnuma import KernelPolicy
 from .._os.threads import ThreadAction, ThreadResult
+from .._text import format_ids
 from ..cpulist import format_cpulist
-from ..errors import BindError, ConfigError, PlanError, format_ids
+from ..errors import BindError, ConfigError, PlanError
 from ..model import FALLBACK_WARNING, CpuMode, MemoryPolicy, Plan
 from ..options import Options, union_front
 from . import _apply

@@ -42,7 +42,8 @@ from .._mempolicy import POLICIES
 from .._os import libnuma as _libnuma
 from .._os import proc as _proc
 from .._os import threads as _threads
-from ..errors import BindError, LibnumaUnavailableError, PlanError, PynumabindError, format_ids
+from .._text import format_ids
+from ..errors import BindError, LibnumaUnavailableError, PlanError, PynumabindError
 from ..model import Plan
 
 __all__ = [

@@ -45,7 +45,8 @@ from .._mempolicy import ALLOWED, INSIDE, MODE_NAMES, MODE_NUMBERS, SPILL, SPREA
 from .._os import libnuma as _libnuma
 from .._os import proc as _proc
 from .._os import threads as _threads
-from ..errors import PynumabindError, format_ids
+from .._text import format_ids
+from ..errors import PynumabindError
 from ..model import MemoryPolicy
 
 if TYPE_CHECKING:  # pragma: no cover

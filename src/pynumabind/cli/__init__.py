@@ -35,14 +35,15 @@ from typing import Any, Dict, List, NoReturn, Optional, Sequence, Union
 
 from .. import discovery
 from .._os import SYSFS_ROOT
+from .._text import counted, format_ids, human_bytes, table
 from .._version import __version__
 from ..cpulist import format_cpulist, parse_cpulist, parse_nodelist
-from ..errors import ConfigError, ListParseError, PynumabindError, TopologyError, format_ids
+from ..errors import ConfigError, ListParseError, PynumabindError, TopologyError
 from ..model import SCHEMA_VERSION, CpuMode, MemoryPolicy, Plan, Topology
 from ..options import Options
 from ._advise import add_parser as _add_advise_parser
 from ._advise import cmd_advise
-from ._tables import by_rank, counted, human_bytes, table
+from ._tables import by_rank
 
 log = logging.getLogger("pynumabind.cli")
 
@@ -592,7 +593,7 @@ def _check_note(topology: Topology, options: Options, workers: int) -> Optional[
     count = (
         "one worker per NUMA node with CPUs"
         if options.nprocs is None
-        else f"{workers} worker{'' if workers == 1 else 's'} ({_count_source(options)})"
+        else f"{counted(workers, 'worker')} ({_count_source(options)})"
     )
     return (
         f"no GPU visible: {count}; this machine has one NUMA node, so binding changes "

@@ -97,7 +97,8 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, 
 
 from .._os import SYSFS_ROOT
 from .._os import forksafe as _forksafe
-from ..errors import SnapshotFileError, TopologyError, format_ids
+from .._text import format_ids
+from ..errors import SnapshotFileError, TopologyError
 from ..model import CpuMode, Detail, Gpu, Topology
 from ._visible import apply_visibility
 

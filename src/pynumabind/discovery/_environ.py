@@ -62,9 +62,10 @@ import re
 from dataclasses import replace
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+from .._text import shown
 from ..errors import ConfigError
 from ..model import CpuMode, MemoryPolicy
-from ..options import ASCII_SPACE, Options, check_nprocs, parse_choice, parse_fallback, shown
+from ..options import ASCII_SPACE, Options, check_nprocs, parse_choice, parse_fallback
 
 __all__ = [
     "CPUS_VARIABLE",

@@ -142,7 +142,7 @@ def installed_version(distribution: str, module: str) -> str:
 
 
 def _ids(ids: frozenset[int]) -> str:
-    from ..errors import format_ids
+    from .._text import format_ids
 
     return format_ids(ids)
 

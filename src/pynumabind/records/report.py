@@ -10,41 +10,27 @@ method), the GPU copies (or why there are none), the firmware's claims,
 notes, then the recommendation and its reasons.  A reason that only repeats
 the verdict is not printed twice.
 
-:func:`table` is the one aligned-table format of the package; the CLI takes
-it from here (:mod:`pynumabind.cli._tables`: this floor may not import the
-CLI, the CLI may import it).
+Its tables are the package's one aligned-table format
+(:func:`pynumabind._text.table`), the CLI's too.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, List, Optional, Sequence
 
+from .._text import table
+
 if TYPE_CHECKING:  # for annotations only: Advice imports this module (str(advice)), and saves
     from .advice import Advice
     from .values import GpuCopies, MemoryMatrix, Spread
 
-__all__ = ["render_text", "table"]
+__all__ = ["render_text"]
 
 
 def _cell(spread: Optional[Spread], error: Optional[str] = None, skipped: bool = False) -> str:
     if spread is None:
         return "skipped" if skipped else "error" if error else "-"
     return spread.text()
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Left-aligned columns separated by two spaces; no trailing blanks.
-
-    Every table the CLI prints (``pynumabind.cli._tables`` takes it from here).
-    """
-    widths = [len(h) for h in headers]
-    for row in rows:
-        for i, cell in enumerate(row):
-            widths[i] = max(widths[i], len(cell))
-    lines: List[str] = []
-    for row in [list(headers), *[list(r) for r in rows]]:
-        lines.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
-    return "\n".join(lines)
 
 
 def _memory_lines(memory: MemoryMatrix) -> List[str]:

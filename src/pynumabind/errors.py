@@ -6,8 +6,8 @@ launcher can catch one type.  Errors about bad *input* also derive from
 callers who already handle those keep working.  The library never calls
 ``sys.exit`` and never lets libnuma print: failures surface here.
 
-The errors name ids and quote bad input with the package's one text rules
-(:mod:`pynumabind._text`).
+The errors write ids and quote bad input by the package's one set of text
+rules (:mod:`pynumabind._text`).
 """
 
 from __future__ import annotations

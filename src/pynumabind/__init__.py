@@ -6,20 +6,20 @@ Typical use, first thing in a worker process::
     binding = pynumabind.bind_current_process(rank)
 
 Importing this package is cheap: submodules (and pynvml) load on first use,
-under the fork-safety lock (:mod:`._forksafe`), so a child forked meanwhile
-never inherits a half-done import.
+under the fork-safety lock (:mod:`._os.forksafe`), so a child forked
+meanwhile never inherits a half-done import.
 
 The public surface is :data:`_EXPORTS`, one table: ``__all__`` is made from
 it, and a test keeps the ``TYPE_CHECKING`` imports below (what type checkers
 and IDEs see) equal to it.  Helpers a user does not need to bind or plan
 (cpumask parsing, for instance) stay importable from their modules but are
-not exported here.  Every name here comes from a public module: a class a
-private module defines (``_threads.ThreadResult``, ``_apply.Skipped``,
-``_visible.apply_visibility``) is re-exported by the public module whose
-results hold it (:mod:`.binding`, :mod:`.discovery`), which says so.  The
-one exception is :class:`Options`: :mod:`._options` sits at the bottom
-floor with the model (the planner, discovery and the binding all take it),
-and ``pynumabind.Options`` is its public name.
+not exported here.  Every name here comes from a public module: what a
+private module defines (``_os.threads.ThreadResult``,
+``binding._apply.Skipped``, ``discovery._visible.apply_visibility``) is
+re-exported by the public module whose results hold it (:mod:`.binding`,
+:mod:`.discovery`), which says so.  :class:`Options` is
+:mod:`.options`'s, at the bottom floor with the model (the planner,
+discovery and the binding all take it).
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ def __getattr__(name: str) -> Any:
         module_name, attribute = _EXPORTS[name]
     except KeyError:
         raise AttributeError(f"module 'pynumabind' has no attribute {name!r}") from None
-    with _forksafe.lock():  # a fork waits for these imports (see _forksafe)
+    with _forksafe.lock():  # a fork waits for these imports (see _os.forksafe)
         # importlib too: a fresh interpreter may not have loaded it yet, and a
         # child forked while this thread imported it outside the lock would
         # inherit its module lock held and hang on its own first export.

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, FrozenSet, Optional, Tuple
 
-from .errors import format_ids
+from ._text import format_ids
 
 __all__ = [
     "ALLOWED",

@@ -71,7 +71,8 @@ import reprlib
 from collections.abc import Mapping
 from typing import AbstractSet, Iterable, List, Optional, Sequence, Tuple, Union
 
-from .errors import ListParseError, format_ids
+from ._text import clipped, format_ids
+from .errors import ListParseError
 
 __all__ = [
     "DEFAULT_MAX_ID",
@@ -115,7 +116,7 @@ _REPR.maxother = _REPR.maxstring = _REPR.maxlong = _TOKEN_CHARS
 
 
 def _token(text: str) -> str:
-    return text if len(text) <= _TOKEN_CHARS else text[: _TOKEN_CHARS - 3] + "..."
+    return clipped(text, _TOKEN_CHARS)
 
 
 def _fail(message: str, text: str, token: str, position: int) -> ListParseError:
@@ -499,7 +500,7 @@ def format_cpulist(ids: Iterable[int]) -> str:
     """Canonical cpulist, byte-identical to the kernel's ``%*pbl`` (no newline).
 
     The JSON form of a set of ids: an empty set is ``""``, as the kernel
-    writes it.  The text itself comes from :func:`~pynumabind.errors.format_ids`,
+    writes it.  The text itself comes from :func:`~pynumabind._text.format_ids`,
     the one formatter; this adds the check that every id is a non-negative int.
 
     Args:

@@ -6,19 +6,19 @@ launcher can catch one type.  Errors about bad *input* also derive from
 callers who already handle those keep working.  The library never calls
 ``sys.exit`` and never lets libnuma print: failures surface here.
 
-:func:`format_ids` also lives here: it is how every message, every JSON
-document and the kernel-format lists write a set of ids, and this module is
-the one every other module may import.
+The errors write ids and quote bad input by the package's one set of text
+rules (:mod:`pynumabind._text`).
 """
 
 from __future__ import annotations
 
 import errno as _errno
 import os
-from typing import AbstractSet, Collection, Optional
+from typing import AbstractSet, Optional
+
+from ._text import clipped, format_ids
 
 __all__ = [
-    "EMPTY_IDS",
     "BindError",
     "ConfigError",
     "LibnumaUnavailableError",
@@ -33,40 +33,7 @@ __all__ = [
     "SnapshotFileError",
     "TopologyError",
     "UnknownIdError",
-    "format_ids",
 ]
-
-
-#: The word a message uses for an empty set of ids.  JSON uses ``""``, the
-#: kernel's own form (see :func:`pynumabind.cpulist.format_cpulist`).
-EMPTY_IDS = "-"
-
-
-def format_ids(ids: Optional[Collection[int]], *, empty: str = EMPTY_IDS) -> str:
-    """A set of ids as text (``0-3,8``): the one place ids become text.
-
-    The kernel's list syntax, ascending, runs of consecutive ids as ``a-b``.
-    ``empty`` is what an empty set becomes: :data:`EMPTY_IDS` in messages,
-    ``""`` in JSON and sysfs (``format_cpulist`` passes that).  ``None``, no
-    set at all, is ``"none"`` in messages.  It lives here, at the bottom of
-    the package, because the errors themselves name ids
-    (:class:`NumaSyscallError`) and every other module may import this one.
-    """
-    if ids is None:
-        return "none"
-    if not ids:
-        return empty
-    out: list[str] = []
-    ordered = sorted(ids)
-    start = prev = ordered[0]
-    for value in ordered[1:]:
-        if value == prev + 1:
-            prev = value
-            continue
-        out.append(str(start) if start == prev else f"{start}-{prev}")
-        start = prev = value
-    out.append(str(start) if start == prev else f"{start}-{prev}")
-    return ",".join(out)
 
 
 class PynumabindError(Exception):
@@ -81,8 +48,7 @@ class ListParseError(PynumabindError, ValueError):
     """
 
     def __init__(self, message: str, *, text: str, token: str, position: int) -> None:
-        shown = text if len(text) <= 80 else text[:77] + "..."
-        super().__init__(f"{message}: {token!r} at position {position} in {shown!r}")
+        super().__init__(f"{message}: {token!r} at position {position} in {clipped(text, 80)!r}")
         self.text = text
         self.token = token
         self.position = position

@@ -68,7 +68,7 @@ SCHEMA_VERSION = 2
 FALLBACK_WARNING = "fallback nearest: "
 #: Snapshot schemas this pynumabind reads.  1: no ``visibility`` field (read as
 #: ``None``; such a file may list only the GPUs visible when it was taken, which
-#: is why visible-device entries are matched by physical index: see ``_visible``).
+#: is why visible-device entries are matched by physical index: see ``discovery._visible``).
 READ_SCHEMAS = (1, 2)
 
 #: The variables that decide which GPUs a process sees, and in what order.

@@ -80,6 +80,7 @@ from typing import (
     Union,
 )
 
+from ._text import shown
 from .errors import ConfigError, PynumabindError
 from .model import CpuMode, MemoryPolicy
 
@@ -100,7 +101,6 @@ __all__ = [
     "check_nprocs",
     "parse_choice",
     "parse_fallback",
-    "shown",
     "union_front",
 ]
 
@@ -139,11 +139,6 @@ class ArgumentKeywords(OptionKeywords, total=False):
     nprocs: Optional[int]
     mode: Union[str, CpuMode, None]
     policy: Union[str, MemoryPolicy, None]
-
-
-def shown(value: str) -> str:
-    """``repr`` of a variable's value, cut short: values can be hostile."""
-    return repr(value) if len(value) <= 60 else repr(value[:57]) + "..."
 
 
 def check_int(value: object, what: str) -> int:

@@ -17,7 +17,6 @@ from pynumabind.planner._sets import (
     exclusive,
     fastest,
     l3_groups,
-    named,
     union,
 )
 
@@ -68,7 +67,6 @@ def test_one_rank_gets_everything_and_the_note_says_so_in_its_own_words() -> Non
     slices, notes, shared = core_complex([fs(0), fs(1), fs(2), fs(3)], groups, 1, "node 0")
     assert slices == [fs(0, 1, 2, 3)] and not shared
     assert notes == ["node 0: the one rank gets every L3 group (2: 0-1, 2-3)"]
-    assert named("node", fs(0)) == "node 0" and named("node", fs(0, 1, 3)) == "nodes 0-1,3"
 
 
 def test_exclusive_splits_smt_threads_then_shares_cores() -> None:

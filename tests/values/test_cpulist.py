@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as hyp_st
 
+from pynumabind._text import EMPTY_IDS, format_ids
 from pynumabind.cpulist import (
     DEFAULT_MAX_ID,
     format_cpulist,
@@ -18,7 +19,7 @@ from pynumabind.cpulist import (
     parse_cpumask,
     parse_nodelist,
 )
-from pynumabind.errors import EMPTY_IDS, ListParseError, PynumabindError, format_ids
+from pynumabind.errors import ListParseError, PynumabindError
 
 
 def ids(*parts: object) -> FrozenSet[int]:

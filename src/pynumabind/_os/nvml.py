@@ -203,7 +203,7 @@ def _remembered(pynvml: Any, words: Tuple[int, int]) -> Optional[_Answers]:
 
 def _import() -> Any:
     try:
-        with _forksafe.lock():  # a fork waits for this first-use import (see _forksafe)
+        with _forksafe.lock():  # a fork waits for this first-use import (see forksafe)
             import pynvml
     except ImportError as exc:
         raise NvmlUnavailable(f"pynvml (nvidia-ml-py) is not importable: {exc}") from None

@@ -51,8 +51,9 @@ import errno
 import os
 from typing import AbstractSet, Dict, List, Optional, Tuple
 
+from .._text import format_ids
 from ..cpulist import parse_cpulist
-from ..errors import ListParseError, NumaSyscallError, ProcessStateError, format_ids
+from ..errors import ListParseError, NumaSyscallError, ProcessStateError
 
 __all__ = [
     "STATUS",

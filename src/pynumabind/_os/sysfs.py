@@ -26,8 +26,9 @@ from __future__ import annotations
 import os
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
+from .._text import format_ids
 from ..cpulist import parse_cpulist
-from ..errors import ConfigError, ListParseError, PynumabindError, TopologyError, format_ids
+from ..errors import ConfigError, ListParseError, PynumabindError, TopologyError
 from ..model import Cpu, Detail, NumaNode, Topology
 from . import SYSFS_ROOT
 from . import pci as _pci

@@ -31,8 +31,9 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
+from .._text import format_ids
 from ..cpulist import format_cpulist
-from ..errors import NumaSyscallError, format_ids
+from ..errors import NumaSyscallError
 from . import proc as _proc
 
 __all__ = [

@@ -24,7 +24,7 @@ and the memory each node can give (:mod:`pynumabind._os.meminfo`).
   never made smaller than :data:`MIN_LLC_MULTIPLE` times the LLC: a copy
   that fits in the cache measures the cache.  A memory node that cannot
   hold two such buffers is not measured, and its cells say why
-  (:attr:`MemoryCell.skipped <pynumabind.advisor.rule.MemoryCell.skipped>`).
+  (:attr:`MemoryCell.skipped <pynumabind.records.values.MemoryCell.skipped>`).
   An explicit ``buffer_bytes`` is used as given, with a note when it is
   below that size.  A sample is ``2 x bytes / seconds`` (read + write,
   STREAM's convention) over enough passes to last

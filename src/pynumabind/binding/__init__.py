@@ -4,7 +4,7 @@ This is the imperative shell around the pure planner: it changes kernel
 state, reads it back, and can undo it.  Three rules shape it:
 
 * **All threads, not just the caller.**  CPU affinity is set on every thread
-  that is not deliberately pinned elsewhere (see :mod:`._threads`), so
+  that is not deliberately pinned elsewhere (see :mod:`pynumabind._os.threads`), so
   thread pools started before the bind move too.  A memory policy, however,
   can only be set on the calling thread (no syscall changes another
   thread's policy); threads it starts later inherit it, and the
@@ -18,7 +18,7 @@ state, reads it back, and can undo it.  Three rules shape it:
   (``on_error="raise"``).  Any other exception, ``KeyboardInterrupt``
   included, rolls back what was changed before it propagates.  Binds and
   restores in one process are serialised, a fork waits for one in progress
-  (the lock is :mod:`._forksafe`'s), and a bind that leaves the calling
+  (the lock is :mod:`pynumabind._os.forksafe`'s), and a bind that leaves the calling
   thread itself unbound is an error, not a success.  A restore changes back
   only threads still of this process and still the same thread (see
   :mod:`._apply`): a thread id outlives its thread and may name another
@@ -35,8 +35,8 @@ holds the rules :meth:`Binding.verify` (and ``pynumabind check``) judge by.
 
 This module is the public home of the types a :class:`Binding` holds:
 :class:`Skipped` (defined in :mod:`._apply`), :class:`ThreadResult` and
-:class:`ThreadAction` (defined in :mod:`._threads`) and :class:`KernelPolicy`
-(``policy_read_back``, defined in :mod:`._libnuma`) are re-exported here, and
+:class:`ThreadAction` (defined in :mod:`pynumabind._os.threads`) and :class:`KernelPolicy`
+(``policy_read_back``, defined in :mod:`pynumabind._os.libnuma`) are re-exported here, and
 ``pynumabind`` exports them from here; their defining modules stay private.
 """
 
@@ -63,8 +63,9 @@ from .._os import proc as _proc
 from .._os import threads as _threads
 from .._os.libnuma import KernelPolicy
 from .._os.threads import ThreadAction, ThreadResult
+from .._text import format_ids
 from ..cpulist import format_cpulist
-from ..errors import BindError, ConfigError, PlanError, format_ids
+from ..errors import BindError, ConfigError, PlanError
 from ..model import FALLBACK_WARNING, CpuMode, MemoryPolicy, Plan
 from ..options import Options, union_front
 from . import _apply
@@ -96,7 +97,7 @@ ON_ERROR_CHOICES: Tuple[str, ...] = ("warn", "raise")
 
 # One bind at a time in a process: two threads binding at once would each read
 # the other's half-applied masks as "allowed" and "not pinned".  The lock is
-# _forksafe's (reentrant): bind_current_process holds it over its imports,
+# forksafe's (reentrant): bind_current_process holds it over its imports,
 # detect, plan and apply_plan, and a fork waits for it, so a child never
 # inherits a half-done bind or import; the child gets a fresh one.
 
@@ -242,7 +243,7 @@ class Binding:
         Returns:
             A :class:`VerifyResult`: ``ok``, and each finding.
         """
-        with _forksafe.lock():  # it may load libnuma; a fork waits (see _forksafe)
+        with _forksafe.lock():  # it may load libnuma; a fork waits (see _os.forksafe)
             return verify_binding(self, pages)
 
     # ------------------------------------------------------------ restore
@@ -577,7 +578,7 @@ def bind_current_process(
     """
     _check_on_error(on_error)
     given = union_front(options, dict(keywords, rank=rank, nprocs=nprocs, mode=mode, policy=policy))
-    with _forksafe.lock():  # a fork waits for these first-use imports (see _forksafe)
+    with _forksafe.lock():  # a fork waits for these first-use imports (see _os.forksafe)
         from ..discovery import _environ
     env = os.environ if environ is None else environ
     resolved = _environ.resolve(env, given, need_rank=False)

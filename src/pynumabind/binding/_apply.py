@@ -42,7 +42,8 @@ from .._mempolicy import POLICIES
 from .._os import libnuma as _libnuma
 from .._os import proc as _proc
 from .._os import threads as _threads
-from ..errors import BindError, LibnumaUnavailableError, PlanError, PynumabindError, format_ids
+from .._text import format_ids
+from ..errors import BindError, LibnumaUnavailableError, PlanError, PynumabindError
 from ..model import Plan
 
 __all__ = [
@@ -114,14 +115,14 @@ _CHURN_FIX = (
 
 
 class ThreadMasks(Dict[int, "frozenset[int]"]):
-    """tid -> mask before the bind, filled by :func:`._threads.bind_threads`; and start times.
+    """tid -> mask before the bind, and each thread's start time.
 
-    ``bind_threads`` sets an entry just before it changes that thread's
-    mask; setting it first reads the thread's start time
-    (:func:`._proc.thread_start_time`) into :attr:`starts`.  A tid and its
-    start time name one thread: an id the kernel hands out again, to a
-    thread of ours or of another process, comes with another start time,
-    or is no longer under ``/proc/self/task``.
+    :func:`~pynumabind._os.threads.bind_threads` sets an entry just before it
+    changes that thread's mask; setting it first reads the thread's start
+    time (:func:`~pynumabind._os.proc.thread_start_time`) into
+    :attr:`starts`.  A tid and its start time name one thread: an id the
+    kernel hands out again, to a thread of ours or of another process, comes
+    with another start time, or is no longer under ``/proc/self/task``.
     """
 
     def __init__(self) -> None:
@@ -139,7 +140,7 @@ class CpuUndo:
     """Thread masks to put back.
 
     ``masks`` (tid -> mask before, with each thread's start time) is filled
-    by :func:`._threads.bind_threads` before each change.  Threads not in
+    by :func:`~pynumabind._os.threads.bind_threads` before each change.  Threads not in
     it that were alive before the bind (``existing``) were on the bound CPUs
     already and stay so; any other thread found on ``bound`` was started
     after the bind, inherited the bound CPUs, and goes back to ``reference``
@@ -238,7 +239,7 @@ class Journal:
       force (linear in them, keeping or restoring n bindings would be
       quadratic); see :class:`_Stack`.
 
-    The stack is changed only under the fork lock (:mod:`._forksafe`): by
+    The stack is changed only under the fork lock (:mod:`pynumabind._os.forksafe`): by
     :meth:`add`/:meth:`discard` and rollbacks inside a bind, and by
     :meth:`restore`, whose callers hold it.
     """
@@ -657,7 +658,7 @@ def cpu_error(
     """The error for CPUs that cannot be bound; nothing was changed.
 
     ``before`` is the affinity mask, ``cpuset`` the cpuset path and its
-    effective CPUs when known (see :func:`._proc.cpuset`).
+    effective CPUs when known (see :func:`pynumabind._os.proc.cpuset`).
     """
     restriction = f"affinity mask {format_ids(before)}"
     if cpuset is not None:

@@ -44,7 +44,8 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Mapping, Optional, Tuple
 
 from .._os import libnuma as _libnuma
-from ..errors import NumaSyscallError, format_ids
+from .._text import format_ids
+from ..errors import NumaSyscallError
 from ._target import Target, fix
 
 __all__ = [

@@ -33,7 +33,8 @@ from typing import AbstractSet, Iterator, List, Optional, Tuple, Type
 from .._mempolicy import NODELESS_MODES
 from .._os import libnuma as _libnuma
 from .._os import proc as _proc
-from ..errors import ConfigError, NumaSyscallError, format_ids
+from .._text import format_ids
+from ..errors import ConfigError, NumaSyscallError
 from ._target import Target, refused
 
 __all__ = ["MemoryOn"]

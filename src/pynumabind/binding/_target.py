@@ -28,14 +28,8 @@ from typing import TYPE_CHECKING, AbstractSet, Iterable, Optional, Tuple, Union
 
 from .._mempolicy import POLICIES, placing_policies
 from .._os import libnuma as _libnuma
-from ..errors import (
-    ConfigError,
-    NumaSyscallError,
-    PlacementSyscallError,
-    PlanError,
-    UnknownIdError,
-    format_ids,
-)
+from .._text import format_ids
+from ..errors import ConfigError, NumaSyscallError, PlacementSyscallError, PlanError, UnknownIdError
 from ..model import MemoryPolicy
 from ..planner._memory import choose_mems
 from ..planner._place import RankState, place_gpu

@@ -5,7 +5,7 @@
 here, so they cannot disagree: ``check`` adds an independent *read* of the thread masks
 (``/proc/self/task/*/status`` instead of ``sched_getaffinity``), judged by the
 same :func:`thread_problems`, never a second rule set.  Both reads, and the
-allowed memory nodes, are :mod:`._proc`'s; a failed read arrives here as a
+allowed memory nodes, are :mod:`pynumabind._os.proc`'s; a failed read arrives here as a
 typed error and becomes a problem or a note.
 
 The rules:
@@ -13,7 +13,7 @@ The rules:
 * **Threads.**  Every live thread must run on the plan's CPUs, except one
   the binding left pinned elsewhere, or one started later that pinned itself
   to a mask other than the pre-bind one (deliberately pinned, as
-  :mod:`._threads` defines it).  A thread still on the pre-bind mask escaped
+  :mod:`pynumabind._os.threads` defines it).  A thread still on the pre-bind mask escaped
   the binding; a bound thread moved elsewhere was re-pinned after it.
 * **Memory** (checked only on the binding thread, whose policy it is): the
   policy reads back as requested, and freshly touched pages land where it
@@ -45,7 +45,8 @@ from .._mempolicy import ALLOWED, INSIDE, MODE_NAMES, MODE_NUMBERS, SPILL, SPREA
 from .._os import libnuma as _libnuma
 from .._os import proc as _proc
 from .._os import threads as _threads
-from ..errors import PynumabindError, format_ids
+from .._text import format_ids
+from ..errors import PynumabindError
 from ..model import MemoryPolicy
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -72,7 +73,7 @@ _SETTLE_PAUSE = 0.05  # seconds
 
 @dataclass(frozen=True)
 class VerifyResult:
-    """What :meth:`Binding.verify` found.
+    """What :meth:`Binding.verify() <pynumabind.binding.Binding.verify>` found.
 
     ``ok`` is True when everything the binding claims to be in force is:
     each thread's affinity, the calling thread's policy, and where freshly

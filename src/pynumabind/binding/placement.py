@@ -207,13 +207,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, Iterable, Mapping, Optional, Tuple, Union
 
 from .._os import libnuma as _libnuma
+from .._text import format_ids
 from ..errors import (
     ConfigError,
     NotABufferError,
     NumaSyscallError,
     PlacementSyscallError,
     ReadOnlyBufferError,
-    format_ids,
 )
 from ..model import MemoryPolicy
 from ._buffers import Span, open_buffer, outward

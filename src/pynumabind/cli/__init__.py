@@ -31,18 +31,19 @@ import logging
 import math
 import os
 import sys
-from typing import Any, Dict, List, NoReturn, Optional, Sequence, Union
+from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple, Union
 
 from .. import discovery
 from .._os import SYSFS_ROOT
+from .._text import counted, format_ids, human_bytes, table
 from .._version import __version__
 from ..cpulist import format_cpulist, parse_cpulist, parse_nodelist
-from ..errors import ConfigError, ListParseError, PynumabindError, TopologyError, format_ids
+from ..errors import ConfigError, ListParseError, PynumabindError, TopologyError
 from ..model import SCHEMA_VERSION, CpuMode, MemoryPolicy, Plan, Topology
 from ..options import Options
 from ._advise import add_parser as _add_advise_parser
 from ._advise import cmd_advise
-from ._tables import by_rank, counted, human_bytes, table
+from ._tables import by_rank
 
 log = logging.getLogger("pynumabind.cli")
 
@@ -300,7 +301,7 @@ def machine_topology(
 
 
 def _options(args: argparse.Namespace) -> Options:
-    """The plan options given on the command line, validated once (see :mod:`._options`)."""
+    """The plan options given on the command line, validated once (:mod:`pynumabind.options`)."""
     return Options.from_arguments(
         rank=getattr(args, "rank", None),
         nprocs=getattr(args, "nprocs", None),
@@ -592,7 +593,7 @@ def _check_note(topology: Topology, options: Options, workers: int) -> Optional[
     count = (
         "one worker per NUMA node with CPUs"
         if options.nprocs is None
-        else f"{workers} worker{'' if workers == 1 else 's'} ({_count_source(options)})"
+        else f"{counted(workers, 'worker')} ({_count_source(options)})"
     )
     return (
         f"no GPU visible: {count}; this machine has one NUMA node, so binding changes "
@@ -612,30 +613,39 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.json:
         _emit_json(report.to_dict())
         return EXIT_OK if report.ok else EXIT_FAILURE
-    lines = [table(_CHECK_HEADERS, _check_rows(report)), _CHECK_LEGEND]
     note = _check_note(topology, options, len(report.workers))
+    _emit(_check_text(report, note, verbose=args.verbose))
+    return EXIT_OK if report.ok else EXIT_FAILURE
+
+
+def _check_text(report: Any, note: Optional[str], *, verbose: bool) -> str:
+    """The check report as text: the table, the note, each section with lines, the count."""
+    lines = [table(_CHECK_HEADERS, _check_rows(report)), _CHECK_LEGEND]
     if note is not None:
         lines += ["", note]
-    if args.verbose:
-        reasons = by_rank([(w.rank, w.reasons) for w in report.workers])
-        lines += ["", "Reasons", *reasons] if reasons else []
-    warnings = by_rank([(w.rank, w.warnings) for w in report.workers])
-    if warnings:
-        lines += ["", "Warnings", *warnings]
-    unbound = [f"  rank {w.rank}: {w.not_bound}" for w in report.workers if w.not_bound]
-    if unbound:
-        lines += ["", "Not bound, on purpose", *unbound]
-    problems = [
-        f"  {p}" if p.startswith(f"rank {w.rank}:") else f"  rank {w.rank}: {p}"
-        for w in report.workers
-        for p in w.problems
-    ]
-    if problems:
-        lines += ["", "Problems", *problems]
+    for title, body in _check_sections(report.workers, verbose=verbose):
+        if body:
+            lines += ["", title, *body]
     ok = sum(w.ok for w in report.workers)
     lines += ["", f"{ok} of {len(report.workers)} workers bound as planned"]
-    _emit("\n".join(lines))
-    return EXIT_OK if report.ok else EXIT_FAILURE
+    return "\n".join(lines)
+
+
+def _check_sections(workers: Sequence[Any], *, verbose: bool) -> List[Tuple[str, List[str]]]:
+    """The check report's sections, in order: a title and its lines (none: left out)."""
+    reasons = by_rank([(w.rank, w.reasons) for w in workers]) if verbose else []
+    unbound = [f"  rank {w.rank}: {w.not_bound}" for w in workers if w.not_bound]
+    problems = [
+        f"  {p}" if p.startswith(f"rank {w.rank}:") else f"  rank {w.rank}: {p}"
+        for w in workers
+        for p in w.problems
+    ]
+    return [
+        ("Reasons", reasons),
+        ("Warnings", by_rank([(w.rank, w.warnings) for w in workers])),
+        ("Not bound, on purpose", unbound),
+        ("Problems", problems),
+    ]
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:

@@ -3,7 +3,7 @@
 Each rank gets its own freshly *spawned* process (as launchers start
 workers), which calls :func:`~pynumabind.bind_current_process` in-process and
 then judges the result by the one set of rules in
-:mod:`pynumabind.binding._verify` -- the same ones :meth:`Binding.verify`
+:mod:`pynumabind.binding._verify` -- the same ones :meth:`~pynumabind.binding.Binding.verify`
 applies, so a worker whose ``verify()`` passes cannot fail here for a rule of
 check's own:
 

@@ -1,28 +1,15 @@
-"""Plain-text rendering helpers for the CLI: aligned tables and sizes.
+"""The CLI's own text layout: each rank's lines, those all ranks share written once.
 
-Kept apart from the CLI's control flow so the formats can be tested alone.
+Kept apart from the CLI's control flow so the format can be tested alone.
+The package's shared text helpers (the table format, sizes, counts) are
+:mod:`pynumabind._text`'s.
 """
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Sequence, Tuple
 
-from ..planner._sets import counted  # "1 NUMA node", "2 GPUs": the planner's rule
-from ..records.report import table  # the one table format (the advise report's too)
-
-__all__ = ["by_rank", "counted", "human_bytes", "table"]
-
-
-def human_bytes(value: Optional[int]) -> str:
-    """``123.4 GiB``; ``-`` when unknown."""
-    if value is None:
-        return "-"
-    size = float(value)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    raise AssertionError("unreachable")  # pragma: no cover
+__all__ = ["by_rank"]
 
 
 def by_rank(per_rank: Sequence[Tuple[int, Sequence[str]]]) -> List[str]:

@@ -70,7 +70,7 @@ With ``reuse=True`` (what ``bind_current_process`` passes) the layout --
 nodes, CPUs, the GPUs sysfs lists -- is kept for the process and reused by
 the next call: none of it can change under a running process (CPU and
 memory hot-plug aside).  What can change is read again on every call: the
-allowed CPUs and memory nodes, NVML's merge (whose answers :mod:`._nvml`
+allowed CPUs and memory nodes, NVML's merge (whose answers :mod:`pynumabind._os.nvml`
 keeps), and the visibility variables.  The kept layout is keyed on the
 sysfs root and serves any ``detail`` up to the one it was read with; it is
 never used for ``FULL`` (whose node memory sizes are live figures) nor with
@@ -97,7 +97,8 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, 
 
 from .._os import SYSFS_ROOT
 from .._os import forksafe as _forksafe
-from ..errors import SnapshotFileError, TopologyError, format_ids
+from .._text import format_ids
+from ..errors import SnapshotFileError, TopologyError
 from ..model import CpuMode, Detail, Gpu, Topology
 from ._visible import apply_visibility
 
@@ -304,7 +305,7 @@ def _with(gpu: Gpu, **changes: Any) -> Gpu:
     return replace(gpu, **changes)
 
 
-@_forksafe.guarded  # it imports and loads on first use (see _forksafe)
+@_forksafe.guarded  # it imports and loads on first use (see _os.forksafe)
 def detect_topology(
     *,
     environ: Optional[Mapping[str, str]] = None,
@@ -412,7 +413,7 @@ def _with_nvml(
     return merged, dict(report.mig_parents)
 
 
-@_forksafe.guarded  # it imports and loads on first use (see _forksafe)
+@_forksafe.guarded  # it imports and loads on first use (see _os.forksafe)
 def topology_from_sysfs(
     root: str = SYSFS_ROOT,
     *,
@@ -476,7 +477,7 @@ def topology_from_sysfs(
     return topology
 
 
-@_forksafe.guarded  # it imports and loads on first use (see _forksafe)
+@_forksafe.guarded  # it imports and loads on first use (see _os.forksafe)
 def load_topology(path: str) -> Topology:
     """Read a snapshot file written by ``pynumabind snapshot``.
 
@@ -505,7 +506,7 @@ def load_topology(path: str) -> Topology:
         raise SnapshotFileError(f"topology file {path!r}: {exc}") from exc
 
 
-@_forksafe.guarded  # it imports and loads on first use (see _forksafe)
+@_forksafe.guarded  # it imports and loads on first use (see _os.forksafe)
 def process_topology(
     path: str,
     environ: Optional[Mapping[str, str]] = None,
@@ -549,7 +550,7 @@ def process_topology(
     return _visible.apply_visibility(live, env) if visible_only else live
 
 
-@_forksafe.guarded  # it imports and loads on first use (see _forksafe)
+@_forksafe.guarded  # it imports and loads on first use (see _os.forksafe)
 def resolve_topology(
     *,
     environ: Optional[Mapping[str, str]] = None,

@@ -62,9 +62,10 @@ import re
 from dataclasses import replace
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+from .._text import shown
 from ..errors import ConfigError
 from ..model import CpuMode, MemoryPolicy
-from ..options import ASCII_SPACE, Options, check_nprocs, parse_choice, parse_fallback, shown
+from ..options import ASCII_SPACE, Options, check_nprocs, parse_choice, parse_fallback
 
 __all__ = [
     "CPUS_VARIABLE",
@@ -119,7 +120,7 @@ def no_rank(options: Optional[Options] = None) -> str:
     return NO_RANK.replace("pass rank=", f"pass {options.spelled('rank')}", 1)
 
 
-_ASCII_SPACE = ASCII_SPACE  # only ASCII whitespace is trimmed (see _options.ASCII_SPACE)
+_ASCII_SPACE = ASCII_SPACE  # only ASCII whitespace is trimmed (see options.ASCII_SPACE)
 #: The one set of boolean values, for every on/off variable (``PYNUMABIND_DISABLE``,
 #: ``PYNUMABIND_REQUIRE_NODE``, ``PYNUMABIND_VLLM``, ``PYNUMABIND_SGLANG``), in any
 #: letter case, ASCII whitespace around them ignored (docs/integrations.md lists it).

@@ -84,7 +84,8 @@ import os
 from dataclasses import replace
 from typing import Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from ..errors import ConfigError, TopologyError, format_ids
+from .._text import format_ids
+from ..errors import ConfigError, TopologyError
 from ..model import VISIBILITY_VARIABLES, Gpu, Topology
 
 __all__ = [

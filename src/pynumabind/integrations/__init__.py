@@ -30,7 +30,7 @@ Rules
   hide which one is in force.  A framework that binds *by default* (vLLM
   >= 0.34) is turned off by the opt-in (see :mod:`.vllm`).
 * **A worker always starts.**  The hooks bind with ``fallback="nearest"``
-  (:func:`hook_fallback`): a worker whose GPU's node has no CPU in its
+  (:func:`._common.hook_fallback`): a worker whose GPU's node has no CPU in its
   cpuset (a Slurm job's) is bound to the nearest allowed CPUs, its memory
   on the GPU's node when allowed, with one warning naming the cpuset,
   instead of failing -- the framework would kill it, and the job, where its
@@ -121,7 +121,7 @@ def gate(variable: str, environ: Optional[Mapping[str, str]] = None) -> bool:
     Unset, empty and ``0``/``false``/``no``/``off`` are off; anything else is
     a ConfigError naming the variable.
     """
-    with _forksafe.lock():  # a fork waits for this first-use import (see _forksafe)
+    with _forksafe.lock():  # a fork waits for this first-use import (see _os.forksafe)
         from ..discovery._environ import parse_flag
 
     env = os.environ if environ is None else environ

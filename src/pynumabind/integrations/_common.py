@@ -142,7 +142,7 @@ def installed_version(distribution: str, module: str) -> str:
 
 
 def _ids(ids: frozenset[int]) -> str:
-    from ..errors import format_ids
+    from .._text import format_ids
 
     return format_ids(ids)
 
@@ -173,7 +173,7 @@ def per_gpu_override(variable: str, environ: Optional[Mapping[str, str]] = None)
 # ------------------------------------------------------------ binding
 
 
-@_forksafe.guarded  # imports, loads the topology, binds (see _forksafe)
+@_forksafe.guarded  # imports, loads the topology, binds (see _os.forksafe)
 def bind_visible_gpus(
     *,
     what: str = "this process",
@@ -239,7 +239,7 @@ def _gpu_key(indices: Sequence[int], what: str) -> Tuple[int, ...]:
     return tuple(sorted(set(checked)))
 
 
-@_forksafe.guarded  # imports, loads the topology, binds (see _forksafe)
+@_forksafe.guarded  # imports, loads the topology, binds (see _os.forksafe)
 def bind_gpus(
     indices: Sequence[int],
     *,

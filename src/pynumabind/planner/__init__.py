@@ -132,7 +132,8 @@ from typing import (
     Union,
 )
 
-from ..errors import ConfigError, PlanError, PynumabindError, UnknownIdError, format_ids
+from .._text import counted, format_ids
+from ..errors import ConfigError, PlanError, PynumabindError, UnknownIdError
 from ..model import CpuMode, MemoryPolicy, Plan, Topology
 from ..options import MAX_NPROCS, NOT_GPU_LISTS, OptionKeywords, Options, check_int, union_front
 from ._cpus import choose_cpus
@@ -159,7 +160,6 @@ from ._request import (
     check_overrides,
     default_nprocs,
     gpu_index,
-    local_ranks_text,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -280,7 +280,7 @@ def _one(topology: Topology, request: Request, rank: int) -> Plan:
     if rank >= request.nprocs:
         raise UnknownIdError(
             f"rank {rank} out of range: there {'is' if request.nprocs == 1 else 'are'} "
-            f"{local_ranks_text(request.nprocs)} ({request.nprocs_reason}); "
+            f"{counted(request.nprocs, 'local rank')} ({request.nprocs_reason}); "
             f"pass {request.nprocs_option} to plan more"
         )
     result = _plan_ranks(topology, request, {rank})[rank]
@@ -290,7 +290,7 @@ def _one(topology: Topology, request: Request, rank: int) -> Plan:
 
 
 def plan_for(topology: Topology, options: Options) -> Plan:
-    """The plan for ``options.rank``, from options built once (see :mod:`.._options`).
+    """The plan for ``options.rank``, from options built once (see :mod:`pynumabind.options`).
 
     ``options.gpu`` overrides this rank's GPU; the other ranks keep
     ``rank % len(gpus)``.  An error caused by a setting from the environment

@@ -36,7 +36,8 @@ from __future__ import annotations
 import functools
 from typing import AbstractSet, Dict, List, Mapping, Optional, Tuple
 
-from ..errors import ConfigError, PlanError, format_ids
+from .._text import counted, format_ids, named
+from ..errors import ConfigError, PlanError
 from ..model import CpuMode, Topology
 from . import _sets
 from ._place import RankState, node_cpus, nodes_of, primary_node, rank_ids
@@ -44,11 +45,6 @@ from ._place import RankState, node_cpus, nodes_of, primary_node, rank_ids
 __all__ = ["choose_cpus"]
 
 _EXCLUSIVE = (CpuMode.EXCLUSIVE, CpuMode.CORE_COMPLEX)
-
-
-def _cpus_text(cpus: frozenset[int]) -> str:
-    """``CPU 3`` or ``CPUs 0-3``."""
-    return f"CPU{'' if len(cpus) == 1 else 's'} {format_ids(cpus)}"
 
 
 def _empty(topology: Topology, state: RankState, wanted: frozenset[int], what: str) -> PlanError:
@@ -77,7 +73,7 @@ def _from_override(
             f"outside the allowed CPUs {format_ids(allowed)} and are dropped"
         )
     state.cpus = got
-    state.reasons.append(f"cpus override: rank {state.rank} gets {_cpus_text(got)}")
+    state.reasons.append(f"cpus override: rank {state.rank} gets {named('CPU', got)}")
     if not nodes_given:
         gpu_nodes = state.nodes  # where the GPU placed the rank, before the override
         state.nodes = nodes_of(topology, got)
@@ -139,7 +135,7 @@ def _node_cpus(topology: Topology, state: RankState) -> None:
         return
     state.cpus = got
     state.reasons.append(
-        f"mode node: all allowed CPUs of {_sets.named('node', state.nodes)}: {format_ids(got)}"
+        f"mode node: all allowed CPUs of {named('node', state.nodes)}: {format_ids(got)}"
     )
 
 
@@ -151,7 +147,7 @@ def _mode_socket(topology: Topology, state: RankState) -> None:
         wanted = _sets.union(topology.package_cpus(p) for p in packages)
     else:
         state.reasons.append(
-            f"mode socket: packages of {_sets.named('node', state.nodes)} unknown; "
+            f"mode socket: packages of {named('node', state.nodes)} unknown; "
             "using the node's CPUs"
         )
     got = wanted & topology.allowed_cpus
@@ -160,8 +156,8 @@ def _mode_socket(topology: Topology, state: RankState) -> None:
         return
     state.cpus = got
     state.reasons.append(
-        f"mode socket: all allowed CPUs of {_sets.named('package', packages)} "
-        f"({_sets.named('node', nodes_of(topology, got))}): {format_ids(got)}"
+        f"mode socket: all allowed CPUs of {named('package', packages)} "
+        f"({named('node', nodes_of(topology, got))}): {format_ids(got)}"
     )
 
 
@@ -265,22 +261,22 @@ def _slice_group(
         for s in members:
             s.error = _empty(topology, s, wanted, "its ")
         return
-    where = _sets.named("node", key)
+    where = named("node", key)
     slices, notes, shared, core_count = _slices(topology, mode, pool, len(members), where)
     peers = rank_ids(s.rank for s in members)
     for position, (s, got) in enumerate(zip(members, slices)):
         s.cpus = got
         s.reasons.extend(notes)
         s.reasons.append(
-            f"mode {mode.value}: rank {s.rank} alone on {where} gets {_cpus_text(got)}"
+            f"mode {mode.value}: rank {s.rank} alone on {where} gets {named('CPU', got)}"
             if len(members) == 1
             else f"mode {mode.value}: ranks {peers} share {where}; rank {s.rank} is "
-            f"number {position} and gets {_cpus_text(got)}"
+            f"number {position} and gets {named('CPU', got)}"
         )
         if shared:
             s.warnings.append(
                 f"{where}: {len(members)} ranks but only "
-                f"{_sets.counted(core_count, 'allowed core')}: exclusive slices share "
+                f"{counted(core_count, 'allowed core')}: exclusive slices share "
                 "physical cores"
             )
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Tuple
 
-from ..errors import format_ids
+from .._text import format_ids
 from ..model import FALLBACK_WARNING, CpuMode, Topology
 from ._place import RankState, gpu_label, node_cpus
 

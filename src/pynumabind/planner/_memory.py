@@ -16,10 +16,10 @@ from __future__ import annotations
 from typing import List, Optional, Tuple
 
 from .._mempolicy import POLICIES
-from ..errors import PlanError, format_ids
+from .._text import format_ids, named
+from ..errors import PlanError
 from ..model import MemoryPolicy, Topology
 from ._place import RankState, nodes_of
-from ._sets import named
 
 __all__ = ["choose_mems"]
 

@@ -27,7 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import AbstractSet, Dict, Iterable, List, Mapping, Optional, Tuple
 
-from ..errors import PlanError, PynumabindError, format_ids
+from .._text import counted, format_ids
+from ..errors import PlanError, PynumabindError
 from ..model import Gpu, Topology
 
 __all__ = [
@@ -317,7 +318,7 @@ def _place_without_gpu(topology: Topology, state: RankState, nprocs: int) -> Non
     state.nodes = frozenset({node})
     state.primary = node
     state.reasons.append(
-        f"no GPUs: {nprocs} rank{'' if nprocs == 1 else 's'} spread evenly over the nodes "
+        f"no GPUs: {counted(nprocs, 'rank')} spread evenly over the nodes "
         "with allowed CPUs "
         f"({format_ids(frozenset(spread))}); rank {state.rank} is on node {node}"
     )

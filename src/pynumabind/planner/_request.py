@@ -15,8 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Tuple, Union
 
+from .._text import counted, format_ids, shown
 from ..cpulist import parse_nodelist
-from ..errors import ConfigError, ListParseError, PlanError, UnknownIdError, format_ids
+from ..errors import ConfigError, ListParseError, PlanError, UnknownIdError
 from ..model import CpuMode, MemoryPolicy, Topology
 from ..options import (
     ARGUMENT,
@@ -26,7 +27,6 @@ from ..options import (
     Options,
     check_int,
     check_nprocs,
-    shown,
 )
 from ._overrides import RANK_SEPARATOR, parse_cpus_override, parse_nodes_override
 from ._place import cpu_bearing_nodes
@@ -38,13 +38,7 @@ __all__ = [
     "build_request",
     "default_nprocs",
     "gpu_index",
-    "local_ranks_text",
 ]
-
-
-def local_ranks_text(count: int) -> str:
-    """``1 local rank``, ``4 local ranks``."""
-    return f"{count} local rank" + ("" if count == 1 else "s")
 
 
 @dataclass(frozen=True)
@@ -85,13 +79,13 @@ def default_nprocs(topology: Topology, lengths: Optional[Dict[str, int]] = None)
         )
     if lengths:
         name, count = next(iter(lengths.items()))
-        return count, f"{local_ranks_text(count)}: one per entry of the {name} override"
+        return count, f"{counted(count, 'local rank')}: one per entry of the {name} override"
     if topology.gpus:
         count = len(topology.gpus)
-        return count, f"{local_ranks_text(count)}: one per visible GPU"
+        return count, f"{counted(count, 'local rank')}: one per visible GPU"
     nodes = cpu_bearing_nodes(topology)
     return len(nodes), (
-        f"{local_ranks_text(len(nodes))}: no GPUs, one per NUMA node with allowed CPUs "
+        f"{counted(len(nodes), 'local rank')}: no GPUs, one per NUMA node with allowed CPUs "
         f"({format_ids(frozenset(nodes))})"
     )
 
@@ -102,12 +96,12 @@ def _given_count(topology: Topology, nprocs: int, source: Optional[str]) -> str:
         count, why = default_nprocs(topology)
         if count == nprocs:
             return f"{why} (chosen by {CHOSEN_BY_CHECK})"
-        return f"{local_ranks_text(nprocs)} (chosen by {CHOSEN_BY_CHECK})"
+        return f"{counted(nprocs, 'local rank')} (chosen by {CHOSEN_BY_CHECK})"
     if source == COMMAND_LINE:
-        return f"{local_ranks_text(nprocs)} (--nprocs)"
+        return f"{counted(nprocs, 'local rank')} (--nprocs)"
     if source in (None, ARGUMENT):
-        return f"{local_ranks_text(nprocs)} (given)"
-    return f"{local_ranks_text(nprocs)} (from {source})"
+        return f"{counted(nprocs, 'local rank')} (given)"
+    return f"{counted(nprocs, 'local rank')} (from {source})"
 
 
 def _nprocs(

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import AbstractSet, Callable, Dict, Iterable, List, Optional, Tuple
 
-from ..errors import format_ids
+from .._text import counted, format_ids
 
 __all__ = [
     "balanced",
@@ -90,16 +90,6 @@ def balanced(count: int, parts: int) -> List[Tuple[int, int]]:
 
 def _sizes(count: int, parts: int) -> str:
     return "/".join(map(str, sorted({b - a for a, b in balanced(count, parts)}, reverse=True)))
-
-
-def counted(count: int, noun: str) -> str:
-    """``1 rank``, ``2 ranks``: a count with its noun in the right number."""
-    return f"{count} {noun}{'' if count == 1 else 's'}"
-
-
-def named(noun: str, ids: AbstractSet[int]) -> str:
-    """``node 0``, ``nodes 0-1``: ids after their noun in the right number."""
-    return f"{noun}{'' if len(ids) == 1 else 's'} {format_ids(ids)}"
 
 
 def _each(count: int, parts: int, noun: str) -> str:

@@ -46,6 +46,7 @@ from typing import (
     cast,
 )
 
+from .._text import clipped
 from ..cpulist import parse_cpulist
 from ..errors import AdviceRecordError, ListParseError
 from ..model import SCHEMA_VERSION
@@ -168,10 +169,10 @@ class _Reader:
         return _Reader(self.where, f"{self.key}.{key}" if self.key else key)
 
     def fail(self, key: str, expected: str, value: object) -> AdviceRecordError:
-        shown = repr(value)
-        shown = shown if len(shown) <= 60 else shown[:57] + "..."
         name = self.at(key).key if key else self.key
-        return AdviceRecordError(f"{self.where}: {name}: expected {expected}, not {shown}")
+        return AdviceRecordError(
+            f"{self.where}: {name}: expected {expected}, not {clipped(repr(value), 60)}"
+        )
 
     def get(self, data: Mapping[str, Any], key: str, kind: Type[_T]) -> _T:
         if key not in data:

@@ -25,8 +25,9 @@ from __future__ import annotations
 import os
 from typing import List, Mapping, Optional, Tuple
 
+from .._text import shown
 from ..errors import AdviceRecordError
-from ..options import ASCII_SPACE, shown
+from ..options import ASCII_SPACE
 
 __all__ = [
     "ADVICE_VARIABLE",

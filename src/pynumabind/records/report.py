@@ -10,20 +10,23 @@ method), the GPU copies (or why there are none), the firmware's claims,
 notes, then the recommendation and its reasons.  A reason that only repeats
 the verdict is not printed twice.
 
-:func:`table` is the one aligned-table format of the package; the CLI takes
-it from here (:mod:`pynumabind.cli._tables`: this floor may not import the
-CLI, the CLI may import it).
+Its tables are the package's one aligned-table format
+(:func:`pynumabind._text.table`), the CLI's too.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Optional, Sequence
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
+
+from .._text import table
 
 if TYPE_CHECKING:  # for annotations only: Advice imports this module (str(advice)), and saves
     from .advice import Advice
     from .values import GpuCopies, MemoryMatrix, Spread
 
-__all__ = ["render_text", "table"]
+__all__ = ["render_text"]
+
+Rows = List[List[str]]
 
 
 def _cell(spread: Optional[Spread], error: Optional[str] = None, skipped: bool = False) -> str:
@@ -32,37 +35,35 @@ def _cell(spread: Optional[Spread], error: Optional[str] = None, skipped: bool =
     return spread.text()
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Left-aligned columns separated by two spaces; no trailing blanks.
-
-    Every table the CLI prints (``pynumabind.cli._tables`` takes it from here).
-    """
-    widths = [len(h) for h in headers]
-    for row in rows:
-        for i, cell in enumerate(row):
-            widths[i] = max(widths[i], len(cell))
-    lines: List[str] = []
-    for row in [list(headers), *[list(r) for r in rows]]:
-        lines.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
-    return "\n".join(lines)
-
-
-def _memory_lines(memory: MemoryMatrix) -> List[str]:
-    heads = ["CPU node \\ memory", *(f"node {m}" for m in memory.memory_nodes)]
+def _memory_rows(memory: MemoryMatrix) -> Tuple[Rows, Rows, Rows]:
+    """Each CPU node's row of the three tables: bandwidth, latency, where its buffers landed."""
     bandwidth, latency, where = [], [], []
-    errors: List[str] = []
     for cpu, row in zip(memory.cpu_nodes, memory.cells):
         bandwidth.append(
             [f"node {cpu}", *(_cell(c.bandwidth, c.error, bool(c.skipped)) for c in row)]
         )
         latency.append([f"node {cpu}", *(_cell(c.latency, c.error, bool(c.skipped)) for c in row)])
         where.append([f"node {cpu}", *(c.placement.text() if c.placement else "-" for c in row)])
+    return bandwidth, latency, where
+
+
+def _memory_errors(memory: MemoryMatrix) -> List[str]:
+    """Row by row, each failed cell's error, then each reason a cell was skipped (once)."""
+    errors: List[str] = []
+    for cpu, row in zip(memory.cpu_nodes, memory.cells):
         errors += [
             f"CPU node {cpu} x memory node {m}: {c.error}"
             for m, c in zip(memory.memory_nodes, row)
             if c.error
         ]
         errors += [c.skipped for c in row if c.skipped and c.skipped not in errors]
+    return errors
+
+
+def _memory_lines(memory: MemoryMatrix) -> List[str]:
+    heads = ["CPU node \\ memory", *(f"node {m}" for m in memory.memory_nodes)]
+    bandwidth, latency, where = _memory_rows(memory)
+    errors = _memory_errors(memory)
     threads = sorted({c.threads for row in memory.cells for c in row})
     lines = [
         f"Memory bandwidth, GB/s: median (quartiles) of {_repeats(memory)} repeats, "

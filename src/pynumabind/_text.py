@@ -1,0 +1,113 @@
+"""The small text helpers every layer shares: ids, counts, tables, sizes, hostile values.
+
+Values in, text out, one rule each, so that every message, every report and
+the kernel-format lists write the same thing the same way:
+
+* :func:`format_ids` writes a set of ids (``0-3,8``): messages, JSON and the
+  kernel's list syntax (:func:`pynumabind.cpulist.format_cpulist`, the public
+  name, passes ``empty=""``);
+* :func:`counted` and :func:`named` put a noun in the right number
+  (``2 ranks``, ``nodes 0-1``);
+* :func:`table` is the one aligned-table format: the CLI's tables and the
+  advise report's;
+* :func:`human_bytes` writes a size (``123.4 GiB``);
+* :func:`shown` and :func:`clipped` cut a value that came from outside
+  (an environment variable, a file) short before a message quotes it.
+
+It sits with the values at the top of the package, below every floor, and
+imports nothing at all (not even ``typing``: the annotations are strings), so
+the errors, the parsers and the bind path take it for free.
+"""
+
+from __future__ import annotations
+
+# Not ``from typing import TYPE_CHECKING``: this module imports nothing, and
+# type checkers treat any name TYPE_CHECKING as true.
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import AbstractSet, Collection, List, Optional, Sequence
+
+__all__ = [
+    "EMPTY_IDS",
+    "clipped",
+    "counted",
+    "format_ids",
+    "human_bytes",
+    "named",
+    "shown",
+    "table",
+]
+
+#: The word a message uses for an empty set of ids.  JSON uses ``""``, the
+#: kernel's own form (see :func:`pynumabind.cpulist.format_cpulist`).
+EMPTY_IDS = "-"
+
+
+def format_ids(ids: Optional[Collection[int]], *, empty: str = EMPTY_IDS) -> str:
+    """A set of ids as text (``0-3,8``): the one place ids become text.
+
+    The kernel's list syntax, ascending, runs of consecutive ids as ``a-b``.
+    ``empty`` is what an empty set becomes: :data:`EMPTY_IDS` in messages,
+    ``""`` in JSON and sysfs (``format_cpulist`` passes that).  ``None``, no
+    set at all, is ``"none"`` in messages.
+    """
+    if ids is None:
+        return "none"
+    if not ids:
+        return empty
+    out: List[str] = []
+    ordered = sorted(ids)
+    start = prev = ordered[0]
+    for value in ordered[1:]:
+        if value == prev + 1:
+            prev = value
+            continue
+        out.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = value
+    out.append(str(start) if start == prev else f"{start}-{prev}")
+    return ",".join(out)
+
+
+def counted(count: int, noun: str) -> str:
+    """``1 rank``, ``2 ranks``: a count with its noun in the right number."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def named(noun: str, ids: AbstractSet[int]) -> str:
+    """``node 0``, ``nodes 0-1``: ids after their noun in the right number."""
+    return f"{noun}{'' if len(ids) == 1 else 's'} {format_ids(ids)}"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Left-aligned columns separated by two spaces; no trailing blanks."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+    lines: List[str] = []
+    for row in [list(headers), *[list(r) for r in rows]]:
+        lines.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
+    return "\n".join(lines)
+
+
+def human_bytes(value: Optional[int]) -> str:
+    """``123.4 GiB``; ``-`` when unknown."""
+    if value is None:
+        return "-"
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def clipped(text: str, width: int) -> str:
+    """``text``, or its first ``width - 3`` characters and ``...``: at most ``width``."""
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def shown(value: str) -> str:
+    """``repr`` of a variable's value, cut short: values can be hostile."""
+    return repr(value) if len(value) <= 60 else repr(value[:57]) + "..."

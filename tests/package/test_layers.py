@@ -63,11 +63,11 @@ from typing import Dict, FrozenSet, List, Mapping, Optional, Set, Tuple
 
 import pytest
 
-import child_cold
-from childproc import run_in_child
-from import_scan import BUILT, PACKAGE, runtime_nodes
-from import_scan import all_modules as _modules
-from import_scan import package_imports as _package_imports
+from ..support import child_cold
+from ..support.childproc import run_in_child
+from ..support.import_scan import BUILT, PACKAGE, runtime_nodes
+from ..support.import_scan import all_modules as _modules
+from ..support.import_scan import package_imports as _package_imports
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

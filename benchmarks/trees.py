@@ -1,7 +1,7 @@
 """Fake sysfs trees to time discovery on machines this box is not.
 
 The trees are written by the test suite's own generator
-(``tests/sysfs_tree.py``: the files pynumabind reads, in the kernel's
+(``tests/support/sysfs_tree.py``: the files pynumabind reads, in the kernel's
 formats), so discovery parses exactly what it parses in the tests.  Two kinds:
 
 * a machine fixture from ``tests/machines/`` (the 224-CPU DGX H100 of issue 14);
@@ -10,8 +10,9 @@ formats), so discovery parses exactly what it parses in the tests.  Two kinds:
 
 ``generated_machine`` is pure (a description dict out); only
 :func:`build_tree` writes files.  The generator is loaded from the source
-tree by path because ``tests/`` is not a package and is not installed: the
-benchmarks run from a checkout (``python -m benchmarks``, ``tox -e bench``).
+tree by path because ``tests/`` is not installed (and a ``tests`` package
+elsewhere on the path must not stand in for it): the benchmarks run from a
+checkout (``python -m benchmarks``, ``tox -e bench``).
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ __all__ = [
     "sysfs_tree_module",
 ]
 
-TESTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
+SUPPORT_DIR = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "support"
+)
 
 #: CPU counts of the scaling series (issue 14).
 SCALING_CPUS: Tuple[int, ...] = (2, 64, 256, 1024, 4096)
@@ -54,11 +57,11 @@ NODE_MEMORY_MB = 65536
 
 
 def sysfs_tree_module() -> ModuleType:
-    """``tests/sysfs_tree.py``, loaded by path (``ImportError`` when the checkout lacks it)."""
+    """``tests/support/sysfs_tree.py``, by path (``ImportError`` when the checkout lacks it)."""
     name = "_pynumabind_bench_sysfs_tree"
     if name in sys.modules:
         return sys.modules[name]
-    path = os.path.join(TESTS_DIR, "sysfs_tree.py")
+    path = os.path.join(SUPPORT_DIR, "sysfs_tree.py")
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None or not os.path.isfile(path):
         raise ImportError(f"the sysfs tree generator is not here: {path} (run from a checkout)")
@@ -96,7 +99,7 @@ def _ranges(spans: List[Tuple[int, int]]) -> str:
 
 
 def generated_machine(cpus: int) -> Dict[str, Any]:
-    """A ``tests/sysfs_tree.py`` description of a machine with ``cpus`` CPUs.
+    """A ``tests/support/sysfs_tree.py`` description of a machine with ``cpus`` CPUs.
 
     Node ``k`` holds a consecutive block of cores and their SMT siblings
     (``c + cpus/2``, DGX numbering); every node has memory; distances are 10

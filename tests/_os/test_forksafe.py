@@ -30,10 +30,11 @@ from typing import Any, Callable, Dict, List
 
 import pytest
 
-import child_forksafe
 import pynumabind
-from childproc import child_command, run_in_child
 from pynumabind._os import forksafe as _forksafe
+
+from ..support.childproc import child_command, run_in_child
+from . import child_forksafe
 
 
 def _clean_env() -> Dict[str, str]:
@@ -86,7 +87,7 @@ def test_a_fork_waits_only_so_long_for_a_lock_that_is_never_released() -> None:
 
 def test_the_fork_lock_module_imports_nothing_of_pynumabind() -> None:
     # The package imports it eagerly, before any lazy import: it must stay a leaf.
-    from import_scan import package_imports as _package_imports
+    from ..support.import_scan import package_imports as _package_imports
 
     assert _package_imports("_os.forksafe") == set()
     assert "_os" in vars(pynumabind)
@@ -185,7 +186,7 @@ def test_forks_racing_the_first_call_of_an_entry_point_never_hang_or_print(
     # logging's RuntimeError in the parent.  TRIALS fresh interpreters per
     # entry point, FORKS_PER_TRIAL forks each at random moments of the first
     # call; zero hangs and zero stray tracebacks is the only pass.
-    from cli_helpers import two_node_snapshot
+    from ..support.cli_helpers import two_node_snapshot
 
     snapshot = str(two_node_snapshot(tmp_path / "two-node.json"))
     seeds = [random.randrange(1 << 30) for _ in range(TRIALS)]
@@ -207,7 +208,7 @@ def test_every_import_of_a_first_call_is_made_holding_the_fork_lock(
     # bind above hung its child (reproduced on the first try, 0 of 40 after).
     # Every new import of the lookup and the first call is recorded, with
     # whether this thread held the lock.
-    from cli_helpers import two_node_snapshot
+    from ..support.cli_helpers import two_node_snapshot
 
     snapshot = str(two_node_snapshot(tmp_path / "two-node.json"))
     seen = _run(child_forksafe.imports_of_a_first_call, entry, snapshot)
@@ -225,7 +226,7 @@ def test_only_logging_and_pynumabind_register_fork_handlers_under_the_lock(
     # from a bare import through the first call of each entry point is
     # recorded with the module that made it; only logging's (balanced by
     # _forksafe) and pynumabind's own may pair a "before" with an "after".
-    from cli_helpers import two_node_snapshot
+    from ..support.cli_helpers import two_node_snapshot
 
     snapshot = str(two_node_snapshot(tmp_path / "two-node.json"))
     made = _run(child_forksafe.fork_handlers_registered, snapshot)

@@ -13,13 +13,14 @@ from typing import Any, Callable, List, Optional
 
 import pytest
 
-import child_cold
-import libnuma_oracle as oracle
-from childproc import run_in_child
 from pynumabind._mempolicy import MODE_NAMES, MODE_SINCE
 from pynumabind._os import libnuma as _libnuma
 from pynumabind.cpulist import parse_cpulist
 from pynumabind.errors import LibnumaUnavailableError, NumaSyscallError
+
+from ..support import child_cold
+from ..support import libnuma_oracle as oracle
+from ..support.childproc import run_in_child
 
 SYS_NODE = "/sys/devices/system/node"
 

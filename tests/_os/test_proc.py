@@ -20,9 +20,10 @@ from typing import Any, Callable, Dict
 
 import pytest
 
-import seccomp_filter
 from pynumabind._os import proc as _proc
 from pynumabind.errors import NumaSyscallError, ProcessStateError, PynumabindError
+
+from ..support import seccomp_filter
 
 NR_SCHED_GETAFFINITY = 204  # x86-64 (asm/unistd_64.h)
 NR_OPENAT = 257

@@ -225,7 +225,7 @@ def test_each_module_that_may_catch_oserror_exists_and_does(module: str) -> None
 
 @pytest.mark.parametrize("module", DISCOVERY)
 def test_discovery_depends_on_proc_not_on_the_apply_layer(module: str) -> None:
-    from import_scan import (
+    from ..support.import_scan import (
         package_imports as _package_imports,  # resolves relative imports in subpackages
     )
 

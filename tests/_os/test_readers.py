@@ -15,11 +15,12 @@ from typing import Dict, List, Optional
 
 import pytest
 
-import sysfs_tree as st
 from pynumabind._os import SYSFS_ROOT, caches, cpuinfo, hmat, meminfo, textfile
 from pynumabind._os.textfile import SysfsReader
 from pynumabind.cpulist import parse_cpulist
 from pynumabind.errors import TopologyError
+
+from ..support import sysfs_tree as st
 
 NODE0 = Path(SYSFS_ROOT, "devices/system/node/node0")
 

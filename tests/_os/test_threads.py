@@ -12,10 +12,11 @@ import time
 
 import pytest
 
-import child_threads
-from childproc import run_in_child
 from pynumabind._os import proc as _proc
 from pynumabind._os import threads as _threads
+
+from ..support.childproc import run_in_child
+from . import child_threads
 
 pytestmark = pytest.mark.skipif(
     len(os.sched_getaffinity(0)) < 2, reason="needs at least two allowed CPUs (0 and 1)"

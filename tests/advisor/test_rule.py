@@ -15,9 +15,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from advice_builders import gpu, matrix, spread
 from pynumabind.advisor.rule import NO_DIFFERENCE, compare, decide
 from pynumabind.records.values import Spread
+
+from ..support.advice_builders import gpu, matrix, spread
 
 # ------------------------------------------------------------- recorded
 

@@ -12,15 +12,16 @@ import os
 
 import pytest
 
-import child_binding
-import child_cold
-from childproc import run_in_child
 from pynumabind import binding as binding_module
 from pynumabind._os import libnuma as _libnuma
 from pynumabind.binding import _apply
 from pynumabind.discovery import detect_topology
 from pynumabind.errors import BindError, ConfigError, PlanError
 from pynumabind.model import MemoryPolicy, Plan
+
+from ..support import child_cold
+from ..support.childproc import run_in_child
+from . import child_binding
 
 pytestmark = pytest.mark.skipif(
     len(os.sched_getaffinity(0)) < 2 or 0 not in _libnuma.get_mems_allowed(),
@@ -136,7 +137,7 @@ def test_migrate_moves_already_allocated_pages() -> None:
 
 @pytest.mark.parametrize("method", ["spawn", "fork", "forkserver"])
 def test_multiprocessing_workers_are_each_bound(method: str) -> None:
-    from binder_worker import bind_and_report
+    from .binder_worker import bind_and_report
 
     context = multiprocessing.get_context(method)
     queue = context.Queue()

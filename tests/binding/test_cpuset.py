@@ -13,10 +13,10 @@ from typing import Iterator
 
 import pytest
 
-import cgroups
-import child_cpuset
-from childproc import child_command, run_in_child
-from cli_helpers import two_node_snapshot
+from ..support import cgroups
+from ..support.childproc import child_command, run_in_child
+from ..support.cli_helpers import two_node_snapshot
+from . import child_cpuset
 
 CPUSET_ROOT = f"{cgroups.CGROUP_V1}/cpuset"
 

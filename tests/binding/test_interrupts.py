@@ -16,9 +16,10 @@ import os
 
 import pytest
 
-import child_interrupts
-from childproc import run_in_child
 from pynumabind._os import libnuma as _libnuma
+
+from ..support.childproc import run_in_child
+from . import child_interrupts
 
 pytestmark = pytest.mark.skipif(
     len(os.sched_getaffinity(0)) < 2 or 0 not in _libnuma.get_mems_allowed(),

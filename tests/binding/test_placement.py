@@ -25,11 +25,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tupl
 import numpy as np
 import pytest
 
-import child_cold
-import child_placement
 import pynumabind
-import seccomp_filter
-from childproc import run_in_child
 from pynumabind._os import libnuma as _libnuma
 from pynumabind.binding import _buffers, _census, _memory_on, _target, placement
 from pynumabind.binding.placement import (
@@ -41,7 +37,11 @@ from pynumabind.binding.placement import (
 )
 from pynumabind.errors import ConfigError, NumaSyscallError, PlanError, UnknownIdError
 from pynumabind.model import MemoryPolicy
-from topology_builders import gb200_tray, gpu, make_topology, threadripper_memoryless
+
+from ..support import child_cold, seccomp_filter
+from ..support.childproc import run_in_child
+from ..support.topology_builders import gb200_tray, gpu, make_topology, threadripper_memoryless
+from . import child_placement
 
 PAGE = mmap.PAGESIZE
 TESTS = Path(__file__).resolve().parents[1]

@@ -24,9 +24,10 @@ import time
 
 import pytest
 
-import child_restore
-from childproc import child_command, run_in_child
 from pynumabind._os import libnuma as _libnuma
+
+from ..support.childproc import child_command, run_in_child
+from . import child_restore
 
 pytestmark = pytest.mark.skipif(
     len(os.sched_getaffinity(0)) < 2 or 0 not in _libnuma.get_mems_allowed(),

@@ -14,9 +14,9 @@ import os
 
 import pytest
 
-import child_seccomp
-import seccomp_filter
-from childproc import run_in_child
+from ..support import seccomp_filter
+from ..support.childproc import run_in_child
+from . import child_seccomp
 
 pytestmark = [
     pytest.mark.skipif(not seccomp_filter.supported(), reason="filter is written for x86-64"),

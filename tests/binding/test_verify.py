@@ -14,10 +14,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import child_verify
-from childproc import run_in_child
 from pynumabind._os import libnuma as _libnuma
 from pynumabind.binding import _verify
+
+from ..support.childproc import run_in_child
+from . import child_verify
 
 BIND, PREFERRED = _libnuma.MPOL_BIND, _libnuma.MPOL_PREFERRED
 INTERLEAVE, LOCAL = _libnuma.MPOL_INTERLEAVE, _libnuma.MPOL_LOCAL

@@ -15,10 +15,10 @@ from typing import Iterator
 
 import pytest
 
-import cgroups
-import child_cli
-from childproc import child_command
-from cli_helpers import SCRIPT, assert_one_line_error, run
+from ..support import cgroups
+from ..support.childproc import child_command
+from ..support.cli_helpers import SCRIPT, assert_one_line_error, run
+from . import child_cli
 
 
 def test_timeout_bounds_the_whole_run_starting_workers_included() -> None:

@@ -12,11 +12,12 @@ from typing import Dict, List
 
 import pytest
 
-import child_cli
-from childproc import child_command
-from cli_helpers import SCRIPT, assert_one_line_error, run
 from pynumabind.discovery import load_topology
 from pynumabind.model import SCHEMA_VERSION, Cpu, Gpu, NumaNode, Topology
+
+from ..support.childproc import child_command
+from ..support.cli_helpers import SCRIPT, assert_one_line_error, run
+from . import child_cli
 
 
 def two_socket_machine() -> Topology:
@@ -369,7 +370,7 @@ def test_check_counts_ranks_as_the_planner_does() -> None:
 
 def _under_seccomp(*args: str) -> subprocess.CompletedProcess[str]:
     """Run the console script with set_mempolicy/mbind denied (EPERM), as in Docker."""
-    import seccomp_filter
+    from ..support import seccomp_filter
 
     if not seccomp_filter.supported():
         pytest.skip("the hand-built seccomp filter is x86-64 only")
@@ -419,7 +420,7 @@ def test_exec_refuses_to_run_half_bound_by_default() -> None:
 
 def test_show_hides_placeholder_nodes_and_names_them_once(tmp_path: Path) -> None:
     """GB200 exposes 34 nodes; 28 have neither CPUs nor memory."""
-    from sysfs_tree import build_sysfs
+    from ..support.sysfs_tree import build_sysfs
 
     root = build_sysfs("gb200_nvl_tray", tmp_path / "sys")
     result = run("show", "--sysfs-root", str(root))
@@ -467,7 +468,7 @@ NR_SCHED_GETAFFINITY = 204
 
 def _with_syscall_denied(number: int, *args: str) -> subprocess.CompletedProcess[str]:
     """Run the console script under a real seccomp filter making ``number`` fail with EPERM."""
-    import seccomp_filter
+    from ..support import seccomp_filter
 
     if not seccomp_filter.supported():
         pytest.skip("the hand-built seccomp filter is x86-64 only")

@@ -14,9 +14,6 @@ from typing import Any, Dict, List, Tuple
 
 import pytest
 
-import child_cold
-import sysfs_tree as st
-from childproc import run_in_child
 from pynumabind import binding as binding_module
 from pynumabind import discovery, planner
 from pynumabind._os import caches, meminfo, textfile
@@ -25,7 +22,11 @@ from pynumabind._os import sysfs as _sysfs
 from pynumabind.cpulist import parse_cpulist
 from pynumabind.errors import PynumabindError, TopologyError
 from pynumabind.model import CpuMode, Detail, Topology
-from sysfs_oracle import read_cpus_per_cpu
+
+from ..support import child_cold
+from ..support import sysfs_tree as st
+from ..support.childproc import run_in_child
+from ..support.sysfs_oracle import read_cpus_per_cpu
 
 MACHINES = st.machine_names()
 MODES = [m for m in CpuMode if m is not CpuMode.ADVISED]  # resolved before planning
@@ -333,7 +334,7 @@ def test_the_second_bind_reads_no_sysfs_file_but_the_fresh_affinity(reads: List[
 
 
 def test_import_loads_no_pynvml_numpy_json_and_a_bind_no_kfd_nvml_json() -> None:
-    # A fresh interpreter that imports only the function (see _child.py).
+    # A fresh interpreter that imports only the function (see support/_child.py).
     out, _ = run_in_child(child_cold.modules_after_import_and_bind)
     after_import, after_bind = set(out[0]), set(out[1])
     assert not {"pynvml", "numpy", "json"} & after_import

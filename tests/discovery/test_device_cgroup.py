@@ -19,13 +19,14 @@ from typing import Iterator, List, Optional
 
 import pytest
 
-import fake_nvml
-import sysfs_tree as st
-from cli_helpers import run_cli as _cli
 from pynumabind import ConfigError, Options, plan_all
 from pynumabind.discovery import detect_topology
 from pynumabind.discovery._visible import apply_visibility
 from pynumabind.model import Topology
+
+from ..support import sysfs_tree as st
+from ..support.cli_helpers import run_cli as _cli
+from . import fake_nvml
 
 MACHINE = "dgx_h100_constrain_devices"
 

@@ -18,14 +18,15 @@ from typing import Dict, List, Optional
 
 import pytest
 
-import sysfs_tree as st
-from cli_helpers import two_node_snapshot
 from pynumabind import ConfigError, Options, plan_all
 from pynumabind._os import pci as _pci
 from pynumabind.discovery import detect_topology, topology_from_sysfs
 from pynumabind.discovery._visible import apply_visibility
 from pynumabind.model import Topology
-from recipes import recipe
+
+from ..support import sysfs_tree as st
+from ..support.cli_helpers import two_node_snapshot
+from ..support.recipes import recipe
 
 BUSES = ["0000:18:00.0", "0000:42:00.0", "0000:6c:00.0"]
 BUSES += ["0001:18:00.0", "0001:42:00.0", "0001:6c:00.0"]

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
-import sysfs_tree as st
 from pynumabind._os.kfd import KFD_TOPOLOGY, read_kfd
 from pynumabind.discovery import topology_from_sysfs
 from pynumabind.discovery._visible import apply_visibility
 from pynumabind.errors import TopologyError
+
+from ..support import sysfs_tree as st
 
 
 def test_kfd_lists_gpu_agents_in_rocm_order(tmp_path: Path) -> None:

@@ -21,15 +21,16 @@ from typing import Any, Callable, Dict, Iterator, List, Tuple
 import pynvml as real_pynvml
 import pytest
 
-import child_cold
-import fake_nvml
-import sysfs_tree as st
-from childproc import run_in_child
 from pynumabind._os import nvml as _nvml
 from pynumabind.cpulist import parse_cpulist
 from pynumabind.discovery import detect_topology
 from pynumabind.errors import ConfigError
 from pynumabind.model import Topology
+
+from ..support import child_cold
+from ..support import sysfs_tree as st
+from ..support.childproc import run_in_child
+from . import fake_nvml
 
 NVIDIA_MACHINES = [
     name

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 
-import sysfs_tree as st
 from pynumabind.cpulist import parse_cpulist
 from pynumabind.discovery import topology_from_sysfs
 from pynumabind.errors import TopologyError
 from pynumabind.model import Topology
+
+from ..support import sysfs_tree as st
 
 MACHINES = st.machine_names()
 

@@ -17,12 +17,13 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
-from cli_helpers import run_cli as _cli
-from cli_helpers import two_node_snapshot
 from pynumabind import ConfigError, Options, PlanError, TopologyError, plan_all
 from pynumabind.discovery import process_topology, resolve_topology
 from pynumabind.discovery._visible import apply_visibility
 from pynumabind.model import SCHEMA_VERSION, Gpu, NumaNode, Topology
+
+from ..support.cli_helpers import run_cli as _cli
+from ..support.cli_helpers import two_node_snapshot
 
 
 def four_gpus() -> Topology:

@@ -11,10 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hyp_st
 
-import child_discovery
-import libnuma_oracle as oracle
-import sysfs_tree as st
-from childproc import run_in_child
 from pynumabind._os import libnuma as _libnuma
 from pynumabind._os.pci import normalize_bus_id
 from pynumabind.cpulist import format_cpulist, parse_cpulist
@@ -23,6 +19,11 @@ from pynumabind.discovery import topology_from_sysfs as read_topology
 from pynumabind.errors import ConfigError, TopologyError
 from pynumabind.model import Topology
 from pynumabind.planner import plan
+
+from ..support import libnuma_oracle as oracle
+from ..support import sysfs_tree as st
+from ..support.childproc import run_in_child
+from . import child_discovery
 
 
 def tree(tmp_path: Path, name: str, **changes: object) -> Path:

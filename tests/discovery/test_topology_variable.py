@@ -16,13 +16,14 @@ from typing import Any, Dict, List, Mapping, Optional
 
 import pytest
 
-import child_environ
-from childproc import run_in_child
-from cli_helpers import two_node_snapshot
 from pynumabind import Options, TopologyError, bind_current_process, discovery
 from pynumabind.discovery import process_topology, resolve_topology
 from pynumabind.discovery._environ import resolve
 from pynumabind.model import Topology
+
+from ..support import child_environ
+from ..support.childproc import run_in_child
+from ..support.cli_helpers import two_node_snapshot
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st_
 
-import sysfs_tree as st
 from pynumabind.discovery import topology_from_sysfs
 from pynumabind.discovery._visible import (
     apply_visibility,
@@ -19,6 +18,8 @@ from pynumabind.discovery._visible import (
 )
 from pynumabind.errors import ConfigError
 from pynumabind.model import Gpu, NumaNode, Topology
+
+from ..support import sysfs_tree as st
 
 
 def machine(tmp_path: Path, name: str) -> Topology:

@@ -31,7 +31,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import pytest
 
-from cli_helpers import run_cli, two_node_snapshot  # noqa: F401 (the framework tests' too)
+from ..support.cli_helpers import run_cli, two_node_snapshot  # noqa: F401 (the framework tests' too)
 
 REQUIRED_ENV = "PYNUMABIND_INTEGRATIONS_REQUIRED"
 HERE = Path(__file__).resolve().parent

@@ -14,8 +14,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Dict
 
-from childproc import run_in_child
-
+from ..support.childproc import run_in_child
 from . import child_bound_cache
 from .helpers import require_two_cpus
 

@@ -22,8 +22,7 @@ from typing import Iterator
 
 import pytest
 
-from recipes import observe, recipe
-
+from ..support.recipes import observe, recipe
 from .helpers import require, require_two_cpus
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -24,8 +24,7 @@ from typing import Dict, Iterator
 
 import pytest
 
-from recipes import observe
-
+from ..support.recipes import observe
 from .helpers import HERE, ParkedLaunch, require, require_two_cpus, run_forked
 
 pytestmark = pytest.mark.integration

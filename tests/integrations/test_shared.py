@@ -306,9 +306,10 @@ def _record(tmp_path: Path, name: str, gpus: List[object]) -> str:
     """An advice record of this machine; GPUs measured as the snapshot names them."""
     from dataclasses import replace as _replace
 
-    from advice_builders import matrix
     from pynumabind.advisor.record import Advice, save_record, this_machine
     from pynumabind.advisor.rule import decide
+
+    from ..support.advice_builders import matrix
 
     memory = matrix([[100, 99], [99, 100]])
     copies = [_replace(g, pci_bus_id=bus) for g, bus in zip(gpus, BUSES)]  # type: ignore[call-overload]
@@ -320,7 +321,7 @@ BUSES = ("0000:17:00.0", "0000:65:00.0")  # the snapshot's GPUs 0 and 1
 
 
 def test_advised_hooks_bind_each_gpu_where_its_copies_were_fastest(machine, tmp_path) -> None:
-    from advice_builders import gpu
+    from ..support.advice_builders import gpu
 
     # GPU 1 reports node 1, but its copies ran 1.4x faster from node 0.
     record = _record(
@@ -335,7 +336,7 @@ def test_advised_hooks_bind_each_gpu_where_its_copies_were_fastest(machine, tmp_
 
 
 def test_advised_hooks_leave_the_process_unbound_when_the_record_says_so(machine, tmp_path) -> None:
-    from advice_builders import gpu
+    from ..support.advice_builders import gpu
 
     record = _record(
         tmp_path,

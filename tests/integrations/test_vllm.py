@@ -26,8 +26,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Set
 
 import pytest
 
-from recipes import observe
-
+from ..support.recipes import observe
 from .helpers import (
     HERE,
     ParkedLaunch,

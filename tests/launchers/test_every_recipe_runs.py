@@ -9,8 +9,9 @@ import re
 import pytest
 
 from pynumabind import planner
-from recipes import INTEGRATIONS, ROOT, recipes
-from topology_builders import dgx_h100
+
+from ..support.recipes import INTEGRATIONS, ROOT, recipes
+from ..support.topology_builders import dgx_h100
 
 
 def test_every_recipe_is_run_by_a_test() -> None:

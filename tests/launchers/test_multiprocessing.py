@@ -21,9 +21,9 @@ from typing import Dict, List
 
 import pytest
 
-import recipe_drivers
-from childproc import child_command
-from recipes import Observed, observe, recipe
+from ..support.childproc import child_command
+from ..support.recipes import Observed, observe, recipe
+from . import recipe_drivers
 
 pytestmark = [
     pytest.mark.recipes,

@@ -29,8 +29,8 @@ from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
 
-import slurm_cluster
-from recipes import Observed, observe, recipe
+from ..support.recipes import Observed, observe, recipe
+from . import slurm_cluster
 
 REQUIRED_ENV = "PYNUMABIND_SLURM_REQUIRED"
 """Set to ``1`` (CI does) to make an unavailable Slurm cluster a failure, not a skip."""

@@ -27,7 +27,8 @@ import textwrap
 import pytest
 
 from pynumabind.discovery import detect_topology
-from recipes import recipe
+
+from ..support.recipes import recipe
 
 REQUIRED_ENV = "PYNUMABIND_INTEGRATIONS_REQUIRED"
 NO_TORCH = (

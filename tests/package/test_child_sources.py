@@ -175,7 +175,7 @@ def test_every_allowed_file_exists() -> None:
 
 
 def test_the_runner_takes_only_module_level_functions() -> None:
-    from childproc import child_command
+    from ..support.childproc import child_command
 
     def nested() -> None:
         pass
@@ -186,11 +186,11 @@ def test_the_runner_takes_only_module_level_functions() -> None:
 
 
 def test_the_runner_passes_arguments_as_strings_and_returns_the_result() -> None:
-    import child_environ
-    from childproc import child_command, run_in_child
+    from ..support import child_environ
+    from ..support.childproc import child_command, run_in_child
 
     argv = child_command(child_environ.print_argv_back, 1, "a b")
-    assert argv[-3:] == ["child_environ:print_argv_back", "1", "a b"]
+    assert argv[-3:] == ["tests.support.child_environ:print_argv_back", "1", "a b"]
     assert all(isinstance(part, str) for part in argv)
     result, stderr = run_in_child(child_environ.print_argv_back, 1, "a b")
     assert result == ["1", "a b"] and stderr == ""

@@ -36,10 +36,11 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 import pytest
 
 import pynumabind
-from cli_helpers import two_node_snapshot
 from pynumabind import planner
 from pynumabind.options import OptionKeywords
-from recipes import INTEGRATIONS, ROOT
+
+from ..support.cli_helpers import two_node_snapshot
+from ..support.recipes import INTEGRATIONS, ROOT
 
 README = ROOT / "README.md"
 SITE = ROOT / "docs" / "site"

@@ -52,6 +52,15 @@ import; every import of any pynumabind module therefore loads it and the
 counts as the package's own, not as a floor the module under test imports.
 (It sat at the top with the values before the layers were folders, and kept
 that floor through a table after the move, which nothing needed.)
+
+The tests are laid out the same way: one folder per floor (and ``package``,
+``launchers`` and ``vm`` beyond them), each a package, no test file at the top
+and no two test files of one name.  A helper that several test folders use
+sits in ``tests/support/`` (a package holding no test: each of its modules
+serves two folders or more, directly or through another support module); a
+helper that one folder uses sits beside that folder's tests and is used from
+nowhere else; helpers are imported relatively, never as ``tests.*``; at most
+:data:`MAX_LOOSE_TEST_MODULES` modules stay at the top of ``tests/``.
 """
 
 from __future__ import annotations
@@ -59,17 +68,18 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
-from typing import Dict, FrozenSet, List, Mapping, Optional, Set, Tuple
+from typing import Collection, Dict, FrozenSet, List, Mapping, Optional, Set, Tuple
 
 import pytest
 
-import child_cold
-from childproc import run_in_child
-from import_scan import BUILT, PACKAGE, runtime_nodes
-from import_scan import all_modules as _modules
-from import_scan import package_imports as _package_imports
+from ..support import child_cold
+from ..support.childproc import run_in_child
+from ..support.import_scan import BUILT, PACKAGE, runtime_nodes
+from ..support.import_scan import all_modules as _modules
+from ..support.import_scan import package_imports as _package_imports
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+TESTS = Path(__file__).resolve().parents[1]
 
 #: The floors, bottom up: a folder's name, or ``values``/``entry`` for the
 #: modules at the top of the package.
@@ -247,14 +257,161 @@ TESTS_BEYOND_FLOORS = frozenset({"package", "launchers", "vm"})
 
 def test_the_tests_are_laid_out_like_the_code() -> None:
     """One test folder per floor, named as the package's: no test file left at the top."""
-    tests = Path(__file__).resolve().parents[1]
-    with_tests = {p.parent.name for p in tests.glob("*/test_*.py")}
+    with_tests = {p.parent.name for p in TESTS.glob("*/test_*.py")}
     floors = {f for f in FLOORS if f != "entry"}
     assert with_tests - TESTS_BEYOND_FLOORS == floors, sorted(with_tests)
-    assert not sorted(tests.glob("test_*.py")), "a test file at the top of tests/"
-    names = [p.name for p in tests.rglob("test_*.py") if "vm" not in p.relative_to(tests).parts]
+    assert not sorted(TESTS.glob("test_*.py")), "a test file at the top of tests/"
+    names = [p.name for p in TESTS.rglob("test_*.py") if "vm" not in p.relative_to(TESTS).parts]
     dup = sorted({n for n in names if names.count(n) > 1})
-    assert not dup, f"test files share a name (pytest imports them by name): {dup}"
+    assert not dup, f"test files share a name (a file name alone should find one): {dup}"
+
+
+# ------------------------------------------------------------ the tests' helpers
+
+#: The package of the helpers that several test folders use.
+SUPPORT = "support"
+
+#: At most this many modules at the top of tests/, ``__init__`` and ``conftest`` included.
+MAX_LOOSE_TEST_MODULES = 6
+
+
+def modules_of_tests() -> Dict[str, Path]:
+    """Every module under tests/, by its dotted name below ``tests`` (``binding.child_binding``;
+    a package's own file as ``binding.__init__``)."""
+    found = {}
+    for path in sorted(TESTS.rglob("*.py")):
+        parts = path.relative_to(TESTS).with_suffix("").parts
+        if not any(part.startswith(".") or part == "__pycache__" for part in parts):
+            found[".".join(parts)] = path
+    return found
+
+
+def folder_of(module: str) -> str:
+    """The folder of tests/ that ``module`` sits in, at any depth; ``""`` at the top."""
+    head, dot, _ = module.partition(".")
+    return head if dot else ""
+
+
+def uses_of(module: str, source: str, modules: Collection[str]) -> Set[str]:
+    """The modules of tests/ that ``module`` imports, relatively (lazy imports too), or
+    names by file beside it (``"_child.py"``: a script it runs by path).
+
+    An absolute import of ``tests`` is returned as ``"tests (absolute)"``: the
+    helpers are imported relatively.
+    """
+    package = module.split(".")[:-1]
+    used: Set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.level and node.level - 1 <= len(package):
+            base = package[: len(package) - (node.level - 1)]
+            target = base + (node.module.split(".") if node.module else [])
+            for alias in node.names:  # a module of the package, or the package's name
+                named = [*target, alias.name]
+                for parts in (named, [*named, "__init__"], target, [*target, "__init__"]):
+                    if ".".join(parts) in modules:
+                        used.add(".".join(parts))
+                        break
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
+            if any((name or "").split(".")[0] == "tests" for name in names):
+                used.add("tests (absolute)")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if node.value.endswith(".py") and "/" not in node.value:
+                sibling = ".".join([*package, node.value[: -len(".py")]])
+                if sibling in modules:
+                    used.add(sibling)
+    return used - {module}
+
+
+def layout_problems(uses: Mapping[str, Set[str]]) -> List[str]:
+    """What breaks the tests' layout, given each module of tests/ and what it uses.
+
+    A module of :data:`SUPPORT` must serve two test folders or more (through
+    other support modules too) and hold no test; any other module may be
+    used only from its own folder; no module imports ``tests`` absolutely.
+    """
+    problems = [f"{m} imports tests absolutely" for m in uses if "tests (absolute)" in uses[m]]
+    users: Dict[str, Set[str]] = {m: set() for m in uses}
+    for module, used in uses.items():
+        for target in used & set(users):
+            users[target].add(module)
+    support = sorted(m for m in uses if folder_of(m) == SUPPORT)
+    served = {m: {folder_of(u) for u in users[m]} - {SUPPORT, ""} for m in support}
+    changed = True
+    while changed:  # a support module serves whatever its support importers serve
+        changed = False
+        for module in support:
+            more = set().union(*(served[u] for u in users[module] if u in served))
+            if not more <= served[module]:
+                served[module] |= more
+                changed = True
+    for module in support:
+        if module.rpartition(".")[2].startswith("test_"):
+            problems.append(f"{module}: a test file in {SUPPORT}/")
+        elif not module.endswith(".__init__") and len(served[module]) < 2:
+            problems.append(
+                f"{module} serves {sorted(served[module]) or 'no folder'}: "
+                f"only what several test folders use goes in {SUPPORT}/"
+            )
+    for module in sorted(set(uses) - set(support)):
+        others = sorted({folder_of(u) or "the top" for u in users[module]} - {folder_of(module)})
+        if others:
+            where = folder_of(module) or "the top of tests/"
+            problems.append(
+                f"{module} ({where}) is used from {others}: a helper that several folders "
+                f"use goes in {SUPPORT}/, one that a single folder uses beside its tests"
+            )
+    return problems
+
+
+def test_the_tests_share_helpers_through_support_and_keep_the_rest_beside_them() -> None:
+    modules = modules_of_tests()
+    uses = {m: uses_of(m, path.read_text(encoding="utf-8"), modules) for m, path in modules.items()}
+    assert f"{SUPPORT}.__init__" in modules, f"tests/{SUPPORT}/ is no package"
+    assert len([m for m in modules if folder_of(m) == SUPPORT]) > 5  # the scan found it
+    assert layout_problems(uses) == []
+
+
+def test_every_test_folder_is_a_package_and_the_top_stays_small() -> None:
+    folders = {path.parent for path in modules_of_tests().values()}
+    not_packages = [f.relative_to(TESTS) for f in folders if not (f / "__init__.py").is_file()]
+    assert not_packages == []  # relative imports need every folder a package
+    loose = sorted(path.name for path in TESTS.glob("*.py"))
+    assert len(loose) <= MAX_LOOSE_TEST_MODULES, loose
+
+
+def test_the_layout_checks_catch_a_misplaced_helper() -> None:
+    modules = {
+        "support.childproc", "support._child", "support.lonely", "support.test_x",
+        "binding.test_bind", "binding.child_binding", "cli.test_cli", "cli.child_cli",
+        "planner.test_plans",
+    }
+    source = (
+        "from ..support.childproc import run_in_child\n"
+        "from . import child_binding\n"
+        "from ..cli import child_cli\n"
+        "def f():\n"
+        "    from tests.support import lonely\n"
+    )
+    assert uses_of("binding.test_bind", source, modules) == {
+        "support.childproc", "binding.child_binding", "cli.child_cli", "tests (absolute)"
+    }
+    assert uses_of("support.childproc", 'ENTRY = "_child.py"', modules) == {"support._child"}
+    uses = {
+        "binding.test_bind": {"support.childproc", "binding.child_binding", "cli.child_cli"},
+        "cli.test_cli": {"support.childproc", "cli.child_cli"},
+        "planner.test_plans": {"support.lonely", "tests (absolute)"},
+        "support.childproc": {"support._child"},
+        "support._child": set(), "support.lonely": set(), "support.test_x": set(),
+        "binding.child_binding": set(), "cli.child_cli": set(),
+    }
+    assert layout_problems(uses) == [
+        "planner.test_plans imports tests absolutely",
+        "support.lonely serves ['planner']: only what several test folders use goes in support/",
+        "support.test_x: a test file in support/",
+        "cli.child_cli (cli) is used from ['binding']: a helper that several folders use goes "
+        "in support/, one that a single folder uses beside its tests",
+    ]
 
 
 def test_the_cffi_build_script_stays_beside_the_package_it_builds() -> None:

@@ -11,9 +11,10 @@ from typing import Dict, List, Tuple
 
 import pytest
 
-import child_cold
 import pynumabind
-from childproc import run_in_child
+
+from ..support import child_cold
+from ..support.childproc import run_in_child
 
 SOURCE = Path(pynumabind.__file__)
 

@@ -33,8 +33,9 @@ from typing import Dict, List, Set
 import pytest
 
 import pynumabind
-from recipes import ROOT
-from sysfs_tree import build_sysfs
+
+from ..support.recipes import ROOT
+from ..support.sysfs_tree import build_sysfs
 
 SITE = ROOT / "docs" / "site"
 EXAMPLES = SITE / "examples"

@@ -18,15 +18,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import sysfs_tree
-from cli_helpers import run_cli as _cli
 from pynumabind import ConfigError, Options, PlanError, plan, plan_all, plan_each
 from pynumabind.cpulist import parse_cpulist
 from pynumabind.discovery import topology_from_sysfs
 from pynumabind.discovery._environ import resolve
 from pynumabind.model import Plan, Topology
 from pynumabind.planner._fallback import nearest_allowed_nodes
-from topology_builders import make_topology, topologies
+
+from ..support import sysfs_tree
+from ..support.cli_helpers import run_cli as _cli
+from ..support.topology_builders import make_topology, topologies
 
 MACHINE = "a100_pcie_slurm_cgroup"
 MODES = ["node", "socket", "exclusive", "core-complex"]
@@ -110,7 +111,7 @@ def test_nearest_is_by_slit_distance_ties_to_the_lowest_id() -> None:
     def distance(a: int, b: int) -> int:
         return 10 if a == b else table.get((min(a, b), max(a, b)), 30)
 
-    from topology_builders import gpu
+    from ..support.topology_builders import gpu
 
     topo = make_topology(
         {0: [0], 1: [1], 2: [2], 3: [3]},

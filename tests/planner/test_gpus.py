@@ -16,12 +16,13 @@ from typing import Dict
 
 import pytest
 
-import child_environ
 import pynumabind
-from childproc import run_in_child
-from cli_helpers import two_node_snapshot
 from pynumabind import ConfigError, Options, model, planner
-from topology_builders import dgx_h100
+
+from ..support import child_environ
+from ..support.childproc import run_in_child
+from ..support.cli_helpers import two_node_snapshot
+from ..support.topology_builders import dgx_h100
 
 
 @pytest.fixture(scope="module")

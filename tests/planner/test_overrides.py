@@ -17,15 +17,16 @@ from typing import Dict, List, Optional
 
 import pytest
 
-import child_environ
-from childproc import run_in_child
-from cli_helpers import run_cli as _cli
-from cli_helpers import two_node_snapshot
 from pynumabind import ConfigError, Options, PlanError, plan, plan_all
 from pynumabind.discovery._environ import resolve
 from pynumabind.integrations import bind_gpus, per_gpu_override
 from pynumabind.model import Cpu, Gpu, NumaNode, Topology
 from pynumabind.planner._overrides import parse_cpus_override, parse_nodes_override
+
+from ..support import child_environ
+from ..support.childproc import run_in_child
+from ..support.cli_helpers import run_cli as _cli
+from ..support.cli_helpers import two_node_snapshot
 
 
 def two_nodes() -> Topology:

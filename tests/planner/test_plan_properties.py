@@ -11,7 +11,8 @@ from pynumabind import _mempolicy
 from pynumabind.errors import ConfigError, PlanError
 from pynumabind.model import MemoryPolicy, Plan, Topology
 from pynumabind.planner import plan, plan_all
-from topology_builders import topologies
+
+from ..support.topology_builders import topologies
 
 MODES = ["node", "socket", "exclusive", "core-complex", "none"]
 POLICIES = [policy.value for policy in MemoryPolicy]  # every one: the planner takes them all

@@ -1,7 +1,7 @@
 """Example and golden tests for the pure planner.
 
 Golden values for the real machines were derived by hand from the raw
-published outputs in /work/shared/topologies (see tests/topology_builders.py
+published outputs in /work/shared/topologies (see tests/support/topology_builders.py
 for the encodings); the arithmetic is written next to each expectation.
 """
 
@@ -21,7 +21,8 @@ from pynumabind.planner import (
     plan_all,
     plan_each,
 )
-from topology_builders import (
+
+from ..support.topology_builders import (
     dgx_a100_nps4,
     dgx_h100,
     gb200_tray,

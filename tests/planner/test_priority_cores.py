@@ -1,6 +1,6 @@
 """Intel priority cores and exclusive modes in framework workers.
 
-Planned on constructed sysfs trees (tests/sysfs_tree.py): a Xeon 6 host with
+Planned on constructed sysfs trees (tests/support/sysfs_tree.py): a Xeon 6 host with
 priority cores (``xeon6_pct_b300``: CPPC highest_perf 46 on 8 cores per
 socket, 39 on the rest), the same host with every core equal, and a DGX H100
 whose sysfs has no acpi_cppc at all.
@@ -16,11 +16,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import sysfs_tree as tree
 from pynumabind import ConfigError, Options, discovery, planner
 from pynumabind.cpulist import parse_cpulist
 from pynumabind.discovery import _environ
 from pynumabind.model import Topology
+
+from ..support import sysfs_tree as tree
 
 XEON6 = tree.load_machine("xeon6_pct_b300")
 PRIORITY = parse_cpulist(next(iter(XEON6["highest_perf"]["cpus"])))

@@ -23,11 +23,6 @@ from typing import Dict, List, Optional
 
 import pytest
 
-import child_advised
-from advice_builders import gpu as copies
-from advice_builders import matrix
-from childproc import run_in_child
-from cli_helpers import run as run_cli
 from pynumabind.advisor.rule import decide
 from pynumabind.cpulist import format_cpulist
 from pynumabind.errors import AdviceRecordError, ConfigError
@@ -45,7 +40,13 @@ from pynumabind.records._machine import (
     staleness,
 )
 from pynumabind.records.advice import Advice, parse_record
-from topology_builders import gb200_tray, gpu, make_topology
+
+from ..support.advice_builders import gpu as copies
+from ..support.advice_builders import matrix
+from ..support.childproc import run_in_child
+from ..support.cli_helpers import run as run_cli
+from ..support.topology_builders import gb200_tray, gpu, make_topology
+from . import child_advised
 
 GiB = 1 << 30
 KERNEL = "6.8.0-40-generic"

@@ -12,12 +12,13 @@ import json
 
 import pytest
 
-from advice_builders import gpu, matrix
 from pynumabind.advisor.rule import decide
 from pynumabind.model import SCHEMA_VERSION
 from pynumabind.records.advice import Advice
 from pynumabind.records.report import render_text
 from pynumabind.records.values import Placement, Spread
+
+from ..support.advice_builders import gpu, matrix
 
 
 def test_spread_of_known_samples() -> None:

@@ -1,7 +1,7 @@
 """Differential tests: our numactl-style parser against libnuma's own.
 
 ``numa_parse_cpustring_all`` / ``numa_parse_nodestring_all`` (through
-``tests/libnuma_oracle.py``) validate ids against this machine's possible CPUs
+``tests/support/libnuma_oracle.py``) validate ids against this machine's possible CPUs
 and nodes, so strings are generated within and around that universe and
 ours gets the same set as ``universe=`` and ``allowed=``.  Both must give
 the same set or both reject, except for the deliberate differences listed
@@ -21,9 +21,10 @@ import pytest
 from hypothesis import event, find, given, settings
 from hypothesis import strategies as st
 
-import libnuma_oracle as oracle
 from pynumabind.cpulist import parse_cpulist, parse_nodelist
 from pynumabind.errors import LibnumaUnavailableError, ListParseError
+
+from ..support import libnuma_oracle as oracle
 
 Parser = Callable[[str], Optional[FrozenSet[int]]]
 

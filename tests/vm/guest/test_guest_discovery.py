@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import pytest
 
-import libnuma_oracle as oracle
 from pynumabind import Topology, apply_plan, plan
 from pynumabind._os import sysfs as _sysfs
 from pynumabind._os.textfile import SysfsReader
 from pynumabind.discovery import detect_topology, topology_from_sysfs
 from pynumabind.model import Detail
-from sysfs_oracle import read_cpus_per_cpu
 
+from ...support import libnuma_oracle as oracle
+from ...support.sysfs_oracle import read_cpus_per_cpu
 from ..harness import GuestTopology
 from ._guestlib import (
     ALL_CPUS,

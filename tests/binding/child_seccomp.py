@@ -11,8 +11,8 @@ import logging
 import os
 from typing import Any, Dict, List, Tuple
 
-import seccomp_filter
-from childstate import cpus_allowed, task_cpus
+from ..support import seccomp_filter
+from ..support.childstate import cpus_allowed, task_cpus
 
 
 class _Keep(logging.Handler):

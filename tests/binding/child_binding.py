@@ -13,13 +13,14 @@ import threading
 import time
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-from childstate import cpus_allowed, task_cpus, thread_cpus
 from pynumabind._os import libnuma as _libnuma
 from pynumabind._os import proc as _proc
 from pynumabind._os import threads as _threads
 from pynumabind.binding import apply_plan
 from pynumabind.errors import BindError
 from pynumabind.model import MemoryPolicy, Plan
+
+from ..support.childstate import cpus_allowed, task_cpus, thread_cpus
 
 
 def plan(

@@ -43,7 +43,7 @@ def exec_with_syscalls_denied(denied: str, program: str, *args: str) -> None:
 
     Start it with ``alarm=0``: the filter and the exec'd program are the point.
     """
-    import seccomp_filter
+    from ..support import seccomp_filter
 
     seccomp_filter.install(tuple(int(nr) for nr in denied.split(",")))
     os.execv(program, [program, *args])

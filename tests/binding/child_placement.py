@@ -17,9 +17,10 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Tuple
 
-import seccomp_filter
 from pynumabind._os import libnuma as _libnuma
 from pynumabind.binding.placement import bind_memory, memory_on
+
+from ..support import seccomp_filter
 
 
 def _filter(denied: str) -> None:
@@ -68,9 +69,10 @@ def interrupt_every_point_of_memory_on() -> Dict[str, Any]:
     """A KeyboardInterrupt at the k-th point of a memory_on block, for every k (see
     binding/test_interrupts.py for what the points are).  Each time, once the interrupt is dropped,
     the thread's policy must be the one before the block and no block left in force."""
-    from child_interrupts import Interrupter, Tally
     from pynumabind.binding import _memory_on
     from pynumabind.discovery import detect_topology
+
+    from .child_interrupts import Interrupter, Tally
 
     topology = detect_topology(use_nvml=False)
     _libnuma.set_mempolicy(_libnuma.MPOL_PREFERRED, {0})

@@ -4,9 +4,13 @@ Tests that must leave the pytest process untouched (binding, seccomp,
 cgroups, fork handlers) or that measure a fresh interpreter (import cost) run
 their body in a child.  The body is an ordinary function in an importable
 module, where ruff, mypy and an editor see it, including any internals it
-patches.  The child is started as ``python tests/_child.py ... module:function
-args`` (see ``_child.py``); no test passes Python source text to a child, and
-package/test_child_sources.py fails if one does again.
+patches.  The child is started as ``python tests/support/_child.py ... ROOT
+tests.folder.module:function args`` (see ``_child.py``): the module is
+imported by its full dotted name from the folder that holds the ``tests``
+package, so its relative imports (``from ..support import childstate``) work
+there as they do under pytest, whatever the working directory.  No test
+passes Python source text to a child, and package/test_child_sources.py
+fails if one does again.
 
 Arguments reach the function as strings (a child parses what it needs).  A
 function returns a JSON-able value (or None); :func:`run_in_child` returns it
@@ -21,12 +25,16 @@ import subprocess
 import sys
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
-ENTRY = os.path.join(TESTS_DIR, "_child.py")
+ENTRY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_child.py")
 
 
 def target_of(func: Callable[..., Any]) -> Tuple[str, str]:
-    """(folder, ``module:name``) of a module-level function; TypeError otherwise."""
+    """(import root, ``dotted.module:name``) of a module-level function; TypeError otherwise.
+
+    The import root is the folder above the module's top package, found from
+    its file and its dotted name (``/repo/tests/binding/child_binding.py``
+    imported as ``tests.binding.child_binding`` -> ``/repo``).
+    """
     module = sys.modules.get(getattr(func, "__module__", ""))
     name = getattr(func, "__qualname__", "")
     if module is None or not callable(func) or getattr(module, name, None) is not func:
@@ -34,11 +42,20 @@ def target_of(func: Callable[..., Any]) -> Tuple[str, str]:
     path = getattr(module, "__file__", None)
     if path is None:
         raise TypeError(f"{func!r} is defined in {module.__name__}, which has no file")
-    folder = os.path.dirname(os.path.abspath(path))
+    path = os.path.abspath(path)
     module_name = module.__name__
     if module_name == "__main__":  # pragma: no cover - tests are imported
         module_name = os.path.splitext(os.path.basename(path))[0]
-    return folder, f"{module_name.rpartition('.')[2]}:{name}"
+    parts = module_name.split(".")
+    if os.path.basename(path) == "__init__.py":
+        parts.append("__init__")
+    root = path[: -len(".py")]
+    for part in reversed(parts):
+        head, tail = os.path.split(root)
+        if tail != part:
+            raise TypeError(f"{module_name} is not importable by that name from {path}")
+        root = head
+    return root, f"{module_name}:{name}"
 
 
 def child_command(

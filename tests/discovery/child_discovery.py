@@ -16,8 +16,9 @@ def allowed_cpus_after_setaffinity() -> Dict[str, Any]:
     from pynumabind._os import libnuma as _libnuma
 
     _libnuma.load()
-    from childstate import cpus_allowed
     from pynumabind.discovery import detect_topology
+
+    from ..support.childstate import cpus_allowed
 
     os.sched_setaffinity(0, {1})
     topo = detect_topology(use_nvml=False, environ={})

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Tuple
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 INTEGRATIONS = ROOT / "docs" / "integrations.md"
 
 _MARKER = re.compile(r"^<!-- recipe: ([a-z0-9-]+) -->\n```([a-z]+)\n(.*?)^```$", re.M | re.S)

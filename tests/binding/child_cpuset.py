@@ -7,12 +7,13 @@ import sys
 import threading
 from typing import Any, Dict
 
-from childstate import cpus_allowed, task_cpus
 from pynumabind._os import libnuma as _libnuma
 from pynumabind._os import threads as _threads
 from pynumabind.binding import apply_plan
 from pynumabind.errors import BindError
 from pynumabind.model import MemoryPolicy, Plan
+
+from ..support.childstate import cpus_allowed, task_cpus
 
 
 def apply_cpus(wanted: str) -> Dict[str, Any]:

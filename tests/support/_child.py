@@ -1,13 +1,16 @@
 """Entry point of a child interpreter: run one importable function, nothing else.
 
-``python [flags] tests/_child.py ALARM DIR MODULE:FUNCTION [ARG ...]`` puts
-``DIR`` (the folder of the function's module) first on ``sys.path``, imports
-``MODULE``, calls ``FUNCTION(*ARGS)`` with the arguments as strings and, when
-it returns something other than None, prints that as one JSON object on the
-last stdout line.  Built by :func:`childproc.child_command`; never source text.
+``python [flags] tests/support/_child.py ALARM DIR MODULE:FUNCTION [ARG ...]``
+puts ``DIR`` (the folder that holds the ``tests`` package) first on
+``sys.path``, imports ``MODULE`` by its dotted name (``tests.binding.child_binding``,
+so its relative imports resolve), calls ``FUNCTION(*ARGS)`` with the arguments
+as strings and, when it returns something other than None, prints that as one
+JSON object on the last stdout line.  Built by :func:`childproc.child_command`;
+never source text.
 
 It imports nothing of its own before the function runs (``faulthandler`` is
-built in and ``_signal`` is loaded at interpreter start), so a test that
+built in and ``_signal`` is loaded at interpreter start; the ``__init__.py``
+of ``tests`` and of its folders hold only a docstring), so a test that
 measures what a fresh interpreter loads (discovery/test_cost.py) still
 measures only the function's imports.  A hung child dumps its stacks and dies
 at ALARM seconds: a signal, not a watchdog thread, since tests count threads.

@@ -11,7 +11,8 @@ import logging
 from typing import Any, Dict, List, Optional
 
 import pynumabind
-from childstate import cpus_allowed
+
+from .childstate import cpus_allowed
 
 
 def _gpus(gpus: str) -> Optional[List[int]]:

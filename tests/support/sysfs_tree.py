@@ -55,7 +55,7 @@ from typing import Any, Dict, List, Optional, Set, Union
 
 from pynumabind.cpulist import format_cpulist, format_cpumask, parse_cpulist
 
-MACHINES_DIR = Path(__file__).resolve().parent / "machines"
+MACHINES_DIR = Path(__file__).resolve().parents[1] / "machines"
 
 Description = Dict[str, Any]
 

@@ -8,8 +8,9 @@ import threading
 import time
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-from childstate import task_cpus
 from pynumabind._os import threads as _threads
+
+from ..support.childstate import task_cpus
 
 
 def name_self(name: str) -> None:

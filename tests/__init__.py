@@ -1,0 +1,1 @@
+"""The test suite (a package tree; see tests/support/__init__.py for why)."""

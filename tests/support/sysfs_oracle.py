@@ -13,7 +13,7 @@ from typing import Dict, List, Mapping
 
 from pynumabind._os.caches import l3_group
 from pynumabind._os.textfile import SysfsReader
-from pynumabind.errors import format_ids
+from pynumabind._text import format_ids
 from pynumabind.model import Cpu
 
 

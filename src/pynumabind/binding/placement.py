@@ -82,7 +82,8 @@ outside the range moved (``moved_outside``, from the neighbours' nodes
 before and after, by ``move_pages``; a note says why).  ``complete`` is
 about the range only.  Tested on a real kernel in the QEMU guest (Linux
 6.1): the 8 KiB range, the two halves, and an ``mlock``-ed huge page that
-moves whole and is counted.  ``hugetlbfs`` mappings need huge-page-aligned
+moves whole and is counted; with automatic NUMA balancing on too (see "Where
+the pages are").  ``hugetlbfs`` mappings need huge-page-aligned
 ranges and are not supported.  (The edges: :mod:`pynumabind.binding._census`.)
 
 **Moving.**  ``move=True`` passes ``MPOL_MF_MOVE``: pages mapped only by this
@@ -106,6 +107,21 @@ though asked again (it was written, so it is never "not present").  A page
 caught mid-migration, or in a huge page being split, reads as not present
 for a moment, so such a page is asked for again before it counts as not
 present.  (How: :mod:`pynumabind.binding._census`.)
+**Where the pages are.**  ``move_pages`` with no target reports each page's
+node, and under automatic NUMA balancing (on by default on multi-node
+machines) Linux 6.1 to 6.4 report a written page the balancer has marked
+for a hinting fault as *not present*.  Touching the page would fault it and
+let the balancer migrate it, so the census asks the page table instead
+(``/proc/self/pagemap``, which faults nothing in): a page it shows present
+is counted on its node when its frame can be read (``CAP_SYS_ADMIN``), else
+by ``/proc/self/numa_maps`` when the range is a run of whole mappings (after
+``mbind`` it is, unless it merged with a neighbour bound the same way), else
+as ``not_located``: present, node unknown.  The neighbours of the huge-page
+edges are found the same way, so a marked huge page is split too.  Where
+the truth cannot be had the result says so: ``not_located`` counts the
+pages, ``complete`` is False, and a note says why; never "not present" for
+a page that is there.  (How: :mod:`pynumabind._os.pages`.)
+
 **Page-locked (pinned) memory cannot be moved**; the result says so and
 points to :func:`memory_on`.  ``mlock`` alone does not prevent migration
 (Linux migrates locked pages); pinning for DMA does.  Both are tested on a
@@ -227,6 +243,7 @@ from ._census import (
     count_pages,
     neighbours_before,
     page_count,
+    reread,
     split_edges,
 )
 from ._memory_on import MemoryOn
@@ -269,6 +286,8 @@ class MemoryPlacement:
     profile denying ``move_pages``); ``notes`` then say so.  ``moved_outside``
     counts the pages outside the range that moved with it because they shared
     a transparent huge page the kernel could not split (see "Huge pages").
+    ``not_located`` counts present pages whose node could not be read (see
+    "Where the pages are"): neither in ``pages_per_node`` nor ``not_present``.
     """
 
     address: int
@@ -286,6 +305,7 @@ class MemoryPlacement:
     reasons: Tuple[str, ...] = ()
     notes: Tuple[str, ...] = ()
     moved_outside: int = 0
+    not_located: int = 0
 
     @property
     def on_nodes(self) -> Optional[int]:
@@ -296,8 +316,11 @@ class MemoryPlacement:
 
     @property
     def complete(self) -> bool:
-        """Every present page is on the target nodes, as the kernel reports it."""
-        return self.pages_per_node is not None and not self.not_moved
+        """Every present page is on the target nodes, as the kernel reports it.
+
+        False when some page's node is unknown (``not_located``).
+        """
+        return self.pages_per_node is not None and not self.not_moved and not self.not_located
 
     @property
     def pinned(self) -> bool:
@@ -313,6 +336,8 @@ class MemoryPlacement:
         parts = [head, f"pages present: {counts or 'none'}"]
         if self.not_present:
             parts.append(f"{self.not_present} not present yet")
+        if self.not_located:
+            parts.append(f"{self.not_located} present, node unknown")
         for reason, count in sorted(self.not_moved.items()):
             parts.append(f"{count} not moved ({reason}: {REASONS.get(reason, reason)})")
         if self.moved_outside:
@@ -339,6 +364,7 @@ class MemoryPlacement:
             "reasons": list(self.reasons),
             "notes": list(self.notes),
             "moved_outside": self.moved_outside,
+            "not_located": self.not_located,
         }
 
 
@@ -369,6 +395,7 @@ def _report(
         reasons=target.reasons,
         notes=counted.notes,
         moved_outside=counted.moved_outside,
+        not_located=counted.not_located,
     )
 
 
@@ -440,9 +467,12 @@ def bind_memory(
             if neighbours:
                 # Huge pages: see "Which pages".  The policy first, without moving: the
                 # mapping is split at the range's ends, so no huge page can form across
-                # them again; then the edges' huge pages are split; then the move.
+                # them again; then the edges' huge pages are split; then the neighbours
+                # are asked where they are once more (nothing has moved yet, and a huge
+                # page the balancer marked reads again once split); then the move.
                 _libnuma.mbind_range(start, length, target.mode, target.nodes, 0)
                 split_edges(start, length, neighbours)
+                neighbours = reread(neighbours)
             _libnuma.mbind_range(start, length, target.mode, target.nodes, flags)
         except NumaSyscallError as exc:
             raise refused(exc, operation, target.nodes) from None

@@ -151,6 +151,23 @@ def test_a_cut_or_spliced_record_is_read_or_refused(
     _read(text[:at] + splice + text[at + len(splice) :])
 
 
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.binary(max_size=3000) | st.just(json.dumps(VALID).encode()).map(bytearray), st.data())
+def test_a_file_of_any_bytes_is_loaded_or_refused(folder: Path, data: bytes, draw: Any) -> None:
+    data = bytearray(data)
+    for _ in range(draw.draw(st.integers(0, 4))):  # flip bytes of the valid record
+        if data:
+            data[draw.draw(st.integers(0, len(data) - 1))] = draw.draw(st.integers(0, 255))
+    path = folder / "bytes.json"
+    path.write_bytes(bytes(data))
+    try:
+        record = store.load_record(str(path))
+    except AdviceRecordError as exc:
+        assert str(path) in str(exc) or "the file" in str(exc)
+        return
+    _usable(record)
+
+
 class _Warnings(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.WARNING)

@@ -414,3 +414,15 @@ def test_a_warning_quoting_a_record_forges_no_log_line(tmp_path: Path) -> None:
     assert f"the kernel was 6.8.0\\npynumabind: {FORGED}\\x1b[0m, now" in warned
     assert "\x1b" not in done.stderr
     assert not any(line.startswith(f"pynumabind: {FORGED}") for line in done.stderr.splitlines())
+
+
+def test_a_record_file_name_is_printed_escaped_too(tmp_path: Path) -> None:
+    # A shared directory's file names are text from outside as well.
+    folder = tmp_path / f"x\n{FORGED}"
+    folder.mkdir()
+    path = folder / "advice.json"
+    path.write_text(Path(_do_not_bind(tmp_path)).read_text(encoding="utf-8"), encoding="utf-8")
+    done = run_cli("plan", env={"PYNUMABIND_MODE": "advised", "PYNUMABIND_ADVICE": str(path)})
+    assert done.returncode == 0, done.stderr
+    _no_forged_line(done.stdout + done.stderr)
+    assert f"the advice record {tmp_path}/x\\n{FORGED}/advice.json" in done.stdout

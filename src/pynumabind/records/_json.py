@@ -141,9 +141,9 @@ def read_record(text: str, path: Optional[str] = None) -> Found:
     """The record in ``text``.
 
     Not a record, or a corrupt one: an :class:`~pynumabind.AdviceRecordError`
-    naming ``path`` and the key.
+    naming ``path`` (escaped: a file name is text from outside too) and the key.
     """
-    where = f"advice record {path}" if path else "advice record"
+    where = f"advice record {escaped(path)}" if path else "advice record"
     problem = _validate.first(_validate.text_problems(text, MAX_RECORD_BYTES))
     if problem is not None:  # absurd: refused before any parsing
         raise AdviceRecordError(f"{where} {problem}")
@@ -153,7 +153,7 @@ def read_record(text: str, path: Optional[str] = None) -> Found:
         raise AdviceRecordError(f"{where} is not valid JSON: {clipped(str(exc), 200)}") from exc
     if not is_record(document):
         raise AdviceRecordError(
-            f'{path or "the file"} is not an advice record (no "record": {RECORD_KIND!r} '
+            f'{escaped(path or "the file")} is not an advice record (no "record": {RECORD_KIND!r} '
             "key; pynumabind advise --save writes one)"
         )
     reader = _Reader(where)

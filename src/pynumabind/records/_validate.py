@@ -72,7 +72,7 @@ from typing import (
     Tuple,
 )
 
-from .._text import counted, format_ids
+from .._text import counted, escaped, format_ids
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..model import Gpu, Topology
@@ -421,5 +421,5 @@ def unfollowable(
     problem = first(follow_problems(record, topology, advice_for, reported))
     if problem is None:
         return None
-    where = f"the advice record {record.path}" if record.path else "the advice record"
+    where = f"the advice record {escaped(record.path)}" if record.path else "the advice record"
     return f"{where} (saved {record.saved}) cannot be followed here: {problem}"

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
+from .._text import escaped
 from ..errors import AdviceRecordError
 from ..model import SCHEMA_VERSION  # one version for every JSON document (see model)
 from . import _json, _validate
@@ -113,8 +114,12 @@ class Record:
     path: Optional[str] = None
 
     def quoted(self) -> str:
-        """``the advice record /path (saved ...) says "..."``: for reasons and reports."""
-        where = f"the advice record {self.path}" if self.path else "the advice record"
+        """``the advice record /path (saved ...) says "..."``: for reasons and reports.
+
+        The path is escaped as the record's own text is (a file name in a
+        shared directory is text from outside too).
+        """
+        where = f"the advice record {escaped(self.path)}" if self.path else "the advice record"
         return f'{where} (saved {self.saved}) says "{self.advice.recommendation.verdict}"'
 
 

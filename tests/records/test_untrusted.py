@@ -426,3 +426,18 @@ def test_a_record_file_name_is_printed_escaped_too(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     _no_forged_line(done.stdout + done.stderr)
     assert f"the advice record {tmp_path}/x\\n{FORGED}/advice.json" in done.stdout
+
+
+def test_a_record_that_says_do_not_bind_moves_nothing_to_check(
+    tmp_path: Path, store_warnings: List[str]
+) -> None:
+    # Its per-GPU advice is never followed: the process is left alone.
+    doc = edited(
+        document(),
+        ["recommendation"],
+        {**document()["recommendation"], "bind": False, "mode": "none", "policy": "none"},
+    )
+    doc = edited(doc, ["recommendation", "per_gpu", 1, "node"], 99)
+    advised = follow(tmp_path, doc)
+    assert store_warnings == [] and advised.fallback is None
+    assert advised.not_bound is not None and "not bound, on purpose" in advised.not_bound

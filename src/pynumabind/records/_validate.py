@@ -375,7 +375,10 @@ def follow_problems(
     them moves nothing).  Each GPU moved must go to a node with CPUs on the
     machine planned, and with CPUs in ``topology.allowed_cpus``.
     """
-    per_gpu = record.advice.recommendation.per_gpu
+    rec = record.advice.recommendation
+    if not rec.bind:  # "do not bind" moves nothing
+        return []
+    per_gpu = rec.per_gpu
     cpu_nodes = topology.cpu_nodes
     out: List[Problem] = []
     for gpu in topology.gpus:

@@ -116,11 +116,18 @@ MAY_IMPORT: Dict[str, FrozenSet[str]] = {
 
 #: The pure modules beyond the planner's: the rule that turns measurements
 #: into advice, and the advice record as values -- the values an advice holds,
-#: the machine fingerprint and staleness, the record's JSON, and the text
-#: report ``str(advice)`` renders.  Not :mod:`pynumabind.records.advice`:
-#: ``Advice.save`` writes the record.
+#: the machine fingerprint and staleness, the record's JSON, the rules a record
+#: must keep, and the text report ``str(advice)`` renders.  Not
+#: :mod:`pynumabind.records.advice`: ``Advice.save`` writes the record.
 PURE_NAMED: FrozenSet[str] = frozenset(
-    {"advisor.rule", "records.values", "records._machine", "records._json", "records.report"}
+    {
+        "advisor.rule",
+        "records.values",
+        "records._machine",
+        "records._json",
+        "records._validate",
+        "records.report",
+    }
 )
 
 #: On the values floor by where they sit, but no pure module's business: the

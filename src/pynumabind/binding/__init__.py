@@ -102,9 +102,13 @@ ON_ERROR_CHOICES: Tuple[str, ...] = ("warn", "raise")
 # inherits a half-done bind or import; the child gets a fresh one.
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class Binding:
     """The outcome of applying a plan, read back from the kernel.
+
+    ``str(binding)`` (``print(binding)``) is :meth:`summary`, one line;
+    ``repr(binding)`` is that line in angle brackets.  :attr:`cpu_count` is
+    the number of CPUs the worker now runs on, for sizing thread pools.
 
     * ``plan``: what was asked (``None`` when binding was disabled).
     * ``applied``: whether anything was changed (CPUs, policy or pages).
@@ -146,7 +150,22 @@ class Binding:
     notes: Tuple[str, ...] = ()
     thread_id: int = 0
     not_bound: Optional[str] = None
-    _undo: Optional[Journal] = field(default=None, repr=False, compare=False)
+    # The undo journal: private, never an argument (set by _journaled), so the
+    # reference's signature shows only the public fields.
+    _undo: Optional[Journal] = field(default=None, init=False, repr=False, compare=False)
+
+    @classmethod
+    def _journaled(cls, journal: Journal, **fields: Any) -> Binding:
+        """A Binding made by :func:`apply_plan`, holding the journal :meth:`restore` undoes."""
+        binding = cls(**fields)
+        object.__setattr__(binding, "_undo", journal)  # frozen: set once, here
+        return binding
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    def __repr__(self) -> str:
+        return f"<Binding {self.summary()[len('pynumabind: ') :]}>"
 
     # ------------------------------------------------------------ queries
 
@@ -157,6 +176,25 @@ class Binding:
     @property
     def threads_left_pinned(self) -> Tuple[int, ...]:
         return tuple(t.tid for t in self.threads if t.action is ThreadAction.LEFT_PINNED)
+
+    @property
+    def cpu_count(self) -> int:
+        """How many CPUs the worker now runs on: the number to size its thread pools by.
+
+        The plan's CPUs that the calling thread may run on after the bind
+        (:attr:`cpus`, read back from the kernel); where the plan leaves CPUs
+        alone (mode ``none``, ``PYNUMABIND_DISABLE=1``, mode ``advised``'s
+        deliberate no-op), every CPU the thread may run on.  These are the
+        CPUs the worker *may* use, not CPUs it has to itself: in mode
+        ``node`` every rank on a node gets all of the node's CPUs, so ranks
+        sharing a node should divide them (the exclusive modes give each
+        rank its own slice).  Docs: "Sizing thread pools" in Binding a worker.
+        """
+        current = self.cpus if self.cpus is not None else _proc.process_affinity()
+        plan = self.plan
+        if plan is not None and plan.cpus is not None:
+            return len(plan.cpus & current)
+        return len(current)
 
     @property
     def restored(self) -> bool:
@@ -408,7 +446,8 @@ def _apply_steps(
         )
     readback, readback_note = _apply.read_back_policy(request, memory_applied)
     notes.extend([readback_note] if readback_note else [])
-    binding = Binding(
+    binding = Binding._journaled(
+        journal,
         plan=plan,
         applied=scan is not None or memory_applied or migration.migrated,
         threads=scan.results if scan is not None else (),
@@ -425,7 +464,6 @@ def _apply_steps(
         pages_not_moved=migration.pages_not_moved,
         notes=tuple(notes),
         thread_id=caller,
-        _undo=journal,
     )
     _log_outcome(binding)
     return binding
@@ -669,6 +707,7 @@ def _disabled(options: Options) -> Binding:
         plan=None,
         applied=False,
         disabled=True,
+        cpus=_proc.process_affinity(),  # unchanged: what cpu_count counts
         notes=(f"disabled by {options.disabled_by}",),
         thread_id=threading.get_native_id(),
     )

@@ -218,6 +218,8 @@ def test_disabled_by_environment_is_a_logged_no_op(caplog) -> None:
     binding = binding_module.bind_current_process(environ={"PYNUMABIND_DISABLE": "yes"})
     assert binding.disabled and not binding.applied and binding.plan is None
     assert binding.notes == ("disabled by PYNUMABIND_DISABLE=yes",)
+    # A deliberate no-op, as mode advised's: not_bound says why.
+    assert binding.not_bound == "disabled by PYNUMABIND_DISABLE=yes"
     assert binding.verify().ok
     binding.restore()  # nothing to undo
     assert (os.sched_getaffinity(0), _libnuma.get_mempolicy()) == before

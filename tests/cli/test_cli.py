@@ -8,7 +8,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import pytest
 
@@ -264,6 +264,29 @@ def test_exec_binds_the_child() -> None:
     assert seen["cpus"] == [cpu]
     assert seen["mode"] == 2  # MPOL_BIND survives execve
     assert seen["nodes"] == [0]
+
+
+@pytest.mark.parametrize(
+    ("placement", "cpus", "mode"),
+    [(["--nodes", "0", "--policy", "bind"], None, 2), (["--cpus", "0"], [0], 1)],
+    ids=["nodes", "cpus"],
+)
+def test_exec_needs_no_rank_when_the_placement_is_given(
+    placement: List[str], cpus: Optional[List[int]], mode: int
+) -> None:
+    """numactl --cpunodebind=0 --membind=0 needs no rank; neither does its replacement."""
+    command = child_command(child_cli.affinity_and_policy)
+    result = run("exec", "--no-nvml", *placement, "--", *command)
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout)
+    assert seen["cpus"] == (sorted(os.sched_getaffinity(0)) if cpus is None else cpus)
+    assert seen["mode"] == mode and seen["nodes"] == [0]  # MPOL_BIND 2, MPOL_PREFERRED 1
+
+
+@pytest.mark.parametrize("placement", [["--nodes", "0,0"], ["--cpus", "0;0"]])
+def test_exec_needs_a_rank_to_choose_among_several_placements(placement: List[str]) -> None:
+    result = run("exec", "--no-nvml", *placement, "--", "true")
+    assert_one_line_error(result, 2, "--rank", "LOCAL_RANK", placement[0], "2 ranks")
 
 
 def _run_with_closed(fd: int, *args: str) -> subprocess.CompletedProcess[str]:

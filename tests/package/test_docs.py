@@ -343,6 +343,8 @@ def test_every_documented_keyword_is_in_the_configuration_table() -> None:
 # ------------------------------------------------------------ a process without a rank
 
 NO_RANK_RULE = "one: its node; several: the union; none: ConfigError"
+#: What comes first without a rank: a nodes or cpus override of one entry is the placement.
+ONE_PLACEMENT = "of one entry"
 _NO_RANK = re.compile(r"without a rank|no rank|with none,|no launcher rank\)", re.I)
 
 
@@ -357,7 +359,11 @@ def test_every_passage_about_no_rank_states_the_same_rule() -> None:
     passages = [(path.name, p) for path in DOCS for p in _paragraphs(path) if _NO_RANK.search(p)]
     assert len(passages) >= 3, passages
     for document, passage in passages:
-        assert NO_RANK_RULE in passage or "GPUs it sees" in passage, (document, passage)
+        # The GPU rule, or the rule before it: an override of one entry is the placement.
+        stated = NO_RANK_RULE in passage or "GPUs it sees" in passage
+        assert stated or ONE_PLACEMENT in passage, (document, passage)
+    placing = {d for d, p in passages if ONE_PLACEMENT in p}
+    assert {BINDING.name, CLI_PAGE.name} <= placing, placing
     stated = [p for _, p in passages if NO_RANK_RULE in p]
     stating = {d for d, p in passages if NO_RANK_RULE in p}
     assert stating == {README.name, INTEGRATIONS.name, BINDING.name}

@@ -188,7 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--rank",
         type=int,
         metavar="N",
-        help="local rank (default: LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID)",
+        help="local rank (default: LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID). "
+        "Not needed when --nodes or --cpus gives one placement (as numactl), nor when this "
+        "process sees GPUs (it is bound to them); needed to choose among several placements",
     )
     _plan_options(exec_)
     exec_.add_argument(
@@ -626,8 +628,12 @@ def _check_text(report: Any, note: Optional[str], *, verbose: bool) -> str:
     for title, body in _check_sections(report.workers, verbose=verbose):
         if body:
             lines += ["", title, *body]
-    ok = sum(w.ok for w in report.workers)
-    lines += ["", f"{ok} of {len(report.workers)} workers bound as planned"]
+    ok = sum(w.ok for w in report.workers if not w.not_bound)
+    on_purpose = sum(w.ok for w in report.workers if w.not_bound)
+    count = f"{ok} of {len(report.workers)} workers bound as planned"
+    if on_purpose:  # PYNUMABIND_DISABLE, or mode advised's record: a success, shown as such
+        count += f", {on_purpose} not bound, on purpose"
+    lines += ["", count]
     return "\n".join(lines)
 
 

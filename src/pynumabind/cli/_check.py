@@ -41,7 +41,7 @@ import errno
 import logging
 import multiprocessing
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
@@ -51,7 +51,7 @@ from ..binding import _verify
 from ..cpulist import format_cpulist
 from ..discovery._environ import SIZE_VARIABLES
 from ..errors import ConfigError, PynumabindError
-from ..model import Topology
+from ..model import Gpu, Topology
 from ..options import CHOSEN_BY_CHECK, Options
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -84,7 +84,7 @@ class WorkerReport:
     problems: Tuple[str, ...] = ()
     reasons: Tuple[str, ...] = ()
     warnings: Tuple[str, ...] = ()  # the plan's, as ``pynumabind plan`` shows them
-    not_bound: Optional[str] = None  # left unbound on purpose (mode advised), and why
+    not_bound: Optional[str] = None  # left unbound on purpose (disabled, mode advised), and why
 
     def to_dict(self) -> Dict[str, Any]:
         return {
@@ -155,33 +155,27 @@ def check_this_process(
     # options may carry nprocs_source: where the parent's count came from.
     given = Options(rank=rank, nprocs=nprocs, **options)
     binding = bind_current_process(options=given, topology=topology, on_error="warn")
-    plan = binding.plan
-    if plan is None:  # PYNUMABIND_DISABLE=1 made binding a no-op
-        return WorkerReport(
-            rank=rank,
-            ok=False,
-            problems=tuple(binding.notes) or ("binding is disabled (PYNUMABIND_DISABLE)",),
-        )
+    plan = binding.plan  # None: PYNUMABIND_DISABLE=1, a deliberate no-op (binding.not_bound)
     verify = binding.verify()
     masks = _proc.thread_status_cpus()
     problems = _completeness_problems(binding) + list(verify.problems)
     problems += _proc_thread_problems(binding, masks)
     gpu = None
-    if plan.gpu_info is not None:
+    if plan is not None and plan.gpu_info is not None:
         gpu = f"{plan.gpu_info.index} {plan.gpu_info.pci_bus_id}"
     placed = sorted({n for n in verify.page_nodes if n >= 0})
     return WorkerReport(
         rank=rank,
         ok=not problems and verify.ok,
         gpu=gpu,
-        planned_cpus="unbound" if plan.cpus is None else format_cpulist(plan.cpus),
+        planned_cpus="unbound" if plan is None or plan.cpus is None else format_cpulist(plan.cpus),
         bound_cpus=format_cpulist(frozenset().union(*masks.values())),
-        planned_mems=format_cpulist(plan.mems),
-        policy=plan.policy.value,
+        planned_mems="" if plan is None else format_cpulist(plan.mems),
+        policy="none" if plan is None else plan.policy.value,
         page_nodes=format_cpulist(placed),
         problems=tuple(problems),
-        reasons=tuple(plan.reasons),
-        warnings=tuple(plan.warnings),
+        reasons=() if plan is None else tuple(plan.reasons),
+        warnings=() if plan is None else tuple(plan.warnings),
         not_bound=binding.not_bound,
     )
 
@@ -320,10 +314,11 @@ def run_check(
     itself, as a real worker would.  ``timeout`` bounds the whole run (see
     the module docstring).
     """
-    from ..planner import local_ranks
+    from ..planner import gpus_by_rank
 
     deadline = time.monotonic() + timeout
-    count = local_ranks(topology, options)
+    gpus = gpus_by_rank(topology, options)
+    count = len(gpus)
     if count > MAX_WORKERS:
         variable = options.nprocs_source if options.nprocs_source in _LAUNCHER_COUNTS else None
         if options.nprocs is None:
@@ -360,7 +355,18 @@ def run_check(
         _failed(rank, f"not started: the {timeout:g} s timeout ran out while starting workers")
         for rank in range(len(workers), count)
     ]
-    return CheckReport(tuple(reports))
+    return CheckReport(tuple(_with_gpu(r, gpus[r.rank]) for r in reports))
+
+
+def _with_gpu(report: WorkerReport, gpu: Optional[Gpu]) -> WorkerReport:
+    """A report without a plan (a failed or disabled worker) names the rank's GPU all the same.
+
+    The parent's rule is the planner's (:func:`~pynumabind.planner.gpus_by_rank`),
+    so a worker that did plan shows the same GPU.
+    """
+    if report.gpu is not None or gpu is None:
+        return report
+    return replace(report, gpu=f"{gpu.index} {gpu.pci_bus_id}")
 
 
 def _judged(worker: _Worker) -> WorkerReport:

@@ -7,10 +7,13 @@ tree, or a ``--topology`` snapshot), prints aligned tables or, with
 * 0: success;
 * 1: failure (an unreadable topology, an impossible plan, a worker not
   bound as planned);
-* 2: usage error (bad options or option values, bad environment variables,
-  and any value naming something this machine lacks: a CPU, a NUMA node, a
-  rank beyond the local ranks, a topology file that does not exist or is
-  not a snapshot);
+* 2: usage error (an unknown option, named wherever it stands -- before
+  the command too --, bad option values, bad environment variables, and any
+  value naming something this machine lacks or the wrong kind of thing: a
+  CPU, a NUMA node, a rank beyond the local ranks, a topology file that does
+  not exist or is not a snapshot, a ``--sysfs-root`` that is not a sysfs
+  tree, a ``snapshot -o`` that is a directory or in one that does not
+  exist; ``snapshot --json`` too: a snapshot is JSON already);
 * 126/127: ``exec`` could not run the command (not executable / not found).
 
 Errors are one line on stderr, never a traceback, and name the option of the
@@ -18,7 +21,8 @@ command line (``--rank``, ``--nprocs``) or the variable the value came from.
 ``plan`` and ``check -v`` write reasons every rank shares once ("all ranks:"),
 then each rank's own; ``check`` shows the plan's warnings too (text and JSON),
 explains its columns, and on a machine with no GPU and one NUMA node says in
-one line what it did and why.  A bare ``pynumabind`` lists the commands.  ``exec`` replaces the
+one line what it did and why.  A bare ``pynumabind`` lists the commands; ``--help``
+describes each command and shows examples.  ``exec`` replaces the
 process with ``os.execvp``: no shell is involved, so no argument is ever
 re-interpreted.
 """
@@ -26,6 +30,7 @@ re-interpreted.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import math
@@ -72,7 +77,8 @@ class _Parser(argparse.ArgumentParser):
 # ------------------------------------------------------------------ parsing
 
 
-def _common_options() -> _Parser:
+def _common_options(*, json_output: bool = True) -> _Parser:
+    """The options every command but advise takes; ``json_output``: with ``--json``."""
     common = _Parser(add_help=False)
     source = common.add_argument_group("machine")
     where = source.add_mutually_exclusive_group()
@@ -101,9 +107,17 @@ def _common_options() -> _Parser:
     source.add_argument(
         "--no-nvml", action="store_true", help="do not ask NVML (use sysfs PCI scanning only)"
     )
-    common.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    if json_output:
+        common.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    else:  # snapshot: its output is JSON already; --json is refused, not ignored
+        common.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     common.add_argument(
-        "-v", "--verbose", action="count", default=0, help="log more (repeat for debug)"
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="log more: -v says what discovery tried (sysfs, NVML, KFD), -vv each source's "
+        "details",
     )
     return common
 
@@ -163,26 +177,54 @@ def _timeout_seconds(text: str) -> float:
     return value
 
 
+#: The top-level help's examples (its epilog).
+EXAMPLES = """\
+examples:
+  pynumabind check                     bind one worker per GPU (or NUMA node), verify each
+  pynumabind show -v                   this machine, and what discovery tried to find GPUs
+  pynumabind plan --nprocs 8           each rank's CPUs, memory nodes and why
+  pynumabind exec --nodes 1 -- CMD     run CMD on node 1's CPUs and memory (as numactl)
+  pynumabind advise --quick            measure whether binding helps on this machine
+
+'pynumabind COMMAND --help' describes each command's options.
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _common_options()
     parser = _Parser(
         prog="pynumabind",
         description="Bind GPU workers' CPUs and memory to the right NUMA node, in-process.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"pynumabind {__version__}")
+    # Not required here: _main names a stray argument before it says a command is missing.
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    commands.required = True
 
     commands.add_parser(
-        "show", parents=[common], help="show NUMA nodes, GPUs and this process's allowed sets"
+        "show",
+        parents=[common],
+        help="show NUMA nodes, GPUs and this process's allowed sets",
+        description="Show this machine (or a recorded one) as pynumabind sees it: NUMA nodes "
+        "with their CPUs, memory and distances, the GPUs this process sees with their nodes, "
+        "and this process's allowed CPUs and memory nodes, with warnings.",
     )
-    plan = commands.add_parser("plan", parents=[common], help="print the per-rank plan")
+    plan = commands.add_parser(
+        "plan",
+        parents=[common],
+        help="print the per-rank plan",
+        description="Print each local rank's plan -- its GPU, node, CPUs, memory nodes and "
+        "policy -- and the reasons for it, without binding anything.",
+    )
     _plan_options(plan)
 
     exec_ = commands.add_parser(
         "exec",
         parents=[common],
         help="bind this process, then exec a command (replaces numactl wrappers)",
+        description="Bind this process as planned, then replace it with CMD (execvp, no "
+        "shell), which inherits the CPUs and the memory policy: what numactl does.",
     )
     exec_.add_argument(
         "--rank",
@@ -206,7 +248,13 @@ def build_parser() -> argparse.ArgumentParser:
     exec_.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
 
     check = commands.add_parser(
-        "check", parents=[common], help="spawn workers, bind and verify each, print a report"
+        "check",
+        parents=[common],
+        help="spawn workers, bind and verify each, print a report",
+        description="Start one fresh worker process per local rank; each binds itself as a "
+        "real worker would and verifies the result (every thread's CPUs, the memory policy, "
+        "where new pages land). Exit 0 when every worker is bound as planned or left "
+        "unbound on purpose.",
     )
     _plan_options(check)
     check.add_argument(
@@ -218,7 +266,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     snapshot = commands.add_parser(
-        "snapshot", parents=[common], help="write the topology as JSON (for --topology)"
+        "snapshot",
+        parents=[_common_options(json_output=False)],
+        help="write the topology as JSON (for --topology)",
+        description="Record this machine as a JSON snapshot -- every GPU, whatever "
+        "CUDA_VISIBLE_DEVICES says -- for 'plan --topology FILE' here or anywhere else. "
+        "The output is JSON always.",
     )
     snapshot.add_argument(
         "-o", "--output", metavar="FILE", help="write to FILE instead of standard output"
@@ -275,13 +328,22 @@ def machine_topology(
     # --sysfs-root, else PYNUMABIND_TOPOLOGY (the machine the library binds
     # for, so check spawns, and show and plan print, what its workers will
     # see), else this machine: decided in one place, for the library too.
-    topology = discovery.resolve_topology(
-        snapshot=args.topology,
-        sysfs_root=args.sysfs_root,
-        use_nvml=not args.no_nvml,
-        bind_here=bind_here,
-        visible_only=visible_only,
-    )
+    try:
+        topology = discovery.resolve_topology(
+            snapshot=args.topology,
+            sysfs_root=args.sysfs_root,
+            use_nvml=not args.no_nvml,
+            bind_here=bind_here,
+            visible_only=visible_only,
+        )
+    except TopologyError as exc:
+        if args.sysfs_root is None or isinstance(exc, ConfigError):
+            raise
+        # A tree that is not a sysfs tree is a bad value, as a file that is not a
+        # snapshot is (SnapshotFileError): a usage error naming the option.
+        raise UsageError(
+            f"--sysfs-root: {args.sysfs_root!r} is not a usable sysfs tree: {exc}"
+        ) from exc
     changes: Dict[str, Any] = {}
     if allowed_cpus is not None:
         unknown = allowed_cpus - topology.online_cpus
@@ -654,9 +716,25 @@ def _check_sections(workers: Sequence[Any], *, verbose: bool) -> List[Tuple[str,
     ]
 
 
-def cmd_snapshot(args: argparse.Namespace) -> int:
-    if args.output is not None and not args.output:
+#: Errors opening ``-o FILE`` that say the name is wrong (a usage error, 2), not the machine.
+_BAD_PATH_ERRNOS = frozenset({errno.EISDIR, errno.ENOENT, errno.ENOTDIR, errno.ENAMETOOLONG})
+
+
+def _check_output(output: Optional[str]) -> None:
+    """``snapshot -o FILE`` names a file that can be created: checked before discovery."""
+    if output is None:
+        return
+    if not output:
         raise UsageError("snapshot -o: the file name is empty (omit -o to write to stdout)")
+    if os.path.isdir(output):
+        raise UsageError(f"snapshot -o: {output!r} is a directory; name the file to write")
+    parent = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(parent):
+        raise UsageError(f"snapshot -o: {output!r}: the directory {parent!r} does not exist")
+
+
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    _check_output(args.output)
     # Every GPU of the machine, not only those CUDA_VISIBLE_DEVICES shows: the
     # snapshot's users apply their own visibility to it, by physical index.
     topology = machine_topology(args, visible_only=False)
@@ -666,6 +744,10 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
             with open(args.output, "w", encoding="utf-8") as handle:
                 handle.write(text)
         except OSError as exc:
+            if exc.errno in _BAD_PATH_ERRNOS:  # the name, not the machine: as checked above
+                raise UsageError(
+                    f"snapshot -o: cannot write {args.output!r}: {exc.strerror}"
+                ) from exc
             raise PynumabindError(f"cannot write {args.output!r}: {exc.strerror}") from exc
         _emit(
             f"wrote the topology ({counted(len(topology.nodes), 'NUMA node')}, "
@@ -722,6 +804,26 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         logger.handlers[:], logger.level, logger.propagate = saved[0], saved[1], saved[2]
 
 
+def _parse(parser: argparse.ArgumentParser, argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    """The arguments, every stray one named (``pynumabind --bogus`` once said only that
+    a command was missing)."""
+    args, extras = parser.parse_known_args(argv)
+    commands = ", ".join(COMMANDS)
+    if args.command is None:
+        stray = f"unrecognized arguments: {' '.join(extras)}; " if extras else ""
+        raise UsageError(
+            f"{stray}a command comes first: pynumabind COMMAND [options] (commands: "
+            f"{commands}; pynumabind --help lists them)"
+        )
+    if extras:
+        raise UsageError(f"unrecognized arguments: {' '.join(extras)}")
+    if args.command == "snapshot" and args.json:
+        raise UsageError(
+            "snapshot: --json is not an option here: a snapshot is JSON already (drop --json)"
+        )
+    return args
+
+
 def _main(argv: Optional[Sequence[str]]) -> int:
     parser = build_parser()
     if not (sys.argv[1:] if argv is None else argv):
@@ -730,7 +832,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
             sys.stderr.write(parser.format_help())
         return EXIT_USAGE
     try:
-        args = parser.parse_args(argv)
+        args = _parse(parser, argv)
         _configure_logging(args.verbose)
         return COMMANDS[args.command](args)
     except UsageError as exc:

@@ -1,14 +1,25 @@
-"""What ``pynumabind check`` shows: deliberate no-ops, the GPU of a failed rank, each warning once.
+"""What ``pynumabind check`` shows: deliberate no-ops, the GPU of a failed rank, each warning
+once, and nothing but one line when interrupted.
 
-Every run is the real console script with real spawned workers.
+Every run is the real console script with real spawned workers, and Ctrl-C
+is a real SIGINT to the command's process group (``tests/conftest.py`` puts
+SIGINT back when the suite itself was started in the background, where it
+would be ignored, and so inherited ignored, which would test nothing).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
+from typing import List
 
-from ..support.cli_helpers import run, two_node_snapshot
+import pytest
+
+from ..support.cli_helpers import SCRIPT, clean_env, run, two_node_snapshot
 
 
 def test_disabled_binding_is_not_bound_on_purpose_not_a_failure() -> None:
@@ -47,3 +58,72 @@ def test_a_failed_rank_still_names_its_gpu(tmp_path: Path) -> None:
         run("check", "--json", "--topology", str(snapshot), "--allowed-cpus", "0").stdout
     )["workers"]
     assert [w["gpu"] for w in workers] == ["0 0000:17:00.0", "1 0000:65:00.0"]
+
+
+def _children(pid: int) -> List[int]:
+    """The processes whose parent is ``pid`` (read from /proc: no psutil here)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[1]) == pid:
+            found.append(int(entry))
+    return found
+
+
+def _group_members(pgid: int) -> List[int]:
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.getpgid(int(entry)) == pgid:
+                    members.append(int(entry))
+            except ProcessLookupError:
+                pass
+    return members
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("started", [1, 4, 16])
+def test_ctrl_c_during_check_prints_no_traceback(started: int) -> None:
+    """Ctrl-C as a terminal sends it: SIGINT to the whole process group, workers included.
+
+    It used to print screenfuls of KeyboardInterrupt tracebacks from workers
+    still starting up (site imports, spawn's bootstrap).  The signal is sent
+    once ``started`` workers exist, so that some are half-way through
+    starting; the command must say "interrupted" in one line, exit 130, and
+    leave no process of its group behind.
+    """
+    child = subprocess.Popen(
+        [SCRIPT, "check", "--no-nvml", "--nprocs", "64"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+    )
+    try:
+        deadline = time.monotonic() + 60
+        # The first child is multiprocessing's resource tracker; the workers follow.
+        while len(_children(child.pid)) < started + 1 and child.poll() is None:
+            assert time.monotonic() < deadline, "the workers never started"
+            time.sleep(0.01)
+        assert child.poll() is None, "check finished before the signal: it tests nothing"
+        os.killpg(child.pid, signal.SIGINT)
+        out, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.communicate()
+    assert child.returncode == 130, (child.returncode, err)
+    assert err == "pynumabind: error: interrupted\n", err
+    assert out == ""
+    deadline = time.monotonic() + 10  # the resource tracker leaves as its pipe closes
+    while _group_members(child.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _group_members(child.pid) == [], "processes outlived the interrupted check"

@@ -33,17 +33,25 @@ Bounds
   the cause.  Whatever way the run ends -- that error, an interrupt, the
   deadline -- every worker it started is killed and reaped before it
   returns: none is left behind to print into the user's terminal.
+* Ctrl-C is the parent's: a terminal sends SIGINT to every process of the
+  foreground group, workers included, and a worker interrupted while its
+  interpreter starts prints a traceback (64 workers: screenfuls).  So each
+  worker starts with SIGINT blocked (inherited across fork and exec) and
+  never sees it; the parent gets the KeyboardInterrupt, stops every worker,
+  and the command says "interrupted" in one line, exit status 130.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import multiprocessing
+import signal
 import time
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, wait
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple
 
 from .._os import PROC_ROOT
 from .._os import proc as _proc
@@ -242,13 +250,31 @@ def _start(
             args=(child_end, rank, count, options, topology_json),
             name=f"pynumabind-check-{rank}",
         )
-        process.start()
+        with _interrupts_held():
+            process.start()
     except OSError as exc:
         parent_end.close()
         raise _start_error(rank, count, exc) from exc
     finally:
         child_end.close()
     return _Worker(rank, process, parent_end)
+
+
+@contextlib.contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """Start a worker with SIGINT blocked: Ctrl-C is the parent's alone (see the module docstring).
+
+    The signal mask survives fork and exec, so the worker's interpreter never
+    sees the SIGINT a terminal sends the whole process group: no
+    KeyboardInterrupt traceback from a worker half-way through starting up
+    (its site imports, spawn's bootstrap).  One that reaches this thread
+    while it is blocked waits, and is raised here as the block ends.
+    """
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def _start_error(rank: int, count: int, exc: OSError) -> PynumabindError:
@@ -338,6 +364,12 @@ def run_check(
         CHOSEN_BY_CHECK if options.nprocs is None else options.nprocs_source
     )
     context = multiprocessing.get_context("spawn")
+    # Spawning starts multiprocessing's resource tracker on first use, and
+    # that unblocks SIGINT in this thread as it returns: start it now, before
+    # any worker, so every worker starts with SIGINT blocked (_interrupts_held).
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
     topology_json = topology.to_json(indent=None) if pass_topology else None
     workers: List[_Worker] = []
     try:

@@ -127,3 +127,39 @@ def test_ctrl_c_during_check_prints_no_traceback(started: int) -> None:
     while _group_members(child.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _group_members(child.pid) == [], "processes outlived the interrupted check"
+
+
+_NO_RECORD = "mode advised: no advice record"
+
+
+@pytest.mark.parametrize(
+    "args", [["plan"], ["plan", "-v"], ["check", "--nprocs", "2"], ["check", "-v", "--nprocs", "2"]]
+)
+def test_each_warning_is_printed_once_per_command(args: List[str], tmp_path: Path) -> None:
+    """``plan --mode advised`` without a record printed its warning three times (the log,
+    Reasons, Warnings); check once per worker and once more in its report."""
+    env = {"PYNUMABIND_ADVICE": str(tmp_path / "no-record.json")}
+    result = run(*args, "--no-nvml", "--mode", "advised", env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (result.stdout + result.stderr).count(_NO_RECORD) == 1, result.stdout + result.stderr
+    assert _NO_RECORD in result.stdout.split("\nWarnings\n")[1]
+
+
+@pytest.mark.parametrize("command", ["show", "plan", "check"])
+def test_a_hidden_gpus_warning_is_printed_once(command: str, tmp_path: Path) -> None:
+    snapshot = two_node_snapshot(tmp_path / "machine.json")
+    env = {"PYNUMABIND_TOPOLOGY": str(snapshot), "CUDA_VISIBLE_DEVICES": "-1"}
+    result = run(command, "--nprocs", "1", env=env) if command != "show" else run(command, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    both = result.stdout + result.stderr
+    assert both.count("selects none of this machine's GPUs") == 1, both
+
+
+def test_a_warning_the_output_does_not_list_still_reaches_stderr(tmp_path: Path) -> None:
+    """Held warnings are released: a plan that fails prints no table, so the log says it."""
+    env = {"PYNUMABIND_ADVICE": str(tmp_path / "no-record.json")}
+    result = run("plan", "--no-nvml", "--mode", "advised", "--nodes", "9", env=env)
+    assert result.returncode == 2 and result.stdout == ""
+    warning, error = result.stderr.splitlines()
+    assert warning.startswith(f"pynumabind: WARNING: {_NO_RECORD}"), result.stderr
+    assert error.startswith("pynumabind: error: ") and "node(s) 9" in error

@@ -30,13 +30,14 @@ re-interpreted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import json
 import logging
 import math
 import os
 import sys
-from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, NoReturn, Optional, Sequence, Tuple, Union
 
 from .. import discovery
 from .._os import SYSFS_ROOT
@@ -384,9 +385,67 @@ def _machine_given(args: argparse.Namespace) -> bool:
     return any(value is not None for value in given) or args.no_nvml
 
 
+class _Held(logging.Filter):
+    """Warnings held back while a command runs, then printed unless its output said them.
+
+    Each warning once per command: ``plan --mode advised`` without a record
+    logged its ~300-character warning, then printed it under Reasons and
+    under Warnings.  A command whose output lists warnings (show, plan,
+    check) holds the ``pynumabind`` logger's WARNING records on the stderr
+    handler; :meth:`release` prints, after the output, only those the output
+    did not contain (as text, or as a JSON string).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: List[logging.LogRecord] = []
+        self.printed: List[str] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING:
+            self.records.append(record)
+            return False
+        return True
+
+    def said(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        text = text[len("pynumabind: ") :] if text.startswith("pynumabind: ") else text
+        out = "".join(self.printed)
+        return text in out or json.dumps(text)[1:-1] in out
+
+    def release(self, handlers: Sequence[logging.Handler]) -> None:
+        for record in self.records:
+            if not self.said(record):
+                for handler in handlers:
+                    handler.handle(record)
+        self.records.clear()
+
+
+_HELD: List[_Held] = []  # the command's, while it holds warnings (one at a time)
+
+
+@contextlib.contextmanager
+def _warnings_held() -> Iterator[None]:
+    """Hold the command's warnings until its output is written (see :class:`_Held`)."""
+    held = _Held()
+    handlers = list(logging.getLogger("pynumabind").handlers)
+    for handler in handlers:
+        handler.addFilter(held)
+    _HELD.append(held)
+    try:
+        yield
+    finally:
+        _HELD.remove(held)
+        for handler in handlers:
+            handler.removeFilter(held)
+        held.release(handlers)
+
+
 def _write_stdout(text: str) -> None:
     if sys.stdout is None:  # started with fd 1 closed
         raise PynumabindError("standard output is closed")
+    for held in _HELD:
+        held.printed.append(text)
     sys.stdout.write(text)
 
 
@@ -566,10 +625,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _not_warned(reasons: Sequence[str], warnings: Sequence[str]) -> List[str]:
+    """The reasons that are not also warnings: the Warnings section says those, once."""
+    warned = set(warnings)
+    return [r for r in reasons if r not in warned]
+
+
 def _plan_text(results: Sequence[Union[Plan, PynumabindError]]) -> List[str]:
     plans = [r for r in results if isinstance(r, Plan)]
     text = table(["rank", "gpu", "node", "cpus", "mems", "policy"], _plan_rows(results))
-    notes = by_rank([(p.rank or 0, p.reasons) for p in plans])
+    notes = by_rank([(p.rank or 0, _not_warned(p.reasons, p.warnings)) for p in plans])
     warnings = by_rank([(p.rank or 0, p.warnings) for p in plans])
     errors = [
         f"  {r}" if str(r).startswith(f"rank {rank}:") else f"  rank {rank}: {r}"
@@ -701,7 +766,8 @@ def _check_text(report: Any, note: Optional[str], *, verbose: bool) -> str:
 
 def _check_sections(workers: Sequence[Any], *, verbose: bool) -> List[Tuple[str, List[str]]]:
     """The check report's sections, in order: a title and its lines (none: left out)."""
-    reasons = by_rank([(w.rank, w.reasons) for w in workers]) if verbose else []
+    reasons = by_rank([(w.rank, _not_warned(w.reasons, w.warnings)) for w in workers])
+    reasons = reasons if verbose else []
     unbound = [f"  rank {w.rank}: {w.not_bound}" for w in workers if w.not_bound]
     problems = [
         f"  {p}" if p.startswith(f"rank {w.rank}:") else f"  rank {w.rank}: {p}"
@@ -758,6 +824,10 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
         _write_stdout(text)
     return EXIT_OK
 
+
+#: The commands whose output lists warnings: they print each once (see :class:`_Held`).
+#: Not exec (it becomes the command) nor advise (its progress is live).
+_LISTING_WARNINGS = frozenset({"show", "plan", "check"})
 
 COMMANDS = {
     "show": cmd_show,
@@ -834,6 +904,9 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     try:
         args = _parse(parser, argv)
         _configure_logging(args.verbose)
+        if args.command in _LISTING_WARNINGS:
+            with _warnings_held():
+                return COMMANDS[args.command](args)
         return COMMANDS[args.command](args)
     except UsageError as exc:
         _error(str(exc))

@@ -51,7 +51,7 @@ import signal
 import time
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, wait
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from .._os import PROC_ROOT
 from .._os import proc as _proc
@@ -153,10 +153,55 @@ def _completeness_problems(binding: Binding) -> List[str]:
     return problems
 
 
+class _Logged(logging.Handler):
+    """The warnings a worker's pynumabind logs, kept for its report instead of its stderr.
+
+    A worker's stderr is the user's terminal: each worker printing the same
+    warning (mode advised without a record, hidden GPUs) said it once per
+    worker, and then the report said it again.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.texts: List[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        self.texts.append(text[len(_PREFIX) :] if text.startswith(_PREFIX) else text)
+
+
+_PREFIX = "pynumabind: "
+
+
+def _logged_news(logged: Sequence[str], binding: Binding) -> List[str]:
+    """What the worker logged that its report does not say already, each once.
+
+    Left out: a plan warning (logged as it is), and the "bound only partly"
+    line, whose every skipped step is one of the report's problems.
+    """
+    plan = binding.plan
+    said = set(plan.warnings) if plan is not None else set()
+    skipped = [str(s) for s in binding.skipped]
+    news: List[str] = []
+    for text in logged:
+        if text in said or text in news or (skipped and all(s in text for s in skipped)):
+            continue
+        news.append(text)
+    return news
+
+
 def check_this_process(
-    rank: int, nprocs: int, options: Dict[str, Any], topology_json: Optional[str]
+    rank: int,
+    nprocs: int,
+    options: Dict[str, Any],
+    topology_json: Optional[str],
+    logged: Sequence[str] = (),
 ) -> WorkerReport:
-    """Bind the calling process as ``rank`` and verify the result."""
+    """Bind the calling process as ``rank`` and verify the result.
+
+    ``logged``: the warnings logged meanwhile (a live list, read at the end);
+    those the report does not already say are added to its warnings.
+    """
     from ..binding import bind_current_process
 
     topology = Topology.from_json(topology_json) if topology_json else None
@@ -183,7 +228,7 @@ def check_this_process(
         page_nodes=format_cpulist(placed),
         problems=tuple(problems),
         reasons=() if plan is None else tuple(plan.reasons),
-        warnings=() if plan is None else tuple(plan.warnings),
+        warnings=(*(() if plan is None else plan.warnings), *_logged_news(logged, binding)),
         not_bound=binding.not_bound,
     )
 
@@ -191,14 +236,20 @@ def check_this_process(
 def _worker_main(
     conn: Connection, rank: int, nprocs: int, options: Dict[str, Any], topology_json: Optional[str]
 ) -> None:
+    logged = _Logged()
+    logger = logging.getLogger("pynumabind")
+    logger.addHandler(logged)
+    logger.propagate = False  # the report carries them; the parent prints each once
     try:
-        report = check_this_process(rank, nprocs, options, topology_json)
+        report = check_this_process(rank, nprocs, options, topology_json, logged.texts)
     except PynumabindError as exc:
         report = WorkerReport(rank=rank, ok=False, problems=(str(exc),))
     except Exception as exc:
         report = WorkerReport(
             rank=rank, ok=False, problems=(f"unexpected {type(exc).__name__}: {exc}",)
         )
+    if not report.warnings and logged.texts:  # it failed before reporting what it logged
+        report = replace(report, warnings=tuple(dict.fromkeys(logged.texts)))
     try:
         conn.send(report.to_dict())
         conn.close()

@@ -45,7 +45,7 @@ from .._text import counted, format_ids, human_bytes, table
 from .._version import __version__
 from ..cpulist import format_cpulist, parse_cpulist, parse_nodelist
 from ..errors import ConfigError, ListParseError, PynumabindError, TopologyError
-from ..model import SCHEMA_VERSION, CpuMode, MemoryPolicy, Plan, Topology
+from ..model import SCHEMA_VERSION, CpuMode, Gpu, MemoryPolicy, Plan, Topology
 from ..options import Options
 from ._advise import add_parser as _add_advise_parser
 from ._advise import cmd_advise
@@ -365,6 +365,22 @@ def machine_topology(
     return topology.replace(**changes) if changes else topology
 
 
+def _visibility(args: argparse.Namespace, topology: Topology, *, bind_here: bool) -> Optional[str]:
+    """What was done with the visible-device variables, or None when none is set.
+
+    A recorded machine planned as recorded (show and plan with ``--topology``,
+    any command with ``--sysfs-root``) keeps all its GPUs: the variables name
+    this machine's devices.  Everywhere else they were applied.
+    """
+    from ..discovery._visible import visibility_note
+
+    if args.sysfs_root is not None:
+        return visibility_note(topology, os.environ, applied=False, recorded_by="--sysfs-root")
+    recorded = args.topology is not None and not bind_here
+    by = "--topology" if recorded else None
+    return visibility_note(topology, os.environ, applied=not recorded, recorded_by=by)
+
+
 def _options(args: argparse.Namespace) -> Options:
     """The plan options given on the command line, validated once (:mod:`pynumabind.options`)."""
     return Options.from_arguments(
@@ -550,14 +566,19 @@ def _gpu_table(topology: Topology) -> List[str]:
 def cmd_show(args: argparse.Namespace) -> int:
     topology = machine_topology(args)
     warnings = topology_warnings(topology)
+    visibility = _visibility(args, topology, bind_here=False)
     if args.json:
-        _emit_json({"topology": topology.to_dict(), "warnings": warnings})
+        _emit_json(
+            {"topology": topology.to_dict(), "warnings": warnings, "visibility": visibility}
+        )
         return EXIT_OK
     allowed = [
         ["cpus", format_cpulist(topology.allowed_cpus) or "-"],
         ["mems", format_cpulist(topology.allowed_mems) or "-"],
     ]
     parts = [*_node_tables(topology), "", *_gpu_table(topology)]
+    if visibility is not None:
+        parts += ["", "Visible devices", f"  {visibility}"]
     parts += ["", "This process", table(["allowed", "set"], allowed)]
     if warnings:
         parts += ["", "Warnings", *[f"  - {w}" for w in warnings]]
@@ -565,14 +586,21 @@ def cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _plan_rows(results: Sequence[Union[Plan, PynumabindError]]) -> List[List[str]]:
+def _gpu_cell(gpu: Optional[Gpu]) -> str:
+    return "none" if gpu is None else f"{gpu.index} {gpu.pci_bus_id}"
+
+
+def _plan_rows(
+    results: Sequence[Union[Plan, PynumabindError]], gpus: Sequence[Optional[Gpu]] = ()
+) -> List[List[str]]:
+    """The table's rows; a rank that cannot be planned names its GPU (``gpus``) all the same."""
     rows = []
     for rank, plan in enumerate(results):
         if not isinstance(plan, Plan):
-            rows.append([str(rank), "-", "-", "error", "-", "-"])
+            gpu = _gpu_cell(gpus[rank]) if rank < len(gpus) else "-"
+            rows.append([str(rank), gpu, "-", "error", "-", "-"])
             continue
-        info = plan.gpu_info
-        gpu = "none" if info is None else f"{info.index} {info.pci_bus_id}"
+        gpu = _gpu_cell(plan.gpu_info)
         rows.append(
             [
                 str(plan.rank),
@@ -589,12 +617,13 @@ def _plan_rows(results: Sequence[Union[Plan, PynumabindError]]) -> List[List[str
 def cmd_plan(args: argparse.Namespace) -> int:
     """The per-rank table; a rank that cannot be planned shows its error, the others their plan."""
     from ..discovery._environ import resolve
-    from ..planner import plan_each_for
+    from ..planner import gpus_by_rank, plan_each_for
 
     # Flags win; PYNUMABIND_* and the launcher's process count fill the
     # rest, as they do for the workers that exec and check start.
     options = resolve(os.environ, _options(args), need_rank=False)
     topology = machine_topology(args)
+    visibility = _visibility(args, topology, bind_here=False)
     advised = None
     if options.cpu_mode is CpuMode.ADVISED:  # what each worker will follow: the record
         from ..records.store import resolve_advised
@@ -608,17 +637,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
     errors = [(rank, r) for rank, r in enumerate(results) if not isinstance(r, Plan)]
     if not plans:
         raise errors[0][1]  # no rank can be planned: the first error says why
+    gpus = gpus_by_rank(topology, options) if errors else ()
     if args.json:
         _emit_json(
             {
                 "ranks": [
                     r.to_dict() if isinstance(r, Plan) else {"rank": rank, "error": str(r)}
                     for rank, r in enumerate(results)
-                ]
+                ],
+                "visibility": visibility,
             }
         )
     else:
-        _emit("\n".join(_plan_text(results)))
+        _emit("\n".join(_plan_text(results, visibility, gpus)))
     if errors:
         _error(f"{len(errors)} of {len(results)} ranks cannot be planned (see the table)")
         return EXIT_FAILURE
@@ -631,9 +662,13 @@ def _not_warned(reasons: Sequence[str], warnings: Sequence[str]) -> List[str]:
     return [r for r in reasons if r not in warned]
 
 
-def _plan_text(results: Sequence[Union[Plan, PynumabindError]]) -> List[str]:
+def _plan_text(
+    results: Sequence[Union[Plan, PynumabindError]],
+    visibility: Optional[str] = None,
+    gpus: Sequence[Optional[Gpu]] = (),
+) -> List[str]:
     plans = [r for r in results if isinstance(r, Plan)]
-    text = table(["rank", "gpu", "node", "cpus", "mems", "policy"], _plan_rows(results))
+    text = table(["rank", "gpu", "node", "cpus", "mems", "policy"], _plan_rows(results, gpus))
     notes = by_rank([(p.rank or 0, _not_warned(p.reasons, p.warnings)) for p in plans])
     warnings = by_rank([(p.rank or 0, p.warnings) for p in plans])
     errors = [
@@ -642,6 +677,8 @@ def _plan_text(results: Sequence[Union[Plan, PynumabindError]]) -> List[str]:
         if not isinstance(r, Plan)
     ]
     out = [text]
+    if visibility is not None:
+        out += ["", "Visible devices", f"  {visibility}"]
     if notes:
         out += ["", "Reasons", *notes]
     if warnings:
@@ -738,12 +775,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     # As plan does: flags win, then PYNUMABIND_* and the launcher's process count.
     options = resolve(os.environ, _options(args), need_rank=False)
     topology = machine_topology(args, bind_here=True)
+    visibility = _visibility(args, topology, bind_here=True)
     report = run_check(topology, options, timeout=args.timeout, pass_topology=_machine_given(args))
     if args.json:
-        _emit_json(report.to_dict())
+        _emit_json({**report.to_dict(), "visibility": visibility})
         return EXIT_OK if report.ok else EXIT_FAILURE
-    note = _check_note(topology, options, len(report.workers))
-    _emit(_check_text(report, note, verbose=args.verbose))
+    notes = [n for n in (_check_note(topology, options, len(report.workers)), visibility) if n]
+    _emit(_check_text(report, "\n".join(notes) or None, verbose=args.verbose))
     return EXIT_OK if report.ok else EXIT_FAILURE
 
 

@@ -702,3 +702,32 @@ def test_metavars_are_nouns_not_destinations() -> None:
             assert metavar in nouns, (command, option, metavar)
             seen.add(option)
     assert {"--rank", "--timeout", "--mode", "--policy", "--on-error"} <= seen
+
+
+def test_show_verbose_says_what_discovery_tried() -> None:
+    """``show -v`` printed nothing more, and "GPUs: none visible" never said why."""
+    quiet = run("show")
+    assert quiet.returncode == 0 and quiet.stderr == ""
+    if "GPUs: none visible" in quiet.stdout:  # this machine: no GPU
+        assert "`pynumabind show -v` says what discovery tried" in quiet.stdout
+    verbose = run("show", "-v")
+    assert verbose.returncode == 0, verbose.stderr
+    lines = verbose.stderr.splitlines()
+    for source in ("machine: this machine", "sysfs /sys", "PCI:", "KFD", "Intel GPUs", "NVML:"):
+        assert any(f"pynumabind: INFO: discovery: {source}" in line for line in lines), source
+    nvml = next(line for line in lines if "discovery: NVML:" in line)
+    assert "not asked:" in nvml or "asked (" in nvml  # and why, either way
+    assert not any("DEBUG" in line for line in lines)
+    details = run("show", "-vv")
+    assert "pynumabind: DEBUG: discovery: sysfs node 0:" in details.stderr
+
+
+def test_show_verbose_on_a_recorded_tree_says_nvml_was_not_asked(tmp_path: Path) -> None:
+    from ..support import sysfs_tree
+
+    root = sysfs_tree.build_sysfs("dgx_h100", tmp_path / "dgx_h100")
+    result = run("show", "-v", "--sysfs-root", str(root))
+    assert result.returncode == 0, result.stderr
+    assert f"discovery: machine: the sysfs tree {str(root)!r} (--sysfs-root)" in result.stderr
+    assert "(8 NVIDIA, 0 AMD, 0 Intel)" in result.stderr
+    assert "discovery: NVML: not asked: a sysfs tree is read without NVML" in result.stderr

@@ -544,9 +544,16 @@ def _node_tables(topology: Topology) -> List[str]:
     ]
 
 
-def _gpu_table(topology: Topology) -> List[str]:
+def _gpu_table(topology: Topology, *, verbose: int = 0) -> List[str]:
     if not topology.gpus:
-        return ["GPUs: none visible"]
+        if topology.visibility:  # hidden by the variables: Warnings names them
+            return ["GPUs: none visible: the visible-device variables hide every GPU"]
+        told = (
+            "what discovery tried (PCI, NVML, KFD) is logged on stderr"
+            if verbose
+            else "`pynumabind show -v` says what discovery tried (PCI, NVML, KFD) and why"
+        )
+        return [f"GPUs: none visible; {told}"]
     rows = [
         [
             str(g.index),
@@ -576,7 +583,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         ["cpus", format_cpulist(topology.allowed_cpus) or "-"],
         ["mems", format_cpulist(topology.allowed_mems) or "-"],
     ]
-    parts = [*_node_tables(topology), "", *_gpu_table(topology)]
+    parts = [*_node_tables(topology), "", *_gpu_table(topology, verbose=args.verbose)]
     if visibility is not None:
         parts += ["", "Visible devices", f"  {visibility}"]
     parts += ["", "This process", table(["allowed", "set"], allowed)]

@@ -117,8 +117,7 @@ def _common_options(*, json_output: bool = True) -> _Parser:
         "--verbose",
         action="count",
         default=0,
-        help="log more: -v says what discovery tried (sysfs, NVML, KFD), -vv each source's "
-        "details",
+        help="log more: -v says what discovery tried (sysfs, NVML, KFD), -vv each source's details",
     )
     return common
 
@@ -575,9 +574,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     warnings = topology_warnings(topology)
     visibility = _visibility(args, topology, bind_here=False)
     if args.json:
-        _emit_json(
-            {"topology": topology.to_dict(), "warnings": warnings, "visibility": visibility}
-        )
+        _emit_json({"topology": topology.to_dict(), "warnings": warnings, "visibility": visibility})
         return EXIT_OK
     allowed = [
         ["cpus", format_cpulist(topology.allowed_cpus) or "-"],

@@ -42,6 +42,9 @@ def add_parser(commands: Any) -> None:
     advise = commands.add_parser(
         "advise",
         help="measure memory and host<->GPU copy bandwidth per NUMA node, then recommend",
+        description="Measure memory bandwidth and latency per CPU node x memory node, and "
+        "pinned host<->GPU copies per GPU x node, on this machine; then say whether binding "
+        "makes a measurable difference here, and how to bind (progress on stderr).",
     )
     advise.add_argument(
         "--quick", action="store_true", help="fewer, smaller measurements (~15 s on two nodes)"

@@ -46,6 +46,8 @@ MAY_CATCH_OSERROR: Dict[str, str] = {
     "_os.libnuma": "dlopen of libnuma.so.1 (LibnumaUnavailableError)",
     "discovery": "the topology snapshot file a user names",
     "cli": "the CLI's own files (--output), stdout, and execvp",
+    "_os.kernel": "/proc/sys and /sys/kernel settings, which describe the machine (optional)",
+    "_os.nvidia_smi": "starting nvidia-smi and reading its pipes (the report only)",
     # The CLI's check command starts worker processes over pipes.
     "cli._check": "starting the check command's workers and reading their pipes",
     # advise's measurement

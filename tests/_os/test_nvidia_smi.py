@@ -24,11 +24,16 @@ from pynumabind.cpulist import parse_cpulist
 
 from ..support import fake_tools
 from ..support import sysfs_tree as st
+from ..support.import_scan import all_modules, package_imports
 
 OUTPUTS = fake_tools.OUTPUTS
 
 #: The recorded tables that are machines of tests/machines (same name).
 MACHINES = sorted(p.stem for p in OUTPUTS.glob("*.txt") if p.stem in st.machine_names())
+
+
+#: What starting a program takes in Python: none of it may appear outside nvidia_smi.
+STARTERS = ("import subprocess", "os.system(", "os.popen(", "os.spawn", "os.posix_spawn")
 
 
 def read(name: str) -> str:
@@ -226,3 +231,15 @@ def test_no_value_from_the_environment_reaches_the_argv(tmp_path: Path) -> None:
     finally:
         del os.environ["HOSTILE"]
     assert run.text == "; rm -rf / $(id)\n"
+
+
+def test_only_the_report_runs_the_tool_and_nothing_else_starts_a_program() -> None:
+    modules = all_modules()
+    importers = {m for m in modules if "_os.nvidia_smi" in package_imports(m, modules)}
+    assert importers == {"cli._report._gather"}
+    starting = sorted(
+        m
+        for m, path in modules.items()
+        if any(word in path.read_text(encoding="utf-8") for word in STARTERS)
+    )
+    assert starting == ["_os.nvidia_smi"]

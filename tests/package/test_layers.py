@@ -117,10 +117,22 @@ MAY_IMPORT: Dict[str, FrozenSet[str]] = {
 #: The pure modules beyond the planner's: the rule that turns measurements
 #: into advice, and the advice record as values -- the values an advice holds,
 #: the machine fingerprint and staleness, the record's JSON, and the text
-#: report ``str(advice)`` renders.  Not :mod:`pynumabind.records.advice`:
+#: report ``str(advice)`` renders -- and ``pynumabind report``'s own: its
+#: document, its cross-checks, its redaction and its text.  Not :mod:`pynumabind.records.advice`:
 #: ``Advice.save`` writes the record.
 PURE_NAMED: FrozenSet[str] = frozenset(
-    {"advisor.rule", "records.values", "records._machine", "records._json", "records.report"}
+    {
+        "advisor.rule",
+        "records.values",
+        "records._machine",
+        "records._json",
+        "records.report",
+        # The report's values, cross-checks, redaction and text (pynumabind report).
+        "cli._report._document",
+        "cli._report._checks",
+        "cli._report._redact",
+        "cli._report._text",
+    }
 )
 
 #: On the values floor by where they sit, but no pure module's business: the

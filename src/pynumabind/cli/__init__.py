@@ -1,4 +1,4 @@
-"""The ``pynumabind`` command line: show, plan, exec, check, snapshot, advise.
+"""The ``pynumabind`` command line: show, plan, exec, check, snapshot, advise, report.
 
 Every command reads the machine the same way (this one, a ``--sysfs-root``
 tree, or a ``--topology`` snapshot), prints aligned tables or, with
@@ -43,6 +43,9 @@ from ..model import SCHEMA_VERSION, CpuMode, MemoryPolicy, Plan, Topology
 from ..options import Options
 from ._advise import add_parser as _add_advise_parser
 from ._advise import cmd_advise
+from ._report import Layout as _ReportLayout
+from ._report import add_parser as _add_report_parser
+from ._report import cmd_report as _cmd_report
 from ._tables import by_rank
 
 log = logging.getLogger("pynumabind.cli")
@@ -222,6 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-o", "--output", metavar="FILE", help="write to FILE instead of standard output"
     )
     _add_advise_parser(commands)
+    _add_report_parser(commands)
     return parser
 
 
@@ -671,6 +675,22 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def report_layout() -> _ReportLayout:
+    """How show, plan and check print: the report writes its sections with them."""
+    return _ReportLayout(
+        node_tables=_node_tables,
+        gpu_table=_gpu_table,
+        warnings=topology_warnings,
+        plan_text=_plan_text,
+        check_text=lambda report, note: _check_text(report, note, verbose=True),
+        check_note=_check_note,
+    )
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    return _cmd_report(args, report_layout())
+
+
 COMMANDS = {
     "show": cmd_show,
     "plan": cmd_plan,
@@ -678,6 +698,7 @@ COMMANDS = {
     "check": cmd_check,
     "snapshot": cmd_snapshot,
     "advise": cmd_advise,
+    "report": cmd_report,
 }
 
 

@@ -521,3 +521,23 @@ def test_wrap_keeps_each_line_within_the_width() -> None:
     assert all(part.startswith("    ") for part in wrapped[1:])
     assert " ".join(p.strip() for p in wrapped).replace("- ", "", 1) == " ".join(["word"] * 60)
     assert wrap("  - " + "x" * 120, 100) == ["  - " + "x" * 96, "    " + "x" * 24]  # cut
+
+
+def test_the_report_and_its_page_send_users_to_the_project_issue_tracker() -> None:
+    from pynumabind.cli._report._text import ISSUES
+
+    root = Path(__file__).resolve().parents[2]
+    urls = re.search(
+        r"^\[project\.urls\]\n(.*?)(?:^\[|\Z)", (root / "pyproject.toml").read_text(), re.M | re.S
+    )
+    assert urls is not None
+    tracker = re.search(r'^Issues = "([^"]+)"', urls.group(1), re.M)
+    assert tracker is not None and tracker.group(1) == ISSUES
+    page = (root / "docs" / "site" / "report.md").read_text()
+    assert f"<{ISSUES}>" in page
+    # Every cross-check the report can give is explained on the page, and every section named.
+    from pynumabind.cli._report import _checks
+
+    names = set(re.findall(r"^``([a-z-]+)``", _checks.__doc__ or "", re.M))
+    assert names and all(f"`{name}`" in page for name in names)
+    assert all(f"`{name}`" in page for name, _ in SECTIONS)

@@ -31,11 +31,12 @@ The checks, by name:
     visible GPU N: the GPU a rank binds next to is the GPU it will drive.
 ``nvidia-smi-numa`` (each rank with an NVIDIA GPU)
     The plan's node against the GPU's ``NUMA Affinity`` in ``nvidia-smi topo
-    -m`` (a list on GB200: the plan's node is among it), and the GPU's memory
-    node against ``GPU NUMA ID`` when nvidia-smi prints one.  Matched by
-    NVML's index (nvidia-smi's numbering); not applicable under a device
-    cgroup that hides GPUs, or when the nodes were given by the user
+    -m`` (a list on GB200: the plan's node is among it).  Matched by NVML's
+    index (nvidia-smi's numbering); not applicable under a device cgroup that
+    hides GPUs, or when the nodes were given by the user
     (``PYNUMABIND_NODES``).
+``nvidia-smi-gpu-numa-id`` (each rank whose row has a ``GPU NUMA ID``)
+    The GPU's memory node (Grace: its own CPU-less node) against that column.
 ``plan-within-limits`` (each rank)
     Each plan's CPUs and memory nodes within this process's allowed sets; a
     rank that cannot be planned disagrees.

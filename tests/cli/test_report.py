@@ -177,6 +177,33 @@ def test_a_section_that_fails_is_kept_and_the_report_goes_on(
     assert "== Plans, one per local rank ==" in out  # the sections after it are there
 
 
+def test_a_cross_check_that_raises_is_kept_and_the_others_are_given(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pynumabind.cli._report import _checks
+
+    def broken(facts: Any) -> List[Any]:
+        raise KeyError("planted")
+
+    planted = tuple(
+        (name, broken if name == "cpuset" else verdicts) for name, verdicts in _checks.CROSS_CHECKS
+    )
+    monkeypatch.setattr(_gather, "CROSS_CHECKS", planted)
+    assert main(["report", "--json", "--no-advise", "--no-check"]) == 1
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    document = json.loads(out)
+    assert document["exit_status"] == 1
+    assert document["summary"]["failed_checks"] == ["cpuset: KeyError: 'planted'"]
+    assert by_name(document, "cpuset") == [] and by_name(document, "plan-within-limits")
+    logged = "\n".join(document["sections"]["log"]["data"]["records"])
+    assert "ERROR: cross-check cpuset failed" in logged and "in broken" in logged
+    assert main(["report", "--no-advise", "--no-check"]) == 1
+    text = capsys.readouterr().out
+    assert "cross-check(s) failed to run: cpuset; exit status 1" in text
+    assert "  FAILED    cpuset: KeyError: 'planted'" in text
+
+
 def test_inside_a_real_cpuset(cpuset0: str) -> None:
     """Run in a cgroup v1 cpuset of CPU 0 and node 0: the report sees it, and check binds in it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}

@@ -25,13 +25,14 @@ The modules:
 
 This module holds the command (its options, the ``-o`` file, the exit
 status) and imports the others only when it runs, so that importing the
-CLI loads none of them.
+CLI loads none of them but :mod:`._layout`.
 
-Exit status: 0 when no cross-check disagrees and every section was made; 1
-when a cross-check disagrees or a section failed (the report still comes
-out, saying which); 2 for a usage error (``-o`` naming a directory, a file
-that cannot be written, a bad option): checked before anything runs, since
-the report takes about 20 s.  Never a traceback on the terminal: a section's
+Exit status: 0 when no cross-check disagrees and every section and
+cross-check was made; 1 when a cross-check disagrees, or a section or a
+cross-check failed (the report still comes out, saying which); 2 for a
+usage error (``-o`` naming a directory, a file that cannot be written, a
+bad option): checked before anything runs, since the report takes about
+20 s.  Never a traceback on the terminal: a section's or a cross-check's
 traceback goes into the report.
 """
 
@@ -142,7 +143,7 @@ def cmd_report(args: argparse.Namespace, layout: Layout) -> int:
     if args.redact:
         report = redact(report)
     if args.json:
-        text = json.dumps(report.to_dict(SCHEMA_VERSION), indent=2) + "\n"
+        text = json.dumps(report.to_dict(SCHEMA_VERSION), indent=2, default=str) + "\n"
     else:
         text = render(report)
     if target is None:

@@ -54,7 +54,7 @@ The checks, by name:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..._text import format_ids
 from ...model import Gpu, Plan, Topology
@@ -67,7 +67,16 @@ if TYPE_CHECKING:  # pragma: no cover
     from ...advisor._copies import CudaRuntime
     from .._check import CheckReport
 
-__all__ = ["Facts", "Limits", "NvmlFacts", "Record", "SmiFacts", "cross_checks", "gpu_label"]
+__all__ = [
+    "CROSS_CHECKS",
+    "Facts",
+    "Limits",
+    "NvmlFacts",
+    "Record",
+    "SmiFacts",
+    "cross_checks",
+    "gpu_label",
+]
 
 
 @dataclass(frozen=True)
@@ -574,16 +583,24 @@ def _advice_record(facts: Facts) -> Check:
     return Check("advice-record", record.path, AGREE, "the record matches this machine")
 
 
+def _listed(check: Callable[[Facts], Check]) -> Callable[[Facts], List[Check]]:
+    return lambda facts: [check(facts)]
+
+
+#: Every cross-check of the module docstring, in its order: (name, what gives its verdicts).
+CROSS_CHECKS: Tuple[Tuple[str, Callable[[Facts], List[Check]]], ...] = (
+    ("nvml-cpu-affinity", _nvml_checks),
+    ("gpu-count", _listed(_gpu_count)),
+    ("device-cgroup", _listed(_device_cgroup)),
+    ("cuda-order", _cuda_order),
+    ("nvidia-smi-numa", _smi_checks),
+    ("plan-within-limits", _plans_within),
+    ("cpuset", _cpuset),
+    ("check-run", _listed(_check_run)),
+    ("advice-record", _listed(_advice_record)),
+)
+
+
 def cross_checks(facts: Facts) -> List[Check]:
     """Every cross-check of the module docstring, in its order."""
-    return [
-        *_nvml_checks(facts),
-        _gpu_count(facts),
-        _device_cgroup(facts),
-        *_cuda_order(facts),
-        *_smi_checks(facts),
-        *_plans_within(facts),
-        *_cpuset(facts),
-        _check_run(facts),
-        _advice_record(facts),
-    ]
+    return [check for _, verdicts in CROSS_CHECKS for check in verdicts(facts)]

@@ -11,9 +11,9 @@ is :meth:`Report.to_dict`::
       "created": "2026-05-01T12:00:00Z",
       "host": "gpu-node-17",          # "<host>" with --redact
       "redacted": false,
-      "exit_status": 0,               # 0 all agree, 1 a disagreement or a failed section
+      "exit_status": 0,               # 0 all agree, 1 a disagreement or a failure
       "summary": {"agree": 9, "disagree": 0, "not applicable": 4,
-                  "failed_sections": []},
+                  "failed_sections": [], "failed_checks": []},
       "cross_checks": [{"name": ..., "subject": ..., "verdict": ..., "detail": ...}],
       "sections": {NAME: {"title": ..., "status": "ok" | "failed" | "skipped",
                           "reason": null | "why it failed or was skipped",
@@ -130,6 +130,8 @@ class Report:
     sections: Tuple[Section, ...]
     checks: Tuple[Check, ...]
     redacted: bool = False
+    #: Cross-checks that raised instead of giving verdicts: ``"name: Error: message"``.
+    failed_checks: Tuple[str, ...] = ()
 
     def section(self, name: str) -> Section:
         return next(s for s in self.sections if s.name == name)
@@ -144,8 +146,8 @@ class Report:
 
     @property
     def exit_status(self) -> int:
-        """0 when nothing disagrees and every section was made; 1 otherwise."""
-        return 1 if self.disagreements or self.failed_sections else 0
+        """0 when nothing disagrees and every section and cross-check was made; 1 otherwise."""
+        return 1 if self.disagreements or self.failed_sections or self.failed_checks else 0
 
     def counts(self) -> Dict[str, int]:
         return {verdict: sum(c.verdict == verdict for c in self.checks) for verdict in VERDICTS}
@@ -160,7 +162,11 @@ class Report:
             "host": self.host,
             "redacted": self.redacted,
             "exit_status": self.exit_status,
-            "summary": {**self.counts(), "failed_sections": self.failed_sections},
+            "summary": {
+                **self.counts(),
+                "failed_sections": self.failed_sections,
+                "failed_checks": list(self.failed_checks),
+            },
             "cross_checks": [c.to_dict() for c in self.checks],
             "sections": {s.name: s.to_dict() for s in self.sections},
         }

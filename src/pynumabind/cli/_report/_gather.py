@@ -39,8 +39,8 @@ from ..._version import __version__
 from ...cpulist import format_cpulist
 from ...model import VISIBILITY_VARIABLES, CpuMode, Plan, Topology
 from ...options import Options
-from ._checks import Facts, Limits, NvmlFacts, Record, SmiFacts, cross_checks
-from ._document import FAILED, OK, SECTIONS, SKIPPED, Report, Section
+from ._checks import CROSS_CHECKS, Facts, Limits, NvmlFacts, Record, SmiFacts
+from ._document import FAILED, OK, SECTIONS, SKIPPED, Check, Report, Section
 from ._layout import Layout
 from ._redact import HOST, Redactor
 from ._text import fit_table
@@ -781,13 +781,35 @@ def build_report(settings: Settings, layout: Layout) -> Report:
             missing.setdefault(
                 fact, f"the {section.name} section {section.status}: {section.reason}"
             )
+    checks, failed = _cross_checks(gatherer.facts)
+    if failed:  # the log section keeps each failed cross-check's traceback
+        records = [*capture.lines]
+        records += [
+            f"ERROR: cross-check {name} failed:\n{where.rstrip()}" for name, where in failed
+        ]
+        lines = tuple("\n".join(records).splitlines())
+        sections[-1] = Section("log", OK, {"records": records}, lines)
     return Report(
         version=__version__,
         created=_now(),
         host=socket.gethostname(),
         sections=tuple(sections),
-        checks=tuple(cross_checks(gatherer.facts)),
+        checks=tuple(checks),
+        failed_checks=tuple(f"{name}: {where.rstrip().splitlines()[-1]}" for name, where in failed),
     )
+
+
+def _cross_checks(facts: Facts) -> Tuple[List[Check], List[Tuple[str, str]]]:
+    """Every cross-check's verdicts; one that raises is kept as (name, traceback), not lost."""
+    checks: List[Check] = []
+    failed: List[Tuple[str, str]] = []
+    for name, verdicts in CROSS_CHECKS:
+        try:
+            checks.extend(verdicts(facts))
+        except Exception as exc:  # the report goes on: a check that failed says why
+            where = traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-8)
+            failed.append((name, "".join(where)))
+    return checks, failed
 
 
 def redact(report: Report, *, home: Optional[str] = None) -> Report:

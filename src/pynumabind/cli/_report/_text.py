@@ -105,6 +105,9 @@ def summary(report: Report) -> List[str]:
             parts.append(f"{counted(len(report.disagreements), 'cross-check')} disagree ({names})")
         if report.failed_sections:
             parts.append(f"section(s) failed: {', '.join(report.failed_sections)}")
+        if report.failed_checks:
+            names = ", ".join(f.split(":", 1)[0] for f in report.failed_checks)
+            parts.append(f"cross-check(s) failed to run: {names}")
         said = f"Result: {'; '.join(parts)}; exit status 1"
     return wrap(said)
 
@@ -121,6 +124,8 @@ def render(report: Report) -> str:
     ]
     for check in report.checks:
         lines += _check_lines(check)
+    for failure in report.failed_checks:
+        lines += wrap(f"  FAILED    {failure}")
     for section in report.sections:
         lines += ["", f"== {section.title} ==", ""]
         if section.status == FAILED:

@@ -1,9 +1,10 @@
 """NVML discovery against a fake pynvml fed from the recorded machines.
 
-The only user of ``fake_nvml``; ``.ci/nvml_oldest.py`` (CI, and ``tox -e
-nvml-oldest``) runs this file again against the oldest nvidia-ml-py that
-``pyproject.toml`` allows, with ``PYNUMABIND_EXPECT_NVML_PY`` naming it, so
-the floor is tested and not just declared.
+Uses ``tests/support/fake_nvml.py``, as the report's tests do;
+``.ci/nvml_oldest.py`` (CI, and ``tox -e nvml-oldest``) runs this file again
+against the oldest nvidia-ml-py that ``pyproject.toml`` allows, with
+``PYNUMABIND_EXPECT_NVML_PY`` naming it, so the floor is tested and not just
+declared.
 
 A recorded machine's sysfs tree is built once per module (``trees``): the
 tests only read it, and the fixture checks at the end that none changed it.
@@ -28,10 +29,9 @@ from pynumabind.discovery import detect_topology
 from pynumabind.errors import ConfigError
 from pynumabind.model import Topology
 
-from ..support import child_cold
+from ..support import child_cold, fake_nvml
 from ..support import sysfs_tree as st
 from ..support.childproc import run_in_child
-from . import fake_nvml
 
 NVIDIA_MACHINES = [
     name
@@ -697,6 +697,14 @@ def test_any_failure_of_any_nvml_call_is_a_note_or_unavailable(
         no_scope_api=call == "nvmlDeviceGetCpuAffinity",  # so that the legacy call is made
     )
     monkeypatch.setattr(fake.module, call, _raiser(FAILURES[failure]()))
+    if call.startswith("nvmlSystem"):  # the report's version calls: discovery makes none
+        answer = _nvml.versions()  # never raises for a failed answer
+        if call == "nvmlSystemGetCudaDriverVersion":  # its _v2 answers first
+            assert answer.cuda_driver == "12.4" and not answer.notes
+        else:
+            assert any(n.startswith(f"{call} failed: ") for n in answer.notes), answer
+        assert fake.init_count == fake.shutdown_count == 1
+        return
     unusable = call in ("nvmlInit", "nvmlDeviceGetCount")
     # Without NVML a MIG UUID is a ConfigError (only NVML can resolve it): ask for
     # one only where NVML itself is usable.

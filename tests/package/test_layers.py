@@ -117,8 +117,9 @@ MAY_IMPORT: Dict[str, FrozenSet[str]] = {
 #: The pure modules beyond the planner's: the rule that turns measurements
 #: into advice, and the advice record as values -- the values an advice holds,
 #: the machine fingerprint and staleness, the record's JSON, the rules a record
-#: must keep, and the text report ``str(advice)`` renders.  Not
-#: :mod:`pynumabind.records.advice`: ``Advice.save`` writes the record.
+#: must keep, and the text report ``str(advice)`` renders -- and ``pynumabind
+#: report``'s own: its document, its cross-checks, its redaction and its text.
+#: Not :mod:`pynumabind.records.advice`: ``Advice.save`` writes the record.
 PURE_NAMED: FrozenSet[str] = frozenset(
     {
         "advisor.rule",
@@ -127,6 +128,11 @@ PURE_NAMED: FrozenSet[str] = frozenset(
         "records._json",
         "records._validate",
         "records.report",
+        # The report's values, cross-checks, redaction and text (pynumabind report).
+        "cli._report._document",
+        "cli._report._checks",
+        "cli._report._redact",
+        "cli._report._text",
     }
 )
 

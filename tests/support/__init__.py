@@ -12,7 +12,8 @@ sits beside that folder's tests (``tests/binding/child_binding.py``), and
 * machines: ``sysfs_tree`` (fake sysfs trees from ``tests/machines/``),
   ``sysfs_oracle`` and ``libnuma_oracle`` (what the kernel and the real
   libnuma say, to compare against), ``topology_builders`` (topologies as
-  values, and their hypothesis strategies);
+  values, and their hypothesis strategies), ``fake_nvml`` (a fake ``pynvml``
+  at its function boundary, fed from the same descriptions);
 * the command line and the machine around it: ``cli_helpers`` (the console
   script in a child, the two-node snapshot), ``cgroups`` (real cgroup v1
   cpusets), ``seccomp_filter`` (real EPERM from a seccomp filter),

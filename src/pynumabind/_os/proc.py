@@ -11,7 +11,11 @@ once, here:
   libnuma load until it asks), or ``Mems_allowed_list`` of
   ``/proc/self/status``;
 * each thread's ``Cpus_allowed_list`` from ``/proc/self/task/T/status``;
-* its cpuset (``/proc/self/cpuset`` and the cgroup file system, v1 or v2);
+* its cpuset (``/proc/self/cpuset`` and the cgroup file system, v1 or v2),
+  and its cgroups as ``pynumabind report`` shows them (:func:`cgroup_limits`:
+  the version, the cpuset's CPUs and memory nodes, the NVIDIA device nodes a
+  v1 device cgroup lets it open);
+* the files mapped into it (``/proc/self/maps``: which libnuma was loaded);
 * its thread ids (``/proc/self/task``), names (``comm``) and start times
   (``stat``), so that a later restore can tell a thread from a new one that
   got its id;
@@ -58,6 +62,7 @@ import errno
 import mmap
 import os
 from array import array
+from dataclasses import dataclass
 from typing import AbstractSet, Dict, List, Optional, Sequence, Tuple
 
 from .._text import format_ids
@@ -70,11 +75,16 @@ __all__ = [
     "PAGEMAP",
     "STATUS",
     "TASK_DIR",
+    "CgroupLimits",
+    "DeviceCgroup",
+    "cgroup_limits",
     "cpuset",
     "list_thread_ids",
+    "mapped_file",
     "mapping_node_pages",
     "mems_allowed",
     "pagemap",
+    "parse_device_rules",
     "process_affinity",
     "set_thread_affinity",
     "status_field",
@@ -88,10 +98,16 @@ __all__ = [
 TASK_DIR = "/proc/self/task"
 STATUS = "/proc/self/status"
 CPUSET = "/proc/self/cpuset"
+CGROUPS = "/proc/self/cgroup"
+MAPS = "/proc/self/maps"
 CGROUP_ROOT = "/sys/fs/cgroup"
 PAGEMAP = "/proc/self/pagemap"
-MAPS = "/proc/self/maps"
 NUMA_MAPS = "/proc/self/numa_maps"
+
+#: The character-device major number of NVIDIA's GPU nodes (``/dev/nvidia<N>``);
+#: minors 254 and 255 are ``nvidia-modeset`` and ``nvidiactl``, not GPUs.
+NVIDIA_MAJOR = 195
+_NVIDIA_GPU_MINORS = range(254)
 
 #: errnos that mean "the thread has exited" (a syscall: ESRCH; a file: either).
 _GONE = frozenset({errno.ESRCH, errno.ENOENT})
@@ -253,6 +269,144 @@ def cpuset() -> Optional[Tuple[str, frozenset[int]]]:
         found = _read(candidate, "the cpuset's CPUs", gone_ok=True)
         if found is not None:
             return path, _ids(found, candidate, "CPU list")
+    return None
+
+
+@dataclass(frozen=True)
+class DeviceCgroup:
+    """What a cgroup v1 device controller lets this process open, as far as GPUs go.
+
+    ``everything``: a rule allows every character device (``a *:*``, ``c *:*``)
+    or every NVIDIA one (``c 195:*``); otherwise ``nvidia_gpus`` are the minor
+    numbers of the ``/dev/nvidia<N>`` nodes it allows.
+    """
+
+    path: str
+    everything: bool
+    nvidia_gpus: frozenset[int]
+
+
+@dataclass(frozen=True)
+class CgroupLimits:
+    """This process's cgroups, as the kernel shows them (see :func:`cgroup_limits`).
+
+    ``version``: ``"v2"``, ``"v1"``, ``"hybrid"`` (v1 controllers beside a v2
+    hierarchy) or ``"none"``; ``paths``: controller -> cgroup path (``""``:
+    the v2 hierarchy).  The cpuset fields are ``None`` when no cpuset file
+    was found (``cpuset_file`` names the one read); ``devices`` is ``None``
+    when the device controller is not a v1 one (v2 filters devices with eBPF
+    programs, which cannot be read back from a file).
+    """
+
+    version: str
+    paths: Dict[str, str]
+    cpuset_cpus: Optional[frozenset[int]] = None
+    cpuset_mems: Optional[frozenset[int]] = None
+    cpuset_file: Optional[str] = None
+    devices: Optional[DeviceCgroup] = None
+
+
+def _cgroup_paths(text: str) -> Dict[str, str]:
+    """``/proc/self/cgroup`` as controller -> path; the v2 line's controller is ``""``."""
+    paths: Dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            raise ProcessStateError(f"malformed line {line[:80]!r} in {CGROUPS}", path=CGROUPS)
+        _, controllers, path = parts
+        for controller in controllers.split(",") if controllers else [""]:
+            paths[controller.removeprefix("name=") if controller else ""] = path
+    return paths
+
+
+def _cgroup_version(paths: Dict[str, str]) -> str:
+    v1 = [c for c in paths if c]
+    if v1:
+        return "hybrid" if "" in paths else "v1"
+    return "v2" if "" in paths else "none"
+
+
+def _cpuset_files(paths: Dict[str, str]) -> List[Tuple[str, str]]:
+    """(CPUs file, memory nodes file) candidates: v1's controller, then v2's hierarchy."""
+    found = []
+    if "cpuset" in paths:
+        base = f"{CGROUP_ROOT}/cpuset{paths['cpuset']}".rstrip("/")
+        found.append((f"{base}/cpuset.effective_cpus", f"{base}/cpuset.effective_mems"))
+    if "" in paths:
+        base = f"{CGROUP_ROOT}{paths['']}".rstrip("/")
+        found.append((f"{base}/cpuset.cpus.effective", f"{base}/cpuset.mems.effective"))
+    return found
+
+
+def parse_device_rules(text: str, path: str) -> DeviceCgroup:
+    """A v1 ``devices.list`` (``c 195:0 rwm`` per line) as the GPUs it allows."""
+    minors = set()
+    for line in text.split("\n"):
+        fields = line.split()
+        if len(fields) != 3:
+            continue
+        kind, number, _access = fields
+        major, _, minor = number.partition(":")
+        if kind == "a" or (kind == "c" and major == "*"):
+            return DeviceCgroup(path, True, frozenset())
+        if kind != "c" or major != str(NVIDIA_MAJOR):
+            continue
+        if minor == "*":
+            return DeviceCgroup(path, True, frozenset())
+        if minor.isdigit() and int(minor) in _NVIDIA_GPU_MINORS:
+            minors.add(int(minor))
+    return DeviceCgroup(path, False, frozenset(minors))
+
+
+def cgroup_limits() -> CgroupLimits:
+    """This process's cgroups: version, paths, the cpuset's sets, the v1 device rules.
+
+    Files the kernel does not show are ``None`` fields; an unreadable or
+    malformed one is a :class:`~pynumabind.errors.ProcessStateError` naming it.
+    """
+    text = _read(CGROUPS, "the cgroups", gone_ok=True)
+    if text is None:
+        return CgroupLimits("none", {})
+    paths = _cgroup_paths(text)
+    limits = CgroupLimits(_cgroup_version(paths), paths)
+    for cpus_file, mems_file in _cpuset_files(paths):
+        cpus = _read(cpus_file, "the cpuset's CPUs", gone_ok=True)
+        mems = _read(mems_file, "the cpuset's memory nodes", gone_ok=True)
+        if cpus is not None and mems is not None:
+            limits = CgroupLimits(
+                limits.version,
+                paths,
+                _ids(cpus, cpus_file, "CPU list"),
+                _ids(mems, mems_file, "node list"),
+                cpus_file,
+            )
+            break
+    if "devices" in paths:
+        rules_file = f"{CGROUP_ROOT}/devices{paths['devices']}".rstrip("/") + "/devices.list"
+        rules = _read(rules_file, "the device cgroup's rules", gone_ok=True)
+        if rules is not None:
+            limits = CgroupLimits(
+                limits.version,
+                paths,
+                limits.cpuset_cpus,
+                limits.cpuset_mems,
+                limits.cpuset_file,
+                parse_device_rules(rules, rules_file),
+            )
+    return limits
+
+
+def mapped_file(name: str) -> Optional[str]:
+    """The path of the first file mapped into this process whose name starts with ``name``.
+
+    ``/proc/self/maps``, read once; ``None`` when none is mapped.
+    """
+    text = _read(MAPS, "the mapped files", gone_ok=False)
+    assert text is not None
+    for line in text.splitlines():
+        fields = line.split(None, 5)
+        if len(fields) == 6 and os.path.basename(fields[5]).startswith(name):
+            return fields[5]
     return None
 
 

@@ -1,4 +1,4 @@
-"""The ``pynumabind`` command line: show, plan, exec, check, snapshot, advise, records.
+"""The ``pynumabind`` command line: show, plan, exec, check, snapshot, advise, records, report.
 
 Every command reads the machine the same way (this one, a ``--sysfs-root``
 tree, or a ``--topology`` snapshot), prints aligned tables or, with
@@ -51,6 +51,9 @@ from ._advise import add_parser as _add_advise_parser
 from ._advise import cmd_advise
 from ._records import add_parser as _add_records_parser
 from ._records import cmd_records as _cmd_records
+from ._report import Layout as _ReportLayout
+from ._report import add_parser as _add_report_parser
+from ._report import cmd_report as _cmd_report
 from ._tables import by_rank
 
 log = logging.getLogger("pynumabind.cli")
@@ -280,6 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_advise_parser(commands)
     _add_records_parser(commands, common)
+    _add_report_parser(commands)
     return parser
 
 
@@ -897,6 +901,22 @@ def cmd_records(args: argparse.Namespace) -> int:
     return _cmd_records(args, machine, name)
 
 
+def report_layout() -> _ReportLayout:
+    """How show, plan and check print: the report writes its sections with them."""
+    return _ReportLayout(
+        node_tables=_node_tables,
+        gpu_table=_gpu_table,
+        warnings=topology_warnings,
+        plan_text=_plan_text,
+        check_text=lambda report, note: _check_text(report, note, verbose=True),
+        check_note=_check_note,
+    )
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    return _cmd_report(args, report_layout())
+
+
 #: The commands whose output lists warnings: they print each once (see :class:`_Held`).
 #: Not exec (it becomes the command) nor advise (its progress is live).
 _LISTING_WARNINGS = frozenset({"show", "plan", "check"})
@@ -910,6 +930,7 @@ COMMANDS = {
     "snapshot": cmd_snapshot,
     "advise": cmd_advise,
     "records": cmd_records,
+    "report": cmd_report,
 }
 
 

@@ -382,36 +382,69 @@ def detect_topology(
     return seen
 
 
+def nvml_asked(topology: Topology, *, use_nvml: bool, sysfs_root: str) -> Tuple[bool, str]:
+    """Whether :func:`detect_topology` asks NVML about ``topology`` (sysfs's), and why.
+
+    NVML is asked when ``use_nvml`` and sysfs shows an NVIDIA GPU, or shows
+    no PCI function at all (a container that masks ``bus/pci``: sysfs cannot
+    tell).  The one rule, for discovery and for ``pynumabind report``, which
+    says why NVML was asked or not.
+    """
+    if not use_nvml:
+        return False, "not asked: use_nvml=False (--no-nvml)"
+    nvidia = sum(g.vendor == "nvidia" for g in topology.gpus)
+    if nvidia:
+        return True, f"asked: sysfs shows {nvidia} NVIDIA GPU(s)"
+    from .._os import pci as _pci
+
+    if _pci.lists_functions(sysfs_root):
+        return False, "not asked: sysfs lists PCI functions and no NVIDIA GPU among them"
+    return True, "asked: sysfs lists no PCI function at all (masked?), so it cannot tell"
+
+
+def ask_nvml(topology: Topology, environ: Mapping[str, str]) -> NvmlReport:
+    """NVML's report for sysfs's ``topology``: its masks sized for it, the MIG UUIDs resolved.
+
+    What :func:`detect_topology` merges, and ``pynumabind report`` compares
+    with sysfs (the same question, so NVML answers it once per process).
+
+    Raises:
+        NvmlUnavailable: NVML cannot be used (the reason says why).
+    """
+    from .._os import nvml as _nvml
+    from . import _visible
+
+    max_cpu = max(topology.cpus) if topology.cpus else 0
+    max_node = max(topology.nodes) if topology.nodes else 0
+    return _nvml.query(
+        cpu_words=max_cpu // 64 + 1,
+        node_words=max_node // 64 + 1,
+        mig_uuids=_visible.mig_uuids(environ.get("CUDA_VISIBLE_DEVICES")),
+    )
+
+
 def _with_nvml(
     base: Topology, env: Mapping[str, str], *, use_nvml: bool, sysfs_root: str
 ) -> Tuple[Topology, Optional[Dict[str, str]]]:
     """``base`` with NVML's GPUs merged in, and NVML's MIG parents (None without NVML)."""
     notes = list(base.notes)
     has_nvidia = any(g.vendor == "nvidia" for g in base.gpus)
-    if not use_nvml:
-        _trace.nvml(asked=False, why="use_nvml=False (the CLI's --no-nvml)")
-        if has_nvidia:
+    asked, _ = nvml_asked(base, use_nvml=use_nvml, sysfs_root=sysfs_root)  # the one rule
+    if not asked:
+        if not use_nvml:
+            _trace.nvml(asked=False, why="use_nvml=False (the CLI's --no-nvml)")
+        else:
+            _trace.nvml(asked=False, why="sysfs lists no NVIDIA GPU, so NVML has none to add")
+        if has_nvidia:  # without NVIDIA GPUs, not asking NVML changes nothing worth a note
             notes.append("NVML not used (use_nvml=False); GPU NUMA nodes from sysfs PCI")
         return base.replace(notes=tuple(notes)), None
     why = f"sysfs lists {sum(g.vendor == 'nvidia' for g in base.gpus)} NVIDIA GPU(s)"
     if not has_nvidia:
-        from .._os import pci as _pci
-
-        if _pci.lists_functions(sysfs_root):  # no NVIDIA GPU among them: NVML adds nothing
-            _trace.nvml(asked=False, why="sysfs lists no NVIDIA GPU, so NVML has none to add")
-            return base, None
         why = "sysfs lists no PCI bus, so only NVML can tell"
     from .._os import nvml as _nvml
-    from . import _visible
 
-    max_cpu = max(base.cpus) if base.cpus else 0
-    max_node = max(base.nodes) if base.nodes else 0
     try:
-        report = _nvml.query(
-            cpu_words=max_cpu // 64 + 1,
-            node_words=max_node // 64 + 1,
-            mig_uuids=_visible.mig_uuids(env.get("CUDA_VISIBLE_DEVICES")),
-        )
+        report = ask_nvml(base, env)
     except _nvml.NvmlUnavailable as exc:
         _trace.nvml(asked=True, why=why, unavailable=exc.reason)
         if has_nvidia:

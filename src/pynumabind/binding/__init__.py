@@ -555,7 +555,7 @@ def bind_current_process(
         environ: Where every variable comes from (default ``os.environ``).
         **keywords: the rest of :class:`~pynumabind.Options`'s settings, by
             name: ``nodes``, ``cpus``, ``gpu``, ``gpus``, ``rank_gpus``,
-            ``gpu_memory``, ``interleave_nodes``, ``require_node``,
+            ``gpu_memory``, ``interleave_nodes``, ``weights``, ``require_node``,
             ``local_gpus``, ``priority_cores`` (each described there).
 
     Returns:

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, FrozenSet, Optional, Tuple
 
-from ._text import format_ids
+from ._text import format_ids, named
 
 __all__ = [
     "ALLOWED",
@@ -181,7 +181,7 @@ class PolicyRow:
         self,
         nodes: FrozenSet[int],
         supports: Callable[[int], Optional[bool]],
-        kernel: Optional[str] = None,
+        kernel: Optional[Callable[[], str]] = None,
     ) -> Tuple[Optional[int], FrozenSet[int], Optional[str]]:
         """The mode and nodes to set for this policy on ``nodes``, and a note when they differ.
 
@@ -191,8 +191,8 @@ class PolicyRow:
         means the same on ``nodes``: a one-node mode on one node.  Where the
         fallback holds one node and ``nodes`` are several, it keeps the
         lowest.  ``nodes`` must not be empty for a policy that takes them.
-        ``kernel`` is the running kernel's release (``os.uname().release``),
-        which the note names when given.
+        ``kernel()`` gives the running kernel's release (``uname -r``), which
+        the note names when given; it is called only to write the note.
         """
         if self.mode is None:
             return None, frozenset(), None
@@ -208,14 +208,14 @@ class PolicyRow:
         if supported:
             return self.mode, nodes, None
         kept = frozenset({min(nodes)}) if one_node else nodes
-        running = "this kernel" if kernel is None else f"this kernel (Linux {kernel})"
+        running = "this kernel" if kernel is None else f"this kernel (Linux {kernel()})"
         why = (
             f"{running} lacks it (Linux < {since[0]}.{since[1]})"
             if supported is False
             else "it could not be probed"
         )
         note = (
-            f"{self.policy} on nodes {format_ids(nodes)} needs {MODE_NAMES[self.mode]} and "
+            f"{self.policy} on {named('node', nodes)} needs {MODE_NAMES[self.mode]} and "
             f"{why}; {self.fallback_said.format(nodes=format_ids(kept))}"
         )
         return fallback, kept, note

@@ -44,6 +44,7 @@ MAY_CATCH_OSERROR: Dict[str, str] = {
     "_os.cpuinfo": "/proc/cpuinfo, which describes the machine (optional)",
     "_os.kfd": "files of a sysfs tree a user may name (the KFD topology)",
     "_os.libnuma": "dlopen of libnuma.so.1 (LibnumaUnavailableError)",
+    "_os.weights": "writing the kernel's weighted-interleave weights, asked for explicitly",
     "discovery": "the topology snapshot file a user names",
     "cli": "the CLI's own files (--output), stdout, and execvp",
     # The CLI's check command starts worker processes over pipes.

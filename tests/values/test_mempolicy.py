@@ -153,7 +153,7 @@ def test_weighted_interleave_falls_back_to_interleave_on_every_node() -> None:
     assert weighted.judge == _mempolicy.WEIGHTED and weighted.places
     nodes = frozenset({0, 2})
     assert weighted.kernel_request(nodes, Probe(True)) == (MPOL_WEIGHTED_INTERLEAVE, nodes, None)
-    mode, kept, note = weighted.kernel_request(nodes, Probe(False), "6.1.0-31-amd64")
+    mode, kept, note = weighted.kernel_request(nodes, Probe(False), lambda: "6.1.0-31-amd64")
     assert (mode, kept) == (MPOL_INTERLEAVE, nodes)
     assert note == (
         "weighted-interleave on nodes 0,2 needs MPOL_WEIGHTED_INTERLEAVE and this kernel "

@@ -434,15 +434,7 @@ def _apply_steps(
     skipped: List[Skipped] = []
     caller = journal.thread_id
     before = _proc.process_affinity()
-    scan: Optional[_threads.ThreadScan] = None
-    if plan.cpus is not None:
-        scan = _apply.bind_cpus(plan.cpus, before, journal)
-        if not scan.converged:
-            churn = _apply.ThreadChurn(
-                f"threads kept appearing after {scan.passes} scans; a thread the scan missed "
-                "keeps its old CPUs, and so do the threads it starts"
-            )
-            _settle("CPU affinity of late threads", churn, journal, on_error, skipped)
+    scan = _cpu_step(plan, before, journal, on_error, skipped)
     memory_applied = False
     if request.mode is not None:
         failure = _apply.set_policy(request, journal)
@@ -453,21 +445,11 @@ def _apply_steps(
         migration = _apply.migrate_pages(plan)
         _settle("page migration", migration.failure, journal, on_error, skipped)
         notes.extend([migration.note] if migration.note else [])
-    kernel_weights, weights_before = request.kernel_weights, None
+    kernel_weights: Optional[Mapping[int, int]] = request.kernel_weights
+    weights_before: Optional[Mapping[int, int]] = None
     if request.write_weights is not None and memory_applied:
-        failure, written, weights_before = _apply.write_system_weights(request)
-        _settle(_apply.SYSTEM_WEIGHTS, failure, journal, on_error, skipped)
-        if written is not None:
-            notes.append(written)
-            kernel_weights = request.write_weights
-    threads_keeping: Tuple[int, ...] = ()
-    if memory_applied:
-        threads_keeping = _apply.threads_keeping_policy(scan, caller)
-    if threads_keeping:
-        notes.append(
-            f"{len(threads_keeping)} thread(s) that already existed keep their memory policy "
-            "(only the calling thread's can be set; threads it starts inherit it)"
-        )
+        kernel_weights, weights_before = _weights_step(request, journal, on_error, skipped, notes)
+    threads_keeping = _threads_keeping(scan, caller, memory_applied, notes)
     readback, readback_note = _apply.read_back_policy(request, memory_applied)
     notes.extend([readback_note] if readback_note else [])
     binding = Binding(
@@ -494,6 +476,53 @@ def _apply_steps(
     )
     _log_outcome(binding)
     return binding
+
+
+def _threads_keeping(
+    scan: Optional[_threads.ThreadScan], caller: int, memory_applied: bool, notes: List[str]
+) -> Tuple[int, ...]:
+    """The threads that keep their own memory policy (a note when there are some)."""
+    if not memory_applied:
+        return ()
+    threads_keeping = _apply.threads_keeping_policy(scan, caller)
+    if threads_keeping:
+        notes.append(
+            f"{len(threads_keeping)} thread(s) that already existed keep their memory policy "
+            "(only the calling thread's can be set; threads it starts inherit it)"
+        )
+    return threads_keeping
+
+
+def _cpu_step(
+    plan: Plan, before: frozenset[int], journal: Journal, on_error: str, skipped: List[Skipped]
+) -> Optional[_threads.ThreadScan]:
+    """Step 1: every thread's CPUs (None: the plan leaves them alone)."""
+    if plan.cpus is None:
+        return None
+    scan = _apply.bind_cpus(plan.cpus, before, journal)
+    if not scan.converged:
+        churn = _apply.ThreadChurn(
+            f"threads kept appearing after {scan.passes} scans; a thread the scan missed "
+            "keeps its old CPUs, and so do the threads it starts"
+        )
+        _settle("CPU affinity of late threads", churn, journal, on_error, skipped)
+    return scan
+
+
+def _weights_step(
+    request: _apply.PolicyRequest,
+    journal: Journal,
+    on_error: str,
+    skipped: List[Skipped],
+    notes: List[str],
+) -> Tuple[Optional[Mapping[int, int]], Optional[Mapping[int, int]]]:
+    """Step 4, ``set_system_weights``: the kernel's weights now, and what they were."""
+    failure, written, weights_before = _apply.write_system_weights(request)
+    _settle(_apply.SYSTEM_WEIGHTS, failure, journal, on_error, skipped)
+    if written is None:
+        return request.kernel_weights, None
+    notes.append(written)
+    return request.write_weights, weights_before
 
 
 def _settle(

@@ -4,7 +4,9 @@ The rules are "Moving" and "Huge pages" in
 :mod:`pynumabind.binding.placement`; this is how they are met.
 
 **The census** (:func:`count_pages`).  Each page of the range is asked where it is
-(``move_pages`` with no target, at most ``MOVE_PAGES_CHUNK`` pages a call).
+(``move_pages`` with no target, at most ``MOVE_PAGES_CHUNK`` pages a call),
+and judged against the nodes of its *segment*: the whole range and the
+target's nodes, or, for requested weights, the run it lies in (one node).
 Where some pages of a call are found and some not, the missing ones are
 asked for twice more (1 ms, then 2 ms later) before they count as not
 present: a page whose transparent huge page is being split, or that the
@@ -22,6 +24,20 @@ for again, up to three times; one still not found is :data:`VANISHED`,
 never "not present" (it was written).  With ``move=False`` the pages off the
 nodes are counted under :data:`NOT_ASKED`.  A denied read-back (a seccomp
 profile denying ``move_pages``) leaves the counts unknown, with a note.
+
+**The split** (the policy table's ``WEIGHTED`` judgement, as the verifier's):
+under weighted interleave, the present pages' split over the nodes is
+judged against the weights (the requested ones laid out in runs, or the
+kernel's for its own mode) within the tolerance
+:func:`pynumabind._weights.split_problems` states: 5 percentage points, or
+one run of the node's pages.  The result's ``split_problems`` names each
+node off by more.
+
+**Boundaries between runs** (:func:`cut_huge_pages`, :func:`split_at`): a run
+boundary inside a transparent huge page (small layouts, whose runs are not
+whole huge pages) would have the kernel migrate the huge page whole with one
+run's pages, so, when moving, the present pages just before such boundaries
+have their huge page split first, as the range's edges do.
 
 **The huge-page edges.**  :func:`neighbours_before` finds the present pages
 outside the range that may share a transparent huge page with its first or
@@ -41,12 +57,13 @@ import errno
 import mmap
 import time
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from .._os import libnuma as _libnuma
 from .._text import format_ids
+from .._weights import split_problems
 from ..errors import NumaSyscallError
-from ._target import Target, fix
+from ._target import fix
 
 __all__ = [
     "NOT_ASKED",
@@ -56,9 +73,12 @@ __all__ = [
     "REASONS",
     "VANISHED",
     "PageCount",
+    "Segment",
     "count_pages",
+    "cut_huge_pages",
     "neighbours_before",
     "page_count",
+    "split_at",
     "split_edges",
 ]
 
@@ -119,12 +139,22 @@ def _errno_name(status: int) -> str:
     return errno.errorcode.get(-status, str(-status))
 
 
+#: One part of a range and the nodes its pages belong on: (start, length, nodes).
+Segment = Tuple[int, int, "frozenset[int]"]
+
+
 @dataclass
 class _Census:
-    """Page statuses as ``move_pages`` reports them, and the present pages off target."""
+    """Page statuses as ``move_pages`` reports them, and the present pages off target.
+
+    ``counts`` tallies every status (a node, or a ``-errno``) and, for the
+    pages on the weighted nodes, ``on`` tallies each page on its own
+    segment's nodes; ``stray`` maps each present page off its segment's
+    nodes to (the node it is on, the nodes it belongs on).
+    """
 
     counts: collections.Counter[int] = field(default_factory=collections.Counter)
-    stray: Dict[int, int] = field(default_factory=dict)  # address -> node
+    stray: Dict[int, Tuple[int, frozenset[int]]] = field(default_factory=dict)
 
     def add(self, addresses: List[int], status: List[int], nodes: frozenset[int]) -> None:
         tally = collections.Counter(status)
@@ -132,52 +162,71 @@ class _Census:
         if any(s >= 0 and s not in nodes for s in tally):
             for address, s in zip(addresses, status):
                 if s >= 0 and s not in nodes:
-                    self.stray[address] = s
+                    self.stray[address] = (s, nodes)
 
 
-def _query(start: int, length: int, nodes: frozenset[int]) -> _Census:
+def _query(segments: Sequence[Segment]) -> _Census:
     census = _Census()
-    for addresses in _chunks(start, length):
-        _, status = _libnuma.move_pages_status(addresses)
-        if any(where >= 0 for where in status) and any(where < 0 for where in status):
-            # Some pages present, some not: the missing ones may be mid-migration
-            # (a chunk with none present is taken as never written, asked once).
-            status = _ask_again(addresses, status)
-        census.add(addresses, status, nodes)
+    for start, length, nodes in segments:
+        for addresses in _chunks(start, length):
+            _, status = _libnuma.move_pages_status(addresses)
+            if any(where >= 0 for where in status) and any(where < 0 for where in status):
+                # Some pages present, some not: the missing ones may be mid-migration
+                # (a chunk with none present is taken as never written, asked once).
+                status = _ask_again(addresses, status)
+            census.add(addresses, status, nodes)
     return census
 
 
-def _retry_moves(census: _Census, target: Target) -> Dict[str, int]:
-    """Move each stray page once more, explicitly; the reason per page still off target."""
+def _retry_moves(census: _Census) -> Dict[str, int]:
+    """Move each stray page once more, explicitly; the reason per page still off target.
+
+    Pages that belong on one node are asked to move there; pages whose
+    segment has several nodes are only asked where they are (the kernel's
+    policy picks among them, so there is no one node to ask for).
+    """
     reasons: collections.Counter[str] = collections.Counter()
-    strays = sorted(census.stray)
-    one = next(iter(target.nodes)) if len(target.nodes) == 1 else None
-    for index in range(0, len(strays), _libnuma.MOVE_PAGES_CHUNK):
-        batch = strays[index : index + _libnuma.MOVE_PAGES_CHUNK]
-        said: List[int] = [_libnuma.STATUS_UNWRITTEN] * len(batch)
-        if one is not None:
-            try:
-                _, said = _libnuma.move_pages_status(batch, one, _libnuma.MPOL_MF_MOVE)
-            except NumaSyscallError as exc:
-                # The whole call refused (ENOMEM: the node is full, after moving what
-                # fitted): each page still off the nodes is left for that reason.
-                said = [-(exc.errno or errno.EIO)] * len(batch)
-        now = _where_now(batch)
-        for address, answer, where in zip(batch, said, now):
-            old = census.stray.pop(address)
-            census.counts[old] -= 1
-            if where < 0:  # was present: not "never written", so not counted as not present
-                reasons[VANISHED] += 1
-                continue
-            census.counts[where] += 1
-            if where in target.nodes:
-                continue
-            census.stray[address] = where
-            if answer < 0 and answer != _libnuma.STATUS_UNWRITTEN:
-                reasons[_errno_name(answer)] += 1
-            else:
-                reasons[NOT_MIGRATED] += 1
+    by_target: Dict[frozenset[int], List[int]] = {}
+    for address, (_, nodes) in sorted(census.stray.items()):
+        by_target.setdefault(nodes, []).append(address)
+    for nodes, strays in by_target.items():
+        one = next(iter(nodes)) if len(nodes) == 1 else None
+        for index in range(0, len(strays), _libnuma.MOVE_PAGES_CHUNK):
+            batch = strays[index : index + _libnuma.MOVE_PAGES_CHUNK]
+            _retry_batch(census, batch, nodes, one, reasons)
     return dict(reasons)
+
+
+def _retry_batch(
+    census: _Census,
+    batch: List[int],
+    nodes: frozenset[int],
+    one: Optional[int],
+    reasons: collections.Counter[str],
+) -> None:
+    said: List[int] = [_libnuma.STATUS_UNWRITTEN] * len(batch)
+    if one is not None:
+        try:
+            _, said = _libnuma.move_pages_status(batch, one, _libnuma.MPOL_MF_MOVE)
+        except NumaSyscallError as exc:
+            # The whole call refused (ENOMEM: the node is full, after moving what
+            # fitted): each page still off the nodes is left for that reason.
+            said = [-(exc.errno or errno.EIO)] * len(batch)
+    now = _where_now(batch)
+    for address, answer, where in zip(batch, said, now):
+        old, _ = census.stray.pop(address)
+        census.counts[old] -= 1
+        if where < 0:  # was present: not "never written", so not counted as not present
+            reasons[VANISHED] += 1
+            continue
+        census.counts[where] += 1
+        if where in nodes:
+            continue
+        census.stray[address] = (where, nodes)
+        if answer < 0 and answer != _libnuma.STATUS_UNWRITTEN:
+            reasons[_errno_name(answer)] += 1
+        else:
+            reasons[NOT_MIGRATED] += 1
 
 
 def _where_now(addresses: List[int]) -> List[int]:
@@ -273,31 +322,47 @@ def _moved_outside(before: Mapping[int, int]) -> int:
 
 @dataclass(frozen=True)
 class PageCount:
-    """What :func:`count_pages` found: the fields of a ``MemoryPlacement`` it fills."""
+    """What :func:`count_pages` found: the fields of a ``MemoryPlacement`` it fills.
+
+    ``split_problems``: each node whose share of the present pages is off its
+    weight's share beyond the tolerance (:func:`pynumabind._weights.split_problems`);
+    empty when in proportion or when no weights are judged.
+    """
 
     per_node: Optional[Dict[int, int]]
     not_present: int
     not_moved: Dict[str, int]
     moved_outside: int
     notes: Tuple[str, ...]
+    split_problems: Tuple[str, ...] = ()
 
 
 def count_pages(
-    start: int, length: int, target: Target, move: bool, neighbours: Mapping[int, int]
+    segments: Sequence[Segment],
+    move: bool,
+    neighbours: Mapping[int, int],
+    *,
+    weights: Optional[Mapping[int, int]] = None,
+    run_pages: Optional[Mapping[int, int]] = None,
 ) -> PageCount:
-    """Where the range's pages are now, why some are off ``target``'s nodes, and notes.
+    """Where the pages of ``segments`` are now, why some are off their nodes, and notes.
 
-    With ``move``, each page still off the nodes is moved once more, explicitly
-    (:func:`_retry_moves`); ``neighbours`` (from :func:`neighbours_before`) are
-    asked again to count the pages outside the range that moved with it.  A
-    denied read-back leaves the counts unknown (``per_node`` None), with a note.
+    ``segments`` are the range's parts in order with the nodes their pages
+    belong on: one, the whole range and the target's nodes, or the runs of a
+    weighted layout, one node each.  With ``move``, each page still off its
+    nodes is moved once more, explicitly (:func:`_retry_moves`);
+    ``neighbours`` (from :func:`neighbours_before`) are asked again to count
+    the pages outside the range that moved with it.  With ``weights``, the
+    split of the present pages is judged against them (``run_pages``: one
+    run of each node, the tolerance's slack).  A denied read-back leaves the
+    counts unknown (``per_node`` None), with a note.
     """
     outside = 0
     not_moved: Dict[str, int] = {}
     try:
-        census = _query(start, length, target.nodes)
+        census = _query(segments)
         if census.stray:
-            not_moved = _retry_moves(census, target) if move else {NOT_ASKED: len(census.stray)}
+            not_moved = _retry_moves(census) if move else {NOT_ASKED: len(census.stray)}
         outside = _moved_outside(neighbours)
     except NumaSyscallError as exc:
         unknown = (
@@ -307,8 +372,40 @@ def count_pages(
         return PageCount(None, 0, not_moved, outside, (unknown,))
     per_node = {n: c for n, c in census.counts.items() if n >= 0 and c > 0}
     absent = sum(c for s, c in census.counts.items() if s < 0)
-    notes = _notes(target.nodes, not_moved, absent, outside)
-    return PageCount(per_node, absent, not_moved, outside, notes)
+    nodes = frozenset().union(*(seg[2] for seg in segments))
+    notes = _notes(nodes, not_moved, absent, outside)
+    split = () if weights is None else split_problems(weights, per_node, run_pages)
+    return PageCount(per_node, absent, not_moved, outside, notes, split)
+
+
+def cut_huge_pages(segments: Sequence[Segment]) -> List[int]:
+    """The pages just before the boundaries between segments that fall inside a huge page.
+
+    Present ones only (one ``move_pages`` query): a transparent huge page
+    there would be migrated whole with either segment's pages, so
+    :func:`split_at` splits it first.  Empty without transparent huge pages.
+    """
+    huge, page = _libnuma.huge_page_size(), mmap.PAGESIZE
+    if huge <= page or len(segments) < 2:
+        return []
+    cuts = [start - page for start, _, _ in segments[1:] if start % huge]
+    try:
+        return sorted(_present(cuts))
+    except NumaSyscallError:
+        return []  # the query is denied: so is the census, which says so
+
+
+def split_at(pages: Sequence[int]) -> None:
+    """Split the transparent huge page holding each page of ``pages`` (best effort).
+
+    ``madvise(MADV_COLD)`` on the one page, as :func:`split_edges` does at the
+    range's own edges (the page is also marked cold, a reclaim hint).
+    """
+    for address in pages:
+        try:
+            _libnuma.madvise(address, mmap.PAGESIZE, _libnuma.MADV_COLD)
+        except NumaSyscallError:
+            pass  # before Linux 5.4, or a locked or special mapping: counted afterwards
 
 
 def _notes(

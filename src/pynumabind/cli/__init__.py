@@ -145,9 +145,43 @@ def _plan_options(parser: argparse.ArgumentParser, *, with_nprocs: bool = True) 
         help="a rank whose GPU's node has no allowed CPU (cpuset): %(choices)s "
         "(default: error; nearest binds it to the nearest node with allowed CPUs)",
     )
+    group.add_argument(
+        "--interleave-nodes",
+        metavar="LIST",
+        help="the nodes --policy interleave or weighted-interleave spreads pages over, for "
+        'every rank, e.g. "0,2" (default: each rank\'s own nodes)',
+    )
+    group.add_argument(
+        "--weights",
+        metavar="LIST",
+        help="--policy weighted-interleave: NODE:WEIGHT items, a weight (1-255) per node, "
+        'e.g. "0:3,2:1"; the nodes are these (default: the kernel\'s system-wide weights, '
+        "which a process's policy follows; a bind says so when they differ from these)",
+    )
 
 
 _MAX_TIMEOUT = 1e6  # seconds; larger values overflow the poll() the check waits in
+
+
+def _system_weights_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--set-system-weights",
+        action="store_true",
+        help="write --weights as the kernel's system-wide weighted-interleave weights "
+        "(root; it changes every process on the machine, and stays after the command)",
+    )
+
+
+def _check_system_weights(args: argparse.Namespace) -> None:
+    """``--set-system-weights`` writes requested weights: some must be given."""
+    from ..discovery._environ import WEIGHTS_VARIABLE
+
+    given = args.weights is not None or os.environ.get(WEIGHTS_VARIABLE, "").strip(" \t\n\r\f\v")
+    if args.set_system_weights and not given:
+        raise UsageError(
+            "--set-system-weights writes the requested weights as the kernel's: give them "
+            f"(--weights NODE:WEIGHT,... or {WEIGHTS_VARIABLE}), with --policy weighted-interleave"
+        )
 
 
 def _timeout_seconds(text: str) -> float:
@@ -191,6 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="local rank (default: LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID)",
     )
     _plan_options(exec_)
+    _system_weights_option(exec_)
     exec_.add_argument(
         "--on-error",
         choices=["warn", "raise"],
@@ -207,6 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
         "check", parents=[common], help="spawn workers, bind and verify each, print a report"
     )
     _plan_options(check)
+    _system_weights_option(check)
     check.add_argument(
         "--timeout",
         type=_timeout_seconds,
@@ -310,6 +346,8 @@ def _options(args: argparse.Namespace) -> Options:
         nodes=args.nodes,
         cpus=args.cpus,
         fallback=getattr(args, "fallback", None),
+        interleave_nodes=getattr(args, "interleave_nodes", None),
+        weights=getattr(args, "weights", None),
         flags=True,
     )
 
@@ -532,9 +570,15 @@ def cmd_exec(args: argparse.Namespace) -> int:
         raise UsageError("exec needs a command: pynumabind exec [options] -- CMD [ARGS...]")
     if not argv[0]:  # checked before binding: execvp would refuse it only afterwards
         raise UsageError("exec: the command is an empty string")
+    _check_system_weights(args)
     options = _options(args)
     topology = machine_topology(args, bind_here=True) if _machine_given(args) else None
-    binding = bind_current_process(options=options, topology=topology, on_error=args.on_error)
+    binding = bind_current_process(
+        options=options,
+        topology=topology,
+        on_error=args.on_error,
+        set_system_weights=args.set_system_weights,
+    )
     if args.json and sys.stderr is not None:
         # stdout belongs to the command; the report goes to stderr.
         sys.stderr.write(json.dumps({"schema": JSON_SCHEMA_VERSION, **binding.to_dict()}) + "\n")
@@ -607,9 +651,16 @@ def cmd_check(args: argparse.Namespace) -> int:
     from ._check import run_check
 
     # As plan does: flags win, then PYNUMABIND_* and the launcher's process count.
+    _check_system_weights(args)
     options = resolve(os.environ, _options(args), need_rank=False)
     topology = machine_topology(args, bind_here=True)
-    report = run_check(topology, options, timeout=args.timeout, pass_topology=_machine_given(args))
+    report = run_check(
+        topology,
+        options,
+        timeout=args.timeout,
+        pass_topology=_machine_given(args),
+        set_system_weights=args.set_system_weights,
+    )
     if args.json:
         _emit_json(report.to_dict())
         return EXIT_OK if report.ok else EXIT_FAILURE

@@ -146,7 +146,12 @@ def _completeness_problems(binding: Binding) -> List[str]:
 
 
 def check_this_process(
-    rank: int, nprocs: int, options: Dict[str, Any], topology_json: Optional[str]
+    rank: int,
+    nprocs: int,
+    options: Dict[str, Any],
+    topology_json: Optional[str],
+    *,
+    set_system_weights: bool = False,
 ) -> WorkerReport:
     """Bind the calling process as ``rank`` and verify the result."""
     from ..binding import bind_current_process
@@ -154,7 +159,9 @@ def check_this_process(
     topology = Topology.from_json(topology_json) if topology_json else None
     # options may carry nprocs_source: where the parent's count came from.
     given = Options(rank=rank, nprocs=nprocs, **options)
-    binding = bind_current_process(options=given, topology=topology, on_error="warn")
+    binding = bind_current_process(
+        options=given, topology=topology, on_error="warn", set_system_weights=set_system_weights
+    )
     plan = binding.plan
     if plan is None:  # PYNUMABIND_DISABLE=1 made binding a no-op
         return WorkerReport(
@@ -166,6 +173,9 @@ def check_this_process(
     masks = _proc.thread_status_cpus()
     problems = _completeness_problems(binding) + list(verify.problems)
     problems += _proc_thread_problems(binding, masks)
+    warnings = list(plan.warnings)
+    if binding.weights_mismatch is not None:  # the bind's warning, as plan warnings are shown
+        warnings.append(binding.weights_mismatch)
     gpu = None
     if plan.gpu_info is not None:
         gpu = f"{plan.gpu_info.index} {plan.gpu_info.pci_bus_id}"
@@ -181,16 +191,24 @@ def check_this_process(
         page_nodes=format_cpulist(placed),
         problems=tuple(problems),
         reasons=tuple(plan.reasons),
-        warnings=tuple(plan.warnings),
+        warnings=tuple(warnings),
         not_bound=binding.not_bound,
     )
 
 
 def _worker_main(
-    conn: Connection, rank: int, nprocs: int, options: Dict[str, Any], topology_json: Optional[str]
+    conn: Connection,
+    rank: int,
+    nprocs: int,
+    options: Dict[str, Any],
+    topology_json: Optional[str],
+    *,
+    set_system_weights: bool = False,
 ) -> None:
     try:
-        report = check_this_process(rank, nprocs, options, topology_json)
+        report = check_this_process(
+            rank, nprocs, options, topology_json, set_system_weights=set_system_weights
+        )
     except PynumabindError as exc:
         report = WorkerReport(rank=rank, ok=False, problems=(str(exc),))
     except Exception as exc:
@@ -235,7 +253,13 @@ def _failed(rank: int, problem: str) -> WorkerReport:
 
 
 def _start(
-    context: Any, rank: int, count: int, options: Dict[str, Any], topology_json: Optional[str]
+    context: Any,
+    rank: int,
+    count: int,
+    options: Dict[str, Any],
+    topology_json: Optional[str],
+    *,
+    set_system_weights: bool = False,
 ) -> _Worker:
     """Start rank ``rank``'s worker; a failure is one error naming the rank and the cause."""
     try:
@@ -246,6 +270,7 @@ def _start(
         process = context.Process(
             target=_worker_main,
             args=(child_end, rank, count, options, topology_json),
+            kwargs={"set_system_weights": set_system_weights},
             name=f"pynumabind-check-{rank}",
         )
         process.start()
@@ -310,6 +335,7 @@ def run_check(
     *,
     timeout: float = 60.0,
     pass_topology: bool = False,
+    set_system_weights: bool = False,
 ) -> CheckReport:
     """Spawn one worker per rank, let each bind and verify itself, collect reports.
 
@@ -318,7 +344,9 @@ def run_check(
     parent's topology to the workers (needed when it came from a snapshot or
     carries allowed-set overrides); otherwise each worker detects the machine
     itself, as a real worker would.  ``timeout`` bounds the whole run (see
-    the module docstring).
+    the module docstring).  ``set_system_weights``: each worker writes the
+    requested weights as the kernel's (see
+    :func:`~pynumabind.binding.apply_plan`).
     """
     from ..planner import local_ranks
 
@@ -349,7 +377,16 @@ def run_check(
         for rank in range(count):
             if time.monotonic() >= deadline:
                 break
-            workers.append(_start(context, rank, count, worker_options, topology_json))
+            workers.append(
+                _start(
+                    context,
+                    rank,
+                    count,
+                    worker_options,
+                    topology_json,
+                    set_system_weights=set_system_weights,
+                )
+            )
         _collect(workers, deadline, timeout)
     except BaseException:
         _stop(workers, 0.0)  # a worker that failed to start, an interrupt: stop them all now

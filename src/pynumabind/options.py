@@ -73,6 +73,12 @@ GPU whose NUMA node is unknown into a PlanError.  ``topology_file``
 machine's sysfs and NVML (:func:`pynumabind.discovery.resolve_topology`
 reads it); it has no keyword argument because the API takes a ``topology=``
 object.
+
+One rule for blank variables, for every reader of a ``PYNUMABIND_*``
+variable (the environment merge, the advice record's path, the framework
+hooks, the advisor): :func:`environ_value`.  A value that is empty or only
+ASCII whitespace, as a Kubernetes or Slurm template leaves a variable it has
+no value for, counts as unset.
 """
 
 from __future__ import annotations
@@ -112,6 +118,7 @@ __all__ = [
     "Options",
     "check_int",
     "check_nprocs",
+    "environ_value",
     "parse_choice",
     "parse_fallback",
     "union_front",
@@ -125,6 +132,22 @@ CHOSEN_BY_CHECK = "pynumabind check"  # nprocs of check's workers: the default, 
 # Only ASCII whitespace is trimmed: str.strip() would also eat U+00A0 and its
 # kind, so a value made of them would silently count as unset.
 ASCII_SPACE = " \t\n\r\f\v"
+
+
+def environ_value(environ: Mapping[str, str], name: str) -> Optional[str]:
+    """``name``'s value in ``environ``, or None when it is unset or blank: the one rule.
+
+    Blank is empty or only ASCII whitespace (:data:`ASCII_SPACE`): what a
+    Kubernetes or Slurm template exports for a variable it has no value for
+    (``PYNUMABIND_FALLBACK=""``).  Every reader of a ``PYNUMABIND_*``
+    variable goes through here, so such a value means unset everywhere.  The
+    value comes back as it was set (callers trim it, and quote it in errors);
+    a value of other whitespace (U+00A0) is a value, and its parser's error.
+    """
+    value = environ.get(name)
+    if value is None or not value.strip(ASCII_SPACE):
+        return None
+    return value
 
 _E = TypeVar("_E", CpuMode, MemoryPolicy)
 

@@ -45,6 +45,10 @@ MAY_CATCH_OSERROR: Dict[str, str] = {
     "_os.kfd": "files of a sysfs tree a user may name (the KFD topology)",
     "_os.libnuma": "dlopen of libnuma.so.1 (LibnumaUnavailableError)",
     "_os.weights": "writing the kernel's weighted-interleave weights, asked for explicitly",
+    "_os.pages": (
+        "/proc/kpageflags, the NUMA balancing switch and the memory blocks in sysfs, which "
+        "describe the machine (optional: unreadable means the node stays unknown)"
+    ),
     "discovery": "the topology snapshot file a user names",
     "cli": "the CLI's own files (--output), stdout, and execvp",
     # The CLI's check command starts worker processes over pipes.

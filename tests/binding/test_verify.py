@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pynumabind._os import libnuma as _libnuma
+from pynumabind._os import pages as _pages
 from pynumabind.binding import _verify
 
 from ..support.childproc import run_in_child
@@ -96,6 +97,21 @@ def test_weighted_interleave_is_judged_by_its_split() -> None:
         [],
         ["the split of the pages was not judged: no weights known for it"],
     )
+
+
+def test_a_page_present_whose_node_is_unknown_is_noted_never_not_present() -> None:
+    # What verify() is left with when NUMA balancing hid a test page from move_pages and
+    # its frame is not readable (tests/vm/guest/test_guest_memory.py has the real thing).
+    for unknown in (_pages.UNLOCATED, _pages.UNSURE):
+        problems, notes = _judge(BIND, {0}, [0, unknown, 0])
+        assert problems == []
+        assert notes == [
+            "test pages [1] not judged: present, but automatic NUMA balancing hid their node "
+            "from move_pages and reading their frame needs CAP_SYS_ADMIN"
+        ]
+    assert _judge(BIND, {0}, [2, _pages.UNLOCATED])[0] == [
+        "pages landed on nodes 2 outside the bound nodes 0"
+    ]
 
 
 @given(

@@ -4,8 +4,9 @@ Every command or claim in them that can run on the test machine is run (or
 checked against the code) here, read from the documents themselves, so the
 documents cannot drift from the code or from each other:
 
-* the README's test command is what CI runs, verbatim, and needs nothing but
-  PyPI (no local-version wheel, no extra package index);
+* the README's two commands are what CI runs, verbatim, each in a fresh venv,
+  and the test command needs nothing but PyPI (no local-version wheel, no
+  extra package index);
 * the README's quick-start command and its Python examples run unchanged;
 * every ``pynumabind COMMAND --option`` the documents name exists, and every
   option the CLI page says all commands take is on every command;
@@ -108,18 +109,48 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 # ------------------------------------------------------------ the test command
 
 
-def _readme_test_command() -> str:
-    lines = _block_with(README, "sh", "-m pytest").strip().splitlines()
+def _readme_command(needle: str) -> str:
+    lines = _block_with(README, "sh", needle).strip().splitlines()
     assert len(lines) == 1, lines
     return lines[0]
 
 
-def test_ci_runs_the_readme_test_command_verbatim() -> None:
+def _readme_test_command() -> str:
+    return _readme_command("-m pytest")
+
+
+# A marked block of .ci/run: "# --- the README's NAME command, in a fresh venv ...", its
+# lines, then a line of dashes.
+_CI_BLOCK = re.compile(
+    r"^# --- the README's ([a-z-]+) command, in a fresh venv.*?\n(.*?)^# -{10,}$", re.M | re.S
+)
+
+
+def test_ci_runs_the_readme_commands_verbatim_each_in_a_fresh_venv() -> None:
+    """CI runs both README commands exactly as printed, each in a venv made just for it.
+
+    Not in the system interpreter, whose site packages (and the modules its
+    ``.pth`` files import) a user's fresh venv does not have.
+    """
     ci = _text(ROOT / ".ci" / "run")
-    block = re.search(r"^# --- the README's test command.*?\n(.*?)^# -{10,}$", ci, re.M | re.S)
-    assert block is not None, ".ci/run has no marked block for the README's test command"
-    commands = [line for line in block.group(1).splitlines() if line and not line.startswith("#")]
-    assert commands == [_readme_test_command()]
+    readme = {
+        "main-job": _readme_command("pynumabind check"),
+        "test": _readme_test_command(),
+    }
+    blocks = _CI_BLOCK.findall(ci)
+    assert sorted(name for name, _ in blocks) == sorted(readme), (
+        ".ci/run needs one marked block for each of the README's commands"
+    )
+    # The venvs' parent: a new directory of this run's own.
+    assert re.search(r'^venvs="\$\(mktemp -d [^)]*\)"$', ci, re.M), ci
+    for name, body in blocks:
+        commands = [line for line in body.splitlines() if line and not line.startswith("#")]
+        assert commands == [
+            f'python3 -m venv "$venvs/{name}"',
+            f'source "$venvs/{name}/bin/activate"',
+            readme[name],
+            "deactivate",
+        ], commands
 
 
 def _optional_dependencies() -> Dict[str, List[str]]:

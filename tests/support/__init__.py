@@ -7,7 +7,8 @@ sits beside that folder's tests (``tests/binding/child_binding.py``), and
 * child processes: ``childproc`` runs a module-level function in a fresh
   interpreter through the ``_child.py`` script; ``childstate`` reads a
   child's own CPUs and policy; ``child_cold`` and ``child_environ`` are child
-  bodies that several folders run;
+  bodies that several folders run; ``unprivileged`` runs a function in a
+  forked child that dropped root (what ``nobody`` may read of its own pages);
 * machines: ``sysfs_tree`` (fake sysfs trees from ``tests/machines/``),
   ``sysfs_oracle`` and ``libnuma_oracle`` (what the kernel and the real
   libnuma say, to compare against), ``topology_builders`` (topologies as

@@ -13,7 +13,7 @@ Responsibilities, and nothing more:
   asks about it, once per feature: nothing is probed whose answer is unused.
 
 Test oracles (libnuma's own parsers, ``numa_node_to_cpus``, ``numa_distance``
-...) are not here: ``tests/libnuma_oracle.py`` declares and calls them.
+...) are not here: ``tests/support/libnuma_oracle.py`` declares and calls them.
 
 Deliberately *not* used: libnuma's void setters (``numa_set_membind`` and
 friends report errors only by printing to stderr) and the load-time

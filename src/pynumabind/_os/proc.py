@@ -14,7 +14,14 @@ once, here:
 * its cpuset (``/proc/self/cpuset`` and the cgroup file system, v1 or v2);
 * its thread ids (``/proc/self/task``), names (``comm``) and start times
   (``stat``), so that a later restore can tell a thread from a new one that
-  got its id.
+  got its id;
+* where its pages are when ``move_pages`` will not say
+  (:mod:`.pages` decides what to make of it): each page's entry in
+  ``/proc/self/pagemap`` (present or not, mapped once or not, and its frame
+  number, which the kernel shows only to ``CAP_SYS_ADMIN``), and the pages
+  per node of the mappings covering a range (``/proc/self/maps`` for where
+  each mapping ends, ``/proc/self/numa_maps`` for its ``N<node>=<pages>``).
+  Neither read faults a page in.
 
 How errors are translated:
 
@@ -48,19 +55,26 @@ own reader: ``/proc/meminfo`` :mod:`.meminfo`, ``/proc/cpuinfo``
 from __future__ import annotations
 
 import errno
+import mmap
 import os
-from typing import AbstractSet, Dict, List, Optional, Tuple
+from array import array
+from typing import AbstractSet, Dict, List, Optional, Sequence, Tuple
 
 from .._text import format_ids
 from ..cpulist import parse_cpulist
 from ..errors import ListParseError, NumaSyscallError, ProcessStateError
 
 __all__ = [
+    "MAPS",
+    "NUMA_MAPS",
+    "PAGEMAP",
     "STATUS",
     "TASK_DIR",
     "cpuset",
     "list_thread_ids",
+    "mapping_node_pages",
     "mems_allowed",
+    "pagemap",
     "process_affinity",
     "set_thread_affinity",
     "status_field",
@@ -75,6 +89,9 @@ TASK_DIR = "/proc/self/task"
 STATUS = "/proc/self/status"
 CPUSET = "/proc/self/cpuset"
 CGROUP_ROOT = "/sys/fs/cgroup"
+PAGEMAP = "/proc/self/pagemap"
+MAPS = "/proc/self/maps"
+NUMA_MAPS = "/proc/self/numa_maps"
 
 #: errnos that mean "the thread has exited" (a syscall: ESRCH; a file: either).
 _GONE = frozenset({errno.ESRCH, errno.ENOENT})
@@ -276,3 +293,121 @@ def thread_start_time(tid: int) -> Optional[int]:
     if not (value.isascii() and value.isdigit()):
         raise ProcessStateError(f"malformed starttime {value!r} in {path}", path=path)
     return int(value)
+
+
+# ----------------------------------------------------------------- pages
+
+
+def pagemap(addresses: Sequence[int]) -> List[int]:
+    """The 64-bit ``/proc/self/pagemap`` entry of the page holding each address.
+
+    Bit 63: present (a page the balancer marked for a NUMA-hinting fault is
+    present too); bit 56: mapped by this process only; bits 0-54: the frame
+    number, 0 unless the reader has ``CAP_SYS_ADMIN``.  Reading it faults
+    nothing in.  Runs of consecutive pages are read with one ``pread`` each.
+    A failure is a :class:`~pynumabind.errors.ProcessStateError`.
+    """
+    page = mmap.PAGESIZE
+    wanted = sorted({address // page for address in addresses})
+    found: Dict[int, int] = {}
+    try:
+        fd = os.open(PAGEMAP, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise _failed(PAGEMAP, exc, "where this process's pages are") from exc
+    try:
+        for first, count in runs(wanted):
+            data = os.pread(fd, 8 * count, 8 * first)
+            if len(data) != 8 * count:
+                raise ProcessStateError(
+                    f"short read of {PAGEMAP}: {len(data)} of {8 * count} bytes", path=PAGEMAP
+                )
+            entries = array("Q")
+            entries.frombytes(data)
+            found.update(zip(range(first, first + count), entries))
+    except OSError as exc:
+        raise _failed(PAGEMAP, exc, "where this process's pages are") from exc
+    finally:
+        os.close(fd)
+    return [found[address // page] for address in addresses]
+
+
+def runs(pages: List[int]) -> List[Tuple[int, int]]:
+    """(first, count) of each run of consecutive numbers in the sorted ``pages``."""
+    runs: List[Tuple[int, int]] = []
+    for number in pages:
+        if runs and runs[-1][0] + runs[-1][1] == number:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((number, 1))
+    return runs
+
+
+def mapping_node_pages(start: int, end: int) -> Optional[Dict[int, int]]:
+    """Pages per node of the mappings that make up ``[start, end)`` exactly, or ``None``.
+
+    Each mapping (a line of ``/proc/self/maps``) that overlaps the range must
+    lie inside it, and together they must cover it with no gap: then the
+    ``N<node>=<pages>`` counts of their ``/proc/self/numa_maps`` lines (in
+    pages of this size: a hugetlb mapping counts its huge pages) are the
+    range's.  ``None`` when the mappings stick out of the range, or a mapping
+    is gone from one file to the other (another thread changed them).  The
+    kernel walks every mapping of the process to write ``numa_maps``: a read
+    costs in proportion to the process's memory.  A failure to read is a
+    :class:`~pynumabind.errors.ProcessStateError`.
+    """
+    maps = _read(MAPS, "this process's mappings", gone_ok=False)
+    assert maps is not None
+    starts: List[int] = []
+    covered = start
+    for line in maps.splitlines():
+        low, high = _extent(line)
+        if high <= start or low >= end:
+            continue
+        if low != covered or high > end:
+            return None  # sticks out of the range, or leaves a gap
+        starts.append(low)
+        covered = high
+    if covered != end:
+        return None
+    numa = _read(NUMA_MAPS, "this process's pages per node", gone_ok=False)
+    assert numa is not None
+    return _numa_counts(numa, starts)
+
+
+def _extent(line: str) -> Tuple[int, int]:
+    """(start, end) of one ``/proc/self/maps`` line (``7f0000-7f1000 rw-p ...``)."""
+    low, _, high = line.split(" ", 1)[0].partition("-")
+    try:
+        return int(low, 16), int(high, 16)
+    except ValueError:
+        raise ProcessStateError(f"malformed line in {MAPS}: {line[:80]!r}", path=MAPS) from None
+
+
+def _numa_counts(text: str, starts: List[int]) -> Optional[Dict[int, int]]:
+    """The summed ``N<node>=`` page counts of the ``numa_maps`` lines starting at ``starts``."""
+    wanted = set(starts)
+    counts: Dict[int, int] = {}
+    seen = 0
+    for line in text.splitlines():
+        fields = line.split()
+        if not fields or _hex(fields[0]) not in wanted:
+            continue
+        seen += 1
+        scale = 1
+        for field in fields:
+            size = field[len("kernelpagesize_kB=") :]
+            if field.startswith("kernelpagesize_kB=") and size.isascii() and size.isdigit():
+                scale = max(1, int(size) * 1024 // mmap.PAGESIZE)
+        for field in fields:
+            name, _, value = field.partition("=")
+            if name[:1] == "N" and name[1:].isdigit() and value.isdigit():
+                counts[int(name[1:])] = counts.get(int(name[1:]), 0) + int(value) * scale
+    return counts if seen == len(wanted) else None
+
+
+def _hex(text: str) -> Optional[int]:
+    """A ``numa_maps`` line's start address; None for anything else."""
+    try:
+        return int(text, 16)
+    except ValueError:
+        return None

@@ -11,12 +11,26 @@ Where some pages of a call are found and some not, the missing ones are
 asked for twice more (1 ms, then 2 ms later) before they count as not
 present: a page whose transparent huge page is being split, or that the
 kernel's NUMA balancing is migrating, reads as not present for that moment
-(a call with none present is taken as never written, and asked once).  With
-``move=True``, a page still off the nodes gets one more explicit
-``move_pages`` to the node (one-node targets), which either moves it or says
-why not: a per-page errno, or nothing for a page the kernel tried and failed
-to migrate, which it reports only as a count (:data:`NOT_MIGRATED`; its
-status entry is left as written, ``STATUS_UNWRITTEN``).  When the kernel
+(a call with none present is asked once).  A page still missing is then
+looked up in the page table (:func:`pynumabind._os.pages.locate`): under
+automatic NUMA balancing, Linux 6.1's ``move_pages`` reports a written page
+the balancer marked for a hinting fault as not present, and
+``/proc/self/pagemap`` says it is there (and, to ``CAP_SYS_ADMIN``, its
+frame, hence its node).  A present page whose node that cannot give is
+counted as ``not_located``, unless ``/proc/self/numa_maps`` gives the
+range's pages per node (the range is a run of whole mappings, which ``mbind``
+makes it: it splits the mapping at its ends, and at each run's) and they
+account for exactly those pages (for a layout of runs, ``numa_maps`` gives
+their node, not their run: such pages are judged off target only on a node
+none of the runs has, and count in the split by their node); a page
+``move_pages`` missed while pagemap could not be read counts as
+``not_located`` too when balancing is on (or unknown), with a note, never
+silently as not present.  With ``move=True``, a page still off its nodes
+gets one more explicit ``move_pages`` to the node (segments of one node),
+which either moves it or says why not: a per-page errno, or nothing for a
+page the kernel tried and failed to migrate, which it reports only as a
+count (:data:`NOT_MIGRATED`; its status entry is left as written,
+``STATUS_UNWRITTEN``).  When the kernel
 refuses the whole call (``ENOMEM`` once the node is full, after moving what
 fitted), each page still off the nodes gets that errno.  A page that was
 present but is not found after that move (caught mid-migration) is asked
@@ -43,11 +57,17 @@ have their huge page split first, as the range's edges do.
 outside the range that may share a transparent huge page with its first or
 last page: the rest of the huge-page-aligned blocks holding them (the size
 the kernel names in ``hpage_pmd_size``; a huge page, and any smaller large
-folio, is aligned to its size).  :func:`split_edges` splits the huge pages
+folio, is aligned to its size).  Present means what the page table says
+(the census's lookup), so a huge page the balancer marked still has
+neighbours, and is still split.  :func:`split_edges` splits the huge pages
 the edges cut (``madvise(MADV_COLD)`` on the edge page; best effort), after
-``bind_memory`` has set the policy without moving and before it moves; and
-:func:`count_pages` asks the neighbours again to count those that moved anyway
-(``moved_outside``).
+``bind_memory`` has set the policy without moving and before it moves;
+:func:`reread` then asks the neighbours where they are once more, just
+before the move (splitting rewrites their entries, so 6.1's ``move_pages``
+sees a marked huge page's pages again); and :func:`count_pages` asks them
+again to count those that moved anyway (``moved_outside``).  A neighbour
+whose node before the move could not be read and that is on the range's
+nodes after it may have moved with it: a note says how many, uncounted.
 """
 
 from __future__ import annotations
@@ -60,9 +80,12 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from .._os import libnuma as _libnuma
+from .._os import pages as _pages
+from .._os import proc as _proc
+from .._os.pages import UNLOCATED
 from .._text import format_ids
 from .._weights import split_problems
-from ..errors import NumaSyscallError
+from ..errors import NumaSyscallError, PynumabindError
 from ._target import fix
 
 __all__ = [
@@ -78,6 +101,7 @@ __all__ = [
     "cut_huge_pages",
     "neighbours_before",
     "page_count",
+    "reread",
     "split_at",
     "split_edges",
 ]
@@ -145,24 +169,34 @@ Segment = Tuple[int, int, "frozenset[int]"]
 
 @dataclass
 class _Census:
-    """Page statuses as ``move_pages`` reports them, and the present pages off target.
+    """Page statuses as located (``move_pages``, then the page table), and the pages off target.
 
-    ``counts`` tallies every status (a node, or a ``-errno``) and, for the
-    pages on the weighted nodes, ``on`` tallies each page on its own
-    segment's nodes; ``stray`` maps each present page off its segment's
-    nodes to (the node it is on, the nodes it belongs on).
+    ``counts`` is keyed by status: a node, :data:`~pynumabind._os.pages.UNLOCATED`,
+    :data:`~pynumabind._os.pages.UNSURE`, or ``-errno`` for a page not there.
+    ``stray`` maps each present page off its segment's nodes to (the node it
+    is on, the nodes it belongs on).  ``unchecked``: pages ``move_pages``
+    missed that the page table could not be read for (``why``).
     """
 
     counts: collections.Counter[int] = field(default_factory=collections.Counter)
     stray: Dict[int, Tuple[int, frozenset[int]]] = field(default_factory=dict)
+    unchecked: int = 0
+    why: str = ""
 
-    def add(self, addresses: List[int], status: List[int], nodes: frozenset[int]) -> None:
-        tally = collections.Counter(status)
+    def add(self, addresses: List[int], located: _pages.Located, nodes: frozenset[int]) -> None:
+        tally = collections.Counter(located.status)
         self.counts.update(tally)
+        self.unchecked += located.unchecked
+        self.why = self.why or located.why
         if any(s >= 0 and s not in nodes for s in tally):
-            for address, s in zip(addresses, status):
+            for address, s in zip(addresses, located.status):
                 if s >= 0 and s not in nodes:
                     self.stray[address] = (s, nodes)
+
+
+def _where(addresses: List[int], status: List[int]) -> _pages.Located:
+    """``status`` from ``move_pages`` with the pages it missed looked up in the page table."""
+    return _pages.locate(addresses, status)
 
 
 def _query(segments: Sequence[Segment]) -> _Census:
@@ -172,9 +206,9 @@ def _query(segments: Sequence[Segment]) -> _Census:
             _, status = _libnuma.move_pages_status(addresses)
             if any(where >= 0 for where in status) and any(where < 0 for where in status):
                 # Some pages present, some not: the missing ones may be mid-migration
-                # (a chunk with none present is taken as never written, asked once).
+                # (a chunk with none present is asked once).
                 status = _ask_again(addresses, status)
-            census.add(addresses, status, nodes)
+            census.add(addresses, _where(addresses, status), nodes)
     return census
 
 
@@ -216,23 +250,34 @@ def _retry_batch(
     for address, answer, where in zip(batch, said, now):
         old, _ = census.stray.pop(address)
         census.counts[old] -= 1
-        if where < 0:  # was present: not "never written", so not counted as not present
+        if _pages.not_there(where):  # was present: not "never written", not "not present"
             reasons[VANISHED] += 1
             continue
         census.counts[where] += 1
-        if where in nodes:
-            continue
+        if _pages.unknown(where) or where in nodes:
+            continue  # there now, or present where nothing here can read
         census.stray[address] = (where, nodes)
-        if answer < 0 and answer != _libnuma.STATUS_UNWRITTEN:
-            reasons[_errno_name(answer)] += 1
-        else:
-            reasons[NOT_MIGRATED] += 1
+        reasons[_why_not(answer)] += 1
+
+
+def _why_not(answer: int) -> str:
+    """The reason for a page the explicit move left off the nodes, from its status entry.
+
+    ``ENOENT``/``EFAULT`` for a page the page table shows present means
+    ``move_pages`` could not see it (NUMA balancing had marked it): no
+    per-page reason, so ``mbind``'s own attempt is what the count reflects.
+    """
+    if answer >= 0 or answer == _libnuma.STATUS_UNWRITTEN:
+        return NOT_MIGRATED
+    if -answer in (errno.ENOENT, errno.EFAULT):
+        return NOT_MIGRATED
+    return _errno_name(answer)
 
 
 def _where_now(addresses: List[int]) -> List[int]:
-    """Each page's node (``move_pages`` with no target), asking again for pages not found."""
+    """Each page's node (``move_pages`` then the page table), asking again for pages not found."""
     _, now = _libnuma.move_pages_status(addresses)
-    return _ask_again(addresses, now)
+    return list(_where(addresses, _ask_again(addresses, now)).status)
 
 
 def _ask_again(addresses: List[int], now: List[int], asks: int = 2) -> List[int]:
@@ -260,12 +305,13 @@ def page_count(count: int) -> str:
 
 
 def _present(addresses: List[int]) -> Dict[int, int]:
-    """The node of each present page among ``addresses`` (``move_pages`` query)."""
+    """The node of each present page among ``addresses`` (UNLOCATED: present, node unread)."""
     found: Dict[int, int] = {}
     for index in range(0, len(addresses), _libnuma.MOVE_PAGES_CHUNK):
         batch = addresses[index : index + _libnuma.MOVE_PAGES_CHUNK]
         _, status = _libnuma.move_pages_status(batch)
-        found.update((a, where) for a, where in zip(batch, status) if where >= 0)
+        located = _where(batch, status).status
+        found.update((a, where) for a, where in zip(batch, located) if not _pages.not_there(where))
     return found
 
 
@@ -295,6 +341,20 @@ def neighbours_before(start: int, length: int) -> Dict[int, int]:
         return {}  # the query is denied: so is the census, which says so
 
 
+def reread(neighbours: Mapping[int, int]) -> Dict[int, int]:
+    """``neighbours`` asked again where they are (just before the move); as they were if denied.
+
+    A neighbour found before and not now (caught mid-split) keeps its node.
+    """
+    if not neighbours:
+        return {}
+    try:
+        now = _present(sorted(neighbours))
+    except NumaSyscallError:
+        return dict(neighbours)
+    return {address: now.get(address, node) for address, node in neighbours.items()}
+
+
 def split_edges(start: int, length: int, neighbours: Mapping[int, int]) -> None:
     """Split the huge pages the range's edges cut, where neighbours are present (best effort).
 
@@ -312,12 +372,23 @@ def split_edges(start: int, length: int, neighbours: Mapping[int, int]) -> None:
             pass  # before Linux 5.4, or a locked or special mapping: counted afterwards
 
 
-def _moved_outside(before: Mapping[int, int]) -> int:
-    """How many of the neighbour pages ``before`` are now on another node."""
+def _moved_outside(before: Mapping[int, int], nodes: frozenset[int]) -> Tuple[int, int]:
+    """(neighbour pages ``before`` now on another node, those that may have moved).
+
+    A page whose node before was unread and that is on ``nodes`` now may
+    have moved with the range: counted apart, never as moved.
+    """
     if not before:
-        return 0
+        return 0, 0
     now = _present(sorted(before))
-    return sum(1 for address, node in before.items() if now.get(address, node) != node)
+    moved = maybe = 0
+    for address, node in before.items():
+        where = now.get(address, node)
+        if _pages.unknown(node):
+            maybe += where in nodes
+        elif not _pages.unknown(where) and where != node:
+            moved += 1
+    return moved, maybe
 
 
 @dataclass(frozen=True)
@@ -334,6 +405,7 @@ class PageCount:
     not_moved: Dict[str, int]
     moved_outside: int
     notes: Tuple[str, ...]
+    not_located: int = 0
     split_problems: Tuple[str, ...] = ()
 
 
@@ -351,19 +423,21 @@ def count_pages(
     belong on: one, the whole range and the target's nodes, or the runs of a
     weighted layout, one node each.  With ``move``, each page still off its
     nodes is moved once more, explicitly (:func:`_retry_moves`);
-    ``neighbours`` (from :func:`neighbours_before`) are asked again to count
-    the pages outside the range that moved with it.  With ``weights``, the
-    split of the present pages is judged against them (``run_pages``: one
-    run of each node, the tolerance's slack).  A denied read-back leaves the
+    ``neighbours`` (from :func:`neighbours_before`, :func:`reread`) are
+    asked again to count the pages outside the range that moved with it.
+    With ``weights``, the split of the present pages (those located by
+    ``numa_maps`` included) is judged against them (``run_pages``: one run
+    of each node, the tolerance's slack).  A denied read-back leaves the
     counts unknown (``per_node`` None), with a note.
     """
-    outside = 0
+    outside = maybe = 0
     not_moved: Dict[str, int] = {}
+    nodes = frozenset().union(*(seg[2] for seg in segments))
     try:
         census = _query(segments)
         if census.stray:
             not_moved = _retry_moves(census) if move else {NOT_ASKED: len(census.stray)}
-        outside = _moved_outside(neighbours)
+        outside, maybe = _moved_outside(neighbours, nodes)
     except NumaSyscallError as exc:
         unknown = (
             f"the policy was applied, but where the pages are is unknown: {exc} "
@@ -371,19 +445,40 @@ def count_pages(
         )
         return PageCount(None, 0, not_moved, outside, (unknown,))
     per_node = {n: c for n, c in census.counts.items() if n >= 0 and c > 0}
-    absent = sum(c for s, c in census.counts.items() if s < 0)
-    nodes = frozenset().union(*(seg[2] for seg in segments))
+    start, end = segments[0][0], segments[-1][0] + segments[-1][1]
+    unread = (census.counts[UNLOCATED], census.counts[_pages.UNSURE])
+    settled = _settle((start, end - start), per_node, unread, nodes, move)
+    for reason, count in settled.off.items():
+        not_moved[reason] = not_moved.get(reason, 0) + count
+    absent = settled.zero + sum(c for s, c in census.counts.items() if _pages.not_there(s))
+    unchecked = 0
+    if census.unchecked and _pages.balancing() is not False:
+        unchecked = min(absent, census.unchecked)  # pages move_pages missed, none checked
+        absent -= unchecked
+    hidden = sum(unread) - settled.placed - settled.zero
     notes = _notes(nodes, not_moved, absent, outside)
+    notes += _hidden_notes(
+        hidden=hidden, placed=settled.placed, unchecked=unchecked, why=census.why, maybe=maybe
+    )
     split = () if weights is None else split_problems(weights, per_node, run_pages)
-    return PageCount(per_node, absent, not_moved, outside, notes, split)
+    return PageCount(
+        per_node,
+        absent,
+        not_moved,
+        outside,
+        notes,
+        not_located=hidden + unchecked,
+        split_problems=split,
+    )
 
 
 def cut_huge_pages(segments: Sequence[Segment]) -> List[int]:
     """The pages just before the boundaries between segments that fall inside a huge page.
 
-    Present ones only (one ``move_pages`` query): a transparent huge page
-    there would be migrated whole with either segment's pages, so
-    :func:`split_at` splits it first.  Empty without transparent huge pages.
+    Present ones only (``move_pages``, and the page table for those it
+    misses): a transparent huge page there would be migrated whole with
+    either segment's pages, so :func:`split_at` splits it first.  Empty
+    without transparent huge pages.
     """
     huge, page = _libnuma.huge_page_size(), mmap.PAGESIZE
     if huge <= page or len(segments) < 2:
@@ -406,6 +501,98 @@ def split_at(pages: Sequence[int]) -> None:
             _libnuma.madvise(address, mmap.PAGESIZE, _libnuma.MADV_COLD)
         except NumaSyscallError:
             pass  # before Linux 5.4, or a locked or special mapping: counted afterwards
+
+
+def _numa_maps_extra(
+    start: int, length: int, per_node: Mapping[int, int]
+) -> Optional[Dict[int, int]]:
+    """The range's pages per node by ``/proc/self/numa_maps``, less ``per_node``; None: unknown.
+
+    None too when the mappings stick out of the range, or hold fewer pages on
+    a node than were located there one by one.
+    """
+    try:
+        totals = _proc.mapping_node_pages(start, start + length)
+    except PynumabindError:
+        return None
+    if totals is None or any(n not in totals for n in per_node):
+        return None
+    extra = {n: c - per_node.get(n, 0) for n, c in totals.items()}
+    if any(c < 0 for c in extra.values()):
+        return None
+    return {n: c for n, c in extra.items() if c}
+
+
+@dataclass(frozen=True)
+class _Settled:
+    """What became of the pages ``move_pages`` missed and the page table could not place."""
+
+    placed: int = 0  # counted on their nodes, by numa_maps
+    zero: int = 0  # UNSURE pages that are the shared zero page: not present
+    off: Mapping[str, int] = field(default_factory=dict)  # placed ones off the nodes
+
+
+def _settle(
+    span: Tuple[int, int],
+    per_node: Dict[int, int],
+    unknown: Tuple[int, int],
+    nodes: frozenset[int],
+    move: bool,
+) -> _Settled:
+    """Settle the ``unknown`` (UNLOCATED, UNSURE) pages by ``/proc/self/numa_maps``.
+
+    ``numa_maps`` counts every present page of the range's mappings on its
+    node, and the shared zero page nowhere: the pages it holds beyond those
+    located one by one are either all the unknown ones, or the UNLOCATED
+    ones alone (the UNSURE ones being the zero page).  Anything else settles
+    nothing.  With ``numa_maps`` silent, UNSURE pages are the zero page when
+    NUMA balancing is off (nothing hides a page then).  ``numa_maps`` says a
+    page's node, not which of a weighted layout's runs it lies in: those
+    pages are off target only on a node outside all the runs' ``nodes``.
+    """
+    hidden, unsure = unknown
+    extra = _numa_maps_extra(span[0], span[1], per_node) if hidden or unsure else None
+    if extra is None or sum(extra.values()) not in (hidden + unsure, hidden):
+        quiet = unsure and _pages.balancing() is False
+        return _Settled(zero=unsure if quiet else 0)
+    for node, count in extra.items():
+        per_node[node] = per_node.get(node, 0) + count
+    off = sum(c for n, c in extra.items() if n not in nodes)
+    reasons = {NOT_MIGRATED if move else NOT_ASKED: off} if off else {}
+    placed = sum(extra.values())
+    return _Settled(placed=placed, zero=hidden + unsure - placed, off=reasons)
+
+
+def _hidden_notes(
+    *, hidden: int, placed: int, unchecked: int, why: str, maybe: int
+) -> Tuple[str, ...]:
+    """What a user should know about pages whose node ``move_pages`` would not say."""
+    notes: List[str] = []
+    if placed:
+        notes.append(
+            f"{page_count(placed)} present but hidden from move_pages by automatic NUMA "
+            f"balancing: counted by node from {_proc.NUMA_MAPS}"
+        )
+    if hidden:
+        notes.append(
+            f"{page_count(hidden)} present but where is unknown: automatic NUMA balancing hid "
+            "them from move_pages (Linux 6.1 to 6.4), and reading a page's frame needs "
+            f"CAP_SYS_ADMIN, and {_proc.NUMA_MAPS} could not account for them (the range is "
+            "not a run of whole mappings) (not_located)"
+        )
+    if unchecked:
+        notes.append(
+            f"{page_count(unchecked)} read as not present, and whether they are could not be "
+            "checked: automatic NUMA balancing is on (or its switch is unreadable), which "
+            f"hides pages from move_pages on Linux 6.1 to 6.4, and {_proc.PAGEMAP} could "
+            f"not be read ({why}) (not_located)"
+        )
+    if maybe:
+        notes.append(
+            f"{page_count(maybe)} outside the range may have moved with it: where they were "
+            "before was hidden by automatic NUMA balancing (reading it needs CAP_SYS_ADMIN)"
+        )
+    return tuple(notes)
 
 
 def _notes(

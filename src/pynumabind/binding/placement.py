@@ -113,7 +113,8 @@ outside the range moved (``moved_outside``, from the neighbours' nodes
 before and after, by ``move_pages``; a note says why).  ``complete`` is
 about the range only.  Tested on a real kernel in the QEMU guest (Linux
 6.1): the 8 KiB range, the two halves, and an ``mlock``-ed huge page that
-moves whole and is counted.  ``hugetlbfs`` mappings need huge-page-aligned
+moves whole and is counted; with automatic NUMA balancing on too (see "Where
+the pages are").  ``hugetlbfs`` mappings need huge-page-aligned
 ranges and are not supported.  (The edges: :mod:`pynumabind.binding._census`.)
 
 **Moving.**  ``move=True`` passes ``MPOL_MF_MOVE``: pages mapped only by this
@@ -137,6 +138,24 @@ though asked again (it was written, so it is never "not present").  A page
 caught mid-migration, or in a huge page being split, reads as not present
 for a moment, so such a page is asked for again before it counts as not
 present.  (How: :mod:`pynumabind.binding._census`.)
+
+**Where the pages are.**  ``move_pages`` with no target reports each page's
+node, and under automatic NUMA balancing (on by default on multi-node
+machines) Linux 6.1 to 6.4 report a written page the balancer has marked
+for a hinting fault as *not present*.  Touching the page would fault it and
+let the balancer migrate it, so the census asks the page table instead
+(``/proc/self/pagemap``, which faults nothing in): a page it shows present
+is counted on its node when its frame can be read (``CAP_SYS_ADMIN``), else
+by ``/proc/self/numa_maps`` when the range is a run of whole mappings (after
+``mbind`` it is, unless it merged with a neighbour bound the same way; the
+runs of a weighted layout are whole mappings too, and such pages count in
+the split by their node, their run unknown), else as ``not_located``:
+present, node unknown.  The neighbours of the huge-page
+edges are found the same way, so a marked huge page is split too.  Where
+the truth cannot be had the result says so: ``not_located`` counts the
+pages, ``complete`` is False, and a note says why; never "not present" for
+a page that is there.  (How: :mod:`pynumabind._os.pages`.)
+
 **Page-locked (pinned) memory cannot be moved**; the result says so and
 points to :func:`memory_on`.  ``mlock`` alone does not prevent migration
 (Linux migrates locked pages); pinning for DMA does.  Both are tested on a
@@ -262,6 +281,7 @@ from ._census import (
     cut_huge_pages,
     neighbours_before,
     page_count,
+    reread,
     split_at,
     split_edges,
 )
@@ -311,6 +331,9 @@ class MemoryPlacement:
     runs of one node each the range was bound in (1: one ``mbind`` for all of
     it), and ``split_problems`` each node whose share of the present pages is
     off its weight's share beyond the tolerance.
+
+    ``not_located`` counts present pages whose node could not be read (see
+    "Where the pages are"): neither in ``pages_per_node`` nor ``not_present``.
     """
 
     address: int
@@ -328,6 +351,7 @@ class MemoryPlacement:
     reasons: Tuple[str, ...] = ()
     notes: Tuple[str, ...] = ()
     moved_outside: int = 0
+    not_located: int = 0
     weights: Optional[Mapping[int, int]] = field(default=None, hash=False)
     runs: int = 1
     split_problems: Tuple[str, ...] = ()
@@ -348,8 +372,11 @@ class MemoryPlacement:
 
     @property
     def complete(self) -> bool:
-        """Every present page is on the target nodes, as the kernel reports it."""
-        return self.pages_per_node is not None and not self.not_moved
+        """Every present page is on the target nodes, as the kernel reports it.
+
+        False when some page's node is unknown (``not_located``).
+        """
+        return self.pages_per_node is not None and not self.not_moved and not self.not_located
 
     @property
     def pinned(self) -> bool:
@@ -369,6 +396,8 @@ class MemoryPlacement:
         parts = [head, f"pages present: {counts or 'none'}"]
         if self.not_present:
             parts.append(f"{self.not_present} not present yet")
+        if self.not_located:
+            parts.append(f"{self.not_located} present, node unknown")
         for reason, count in sorted(self.not_moved.items()):
             parts.append(f"{count} not moved ({reason}: {REASONS.get(reason, reason)})")
         if self.moved_outside:
@@ -396,6 +425,7 @@ class MemoryPlacement:
             "reasons": list(self.reasons),
             "notes": list(self.notes),
             "moved_outside": self.moved_outside,
+            "not_located": self.not_located,
             "weights": None
             if self.weights is None
             else {str(n): w for n, w in sorted(self.weights.items())},
@@ -469,6 +499,7 @@ def _report(
         reasons=target.reasons,
         notes=counted.notes,
         moved_outside=counted.moved_outside,
+        not_located=counted.not_located,
         weights=target.weights,
         runs=len(segments),
         split_problems=counted.split_problems,
@@ -556,10 +587,13 @@ def bind_memory(
             # Huge pages: see "Which pages".  The policy first, without moving: the
             # mapping is split at the range's ends (and its runs'), so no huge page can
             # form across them again; then the huge pages those ends cut are split;
+            # then the neighbours are asked where they are once more (nothing has
+            # moved yet, and a huge page the balancer marked reads again once split);
             # then the move.
             _mbind(segments, target.mode, 0)
             split_edges(start, length, neighbours)
             split_at(cuts)
+            neighbours = reread(neighbours)
         _mbind(segments, target.mode, _libnuma.MPOL_MF_MOVE if move else 0)
         return _report(span, segments, target, move, neighbours=neighbours)
     finally:

@@ -36,8 +36,19 @@ measurement moved on its measured node, and reasons:
   :attr:`Advised.not_bound` quoting the record; the binding then leaves the
   process alone and says so.
 * **no record, a stale one, or one that cannot be read**: one WARNING per
-  process naming the file, what differs (or what is wrong) and the command
-  to run (``pynumabind advise --save``), then the default mode's plan.
+  process naming the file, what differs (or what is wrong: the field, by its
+  JSON path) and the command to run (``pynumabind advise --save``), then the
+  default mode's plan.
+* **one that cannot be followed here**: a GPU moved to a node that has no
+  CPUs on the machine planned, or none this process may use (its cpuset).
+  Every node the record moves a GPU to is checked before anything is
+  followed (:func:`pynumabind.records._validate.unfollowable`); a problem is
+  one WARNING naming the record, the field and the node, then the default
+  mode's plan, and no reason says the record is followed.
+
+A record is untrusted input: what it must hold to be read at all, and the
+bounds that keep an absurd one cheap to refuse, are
+:mod:`pynumabind.records._validate`'s.
 
 A memory policy given together with mode ``advised`` is a ConfigError: the
 record decides both.  So are interleave weights (``weights``): the record
@@ -52,6 +63,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import List, Mapping, Optional, Tuple
 
 from ..errors import AdviceRecordError, ConfigError, PynumabindError
@@ -61,6 +73,7 @@ from ._file import read_text, refuse_foreign, save_record
 from ._host import this_machine
 from ._machine import Machine, MachineGpu, MachineNode, staleness
 from ._paths import ADVICE_VARIABLE, SYSTEM_PATH, advice_path, find, read_paths, save_path
+from ._validate import unfollowable
 from .advice import Advice, Record, parse_record  # Advice: pynumabind.Advice
 from .values import GpuAdvice
 
@@ -282,6 +295,12 @@ def resolve_advised(
         )
     env = os.environ if environ is None else environ
     record, problem = _usable(env, machine)
+    if record is not None:  # every node it moves a GPU to, checked against the machine planned
+        problem = unfollowable(record, topology, partial(_gpu_for, record), _reported_cpu_nodes)
+        if problem is not None:
+            text = f"mode advised: {problem}; the default mode's plan (node) instead"
+            _warn_once(text)
+            return Advised(replace(options, mode=None), topology, (text,), fallback=text)
     if record is None:
         text = (
             f"mode advised: {problem}; run `{SAVE_COMMAND}` on this machine (as root for "

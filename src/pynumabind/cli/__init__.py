@@ -31,7 +31,7 @@ import logging
 import math
 import os
 import sys
-from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, NoReturn, Optional, Sequence, Tuple, Union
 
 from .. import discovery
 from .._os import SYSFS_ROOT
@@ -172,11 +172,19 @@ def _system_weights_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _check_system_weights(args: argparse.Namespace) -> None:
-    """``--set-system-weights`` writes requested weights: some must be given."""
-    from ..discovery._environ import WEIGHTS_VARIABLE
+def _check_system_weights(
+    args: argparse.Namespace, environ: Optional[Mapping[str, str]] = None
+) -> None:
+    """``--set-system-weights`` writes requested weights: some must be given.
 
-    given = args.weights is not None or os.environ.get(WEIGHTS_VARIABLE, "").strip(" \t\n\r\f\v")
+    A blank ``PYNUMABIND_WEIGHTS`` gives none: it is unset, by the one rule
+    (:func:`pynumabind.options.environ_value`).
+    """
+    from ..discovery._environ import WEIGHTS_VARIABLE
+    from ..options import environ_value
+
+    env = os.environ if environ is None else environ
+    given = args.weights is not None or environ_value(env, WEIGHTS_VARIABLE) is not None
     if args.set_system_weights and not given:
         raise UsageError(
             "--set-system-weights writes the requested weights as the kernel's: give them "

@@ -44,6 +44,7 @@ MAY_CATCH_OSERROR: Dict[str, str] = {
     "_os.cpuinfo": "/proc/cpuinfo, which describes the machine (optional)",
     "_os.kfd": "files of a sysfs tree a user may name (the KFD topology)",
     "_os.libnuma": "dlopen of libnuma.so.1 (LibnumaUnavailableError)",
+    "_os.weights": "writing the kernel's weighted-interleave weights, asked for explicitly",
     "_os.pages": (
         "/proc/kpageflags, the NUMA balancing switch and the memory blocks in sysfs, which "
         "describe the machine (optional: unreadable means the node stays unknown)"

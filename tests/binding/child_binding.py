@@ -80,6 +80,10 @@ def every_policy() -> Dict[str, Any]:
         out[policy].append(policy_now())
     b = apply_plan(plan("NONE", mems=()))
     out["NONE"] = [b.kernel_policy, policy_now(), b.verify().ok, b.memory_applied]
+    b = apply_plan(plan("WEIGHTED_INTERLEAVE", mems=(0,)))
+    v = b.verify()
+    out["WEIGHTED_INTERLEAVE"] = [b.kernel_policy, policy_now(), v.ok, v.page_nodes]
+    b.restore()
     return out
 
 

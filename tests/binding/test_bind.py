@@ -9,12 +9,13 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+from pathlib import Path
 
 import pytest
 
 from pynumabind import binding as binding_module
 from pynumabind._os import libnuma as _libnuma
-from pynumabind.binding import _apply
+from pynumabind.binding import _apply, _verify
 from pynumabind.discovery import detect_topology
 from pynumabind.errors import BindError, ConfigError, PlanError
 from pynumabind.model import MemoryPolicy, Plan
@@ -22,6 +23,9 @@ from pynumabind.model import MemoryPolicy, Plan
 from ..support import child_cold
 from ..support.childproc import run_in_child
 from . import child_binding
+
+#: The kernel's weighted-interleave weights (Linux 6.9+; this machine's is 6.18).
+WEIGHTS = "/sys/kernel/mm/mempolicy/weighted_interleave"
 
 pytestmark = pytest.mark.skipif(
     len(os.sched_getaffinity(0)) < 2 or 0 not in _libnuma.get_mems_allowed(),
@@ -57,6 +61,12 @@ def test_every_policy_reads_back() -> None:
     assert result["LOCAL"][:3] == ["MPOL_LOCAL", ["MPOL_LOCAL", []], True]
     assert result["PREFERRED"][:3] == ["MPOL_PREFERRED", ["MPOL_PREFERRED", [0]], True]
     assert result["NONE"] == [None, ["MPOL_DEFAULT", []], True, False]
+    # Weighted interleave (this kernel has it): its split judged over enough pages.
+    weighted = ["MPOL_WEIGHTED_INTERLEAVE", ["MPOL_WEIGHTED_INTERLEAVE", [0]], True]
+    assert result["WEIGHTED_INTERLEAVE"][:3] == weighted
+    weight = int(Path(WEIGHTS, "node0").read_text())  # the kernel's own, read here
+    pages = min(max(binding_module.VERIFY_PAGES, _verify.WEIGHTED_CYCLES * weight), 4096)
+    assert result["WEIGHTED_INTERLEAVE"][3] == [0] * pages
 
 
 def test_local_policy_verifies_on_kernels_that_report_it_as_empty_preferred() -> None:

@@ -595,7 +595,6 @@ def test_a_page_caught_mid_migration_is_asked_for_again_and_never_called_unwritt
     # it, and was reported as "not present yet (never written)").  So the kernel's answers
     # to the queries are scripted at the _libnuma boundary; the move itself "succeeds".
     pages = [0x10000, 0x11000, 0x12000]
-    target = _target.Target(MemoryPolicy.BIND, _libnuma.MPOL_BIND, frozenset({0}), ())
     queries: List[List[int]] = []
 
     def scripted(addresses: List[int], node: Any = None, flags: int = 0) -> Tuple[int, List[int]]:
@@ -609,14 +608,14 @@ def test_a_page_caught_mid_migration_is_asked_for_again_and_never_called_unwritt
     answers = [[-errno.ENOENT], [0]]
     census = _census._Census()
     census.add(pages, _pages.Located((0, 0, 1)), frozenset({0}))  # the third page is on node 1
-    assert _census._retry_moves(census, target) == {}
+    assert _census._retry_moves(census) == {}
     assert queries == [[0x12000], [0x12000]]
     assert census.counts[0] == 3 and sum(c for s, c in census.counts.items() if s < 0) == 0
     # Never found in three asks: VANISHED, still not counted as "not present".
     answers = [[-errno.ENOENT]] * 3
     census = _census._Census()
     census.add(pages, _pages.Located((0, 0, 1)), frozenset({0}))
-    assert _census._retry_moves(census, target) == {placement.VANISHED: 1}
+    assert _census._retry_moves(census) == {placement.VANISHED: 1}
     assert answers == [] and sum(c for s, c in census.counts.items() if s < 0) == 0  # 3 asks
     assert placement.VANISHED in placement.REASONS
 
@@ -637,13 +636,13 @@ def test_the_census_asks_again_for_missing_pages_only_where_some_were_found(
     monkeypatch.setattr(_libnuma, "move_pages_status", scripted)
     start = 0x10000
     answers[:] = [[0, -errno.ENOENT, 0], [-errno.ENOENT], [0]]
-    census = _census._query(start, 3 * PAGE, frozenset({0}))
+    census = _census._query([(start, 3 * PAGE, frozenset({0}))])
     assert census.counts == {0: 3} and not census.stray
     assert queries == [[start, start + PAGE, start + 2 * PAGE], [start + PAGE], [start + PAGE]]
     # None found: a range never written is asked for once.
     queries.clear()
     answers[:] = [[-errno.ENOENT] * 3]
-    census = _census._query(start, 3 * PAGE, frozenset({0}))
+    census = _census._query([(start, 3 * PAGE, frozenset({0}))])
     assert census.counts == {-errno.ENOENT: 3} and len(queries) == 1
 
 
@@ -717,6 +716,42 @@ def test_without_frames_the_mappings_numa_maps_counts_them(
     assert result["pages_per_node"] == {"0": 6} and result["not_present"] == 0
     assert result["complete"] and result["not_located"] == 0, result
     assert any("from /proc/self/numa_maps" in note for note in result["notes"])
+
+
+def _count_weighted_runs(runs: int = 3, run: int = 2) -> Dict[str, Any]:
+    """A range bound in ``runs`` runs of ``run`` pages (node 0: one node here), then counted
+    and judged against weights as bind_memory's weighted layout is."""
+    region, first = _guarded(runs * run)
+    try:
+        segments = tuple(
+            (first + i * run * PAGE, run * PAGE, frozenset({0})) for i in range(runs)
+        )
+        placement._mbind(segments, _libnuma.MPOL_BIND, _libnuma.MPOL_MF_MOVE)
+        counted = _census.count_pages(segments, True, {}, weights={0: 1}, run_pages={0: run})
+        return {
+            "per_node": {str(n): c for n, c in (counted.per_node or {}).items()},
+            "not_present": counted.not_present,
+            "not_located": counted.not_located,
+            "split_problems": list(counted.split_problems),
+            "notes": list(counted.notes),
+        }
+    finally:
+        region.close()
+
+
+@pytest.mark.skipif(not can_drop_root(), reason="frame numbers need root; a child drops it")
+def test_hidden_pages_of_a_weighted_layout_count_in_its_split(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The runs of a weighted layout, every page hidden from move_pages: found by their frames
+    # (root), then by numa_maps over the run of mappings the runs make (nobody), and judged
+    # against the weights either way.  (One node here: the two-node split is the guest's.)
+    _queries_miss_every_page(monkeypatch)
+    root, nobody = _count_weighted_runs(), as_nobody(_count_weighted_runs)
+    for result in (root, nobody):
+        assert result["per_node"] == {"0": 6} and result["not_present"] == 0, result
+        assert result["not_located"] == 0 and result["split_problems"] == [], result
+    assert any("from /proc/self/numa_maps" in note for note in nobody["notes"]), nobody
 
 
 @pytest.mark.skipif(not can_drop_root(), reason="a child dropping root needs root")
@@ -976,7 +1011,8 @@ def test_a_full_target_node_keeps_the_census_and_lists_the_pages_under_enomem(
     monkeypatch.setattr(_libnuma, "move_pages_status", scripted)
     target = _target.Target(MemoryPolicy.BIND, _libnuma.MPOL_BIND, frozenset({0}), ())
     span = _buffers.Span(start, 3 * PAGE, "(address, length)")
-    result = placement._report(span, start, 3 * PAGE, target, True, neighbours={})
+    segments = ((start, 3 * PAGE, target.nodes),)
+    result = placement._report(span, segments, target, True, neighbours={})
     assert result.pages_per_node == {0: 1, 1: 2} and result.not_present == 0
     assert result.not_moved == {"ENOMEM": 2} and not result.complete
     assert any(note.startswith("node 0 is full: 2 pages") for note in result.notes), result.notes
@@ -1023,4 +1059,38 @@ def test_a_range_inside_a_huge_page_is_split_from_it() -> None:
     assert [_thp(a) for a in (first, inside, first + huge - PAGE)] == [False, False, False]
     assert _libnuma.address_policy(first).mode == _libnuma.MPOL_DEFAULT
     assert _libnuma.address_policy(inside).mode == _libnuma.MPOL_BIND
+    region.close()
+
+
+def test_a_run_boundary_inside_a_huge_page_splits_it_first() -> None:
+    # Weighted runs smaller than a huge page: a boundary between two runs inside one
+    # would have the kernel migrate the huge page whole with either run's pages.
+    huge = _libnuma.huge_page_size()
+    if huge <= PAGE:
+        pytest.skip("no transparent huge pages on this kernel")
+    region = mmap.mmap(-1, 3 * huge, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    base = address_of(region)
+    offset = -base % huge
+    region.madvise(mmap.MADV_HUGEPAGE, offset, huge)
+    region[offset : offset + huge : PAGE] = b"\1" * (huge // PAGE)
+    first = base + offset
+    if not _thp(first):
+        region.close()
+        pytest.skip("no huge page was allocated here (THP off, or no kpageflags access)")
+    cut = first + 96 * PAGE
+    segments = ((first, 96 * PAGE, frozenset({0})), (cut, huge - 96 * PAGE, frozenset({0})))
+    assert _census.cut_huge_pages(segments) == [cut - PAGE]
+    placement._mbind(segments, _libnuma.MPOL_BIND, 0)  # the policy first, as bind_memory does
+    _census.split_at(_census.cut_huge_pages(segments))
+    assert [_thp(a) for a in (first, cut - PAGE, cut)] == [False, False, False]
+    placement._mbind(segments, _libnuma.MPOL_BIND, _libnuma.MPOL_MF_MOVE)
+    counted = _census.count_pages(segments, True, {})
+    assert counted.per_node == {0: huge // PAGE} and counted.not_moved == {}
+    # Aligned boundaries cut nothing.
+    assert (
+        _census.cut_huge_pages(
+            ((first, huge, frozenset({0})), (first + huge, PAGE, frozenset({0})))
+        )
+        == []
+    )
     region.close()

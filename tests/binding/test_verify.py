@@ -64,6 +64,41 @@ def test_bind_interleave_local_and_missing_pages() -> None:
     ]
 
 
+WEIGHTED = _libnuma.MPOL_WEIGHTED_INTERLEAVE
+
+
+def test_weighted_interleave_is_judged_by_its_split() -> None:
+    def judge(found, weights, runs=None):  # type: ignore[no-untyped-def]
+        return _verify.placement_problems(
+            WEIGHTED,
+            frozenset({0, 2}),
+            tuple(found),
+            free_bytes=None,
+            allowed=None,
+            weights=weights,
+            run_pages=runs,
+        )
+
+    three_to_one = [0, 0, 0, 2] * 20
+    assert judge(three_to_one, {0: 3, 2: 1}) == ([], [])
+    problems, _ = judge([0, 2] * 40, {0: 3, 2: 1})
+    assert problems == [
+        "node 0 holds 40 of the 80 pages (50.0%), its weight 3 of 4 asks for 75.0% "
+        "(tolerance 5 percentage points)",
+        "node 2 holds 40 of the 80 pages (50.0%), its weight 1 of 4 asks for 25.0% "
+        "(tolerance 5 percentage points)",
+    ]
+    # A window that cuts the kernel's run of 3 short: one run of slack.
+    assert judge([0, 0, 2, 0, 0, 0, 2], {0: 3, 2: 1}, {0: 3, 2: 1}) == ([], [])
+    assert judge([0, 1, 2], {0: 1, 2: 1})[0] == [
+        "weighted-interleaved pages landed on nodes 1 outside 0,2"
+    ]
+    assert judge([0, 2], None) == (
+        [],
+        ["the split of the pages was not judged: no weights known for it"],
+    )
+
+
 def test_a_page_present_whose_node_is_unknown_is_noted_never_not_present() -> None:
     # What verify() is left with when NUMA balancing hid a test page from move_pages and
     # its frame is not readable (tests/vm/guest/test_guest_memory.py has the real thing).

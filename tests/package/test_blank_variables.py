@@ -76,6 +76,18 @@ def _guest_note(env: Mapping[str, str], monkeypatch: pytest.MonkeyPatch) -> obje
         return advisor._virtualization_note("/sys")
 
 
+def _set_system_weights(env: Mapping[str, str]) -> object:
+    """The CLI's ``--set-system-weights`` check: weights from --weights or the variable."""
+    from pynumabind.cli import UsageError, _check_system_weights
+
+    args = types.SimpleNamespace(weights=None, set_system_weights=True)
+    try:
+        _check_system_weights(args, env)  # type: ignore[arg-type]
+    except UsageError as exc:
+        return str(exc)
+    return "weights given"
+
+
 #: variable -> (a value that changes what the probes see, the probes).
 PROBES: Dict[str, Tuple[str, List[Probe]]] = {
     "PYNUMABIND_MODE": ("advised", [_merged, _vllm_launch]),
@@ -86,6 +98,7 @@ PROBES: Dict[str, Tuple[str, List[Probe]]] = {
     "PYNUMABIND_PRIORITY_CORES": ("1", [_merged]),
     "PYNUMABIND_REQUIRE_NODE": ("1", [_merged]),
     "PYNUMABIND_FALLBACK": ("error", [_merged, _hook_fallback]),
+    "PYNUMABIND_WEIGHTS": ("0:1", [_merged, _set_system_weights]),
     "PYNUMABIND_DISABLE": ("1", [_merged]),
     "PYNUMABIND_TOPOLOGY": ("/srv/snapshot.json", [_merged, _environ.topology_file]),
     "PYNUMABIND_ADVICE": ("/srv/advice.json", [_advice_paths]),

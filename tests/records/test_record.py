@@ -203,6 +203,9 @@ def test_a_policy_given_with_mode_advised_is_refused(tmp_path: Path) -> None:
     topology = two_socket()
     with pytest.raises(ConfigError, match="takes the memory policy from the advice record"):
         resolve(tmp_path, None, topology, machine(topology), policy="bind")
+    # Interleave weights come with the policy: the record's too.
+    with pytest.raises(ConfigError, match=r"do not also give weights \(weights=\)"):
+        resolve(tmp_path, None, topology, machine(topology), weights={0: 3, 1: 1})
 
 
 def test_other_modes_pass_through_untouched() -> None:

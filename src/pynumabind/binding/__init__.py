@@ -134,6 +134,17 @@ class Binding:
       ``plan`` ``None``), and mode ``advised`` with an advice record that
       says binding makes no measurable difference here (the reason quotes
       the record).
+    * ``kernel_weights``: under weighted interleave, the kernel's system-wide
+      weight of each of the policy's nodes when it bound (the weights a
+      process's policy follows: Linux has no per-task ones); ``None``
+      otherwise or where they could not be read.
+    * ``weights_mismatch``: the plan's requested weights split pages otherwise
+      than the kernel's, and how to make them the same (also a note, and
+      logged once as a warning); ``None`` when they agree or none were asked.
+    * ``system_weights_before``: with ``set_system_weights=True``, the
+      kernel's weights of those nodes before this bind wrote the requested
+      ones; :meth:`restore` does not put them back (see
+      :func:`apply_plan`).
     """
 
     plan: Optional[Plan]
@@ -154,6 +165,9 @@ class Binding:
     notes: Tuple[str, ...] = ()
     thread_id: int = 0
     not_bound: Optional[str] = None
+    kernel_weights: Optional[Mapping[int, int]] = field(default=None, hash=False)
+    weights_mismatch: Optional[str] = None
+    system_weights_before: Optional[Mapping[int, int]] = field(default=None, hash=False)
     # The undo journal: private, never an argument (set by _journaled), so the
     # reference's signature shows only the public fields.
     _undo: Optional[Journal] = field(default=None, init=False, repr=False, compare=False)
@@ -267,6 +281,9 @@ class Binding:
             "pages_not_moved": self.pages_not_moved,
             "notes": list(self.notes),
             "not_bound": self.not_bound,
+            "kernel_weights": _weights_dict(self.kernel_weights),
+            "weights_mismatch": self.weights_mismatch,
+            "system_weights_before": _weights_dict(self.system_weights_before),
             "thread_id": self.thread_id,
             "restored": self.restored,
             "threads_exited_at_restore": list(self.threads_exited_at_restore),
@@ -337,6 +354,11 @@ class Binding:
         self.restore()
 
 
+def _weights_dict(weights: Optional[Mapping[int, int]]) -> Optional[Dict[str, int]]:
+    """Weights as JSON: node ids as keys (strings), as ``Plan.to_dict`` writes them."""
+    return None if weights is None else {str(n): w for n, w in sorted(weights.items())}
+
+
 def _who(plan: Plan) -> str:
     """``rank 1 GPU 1 (0000:...)``, or for a union plan (no rank) ``GPUs 0-1``/``GPU 3 (...)``."""
     info = plan.gpu_info
@@ -358,7 +380,22 @@ def _check_on_error(on_error: str) -> None:
         )
 
 
-def apply_plan(plan: Plan, *, migrate: bool = False, on_error: str = "warn") -> Binding:
+def _check_system_weights(plan: Plan, set_system_weights: object) -> None:
+    """``set_system_weights`` is a bool, and True only for a plan with weights to set."""
+    if not isinstance(set_system_weights, bool):
+        raise ConfigError(f"set_system_weights must be True or False, not {set_system_weights!r}")
+    if set_system_weights and plan.weights is None:
+        which = "has no weights" if plan.policy.value == "weighted-interleave" else "has policy"
+        raise ConfigError(
+            "set_system_weights=True writes the requested weights as the kernel's: it needs "
+            f"policy 'weighted-interleave' with weights= (this plan {which}"
+            f"{'' if which.endswith('weights') else ' ' + repr(plan.policy.value)})"
+        )
+
+
+def apply_plan(
+    plan: Plan, *, migrate: bool = False, on_error: str = "warn", set_system_weights: bool = False
+) -> Binding:
     """Apply ``plan`` to this process and read the result back.
 
     CPU affinity goes to every thread not pinned elsewhere; the memory
@@ -366,6 +403,19 @@ def apply_plan(plan: Plan, *, migrate: bool = False, on_error: str = "warn") -> 
     ``migrate=True`` also moves pages already allocated onto the plan's
     nodes.  See the module docstring for ``on_error``, and :mod:`._apply`
     for the steps and their undo journal.
+
+    Weighted interleave: a process's (and its threads') policy follows the
+    kernel's system-wide weights (Linux has no per-task weights).  The bind
+    reads them (:attr:`Binding.kernel_weights`); where the plan's requested
+    weights split pages otherwise, it says so once (a warning, a note and
+    :attr:`Binding.weights_mismatch`) and binds all the same.
+    ``set_system_weights=True`` (root only) writes the requested weights as
+    the kernel's instead, as the last step: that changes every process's
+    weighted interleave on the machine, so it is never done unasked, and
+    :meth:`Binding.restore` does not undo it (the job's other processes
+    follow the same weights; :attr:`Binding.system_weights_before` says what
+    they were).  A failed write is handled as a failed memory-policy step
+    (``on_error``), with what it wrote put back.
 
     Args:
         plan: The plan to apply (from :func:`~pynumabind.plan`).
@@ -375,6 +425,8 @@ def apply_plan(plan: Plan, *, migrate: bool = False, on_error: str = "warn") -> 
         on_error: What a denied memory-policy step does: ``"warn"`` (keep the
             CPU binding, log one warning, return a partial binding) or
             ``"raise"`` (roll everything back and raise).
+        set_system_weights: Write the plan's weights as the kernel's
+            system-wide weighted-interleave weights (root; see above).
 
     Returns:
         The :class:`Binding`, read back from the kernel; ``partial`` when
@@ -386,19 +438,22 @@ def apply_plan(plan: Plan, *, migrate: bool = False, on_error: str = "warn") -> 
             back: the CPU side always, the memory policy with
             ``on_error="raise"``.
         PlanError: the plan has an empty CPU set.
-        ConfigError: ``on_error`` is neither ``"warn"`` nor ``"raise"``.
+        ConfigError: ``on_error`` is neither ``"warn"`` nor ``"raise"``, or
+            ``set_system_weights=True`` for a plan without weights.
 
     A memory-policy step that fails because ``libnuma.so.1`` is missing is
     handled as a denied one: skipped with a warning, or rolled back.
     """
     _check_on_error(on_error)
+    _check_system_weights(plan, set_system_weights)
     if plan.cpus is not None and not plan.cpus:
         raise PlanError(f"plan for {_who(plan)} has an empty CPU set")
     bind_lock = _forksafe.lock()
     journal: Optional[Journal] = None
     try:  # outside the lock's with: an interrupt as it releases must roll back too
         with bind_lock:
-            request = _apply.policy_request(plan)  # may load libnuma: under the lock
+            # May load libnuma and read the kernel's weights: under the lock.
+            request = _apply.policy_request(plan, set_system_weights=set_system_weights)
             journal = Journal()
             return _apply_steps(plan, request, journal, migrate=migrate, on_error=on_error)
     except BaseException:
@@ -416,20 +471,12 @@ def _apply_steps(
     migrate: bool,
     on_error: str,
 ) -> Binding:
-    """CPUs, memory policy, migration, read back; a failure may raise from here."""
-    notes: List[str] = [request.note] if request.note else []
+    """CPUs, memory policy, migration, the kernel's weights, read back; may raise from here."""
+    notes: List[str] = [n for n in (request.note, request.weights_note, request.mismatch) if n]
     skipped: List[Skipped] = []
     caller = journal.thread_id
     before = _proc.process_affinity()
-    scan: Optional[_threads.ThreadScan] = None
-    if plan.cpus is not None:
-        scan = _apply.bind_cpus(plan.cpus, before, journal)
-        if not scan.converged:
-            churn = _apply.ThreadChurn(
-                f"threads kept appearing after {scan.passes} scans; a thread the scan missed "
-                "keeps its old CPUs, and so do the threads it starts"
-            )
-            _settle("CPU affinity of late threads", churn, journal, on_error, skipped)
+    scan = _cpu_step(plan, before, journal, on_error, skipped)
     memory_applied = False
     if request.mode is not None:
         failure = _apply.set_policy(request, journal)
@@ -440,14 +487,11 @@ def _apply_steps(
         migration = _apply.migrate_pages(plan)
         _settle("page migration", migration.failure, journal, on_error, skipped)
         notes.extend([migration.note] if migration.note else [])
-    threads_keeping: Tuple[int, ...] = ()
-    if memory_applied:
-        threads_keeping = _apply.threads_keeping_policy(scan, caller)
-    if threads_keeping:
-        notes.append(
-            f"{len(threads_keeping)} thread(s) that already existed keep their memory policy "
-            "(only the calling thread's can be set; threads it starts inherit it)"
-        )
+    kernel_weights: Optional[Mapping[int, int]] = request.kernel_weights
+    weights_before: Optional[Mapping[int, int]] = None
+    if request.write_weights is not None and memory_applied:
+        kernel_weights, weights_before = _weights_step(request, journal, on_error, skipped, notes)
+    threads_keeping = _threads_keeping(scan, caller, memory_applied, notes)
     readback, readback_note = _apply.read_back_policy(request, memory_applied)
     notes.extend([readback_note] if readback_note else [])
     binding = Binding._journaled(
@@ -468,9 +512,59 @@ def _apply_steps(
         pages_not_moved=migration.pages_not_moved,
         notes=tuple(notes),
         thread_id=caller,
+        kernel_weights=kernel_weights,
+        weights_mismatch=request.mismatch,
+        system_weights_before=weights_before,
     )
     _log_outcome(binding)
     return binding
+
+
+def _threads_keeping(
+    scan: Optional[_threads.ThreadScan], caller: int, memory_applied: bool, notes: List[str]
+) -> Tuple[int, ...]:
+    """The threads that keep their own memory policy (a note when there are some)."""
+    if not memory_applied:
+        return ()
+    threads_keeping = _apply.threads_keeping_policy(scan, caller)
+    if threads_keeping:
+        notes.append(
+            f"{len(threads_keeping)} thread(s) that already existed keep their memory policy "
+            "(only the calling thread's can be set; threads it starts inherit it)"
+        )
+    return threads_keeping
+
+
+def _cpu_step(
+    plan: Plan, before: frozenset[int], journal: Journal, on_error: str, skipped: List[Skipped]
+) -> Optional[_threads.ThreadScan]:
+    """Step 1: every thread's CPUs (None: the plan leaves them alone)."""
+    if plan.cpus is None:
+        return None
+    scan = _apply.bind_cpus(plan.cpus, before, journal)
+    if not scan.converged:
+        churn = _apply.ThreadChurn(
+            f"threads kept appearing after {scan.passes} scans; a thread the scan missed "
+            "keeps its old CPUs, and so do the threads it starts"
+        )
+        _settle("CPU affinity of late threads", churn, journal, on_error, skipped)
+    return scan
+
+
+def _weights_step(
+    request: _apply.PolicyRequest,
+    journal: Journal,
+    on_error: str,
+    skipped: List[Skipped],
+    notes: List[str],
+) -> Tuple[Optional[Mapping[int, int]], Optional[Mapping[int, int]]]:
+    """Step 4, ``set_system_weights``: the kernel's weights now, and what they were."""
+    failure, written, weights_before = _apply.write_system_weights(request)
+    _settle(_apply.SYSTEM_WEIGHTS, failure, journal, on_error, skipped)
+    if written is None:
+        return request.kernel_weights, None
+    notes.append(written)
+    return request.write_weights, weights_before
 
 
 def _settle(
@@ -492,8 +586,9 @@ def _settle(
 
 
 def _log_outcome(binding: Binding) -> None:
-    """One WARNING when partial (with the fix), left unbound by an unknown GPU node, or
-    bound by ``fallback="nearest"`` away from its GPU's node (naming the cpuset); one INFO.
+    """One WARNING when partial (with the fix), left unbound by an unknown GPU node, bound
+    by ``fallback="nearest"`` away from its GPU's node (naming the cpuset), or with
+    requested interleave weights the kernel's do not match; one INFO.
 
     The INFO line names the GPU (index and PCI bus id), the CPUs and their
     node, and the memory policy as read back.
@@ -509,6 +604,8 @@ def _log_outcome(binding: Binding) -> None:
     for warning in plan.warnings if plan is not None else ():
         if warning.startswith(FALLBACK_WARNING):
             log.warning("pynumabind: %s", warning)
+    if binding.weights_mismatch is not None and plan is not None:
+        log.warning("pynumabind: %s: %s", _who(plan), binding.weights_mismatch)
     if (
         plan is not None
         and plan.gpu_info is not None
@@ -551,6 +648,7 @@ def bind_current_process(
     migrate: bool = False,
     on_error: str = "warn",
     environ: Optional[Mapping[str, str]] = None,
+    set_system_weights: bool = False,
     **keywords: Unpack[OptionKeywords],
 ) -> Binding:
     """Detect, plan and apply this worker's binding; read it back.
@@ -575,7 +673,16 @@ def bind_current_process(
     :func:`~pynumabind.planner.plan` takes them.  Every variable, visibility
     included, comes from ``environ`` (default ``os.environ``), and the
     machine from :func:`~pynumabind.discovery.resolve_topology`.  See
-    :func:`apply_plan` for ``migrate`` and ``on_error``.
+    :func:`apply_plan` for ``migrate``, ``on_error`` and
+    ``set_system_weights``.
+
+    ``policy="weighted-interleave"`` (``PYNUMABIND_POLICY``) with
+    ``weights={0: 3, 2: 1}`` (``PYNUMABIND_WEIGHTS=0:3,2:1``) spreads pages
+    over those nodes; the process's policy follows the kernel's system-wide
+    weights, which the bind reads and compares with these (one warning when
+    they differ; ``set_system_weights=True`` writes them instead, as root).
+    Without weights it follows the kernel's for the plan's nodes.  Before
+    Linux 6.9 it is plain interleave over the same nodes, with one note.
 
     ``mode="advised"`` (``PYNUMABIND_MODE=advised``) follows this machine's
     advice record (:mod:`pynumabind.advisor.record`): the measured mode,
@@ -599,9 +706,11 @@ def bind_current_process(
             :func:`apply_plan`).
         on_error: ``"warn"`` or ``"raise"`` (see :func:`apply_plan`).
         environ: Where every variable comes from (default ``os.environ``).
+        set_system_weights: Write the requested weights as the kernel's
+            system-wide ones (root; see :func:`apply_plan`).
         **keywords: the rest of :class:`~pynumabind.Options`'s settings, by
             name: ``nodes``, ``cpus``, ``gpu``, ``gpus``, ``rank_gpus``,
-            ``gpu_memory``, ``interleave_nodes``, ``require_node``,
+            ``gpu_memory``, ``interleave_nodes``, ``weights``, ``require_node``,
             ``local_gpus``, ``priority_cores`` (each described there).
 
     Returns:
@@ -623,6 +732,8 @@ def bind_current_process(
             :func:`apply_plan`).
     """
     _check_on_error(on_error)
+    if not isinstance(set_system_weights, bool):
+        raise ConfigError(f"set_system_weights must be True or False, not {set_system_weights!r}")
     given = union_front(options, dict(keywords, rank=rank, nprocs=nprocs, mode=mode, policy=policy))
     with _forksafe.lock():  # a fork waits for these first-use imports (see _os.forksafe)
         from ..discovery import _environ
@@ -652,7 +763,9 @@ def bind_current_process(
                 plan = advised.finish(plan)
                 if advised.not_bound is not None:
                     return _not_bound(plan, advised.not_bound)
-            binding = apply_plan(plan, migrate=migrate, on_error=on_error)
+            binding = apply_plan(
+                plan, migrate=migrate, on_error=on_error, set_system_weights=set_system_weights
+            )
     except BaseException:
         if binding is not None and binding._undo is not None:  # interrupted as the lock went
             with _forksafe.lock():

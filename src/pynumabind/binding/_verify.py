@@ -24,7 +24,17 @@ The rules:
   the allowed nodes (``ALLOWED``: ``local``).  Under ``SPILL``
   (``preferred``), pages off the preferred nodes are a problem only while
   those nodes have free memory: below :data:`PREFERRED_SPILL_BYTES` free,
-  spilling is the policy working as designed.
+  spilling is the policy working as designed.  Under ``WEIGHTED``
+  (``weighted-interleave``): inside the nodes, and each node's share of the
+  pages in proportion to the weights, within the tolerance
+  :func:`pynumabind._weights.split_problems` states (5 percentage points, or
+  one of the kernel's runs of that node).  The weights judged are the plan's
+  requested ones when it has some (a process follows the kernel's, so a
+  mismatch the bind reported fails here too, saying so), else the kernel's,
+  read now.  Enough pages are touched for the split to be judged: at least
+  :data:`WEIGHTED_CYCLES` cycles of the kernel's weights, at most
+  :data:`WEIGHTED_MAX_PAGES`, in small pages (``MADV_NOHUGEPAGE``: the
+  kernel interleaves a huge page whole).
 * A page ``move_pages`` cannot find (``-ENOENT``) is looked up in the page
   table (:func:`pynumabind._os.pages.locate`: ``/proc/self/pagemap``, which
   faults nothing in) and asked about again a few times: the kernel reports a
@@ -49,12 +59,22 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-from .._mempolicy import ALLOWED, INSIDE, MODE_NAMES, MODE_NUMBERS, SPILL, SPREAD, row_of_mode
+from .._mempolicy import (
+    ALLOWED,
+    INSIDE,
+    MODE_NAMES,
+    MODE_NUMBERS,
+    SPILL,
+    SPREAD,
+    WEIGHTED,
+    row_of_mode,
+)
 from .._os import libnuma as _libnuma
 from .._os import pages as _pages
 from .._os import proc as _proc
 from .._os import threads as _threads
 from .._text import format_ids
+from .._weights import format_weights, proportional, split_problems
 from ..errors import PynumabindError
 from ..model import MemoryPolicy
 
@@ -64,6 +84,8 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "PREFERRED_SPILL_BYTES",
     "VERIFY_PAGES",
+    "WEIGHTED_CYCLES",
+    "WEIGHTED_MAX_PAGES",
     "VerifyResult",
     "expected_threads",
     "page_nodes",
@@ -73,6 +95,10 @@ __all__ = [
 ]
 
 VERIFY_PAGES = 16
+#: Under weighted interleave, at least this many cycles of the kernel's weights are touched...
+WEIGHTED_CYCLES = 20
+#: ... but no more than this many pages (16 MiB of 4 KiB pages).
+WEIGHTED_MAX_PAGES = 4096
 # Below this much free memory on a preferred node, spilling elsewhere is the
 # policy working as designed, not a binding problem.
 PREFERRED_SPILL_BYTES = 256 << 20
@@ -191,12 +217,16 @@ def placement_problems(
     *,
     free_bytes: Optional[int],
     allowed: Optional[frozenset[int]],
+    weights: Optional[Mapping[int, int]] = None,
+    run_pages: Optional[Mapping[int, int]] = None,
 ) -> Tuple[List[str], List[str]]:
     """Judge where test pages landed under policy ``mode`` on ``nodes``.
 
     ``free_bytes`` is the preferred nodes' free memory (``None``: unknown),
-    ``allowed`` the memory nodes this process may use (``None``: unknown).
-    Returns (problems, notes).
+    ``allowed`` the memory nodes this process may use (``None``: unknown);
+    under weighted interleave, ``weights`` are judged (``None``: unknown, the
+    split is not judged) with ``run_pages`` the pages of one of the kernel's
+    runs per node.  Returns (problems, notes).
     """
     problems, notes = _presence(found)
     placed = [node for node in found if node >= 0]
@@ -213,6 +243,12 @@ def placement_problems(
         problems.extend(_interleave_problems(nodes, placed, outside))
     elif judge == ALLOWED:
         problems.extend(_local_problems(placed, allowed))
+    elif judge == WEIGHTED:
+        problems.extend(
+            _weighted_problems(
+                nodes, placed, outside, weights=weights, run_pages=run_pages, notes=notes
+            )
+        )
     return problems, notes
 
 
@@ -275,17 +311,47 @@ def _interleave_problems(
     return []
 
 
-def _touched_page_nodes(pages: int) -> Tuple[int, ...]:
+def _weighted_problems(
+    nodes: frozenset[int],
+    placed: List[int],
+    outside: frozenset[int],
+    *,
+    weights: Optional[Mapping[int, int]],
+    run_pages: Optional[Mapping[int, int]],
+    notes: List[str],
+) -> List[str]:
+    """Weighted interleave: inside the nodes, and split in proportion to ``weights``."""
+    if outside:
+        return [
+            f"weighted-interleaved pages landed on nodes {format_ids(outside)} outside "
+            f"{format_ids(nodes)}"
+        ]
+    if weights is None:
+        notes.append("the split of the pages was not judged: no weights known for it")
+        return []
+    counts: Dict[int, int] = {}
+    for node in placed:
+        counts[node] = counts.get(node, 0) + 1
+    return list(split_problems(weights, counts, run_pages))
+
+
+def _touched_page_nodes(pages: int, small: bool = False) -> Tuple[int, ...]:
     """Fault in ``pages`` fresh pages under the current policy; where are they?
 
-    Made once more on fresh pages when some are present but unlocated (the
-    balancer marked them between the touch and the look: rare).
+    ``small``: in small pages only (``MADV_NOHUGEPAGE``), each placed on its
+    own.  Made once more on fresh pages when some are present but unlocated
+    (the balancer marked them between the touch and the look: rare).
     """
     found: Tuple[int, ...] = ()
     for _ in range(2):
         size = mmap.PAGESIZE
         scratch = mmap.mmap(-1, max(pages, 1) * size)
         try:
+            if small:
+                try:
+                    _libnuma.madvise_buffer(scratch, _libnuma.MADV_NOHUGEPAGE)
+                except _libnuma.ERRORS:
+                    pass  # no THP in this kernel (EINVAL): the pages are small anyway
             for index in range(max(pages, 1)):
                 scratch[index * size] = 1
             found = page_nodes(scratch)
@@ -340,8 +406,43 @@ def _mems_allowed() -> Optional[frozenset[int]]:
         return None
 
 
+class _Weighing:
+    """What the weighted judge needs: the weights judged, the kernel's runs, the pages to touch."""
+
+    def __init__(
+        self, nodes: frozenset[int], requested: Optional[Mapping[int, int]], pages: int
+    ) -> None:
+        from .._os import weights as _system
+
+        self.weights: Optional[Mapping[int, int]] = requested
+        self.runs: Optional[Dict[int, int]] = None
+        self.pages = pages
+        self.note: Optional[str] = None
+        try:
+            found = _system.read_weights()
+        except PynumabindError as exc:
+            self.note = f"the kernel's interleave weights unreadable: {exc}"
+            return
+        kernel = {n: 1 for n in nodes} if found is None else found.for_nodes(nodes)
+        self.runs = kernel  # the kernel puts w consecutive pages on a node of weight w
+        self.pages = min(max(pages, WEIGHTED_CYCLES * sum(kernel.values())), WEIGHTED_MAX_PAGES)
+        if requested is None:
+            self.weights = kernel
+        elif not proportional(requested, {n: kernel.get(n, 1) for n in requested}):
+            self.note = (
+                f"the split is judged against the requested weights {format_weights(requested)}; "
+                f"the kernel's, which the policy follows, are {format_weights(kernel)}"
+            )
+
+
 def _verify_memory(
-    mode: int, nodes: frozenset[int], pages: int, problems: List[str], notes: List[str]
+    mode: int,
+    nodes: frozenset[int],
+    pages: int,
+    problems: List[str],
+    notes: List[str],
+    *,
+    requested: Optional[Mapping[int, int]] = None,
 ) -> Tuple[Tuple[int, ...], bool]:
     """Check the calling thread's policy and where new pages land."""
     try:
@@ -354,14 +455,27 @@ def _verify_memory(
             f"memory policy is {now.kernel_policy} on nodes {format_ids(now.nodes)}, "
             f"expected {MODE_NAMES.get(mode, str(mode))} on {format_ids(nodes)}"
         )
+    judge = _judge_of(mode)
+    weighing = _Weighing(nodes, requested, pages) if judge == WEIGHTED else None
+    if weighing is not None and weighing.note is not None:
+        notes.append(weighing.note)
     try:
-        found = _touched_page_nodes(pages)
+        if weighing is not None:
+            found = _touched_page_nodes(weighing.pages, small=True)
+        else:
+            found = _touched_page_nodes(pages)
     except _libnuma.ERRORS as exc:
         notes.append(f"page placement not checked: {exc}")
         return (), False
-    free = _free_bytes(nodes) if _judge_of(mode) == SPILL else None
+    free = _free_bytes(nodes) if judge == SPILL else None
     placed_problems, placed_notes = placement_problems(
-        mode, nodes, found, free_bytes=free, allowed=_mems_allowed()
+        mode,
+        nodes,
+        found,
+        free_bytes=free,
+        allowed=_mems_allowed(),
+        weights=None if weighing is None else weighing.weights,
+        run_pages=None if weighing is None else weighing.runs,
     )
     problems.extend(placed_problems)
     notes.extend(placed_notes)
@@ -401,6 +515,7 @@ def verify_binding(binding: Binding, pages: int = VERIFY_PAGES) -> VerifyResult:
                 pages,
                 problems,
                 notes,
+                requested=plan.weights,
             )
     elif plan.policy is not MemoryPolicy.NONE:
         notes.append("memory policy was not applied (see Binding.skipped); not checked")

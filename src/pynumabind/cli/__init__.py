@@ -37,7 +37,7 @@ import logging
 import math
 import os
 import sys
-from typing import Any, Dict, Iterator, List, NoReturn, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, NoReturn, Optional, Sequence, Tuple, Union
 
 from .. import discovery
 from .._os import SYSFS_ROOT
@@ -164,9 +164,51 @@ def _plan_options(parser: argparse.ArgumentParser, *, with_nprocs: bool = True) 
         help="a rank whose GPU's node has no allowed CPU (cpuset): %(choices)s "
         "(default: error; nearest binds it to the nearest node with allowed CPUs)",
     )
+    group.add_argument(
+        "--interleave-nodes",
+        metavar="LIST",
+        help="the nodes --policy interleave or weighted-interleave spreads pages over, for "
+        'every rank, e.g. "0,2" (default: each rank\'s own nodes)',
+    )
+    group.add_argument(
+        "--weights",
+        metavar="LIST",
+        help="--policy weighted-interleave: NODE:WEIGHT items, a weight (1-255) per node, "
+        'e.g. "0:3,2:1"; the nodes are these (default: the kernel\'s system-wide weights, '
+        "which a process's policy follows; a bind says so when they differ from these)",
+    )
 
 
 _MAX_TIMEOUT = 1e6  # seconds; larger values overflow the poll() the check waits in
+
+
+def _system_weights_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--set-system-weights",
+        action="store_true",
+        help="write --weights as the kernel's system-wide weighted-interleave weights "
+        "(root; it changes every process on the machine, and stays after the command)",
+    )
+
+
+def _check_system_weights(
+    args: argparse.Namespace, environ: Optional[Mapping[str, str]] = None
+) -> None:
+    """``--set-system-weights`` writes requested weights: some must be given.
+
+    A blank ``PYNUMABIND_WEIGHTS`` gives none: it is unset, by the one rule
+    (:func:`pynumabind.options.environ_value`).
+    """
+    from ..discovery._environ import WEIGHTS_VARIABLE
+    from ..options import environ_value
+
+    env = os.environ if environ is None else environ
+    given = args.weights is not None or environ_value(env, WEIGHTS_VARIABLE) is not None
+    if args.set_system_weights and not given:
+        raise UsageError(
+            "--set-system-weights writes the requested weights as the kernel's: give them "
+            f"(--weights NODE:WEIGHT,... or {WEIGHTS_VARIABLE}), with --policy weighted-interleave"
+        )
 
 
 def _timeout_seconds(text: str) -> float:
@@ -240,6 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
         "process sees GPUs (it is bound to them); needed to choose among several placements",
     )
     _plan_options(exec_)
+    _system_weights_option(exec_)
     exec_.add_argument(
         "--on-error",
         choices=["warn", "raise"],
@@ -262,6 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
         "unbound on purpose.",
     )
     _plan_options(check)
+    _system_weights_option(check)
     check.add_argument(
         "--timeout",
         type=_timeout_seconds,
@@ -397,6 +441,8 @@ def _options(args: argparse.Namespace) -> Options:
         nodes=args.nodes,
         cpus=args.cpus,
         fallback=getattr(args, "fallback", None),
+        interleave_nodes=getattr(args, "interleave_nodes", None),
+        weights=getattr(args, "weights", None),
         flags=True,
     )
 
@@ -730,9 +776,15 @@ def cmd_exec(args: argparse.Namespace) -> int:
         raise UsageError("exec needs a command: pynumabind exec [options] -- CMD [ARGS...]")
     if not argv[0]:  # checked before binding: execvp would refuse it only afterwards
         raise UsageError("exec: the command is an empty string")
+    _check_system_weights(args)
     options = _options(args)
     topology = machine_topology(args, bind_here=True) if _machine_given(args) else None
-    binding = bind_current_process(options=options, topology=topology, on_error=args.on_error)
+    binding = bind_current_process(
+        options=options,
+        topology=topology,
+        on_error=args.on_error,
+        set_system_weights=args.set_system_weights,
+    )
     if args.json and sys.stderr is not None:
         # stdout belongs to the command; the report goes to stderr.
         sys.stderr.write(json.dumps({"schema": JSON_SCHEMA_VERSION, **binding.to_dict()}) + "\n")
@@ -805,10 +857,17 @@ def cmd_check(args: argparse.Namespace) -> int:
     from ._check import run_check
 
     # As plan does: flags win, then PYNUMABIND_* and the launcher's process count.
+    _check_system_weights(args)
     options = resolve(os.environ, _options(args), need_rank=False)
     topology = machine_topology(args, bind_here=True)
     visibility = _visibility(args, topology, bind_here=True)
-    report = run_check(topology, options, timeout=args.timeout, pass_topology=_machine_given(args))
+    report = run_check(
+        topology,
+        options,
+        timeout=args.timeout,
+        pass_topology=_machine_given(args),
+        set_system_weights=args.set_system_weights,
+    )
     if args.json:
         _emit_json({**report.to_dict(), "visibility": visibility})
         return EXIT_OK if report.ok else EXIT_FAILURE

@@ -181,6 +181,8 @@ def _logged_news(logged: Sequence[str], binding: Binding) -> List[str]:
     """
     plan = binding.plan
     said = set(plan.warnings) if plan is not None else set()
+    if binding.weights_mismatch is not None:  # the report's warnings say it
+        said.add(binding.weights_mismatch)
     skipped = [str(s) for s in binding.skipped]
     news: List[str] = []
     for text in logged:
@@ -196,6 +198,8 @@ def check_this_process(
     options: Dict[str, Any],
     topology_json: Optional[str],
     logged: Sequence[str] = (),
+    *,
+    set_system_weights: bool = False,
 ) -> WorkerReport:
     """Bind the calling process as ``rank`` and verify the result.
 
@@ -207,12 +211,17 @@ def check_this_process(
     topology = Topology.from_json(topology_json) if topology_json else None
     # options may carry nprocs_source: where the parent's count came from.
     given = Options(rank=rank, nprocs=nprocs, **options)
-    binding = bind_current_process(options=given, topology=topology, on_error="warn")
+    binding = bind_current_process(
+        options=given, topology=topology, on_error="warn", set_system_weights=set_system_weights
+    )
     plan = binding.plan  # None: PYNUMABIND_DISABLE=1, a deliberate no-op (binding.not_bound)
     verify = binding.verify()
     masks = _proc.thread_status_cpus()
     problems = _completeness_problems(binding) + list(verify.problems)
     problems += _proc_thread_problems(binding, masks)
+    warnings = [] if plan is None else list(plan.warnings)
+    if binding.weights_mismatch is not None:  # the bind's warning, as plan warnings are shown
+        warnings.append(binding.weights_mismatch)
     gpu = None
     if plan is not None and plan.gpu_info is not None:
         gpu = f"{plan.gpu_info.index} {plan.gpu_info.pci_bus_id}"
@@ -228,20 +237,33 @@ def check_this_process(
         page_nodes=format_cpulist(placed),
         problems=tuple(problems),
         reasons=() if plan is None else tuple(plan.reasons),
-        warnings=(*(() if plan is None else plan.warnings), *_logged_news(logged, binding)),
+        warnings=(*warnings, *_logged_news(logged, binding)),
         not_bound=binding.not_bound,
     )
 
 
 def _worker_main(
-    conn: Connection, rank: int, nprocs: int, options: Dict[str, Any], topology_json: Optional[str]
+    conn: Connection,
+    rank: int,
+    nprocs: int,
+    options: Dict[str, Any],
+    topology_json: Optional[str],
+    *,
+    set_system_weights: bool = False,
 ) -> None:
     logged = _Logged()
     logger = logging.getLogger("pynumabind")
     logger.addHandler(logged)
     logger.propagate = False  # the report carries them; the parent prints each once
     try:
-        report = check_this_process(rank, nprocs, options, topology_json, logged.texts)
+        report = check_this_process(
+            rank,
+            nprocs,
+            options,
+            topology_json,
+            logged.texts,
+            set_system_weights=set_system_weights,
+        )
     except PynumabindError as exc:
         report = WorkerReport(rank=rank, ok=False, problems=(str(exc),))
     except Exception as exc:
@@ -288,7 +310,13 @@ def _failed(rank: int, problem: str) -> WorkerReport:
 
 
 def _start(
-    context: Any, rank: int, count: int, options: Dict[str, Any], topology_json: Optional[str]
+    context: Any,
+    rank: int,
+    count: int,
+    options: Dict[str, Any],
+    topology_json: Optional[str],
+    *,
+    set_system_weights: bool = False,
 ) -> _Worker:
     """Start rank ``rank``'s worker; a failure is one error naming the rank and the cause."""
     try:
@@ -299,6 +327,7 @@ def _start(
         process = context.Process(
             target=_worker_main,
             args=(child_end, rank, count, options, topology_json),
+            kwargs={"set_system_weights": set_system_weights},
             name=f"pynumabind-check-{rank}",
         )
         with _interrupts_held():
@@ -381,6 +410,7 @@ def run_check(
     *,
     timeout: float = 60.0,
     pass_topology: bool = False,
+    set_system_weights: bool = False,
 ) -> CheckReport:
     """Spawn one worker per rank, let each bind and verify itself, collect reports.
 
@@ -389,7 +419,9 @@ def run_check(
     parent's topology to the workers (needed when it came from a snapshot or
     carries allowed-set overrides); otherwise each worker detects the machine
     itself, as a real worker would.  ``timeout`` bounds the whole run (see
-    the module docstring).
+    the module docstring).  ``set_system_weights``: each worker writes the
+    requested weights as the kernel's (see
+    :func:`~pynumabind.binding.apply_plan`).
     """
     from ..planner import gpus_by_rank
 
@@ -427,7 +459,16 @@ def run_check(
         for rank in range(count):
             if time.monotonic() >= deadline:
                 break
-            workers.append(_start(context, rank, count, worker_options, topology_json))
+            workers.append(
+                _start(
+                    context,
+                    rank,
+                    count,
+                    worker_options,
+                    topology_json,
+                    set_system_weights=set_system_weights,
+                )
+            )
         _collect(workers, deadline, timeout)
     except BaseException:
         _stop(workers, 0.0)  # a worker that failed to start, an interrupt: stop them all now

@@ -46,6 +46,12 @@ Rules
   gets when its GPU's node has no CPU in the process's cpuset
   (:mod:`pynumabind.planner._fallback`); the framework hooks default to
   ``nearest`` and read this variable to be told ``error``.
+* ``PYNUMABIND_WEIGHTS``: the interleave weights of ``weighted-interleave``
+  (``0:3,2:1``: ``NODE:WEIGHT`` items, weights 1 to 255; read by
+  :func:`pynumabind._weights.parse_weights`, and a bad value is a
+  :class:`~pynumabind.errors.ConfigError` naming the variable); blank counts
+  as unset.  That they go with that policy and name allowed nodes with memory
+  is the planner's check, which names the variable too.
 * ``PYNUMABIND_TOPOLOGY=FILE``: plan from that snapshot (``pynumabind
   snapshot``) instead of this machine; only the file name is read here
   (:func:`~pynumabind.discovery.resolve_topology` loads it, and a missing or
@@ -89,6 +95,7 @@ __all__ = [
     "PRIORITY_VARIABLE",
     "RANK_VARIABLES",
     "TOPOLOGY_VARIABLE",
+    "WEIGHTS_VARIABLE",
     "override_text",
     "parse_flag",
     "resolve",
@@ -114,6 +121,7 @@ TOPOLOGY_VARIABLE = "PYNUMABIND_TOPOLOGY"
 LOCAL_GPUS_VARIABLE = "PYNUMABIND_LOCAL_GPUS"
 PRIORITY_VARIABLE = "PYNUMABIND_PRIORITY_CORES"
 FALLBACK_VARIABLE = "PYNUMABIND_FALLBACK"
+WEIGHTS_VARIABLE = "PYNUMABIND_WEIGHTS"
 
 NO_RANK = (
     "no local rank: pass rank= or set one of "
@@ -293,6 +301,16 @@ def _peers_and_priority(
     if given.fallback is None and fallback is not None:
         out["fallback"] = parse_fallback(fallback, variable=FALLBACK_VARIABLE)
         sources["fallback"] = FALLBACK_VARIABLE
+    weights = _option(environ, WEIGHTS_VARIABLE)
+    if given.weights is None and weights is not None:
+        from .._weights import invalid_variable, parse_weights
+        from ..errors import ListParseError
+
+        try:
+            out["weights"] = parse_weights(weights)
+        except ListParseError as exc:
+            raise invalid_variable(WEIGHTS_VARIABLE, weights, exc) from exc
+        sources["weights"] = WEIGHTS_VARIABLE
     return out
 
 

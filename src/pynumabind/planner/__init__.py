@@ -33,7 +33,10 @@ How a rank is placed
    directly); a node without memory (or whose
    memory is outside the allowed mems) is replaced by the nearest node with
    allowed memory.  ``gpu_memory=True`` adds the GPU's own memory node.
-   ``interleave`` uses ``interleave_nodes`` or, by default, these same nodes.
+   ``interleave`` uses ``interleave_nodes`` or, by default, these same nodes;
+   ``weighted-interleave`` too, unless ``weights`` name its nodes (the plan's
+   ``weights``; without them a process follows the kernel's system-wide
+   weights).
 
 A process driving several GPUs
 ------------------------------
@@ -198,9 +201,11 @@ def _finish(topology: Topology, request: Request, state: RankState) -> Union[Pla
             interleave_nodes=request.interleave_nodes,
             gpu_memory=request.gpu_memory,
             nodes_given=request.node_sets is not None,
+            weights=request.weights,
         )
     except PlanError as exc:
         return exc
+    weighted = request.weights is not None and policy is request.policy
     node = state.primary
     if state.cpus is not None:
         nodes = nodes_of(topology, state.cpus)
@@ -218,6 +223,7 @@ def _finish(topology: Topology, request: Request, state: RankState) -> Union[Pla
         node=node,
         reasons=(request.nprocs_reason, *state.reasons),
         warnings=tuple(state.warnings),
+        weights=request.weights if weighted else None,
     )
 
 
@@ -546,7 +552,7 @@ def plan(
             the keywords.
         **keywords: the rest of :class:`~pynumabind.Options`'s settings, by
             name: ``nodes``, ``cpus``, ``gpu``, ``gpus``, ``rank_gpus``,
-            ``gpu_memory``, ``interleave_nodes``, ``require_node``,
+            ``gpu_memory``, ``interleave_nodes``, ``weights``, ``require_node``,
             ``local_gpus``, ``priority_cores`` (each described there).
 
     Returns:
@@ -595,7 +601,7 @@ def plan_each(
             the keywords.
         **keywords: the rest of :class:`~pynumabind.Options`'s settings, by
             name: ``nodes``, ``cpus``, ``gpu``, ``gpus``, ``rank_gpus``,
-            ``gpu_memory``, ``interleave_nodes``, ``require_node``,
+            ``gpu_memory``, ``interleave_nodes``, ``weights``, ``require_node``,
             ``local_gpus``, ``priority_cores`` (each described there).
 
     Returns:
@@ -637,7 +643,7 @@ def plan_all(
             the keywords.
         **keywords: the rest of :class:`~pynumabind.Options`'s settings, by
             name: ``nodes``, ``cpus``, ``gpu``, ``gpus``, ``rank_gpus``,
-            ``gpu_memory``, ``interleave_nodes``, ``require_node``,
+            ``gpu_memory``, ``interleave_nodes``, ``weights``, ``require_node``,
             ``local_gpus``, ``priority_cores`` (each described there).
 
     Returns:

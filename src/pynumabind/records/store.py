@@ -59,7 +59,11 @@ bounds that keep an absurd one cheap to refuse, are
 :mod:`pynumabind.records._validate`'s.
 
 A memory policy given together with mode ``advised`` is a ConfigError: the
-record decides both.
+record decides both.  So are interleave weights (``weights``): the record
+decides them with the policy.  The seam for weights the record recommends
+(advise computing them is a later step) is here: a record whose policy is
+``weighted-interleave`` fills ``Options.weights`` beside the policy, in
+:func:`resolve_advised`, and the planner takes them as given ones.
 
 Planning for another machine
 ----------------------------
@@ -449,6 +453,12 @@ def resolve_advised(
             f"mode 'advised' takes the memory policy from the advice record; do not also "
             f"give one ({given})"
         )
+    if options.weights is not None:
+        given = options.from_environment("weights") or options.spelled("weights")
+        raise ConfigError(
+            f"mode 'advised' takes the memory policy and its interleave weights from the advice "
+            f"record; do not also give weights ({given})"
+        )
     env = os.environ if environ is None else environ
     name = THIS_MACHINE if machine_name is None else machine_name
     record, problem = _usable(env, machine, name)
@@ -486,5 +496,7 @@ def resolve_advised(
         return Advised(unbound, topology, (why,), not_bound=why)
     moved, reasons = _moved(record, topology)
     first = f"mode advised: {record.quoted()}: mode {rec.mode}, policy {rec.policy}{matched}"
+    # Weights, when a record recommends weighted-interleave with them, go in here too
+    # (replace(..., weights=...)): the one seam for advised weights.
     chosen = replace(options, mode=CpuMode(rec.mode), policy=MemoryPolicy(rec.policy))
     return Advised(chosen, moved, (first, *reasons))

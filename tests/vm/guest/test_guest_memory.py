@@ -32,6 +32,7 @@ from ._guestlib import (
     PCI_ADDRESS_NODE2,
     PCI_CLASS,
     PCI_VENDOR,
+    check_weights_3_to_1_on_64_mib,
     is_thp,
     nodes_at,
     numa_balancing_hides_pages,
@@ -105,6 +106,11 @@ def test_64_mib_touched_on_node0_moves_entirely_to_node1() -> None:
         assert result.complete and not result.not_moved and result.not_present == 0
     finally:
         region.close()
+
+
+def test_weights_3_to_1_leave_three_quarters_of_64_mib_on_node_0() -> None:
+    """Exact weights need no weighted interleave in the kernel: this one (6.1) has none."""
+    check_weights_3_to_1_on_64_mib()
 
 
 def test_a_memory_only_node_takes_the_pages_too() -> None:

@@ -1,4 +1,4 @@
-"""The ``pynumabind`` command line: show, plan, exec, check, snapshot, advise.
+"""The ``pynumabind`` command line: show, plan, exec, check, snapshot, advise, records.
 
 Every command reads the machine the same way (this one, a ``--sysfs-root``
 tree, or a ``--topology`` snapshot), prints aligned tables or, with
@@ -43,6 +43,8 @@ from ..model import SCHEMA_VERSION, CpuMode, MemoryPolicy, Plan, Topology
 from ..options import Options
 from ._advise import add_parser as _add_advise_parser
 from ._advise import cmd_advise
+from ._records import add_parser as _add_records_parser
+from ._records import cmd_records as _cmd_records
 from ._tables import by_rank
 
 log = logging.getLogger("pynumabind.cli")
@@ -222,6 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-o", "--output", metavar="FILE", help="write to FILE instead of standard output"
     )
     _add_advise_parser(commands)
+    _add_records_parser(commands, common)
     return parser
 
 
@@ -476,7 +479,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if options.cpu_mode is CpuMode.ADVISED:  # what each worker will follow: the record
         from ..records.store import resolve_advised
 
-        advised = resolve_advised(options, topology)
+        machine, name = _planned_machine(args)
+        advised = resolve_advised(options, topology, machine=machine, machine_name=name)
         options, topology = advised.options, advised.topology
     results = plan_each_for(topology, options)
     if advised is not None:
@@ -500,6 +504,26 @@ def cmd_plan(args: argparse.Namespace) -> int:
         _error(f"{len(errors)} of {len(results)} ranks cannot be planned (see the table)")
         return EXIT_FAILURE
     return EXIT_OK
+
+
+def _planned_machine(args: argparse.Namespace) -> Tuple[Any, Optional[str]]:
+    """The fingerprint mode ``advised`` matches records with, and what messages call it.
+
+    ``--topology`` or ``--sysfs-root``: another machine, whose record is the
+    one to follow (its snapshot's fingerprint, every GPU it lists; see
+    :mod:`pynumabind.records.store`); otherwise (None, None): this machine,
+    as a worker here reads it (``PYNUMABIND_TOPOLOGY`` binds here).
+    """
+    if args.topology is None and args.sysfs_root is None:
+        return None, None
+    from ..records.store import snapshot_machine
+
+    every_gpu = machine_topology(args, visible_only=False)
+    if args.topology is not None:
+        name = f"the machine of snapshot {args.topology}"
+    else:
+        name = f"the machine of sysfs tree {args.sysfs_root}"
+    return snapshot_machine(every_gpu), name
 
 
 def _plan_text(results: Sequence[Union[Plan, PynumabindError]]) -> List[str]:
@@ -671,6 +695,12 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_records(args: argparse.Namespace) -> int:
+    """``records``: compared with this machine, or with a ``--topology`` snapshot's."""
+    machine, name = _planned_machine(args)
+    return _cmd_records(args, machine, name)
+
+
 COMMANDS = {
     "show": cmd_show,
     "plan": cmd_plan,
@@ -678,6 +708,7 @@ COMMANDS = {
     "check": cmd_check,
     "snapshot": cmd_snapshot,
     "advise": cmd_advise,
+    "records": cmd_records,
 }
 
 

@@ -147,36 +147,38 @@ def test_ray_is_never_imported_by_pynumabind() -> None:
 # --- advise_nodes: one advice record per machine type, measured on every Ray node
 
 
-@pytest.fixture
-def two_node_ray(monkeypatch: pytest.MonkeyPatch) -> Iterator:
+@pytest.fixture(scope="module")
+def two_node_ray() -> Iterator:
     """A real Ray cluster of two nodes on this machine, and the driver connected to it.
 
     Two raylets (``ray.cluster_utils.Cluster``: what ``ray start --head`` and
     ``ray start --address`` start, each its own node id, object store and
     worker processes), one CPU each, no dashboard, small object stores.  Both
-    run on this machine, so both are of its machine type.
+    run on this machine, so both are of its machine type.  Started once for
+    the module's tests that use it (about 10 s here), after the tests above.
     """
     require_two_cpus()
     import ray
     from ray.cluster_utils import Cluster
 
     temp = Path(tempfile.mkdtemp(prefix="pnb-ray-"))
-    monkeypatch.setenv("RAY_TMPDIR", str(temp))
-    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-    for name in [k for k in os.environ if k.startswith("PYNUMABIND_")]:
-        monkeypatch.delenv(name)
-    node = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024, "include_dashboard": False}
-    cluster = Cluster(initialize_head=True, head_node_args=node)
-    try:
-        cluster.add_node(**node)
-        cluster.wait_for_nodes()
-        ray.init(address=cluster.address, log_to_driver=False)
-        yield ray
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-        shutil.rmtree(temp, ignore_errors=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RAY_TMPDIR", str(temp))
+        patch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+        patch.setenv("RAY_AUTH_MODE", "disabled")
+        for name in [k for k in os.environ if k.startswith("PYNUMABIND_")]:
+            patch.delenv(name)
+        node = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024, "include_dashboard": False}
+        cluster = Cluster(initialize_head=True, head_node_args=node)
+        try:
+            cluster.add_node(**node)
+            cluster.wait_for_nodes()
+            ray.init(address=cluster.address, log_to_driver=False)
+            yield ray
+        finally:
+            ray.shutdown()
+            cluster.shutdown()
+            shutil.rmtree(temp, ignore_errors=True)
 
 
 def test_advise_nodes_saves_each_nodes_record_into_the_directory(two_node_ray, tmp_path) -> None:

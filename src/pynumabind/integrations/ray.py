@@ -40,6 +40,7 @@ Rules
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional
 
@@ -116,7 +117,9 @@ def advise_nodes(
 
     Returns one :class:`NodeAdvice` per node, in Ray's order of nodes: the
     record file written and the verdict, or the error (see the module
-    docstring).  ``timeout`` (seconds) bounds the wait for all the nodes.
+    docstring).  ``timeout`` (seconds) bounds the wait for all the nodes
+    together; a node still measuring then is reported with the timeout as
+    its error (its task is not cancelled).
 
     Raises:
         ConfigError: ``path`` does not name a directory, Ray is not installed
@@ -145,9 +148,11 @@ def advise_nodes(
             directory, quick, advise_kwargs
         )
         pending.append((node, ref))
+    deadline = None if timeout is None else time.monotonic() + timeout
     results = []
-    for node, ref in pending:
-        results.append(_collect(ray, node, ref, timeout))
+    for node, ref in pending:  # one deadline for all: a slow node does not extend it
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        results.append(_collect(ray, node, ref, left))
     if not any(r.ok for r in results):
         each = "; ".join(f"node {r.node_id} ({r.hostname}): {r.error}" for r in results)
         raise PynumabindError(f"advise_nodes: no node saved a record into {directory}: {each}")

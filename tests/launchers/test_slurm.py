@@ -298,3 +298,24 @@ def test_srun_fleet_recipe_saves_one_record_per_type_and_a_later_step_follows_it
         else:  # a record that says bind: its plan, as the kernel shows it
             assert seen.cpus == plan["cpus"], (plan, seen)
             assert seen.thread_cpus == (seen.cpus,), seen
+    _wait_until_no_job(cluster)
+
+
+def _wait_until_no_job(cluster: slurm_cluster.Cluster) -> None:
+    """Let both jobs finish completing (at most 30 s), so stopping the cluster need not wait.
+
+    Measured here: without this, stopping the cluster after this test took
+    20 s (a daemon's whole stop timeout) in 2 runs of 3; with it, in none of 3.
+    """
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        squeue = subprocess.run(
+            ["squeue", "-h", "-o", "%i"],
+            env=cluster.env(dict(os.environ)),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if squeue.returncode == 0 and not squeue.stdout.strip():
+            return
+        time.sleep(0.1)

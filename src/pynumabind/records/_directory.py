@@ -41,7 +41,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from .._text import counted
 from ..errors import AdviceRecordError
-from ._file import read_text
+from ._file import read_text, scan_names
 from ._machine import Machine, record_name, staleness
 from .advice import Record, parse_record
 
@@ -178,30 +178,10 @@ def choose(entries: Sequence[RecordEntry], own_name: Optional[str]) -> Optional[
 
 def _record_files(directory: str) -> Tuple[List[str], int]:
     """The record files' names, in name order, bounded; and how many were left out."""
-    names: List[str] = []
-    seen = 0
-    try:
-        with os.scandir(directory) as entries:
-            for entry in entries:
-                seen += 1
-                if seen > MAX_DIRECTORY_ENTRIES:
-                    break
-                if is_record_name(entry.name):
-                    names.append(entry.name)
-    except FileNotFoundError as exc:
-        raise AdviceRecordError(
-            f"the directory of advice records {directory} does not exist"
-        ) from exc
-    except NotADirectoryError as exc:
-        raise AdviceRecordError(f"{directory} is not a directory of advice records") from exc
-    except OSError as exc:
-        raise AdviceRecordError(
-            f"cannot read the directory of advice records {directory}: {exc.strerror or exc}"
-        ) from exc
-    names.sort()
+    listed, more = scan_names(directory, MAX_DIRECTORY_ENTRIES)
+    names = sorted(name for name in listed if is_record_name(name))
     left = len(names) - MAX_DIRECTORY_RECORDS
-    more = 1 if seen > MAX_DIRECTORY_ENTRIES else 0
-    return names[:MAX_DIRECTORY_RECORDS], max(left, 0) + more
+    return names[:MAX_DIRECTORY_RECORDS], max(left, 0) + (1 if more else 0)
 
 
 def list_directory(path: str, machine: Machine) -> Listing:

@@ -6,6 +6,15 @@ Reading
 :data:`~pynumabind.records._json.MAX_RECORD_BYTES`, as UTF-8; anything else
 is an :class:`~pynumabind.AdviceRecordError` naming the file.
 
+Listing a directory, and whether a place exists
+-----------------------------------------------
+:func:`scan_names` lists a directory of records, bounded (the entries looked
+at, at most a given number), and :func:`place_exists` tells a missing place
+from one this account may not look at: both translate the OS's errors into
+an :class:`~pynumabind.AdviceRecordError` naming the place, here, so the
+modules that choose records (:mod:`pynumabind.records._directory`,
+:mod:`pynumabind.records.store`) catch no ``OSError``.
+
 Saving
 ------
 :func:`prepare_save` is everything that can be checked before the record
@@ -69,10 +78,12 @@ __all__ = [
     "FILE_MODE",
     "SaveTarget",
     "others_cannot_read",
+    "place_exists",
     "prepare_save",
     "read_text",
     "refuse_foreign",
     "save_record",
+    "scan_names",
 ]
 
 log = logging.getLogger(__name__)
@@ -103,6 +114,52 @@ def read_text(path: str) -> str:
         raise AdviceRecordError(
             f"the advice record {path} is not UTF-8 text (byte {exc.start})"
         ) from exc
+
+
+def scan_names(directory: str, limit: int) -> Tuple[List[str], bool]:
+    """The names in ``directory``, at most ``limit`` entries looked at; whether more were left.
+
+    Raises:
+        AdviceRecordError: the directory is missing, not a directory, or
+            cannot be listed (naming it).
+    """
+    names: List[str] = []
+    try:
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if len(names) >= limit:
+                    return names, True
+                names.append(entry.name)
+    except FileNotFoundError as exc:
+        raise AdviceRecordError(
+            f"the directory of advice records {directory} does not exist"
+        ) from exc
+    except NotADirectoryError as exc:
+        raise AdviceRecordError(f"{directory} is not a directory of advice records") from exc
+    except OSError as exc:
+        raise AdviceRecordError(
+            f"cannot read the directory of advice records {directory}: {exc.strerror or exc}"
+        ) from exc
+    return names, False
+
+
+def place_exists(place: str) -> bool:
+    """Something is at ``place``: ``x.json/`` exists where a file ``x.json`` does.
+
+    A place this account may not look at (a directory on the way without
+    ``x`` for it) is an AdviceRecordError saying so, not a missing record.
+    """
+    try:
+        os.lstat(place.rstrip(os.sep) or os.sep)
+    except PermissionError as exc:
+        raise AdviceRecordError(
+            f"cannot read the advice record {place}: {exc.strerror} (a directory on the way "
+            "is closed to this account: save it with `pynumabind advise --save`, which makes "
+            "its directories readable by every account)"
+        ) from exc
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def _cannot_write(target: str, exc: OSError) -> AdviceRecordError:

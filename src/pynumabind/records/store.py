@@ -84,6 +84,7 @@ from ._directory import (
 from ._file import (
     SaveTarget,
     others_cannot_read,
+    place_exists,
     prepare_save,
     read_text,
     refuse_foreign,
@@ -150,25 +151,6 @@ _WARNED: set[str] = set()  # fallback warnings already logged in this process
 # ------------------------------------------------------------------- load
 
 
-def _exists(place: str) -> bool:
-    """Something is at ``place``: ``x.json/`` exists where a file ``x.json`` does.
-
-    A place this account may not look at (a directory on the way without
-    ``x`` for it) is an AdviceRecordError saying so, not a missing record.
-    """
-    try:
-        os.lstat(place.rstrip(os.sep) or os.sep)
-    except PermissionError as exc:
-        raise AdviceRecordError(
-            f"cannot read the advice record {place}: {exc.strerror} (a directory on the way "
-            "is closed to this account: save it with `pynumabind advise --save`, which makes "
-            "its directories readable by every account)"
-        ) from exc
-    except (OSError, ValueError):
-        return False
-    return True
-
-
 def _look(place: str, machine: Machine) -> Optional[Listing]:
     """What ``place`` holds for ``machine``: None when nothing is there (a missing place).
 
@@ -176,7 +158,7 @@ def _look(place: str, machine: Machine) -> Optional[Listing]:
     A file: the record in it, compared.  An unreadable directory is an
     AdviceRecordError.
     """
-    if not _exists(place):
+    if not place_exists(place):
         return None
     if names_directory(place):
         return find_in_directory(place, machine)
@@ -241,7 +223,7 @@ def list_records(
     machine = this_machine() if machine is None else machine
     out: List[Listing] = []
     for place in places:
-        if not _exists(place):
+        if not place_exists(place):
             if len(places) == 1:
                 raise AdviceRecordError(f"{place} does not exist; run `{SAVE_COMMAND}`")
             continue

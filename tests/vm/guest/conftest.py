@@ -57,7 +57,12 @@ def pristine() -> Iterator[None]:
     """
     from pynumabind._os import libnuma as _libnuma
 
-    before = {tid: frozenset(os.sched_getaffinity(tid)) for tid in _task_ids()}
+    before: dict[int, frozenset[int]] = {}
+    for tid in _task_ids():
+        try:
+            before[tid] = frozenset(os.sched_getaffinity(tid))
+        except ProcessLookupError:  # ended since listed (the watchdog thread of the last test)
+            continue
     policy_before = _libnuma.get_mempolicy()
     yield
     leaked = []

@@ -15,7 +15,8 @@ Sphinx itself builds the site with warnings as errors in ``.ci/release-checks``
 * every ``pynumabind COMMAND --option`` the pages name exists;
 * the CHANGELOG has a dated section for this version, and neither it nor
   ``src/`` cites issue numbers;
-* the README links into the site, to pages that exist.
+* the README links are absolute (PyPI shows it as the long description), and
+  those into the repository name files that exist.
 """
 
 from __future__ import annotations
@@ -309,8 +310,70 @@ def test_no_issue_numbers_in_the_source_or_the_changelog() -> None:
 # ------------------------------------------------------------ the README
 
 
-def test_the_readme_links_into_the_site() -> None:
-    links = re.findall(r"\]\((docs/site/[^)#]+)", _text(ROOT / "README.md"))
+# PyPI shows README.md as the package's long description, where a relative link
+# resolves against pypi.org and breaks: every link is absolute, and each one into
+# the repository (pyproject's Source URL) names a file or folder of this checkout.
+_LINK = re.compile(r"\]\(([^)\s]+)\)|<(https?://[^>\s]+)>|^\[[^\]]+\]:\s*(\S+)", re.M)
+
+
+def _source_url() -> str:
+    found = re.search(r'^Source = "([^"]+)"$', _text(ROOT / "pyproject.toml"), re.M)
+    assert found, "pyproject.toml's [project.urls] has no Source"
+    return found.group(1)
+
+
+def _readme_links() -> List[str]:
+    return [next(g for g in groups if g) for groups in _LINK.findall(_text(ROOT / "README.md"))]
+
+
+def test_the_readme_links_are_absolute_for_its_pypi_page() -> None:
+    links = _readme_links()
     assert len(links) >= 5, links
-    for link in links:
-        assert (ROOT / link).is_file(), f"README.md links to {link}, which does not exist"
+    relative = [link for link in links if not re.match(r"https?://", link)]
+    assert not relative, f"README.md has relative links, which break on PyPI: {relative}"
+
+
+def test_the_readme_links_into_the_repository_name_files_that_exist() -> None:
+    prefix = re.compile(re.escape(_source_url()) + r"/(?:blob|tree)/main/([^#?]+)")
+    into_repository = [m.group(1) for m in map(prefix.match, _readme_links()) if m]
+    site = [path for path in into_repository if path.startswith("docs/site/")]
+    assert len(site) >= 5, f"README.md links to too few site pages: {into_repository}"
+    for path in into_repository:
+        assert (ROOT / path).exists(), f"README.md links to {path}, which does not exist"
+
+
+def test_the_link_check_sees_a_relative_link() -> None:
+    """The pattern finds a relative link, so the absolute-links test can fail."""
+    text = "see [a](docs/x.md) and <https://e.org> and\n[b]: https://f.org/"
+    assert [next(g for g in groups if g) for groups in _LINK.findall(text)] == [
+        "docs/x.md",
+        "https://e.org",
+        "https://f.org/",
+    ]
+
+
+# ------------------------------------------------------------ the start page
+
+LAUNCHERS = ("torchrun", "Slurm", "vLLM", "SGLang", "Ray")
+
+
+def test_the_start_page_shows_install_check_and_launchers_on_one_screen() -> None:
+    """Read as Markdown, its first 40 lines hold the install, the check and a line per launcher."""
+    screen = "\n".join(_text(SITE / "index.md").splitlines()[:40])
+    assert "python3 -m pip install . && pynumabind check" in screen, screen
+    for launcher in LAUNCHERS:
+        line = re.search(rf"^- \*\*{launcher}\*\*: .*\]\(([^)]+)\)", screen, re.M)
+        assert line, f"index.md's first 40 lines have no line for {launcher}"
+        page = line.group(1).partition("#")[0]
+        assert (SITE / page).is_file(), line.group(0)
+        assert "How it works" not in screen[: screen.index(line.group(0))]
+
+
+def test_no_page_tells_users_to_install_from_pypi_before_a_release() -> None:
+    """``pip install pynumabind`` fails until a release is published: say "once released"."""
+    for path in (ROOT / "README.md", *_pages()):
+        lines = _text(path).splitlines()
+        for number, line in enumerate(lines, 1):
+            if re.search(r"pip install pynumabind\b", line):
+                near = " ".join(lines[max(0, number - 2) : number]).lower()
+                assert "once a release is published" in near, f"{path.name}:{number}: {line}"

@@ -11,8 +11,6 @@ path hack, so the reference and the doctests describe what users install:
 
 from __future__ import annotations
 
-import os
-
 import pynumabind
 
 project = "pynumabind"
@@ -30,7 +28,7 @@ extensions = [
 
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 root_doc = "index"
-exclude_patterns = ["_build", "examples"]
+exclude_patterns = ["_build"]
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
 
@@ -45,10 +43,8 @@ napoleon_numpy_docstring = False
 html_theme = "alabaster"
 html_title = f"pynumabind {release}"
 
-# The doctests read the recorded snapshots of docs/site/examples by file name.
-EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "examples")
-doctest_global_setup = f"""
-import os
-os.chdir({EXAMPLES!r})
+# The doctests read the snapshots the package ships (load_topology("example:NAME")),
+# from any directory.
+doctest_global_setup = """
 import pynumabind
 """

@@ -39,7 +39,7 @@ from ..support.recipes import ROOT
 from ..support.sysfs_tree import build_sysfs
 
 SITE = ROOT / "docs" / "site"
-EXAMPLES = SITE / "examples"
+EXAMPLES = ROOT / "src" / "pynumabind" / "discovery" / "examples"  # shipped: example:NAME
 REFERENCE = SITE / "reference.rst"
 ENVIRONMENT = SITE / "environment.md"
 GLOSSARY = SITE / "glossary.md"
@@ -208,12 +208,12 @@ def test_the_pages_have_doctests() -> None:
 
 
 @pytest.mark.parametrize("page", sorted(_doctest_pages()))
-def test_doctests_run(page: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_doctests_run(page: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Each page's doctest blocks, in order, in one namespace: as Sphinx's doctest builder."""
     for name in list(os.environ):
         if name.startswith("PYNUMABIND_"):
             monkeypatch.delenv(name)
-    monkeypatch.chdir(EXAMPLES)  # conf.py's doctest_global_setup does the same
+    monkeypatch.chdir(tmp_path)  # the examples are read from any directory
     source = _doctest_pages()[page]
     test = doctest.DocTestParser().get_doctest(
         source, {"pynumabind": pynumabind}, page, str(SITE / page), 0
@@ -226,10 +226,15 @@ def test_doctests_run(page: str, monkeypatch: pytest.MonkeyPatch) -> None:
     assert results.failed == 0, f"{page}: {results.failed} of {results.attempted} failed"
 
 
-def test_the_doctests_snapshot_is_the_recorded_machine(tmp_path: Path) -> None:
-    """``examples/dgx-h100.json`` is ``pynumabind snapshot`` of ``tests/machines/dgx_h100.json``."""
-    tree = build_sysfs("dgx_h100", tmp_path / "sys")
-    written = tmp_path / "dgx-h100.json"
+@pytest.mark.parametrize(
+    ("example", "machine"), [("dgx-h100", "dgx_h100"), ("gb200-nvl-tray", "gb200_nvl_tray")]
+)
+def test_the_shipped_examples_are_the_recorded_machines(
+    example: str, machine: str, tmp_path: Path
+) -> None:
+    """Each shipped ``example:NAME`` is ``pynumabind snapshot`` of its ``tests/machines`` record."""
+    tree = build_sysfs(machine, tmp_path / "sys")
+    written = tmp_path / f"{example}.json"
     command = ["snapshot", "--sysfs-root", str(tree), "--no-nvml", "-o", str(written)]
     result = subprocess.run(
         [sys.executable, "-m", "pynumabind", *command],
@@ -239,7 +244,43 @@ def test_the_doctests_snapshot_is_the_recorded_machine(tmp_path: Path) -> None:
         env={k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")},
     )
     assert result.returncode == 0, result.stderr
-    assert json.loads(_text(written)) == json.loads(_text(EXAMPLES / "dgx-h100.json"))
+    assert json.loads(_text(written)) == json.loads(_text(EXAMPLES / f"{example}.json"))
+
+
+def test_the_examples_are_package_data_read_from_any_directory(tmp_path: Path) -> None:
+    """The installed package holds them (importlib.resources), and pyproject ships them."""
+    from pynumabind.discovery import example_topologies
+
+    names = example_topologies()
+    assert names == sorted(path.stem for path in EXAMPLES.glob("*.json")) and len(names) >= 2
+    pyproject = _text(ROOT / "pyproject.toml")
+    assert re.search(r'^pynumabind = \[.*"discovery/examples/\*\.json".*\]$', pyproject, re.M)
+    assert "graft src/pynumabind/discovery/examples" in _text(ROOT / "MANIFEST.in")
+    result = subprocess.run(
+        [sys.executable, "-m", "pynumabind", "plan", "--topology", "example:dgx-h100", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")},
+    )
+    assert result.returncode == 0, result.stderr
+    assert len(json.loads(result.stdout)["ranks"]) == 8
+
+
+def test_an_unknown_example_is_a_usage_error_listing_the_examples(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "pynumabind", "plan", "--topology", "example:dgx-h1000"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")},
+    )
+    assert result.returncode == 2, result.stderr
+    assert "example:dgx-h100, example:gb200-nvl-tray" in result.stderr, result.stderr
+    (tmp_path / "example:mine").write_text(_text(EXAMPLES / "dgx-h100.json"))
+    assert pynumabind.load_topology(str(tmp_path / "example:mine")).gpus
 
 
 # ------------------------------------------------------------ commands

@@ -418,3 +418,21 @@ def test_no_page_tells_users_to_install_from_pypi_before_a_release() -> None:
             if re.search(r"pip install pynumabind\b", line):
                 near = " ".join(lines[max(0, number - 2) : number]).lower()
                 assert "once a release is published" in near, f"{path.name}:{number}: {line}"
+
+
+_ROLE_OR_LITERAL = re.compile(r":[a-z]+:`[^`]*`|``[^`]*``")
+
+
+@pytest.mark.parametrize("name", sorted(n for n in pynumabind.__all__ if n != "__version__"))
+def test_the_returns_section_does_not_read_as_a_type(name: str) -> None:
+    """napoleon reads ``X: text`` on a Returns line as the type ``X``: prose would render
+    as the return type ("Return type: The Binding").  The type comes from the annotation."""
+    found = getattr(pynumabind, name)
+    if isinstance(found, type):
+        return
+    doc = inspect.getdoc(found) or ""
+    lines = doc.splitlines()
+    for index, line in enumerate(lines[:-1]):
+        if line.strip() == "Returns:":
+            first = _ROLE_OR_LITERAL.sub("x", lines[index + 1])
+            assert not re.search(r":(\s|$)", first), f"{name}: {lines[index + 1].strip()}"

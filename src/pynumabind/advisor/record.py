@@ -1,9 +1,11 @@
 """The advice record on disk: where it lives, saving it, loading it, and mode ``advised``.
 
-The public home of the record's names: ``pynumabind advise --save`` writes
-the record (:meth:`pynumabind.Advice.save`), :func:`load_advice` (also
+The home of the record's names: ``pynumabind advise --save`` writes the
+record (:meth:`pynumabind.Advice.save`), :func:`load_advice` (also
 ``pynumabind.load_advice``) reads it back, and mode ``advised`` follows it
-in every worker (:func:`resolve_advised`).  The names are defined below the
+in every worker (:func:`resolve_advised`).  Its public API (``__all__``, in
+the reference) is ``Advice`` and ``load_advice``; the other names stay
+importable here for tools and tests, without a promise.  The names are defined below the
 binding, in :mod:`pynumabind.records.store`, so that a worker reads the
 record without importing the advisor; that module's docstring holds the
 rules: where the record lives (``PYNUMABIND_ADVICE``, else the per-user
@@ -36,23 +38,6 @@ from ..records.store import (
 )
 
 __all__ = [
-    "ADVICE_VARIABLE",
-    "SAVE_COMMAND",
-    "SYSTEM_PATH",
     "Advice",
-    "Advised",
-    "Machine",
-    "MachineGpu",
-    "MachineNode",
-    "Record",
-    "advice_path",
     "load_advice",
-    "load_record",
-    "read_paths",
-    "refuse_foreign",
-    "resolve_advised",
-    "save_path",
-    "save_record",
-    "staleness",
-    "this_machine",
 ]

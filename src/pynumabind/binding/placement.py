@@ -438,7 +438,7 @@ def bind_memory(
         topology: The machine ``node`` and ``gpu`` are checked against.
 
     Returns:
-        A :class:`MemoryPlacement`: the nodes and policy applied, the pages
+        A :class:`MemoryPlacement` -- the nodes and policy applied, the pages
         per node, and each page not moved with its reason.
 
     Raises:

@@ -114,11 +114,8 @@ __all__ = [
     "detail_for",
     "detect_topology",
     "example_topologies",
-    "forget_layout",
     "load_topology",
-    "merge_nvml",
     "process_topology",
-    "ray_gpus",
     "resolve_topology",
     "topology_from_sysfs",
 ]
@@ -347,7 +344,7 @@ def detect_topology(
             GPU of the machine, as a snapshot records).
 
     Returns:
-        The :class:`~pynumabind.Topology`: nodes, CPUs, the GPUs this process
+        The :class:`~pynumabind.Topology` -- nodes, CPUs, the GPUs this process
         sees (in its numbering), distances and its allowed sets, with notes
         on anything discovery could not tell.
 
@@ -501,7 +498,7 @@ def load_topology(path: str) -> Topology:
         path: The snapshot file, or ``example:NAME``.
 
     Returns:
-        The :class:`~pynumabind.Topology` as recorded: the snapshot's GPUs
+        The :class:`~pynumabind.Topology` as recorded -- the snapshot's GPUs
         and allowed sets, not this process's.
 
     Raises:

@@ -74,24 +74,7 @@ from .advice import Advice, Record, parse_record  # Advice: pynumabind.Advice
 from .values import GpuAdvice
 
 __all__ = [
-    "ADVICE_VARIABLE",
-    "SAVE_COMMAND",
-    "SYSTEM_PATH",
-    "Advised",
-    "Machine",
-    "MachineGpu",
-    "MachineNode",
-    "Record",
-    "advice_path",
     "load_advice",
-    "load_record",
-    "read_paths",
-    "refuse_foreign",
-    "resolve_advised",
-    "save_path",
-    "save_record",
-    "staleness",
-    "this_machine",
 ]
 
 log = logging.getLogger(__name__)

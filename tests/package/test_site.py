@@ -15,6 +15,7 @@ Sphinx itself builds the site with warnings as errors in ``.ci/release-checks``
 * every ``pynumabind COMMAND --option`` the pages name exists;
 * the CHANGELOG has a dated section for this version, and neither it nor
   ``src/`` cites issue numbers;
+* docs/site/api.md lists exactly ``pynumabind.__all__``, a line each;
 * the README links are absolute (PyPI shows it as the long description), and
   those into the repository name files that exist.
 """
@@ -436,3 +437,22 @@ def test_the_returns_section_does_not_read_as_a_type(name: str) -> None:
         if line.strip() == "Returns:":
             first = _ROLE_OR_LITERAL.sub("x", lines[index + 1])
             assert not re.search(r":(\s|$)", first), f"{name}: {lines[index + 1].strip()}"
+
+
+# ------------------------------------------------------------ the public API as Markdown
+
+
+def test_the_api_page_lists_every_public_name_once_with_a_line() -> None:
+    """docs/site/api.md, read on the forge as plain Markdown, is ``pynumabind.__all__``."""
+    items = re.findall(
+        r"^- \[?`(\w+)`(?:\]\(#pynumabind\.(\w+)\))?: (\S.*)$", _text(SITE / "api.md"), re.M
+    )
+    listed = [name for name, _, _ in items]
+    assert sorted(listed) == sorted(pynumabind.__all__), (
+        f"missing: {sorted(set(pynumabind.__all__) - set(listed))}, "
+        f"extra: {sorted(set(listed) - set(pynumabind.__all__))}"
+    )
+    assert len(listed) == len(set(listed)), "a name is listed twice"
+    for name, anchor, line in items:
+        assert anchor in ("", name), f"{name} links to pynumabind.{anchor}"
+        assert len(line) > 10, f"{name}: no description"

@@ -417,3 +417,56 @@ def test_the_no_rank_rule_holds(tmp_path: Path, visible: str, expected: str) -> 
     result = _python(code, env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1].startswith(expected), result.stdout
+
+
+# ------------------------------------------------------------ paths the shipped files name
+
+# A path that a shipped file names, from the top of the checkout (``tests/vm/harness.py``,
+# ``docs/benchmarks/...``), in backticks or as a link.
+_NAMED_PATH = re.compile(
+    r"(?<![\w/.$-])((?:src|docs|tests|benchmarks|\.ci)/[\w.\-/]*\w)(?![\w*{<])"
+)
+_MD_LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
+
+
+def _manifest_prunes() -> List[str]:
+    """What MANIFEST.in leaves out of the sdist: outputs made at run time, and the built shim."""
+    text = _text(ROOT / "MANIFEST.in")
+    return re.findall(r"^(?:prune|exclude) (\S+)$", text, re.M)
+
+
+def _shipped_documents() -> List[Path]:
+    skip = {".git", ".cache", "_build", "__pycache__", ".hypothesis", "results", ".tox"}
+    found = []
+    for path in sorted(ROOT.rglob("*")):
+        parts = set(path.relative_to(ROOT).parts)
+        if parts & skip or path.suffix not in (".md", ".rst", ".py", ".in", ".ini", ".toml"):
+            continue
+        if path.is_file():
+            found.append(path)
+    return found
+
+
+def test_the_paths_shipped_files_name_exist_in_the_sdist() -> None:
+    """Every relative link, ``{include}`` and repository path a shipped file names resolves.
+
+    The sdist holds the checkout but MANIFEST.in's prunes and excludes
+    (outputs made at run time, such as ``benchmarks/results``): a path under one
+    of those may be named as where output goes, never as a file to read.
+    """
+    pruned = _manifest_prunes()
+    broken = []
+    for path in _shipped_documents():
+        text = _text(path)
+        where = path.relative_to(ROOT)
+        if path.suffix in (".md", ".rst"):
+            for link in _MD_LINK.findall(text) + re.findall(r"\{include\}\s+(\S+)", text):
+                if not re.match(r"[a-z]+:", link) and not (path.parent / link).exists():
+                    broken.append(f"{where}: {link}")
+        for found in _NAMED_PATH.findall(text):
+            named = found.rstrip(".")
+            if any(named == p or named.startswith(p + "/") for p in pruned):
+                continue
+            if not (ROOT / named).exists() and not (ROOT / named).with_suffix(".py").exists():
+                broken.append(f"{where}: {named}")
+    assert not broken, "shipped files name paths that do not exist:\n" + "\n".join(broken)

@@ -386,9 +386,9 @@ def test_the_readme_links_into_the_repository_name_files_that_exist() -> None:
 
 def test_the_link_check_sees_a_relative_link() -> None:
     """The pattern finds a relative link, so the absolute-links test can fail."""
-    text = "see [a](docs/x.md) and <https://e.org> and\n[b]: https://f.org/"
+    text = "see [a](sub/x.md) and <https://e.org> and\n[b]: https://f.org/"
     assert [next(g for g in groups if g) for groups in _LINK.findall(text)] == [
-        "docs/x.md",
+        "sub/x.md",
         "https://e.org",
         "https://f.org/",
     ]

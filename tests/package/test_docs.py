@@ -470,3 +470,52 @@ def test_the_paths_shipped_files_name_exist_in_the_sdist() -> None:
             if not (ROOT / named).exists() and not (ROOT / named).with_suffix(".py").exists():
                 broken.append(f"{where}: {named}")
     assert not broken, "shipped files name paths that do not exist:\n" + "\n".join(broken)
+
+
+# ------------------------------------------------------------ what a missing libnuma does
+
+_WITHOUT_LIBNUMA = """
+import logging, pynumabind
+from pynumabind._os import libnuma
+from pynumabind.errors import LibnumaUnavailableError
+
+def missing(name=None):  # what load() raises where libnuma.so.1 is not installed
+    raise LibnumaUnavailableError("cannot load libnuma.so.1: " + libnuma._INSTALL_HINT)
+
+libnuma.load = missing
+logging.basicConfig(level=logging.WARNING, format="LOG %(message)s")
+binding = pynumabind.bind_current_process(0, nprocs=1)
+print("partial", binding.partial, [s.what for s in binding.skipped])
+try:
+    pynumabind.bind_current_process(0, nprocs=1, on_error="raise")
+except pynumabind.BindError as exc:
+    print("raised BindError", "libnuma1" in str(exc))
+"""
+
+
+def test_a_missing_libnuma_does_what_the_docs_say() -> None:
+    """The README and troubleshooting page: warn and a partial binding; raise: BindError."""
+    readme = " ".join(_text(README).split())
+    assert "without it the library binds the CPUs and returns a *partial* binding" in readme
+    assert '`on_error="raise"` and `pynumabind exec` raise a `BindError` naming it' in readme
+    result = _python(_WITHOUT_LIBNUMA)
+    assert result.returncode == 0, result.stderr
+    assert "partial True ['memory policy']" in result.stdout, result.stdout
+    assert "raised BindError True" in result.stdout, result.stdout
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("LOG ")]
+    assert len(warnings) == 1 and "libnuma1" in warnings[0], result.stderr
+    assert "CPU affinity was applied" in warnings[0], warnings
+
+
+def test_no_page_repeats_itself() -> None:
+    """A long sentence said twice on one page is one to keep and one to drift."""
+    repeated = []
+    for path in DOCS:
+        seen: Set[str] = set()
+        prose = re.sub(r"^```.*?^```$", "", _text(path), flags=re.M | re.S)
+        for sentence in re.split(r"(?<=[.;])\s+", prose):
+            words = " ".join(sentence.split())
+            if len(words) >= 90 and words in seen:
+                repeated.append(f"{path.name}: {words[:80]}...")
+            seen.add(words)
+    assert not repeated, "\n".join(repeated)

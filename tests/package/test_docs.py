@@ -1,4 +1,4 @@
-"""The README, docs/integrations.md and the site's pages, read as a newcomer reads them.
+"""The README and the site's pages, read as a newcomer reads them.
 
 Every command or claim in them that can run on the test machine is run (or
 checked against the code) here, read from the documents themselves, so the
@@ -17,8 +17,8 @@ documents cannot drift from the code or from each other:
 * every passage about a process without a rank states the same rule, and
   that rule is what a process without a rank gets.
 
-The recipes of docs/integrations.md are run by their own tests
-(``tests/launchers/test_every_recipe_runs.py`` lists them).
+The recipes of the launcher pages (docs/site/torchrun.md, slurm.md ...) are run
+by their own tests (``tests/launchers/test_every_recipe_runs.py`` lists them).
 """
 
 from __future__ import annotations
@@ -41,13 +41,13 @@ from pynumabind import planner
 from pynumabind.options import OptionKeywords
 
 from ..support.cli_helpers import two_node_snapshot
-from ..support.recipes import INTEGRATIONS, ROOT
+from ..support.recipes import ROOT
 
 README = ROOT / "README.md"
 SITE = ROOT / "docs" / "site"
 BINDING = SITE / "binding.md"  # the configuration table
 CLI_PAGE = SITE / "cli.md"  # the commands and the options they all take
-DOCS = (README, INTEGRATIONS, *sorted(SITE.glob("*.md")))
+DOCS = (README, *sorted(SITE.glob("*.md")))
 LAUNCHER_VARIABLES = (
     "LOCAL_RANK",
     "LOCAL_WORLD_SIZE",
@@ -391,7 +391,7 @@ def test_every_passage_about_no_rank_states_the_same_rule() -> None:
         assert NO_RANK_RULE in passage or "GPUs it sees" in passage, (document, passage)
     stated = [p for _, p in passages if NO_RANK_RULE in p]
     stating = {d for d, p in passages if NO_RANK_RULE in p}
-    assert stating == {README.name, INTEGRATIONS.name, BINDING.name}
+    assert stating == {README.name, "frameworks.md", BINDING.name}
     assert stated
 
 

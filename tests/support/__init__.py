@@ -17,7 +17,7 @@ sits beside that folder's tests (``tests/binding/child_binding.py``), and
   script in a child, the two-node snapshot), ``cgroups`` (real cgroup v1
   cpusets), ``seccomp_filter`` (real EPERM from a seccomp filter);
 * the rest: ``advice_builders`` (measurement matrices), ``recipes`` (the
-  recipes of docs/integrations.md, and reading a process through /proc),
+  recipes of the launcher pages (docs/site), and reading a process through /proc),
   ``import_scan`` (the package's imports, read from its source).
 
 How the tests import them, and why

@@ -163,9 +163,9 @@ def _resolve_alias(app: Any, env: Any, node: Any, contnode: Any) -> Any:
             )
         if _text_only(candidate) or _text_only(target):
             return contnode
-    # Not importable as named: a private name written relative to a private
-    # module (``_apply.Journal``, ``Target`` in ``binding._memory_on``).
-    if _text_only(target) or (module and _text_only(module)):
+    # Not importable as named: a private name written relative to its module
+    # (``_apply.Journal`` in ``pynumabind.binding``).
+    if _text_only(target):
         return contnode
     return None
 
@@ -180,7 +180,9 @@ def _hide_private_parameters(
     if not signature or "_" not in signature:
         return None
     inner = signature[1:-1]
-    kept = [part for part in _split_parameters(inner) if not part.strip().lstrip("*").startswith("_")]
+    kept = [
+        part for part in _split_parameters(inner) if not part.strip().lstrip("*").startswith("_")
+    ]
     return ("(" + ", ".join(part.strip() for part in kept) + ")", annotation)
 
 

@@ -204,7 +204,23 @@ def _split_parameters(inner: str) -> list:
     return parts
 
 
+def _property_sentence(
+    app: Any, what: str, name: str, obj: Any, options: Any, lines: list
+) -> None:
+    """A property's first line is a sentence, not napoleon's ``type: description``.
+
+    ``"How many CPUs the worker now runs on: the number ..."`` would render the
+    prose before the colon as the property's type; the type comes from its
+    annotation.  Runs before napoleon (priority 400 < 500).
+    """
+    if what in ("property", "attribute") and lines:
+        head, colon, rest = lines[0].partition(": ")
+        if colon and " " in head.strip() and "`" not in head:
+            lines[0] = f"{head} -- {rest}"
+
+
 def setup(app: Any) -> None:
+    app.connect("autodoc-process-docstring", _property_sentence, priority=400)
     app.connect("missing-reference", _resolve_alias)
     # After autodoc_typehints has recorded the annotations (priority 500).
     app.connect("autodoc-process-signature", _hide_private_parameters, priority=600)

@@ -568,3 +568,15 @@ def nobody_holds_leave_no_trace() -> Dict[str, Any]:
         "last": last._undo.seq in index,
         "cpus": len(_apply._STACK.cpus),
     }
+
+
+def printed_and_counted() -> Dict[str, Any]:
+    """``str``, ``repr`` and ``cpu_count`` of a bind to CPU 1, and of one leaving CPUs alone."""
+    one = apply_plan(plan())
+    shown = {"str": str(one), "summary": one.summary(), "repr": repr(one), "count": one.cpu_count}
+    one.restore()
+    os.sched_setaffinity(0, {0, 1})
+    untouched = apply_plan(plan("BIND", cpus=None))
+    shown["untouched_count"] = untouched.cpu_count
+    shown["affinity"] = sorted(os.sched_getaffinity(0))
+    return shown

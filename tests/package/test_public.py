@@ -257,9 +257,26 @@ def _public_modules() -> List[str]:
     return names
 
 
+_AUTOMODULE_MEMBERS = re.compile(
+    r"^\.\. automodule:: (pynumabind[\w.]*)\n((?:   :[\w-]+:.*\n)+)", re.M
+)
+
+
 def _reference_entries() -> List[str]:
-    """The reference's entries, but those in a module that needs a framework to import."""
-    entries = _ENTRY.findall(REFERENCE.read_text(encoding="utf-8"))
+    """The reference's entries, but those in a module that needs a framework to import.
+
+    An ``automodule`` with ``:members:`` documents its module's ``__all__``
+    (autodoc's rule), but for ``:exclude-members:``.
+    """
+    text = REFERENCE.read_text(encoding="utf-8")
+    entries = _ENTRY.findall(text)
+    for module_name, options in _AUTOMODULE_MEMBERS.findall(text):
+        if ":members:" not in options:
+            continue
+        excluded = re.search(r":exclude-members: (.*)", options)
+        skip = {n.strip() for n in excluded.group(1).split(",")} if excluded else set()
+        module = importlib.import_module(module_name)
+        entries += [f"{module_name}.{n}" for n in module.__all__ if n not in skip]
     framework = tuple(module + "." for module in _NEEDS_A_FRAMEWORK)
     return [entry for entry in entries if not (entry + ".").startswith(framework)]
 
@@ -304,13 +321,19 @@ def test_every_public_modules_all_holds_only_documented_names(module_name: str) 
         return
     entries = _reference_entries()
     objects = {id(_lookup(entry)) for entry in entries if not _is_value(_lookup(entry))}
+    # A constant is documented under its own name, the same object (a re-export).
+    values = {
+        (entry.rpartition(".")[2], id(_lookup(entry)))
+        for entry in entries
+        if _is_value(_lookup(entry))
+    }
     undocumented = []
     for name in names:
         found = getattr(module, name)
         if name == "__version__":
             continue
         documented = (
-            f"{module_name}.{name}" in entries
+            (name, id(found)) in values
             if _is_value(found)
             else id(found) in objects or f"{module_name}.{name}" in entries
         )

@@ -15,7 +15,9 @@ sits beside that folder's tests (``tests/binding/child_binding.py``), and
   values, and their hypothesis strategies);
 * the command line and the machine around it: ``cli_helpers`` (the console
   script in a child, the two-node snapshot), ``cgroups`` (real cgroup v1
-  cpusets), ``seccomp_filter`` (real EPERM from a seccomp filter);
+  cpusets), ``seccomp_filter`` (real EPERM from a seccomp filter),
+  ``root_setup`` (what the suite installs or starts as root, said at the
+  start, and the variable that turns it off);
 * the rest: ``advice_builders`` (measurement matrices), ``recipes`` (the
   recipes of the launcher pages (docs/site), and reading a process through /proc),
   ``import_scan`` (the package's imports, read from its source).

@@ -100,9 +100,13 @@ ON_ERROR_CHOICES: Tuple[str, ...] = ("warn", "raise")
 # inherits a half-done bind or import; the child gets a fresh one.
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class Binding:
     """The outcome of applying a plan, read back from the kernel.
+
+    ``str(binding)`` (``print(binding)``) is :meth:`summary`, one line;
+    ``repr(binding)`` is that line in angle brackets.  :attr:`cpu_count` is
+    the number of CPUs the worker now runs on, for sizing thread pools.
 
     * ``plan``: what was asked (``None`` when binding was disabled).
     * ``applied``: whether anything was changed (CPUs, policy or pages).
@@ -121,9 +125,13 @@ class Binding:
     * ``pages_not_moved``: with ``migrate=True``, the kernel's count of pages
       it could not move (``None`` when no migration ran).
     * ``thread_id``: the thread that bound; the memory policy is its own.
-    * ``not_bound``: left unbound on purpose, and why: mode ``advised`` and an
-      advice record that says binding makes no measurable difference here
-      (the reason quotes the record); nothing was changed.
+    * ``not_bound``: left unbound on purpose, and why; nothing was changed.
+      The two deliberate no-ops, shown the same way everywhere (``check``
+      lists both under "Not bound, on purpose"): ``PYNUMABIND_DISABLE=1``
+      (``"disabled by PYNUMABIND_DISABLE=1"``; ``disabled`` is true and
+      ``plan`` ``None``), and mode ``advised`` with an advice record that
+      says binding makes no measurable difference here (the reason quotes
+      the record).
     """
 
     plan: Optional[Plan]
@@ -144,7 +152,22 @@ class Binding:
     notes: Tuple[str, ...] = ()
     thread_id: int = 0
     not_bound: Optional[str] = None
-    _undo: Optional[Journal] = field(default=None, repr=False, compare=False)
+    # The undo journal: private, never an argument (set by _journaled), so the
+    # reference's signature shows only the public fields.
+    _undo: Optional[Journal] = field(default=None, init=False, repr=False, compare=False)
+
+    @classmethod
+    def _journaled(cls, journal: Journal, **fields: Any) -> Binding:
+        """A Binding made by :func:`apply_plan`, holding the journal :meth:`restore` undoes."""
+        binding = cls(**fields)
+        object.__setattr__(binding, "_undo", journal)  # frozen: set once, here
+        return binding
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    def __repr__(self) -> str:
+        return f"<Binding {self.summary()[len('pynumabind: ') :]}>"
 
     # ------------------------------------------------------------ queries
 
@@ -155,6 +178,25 @@ class Binding:
     @property
     def threads_left_pinned(self) -> Tuple[int, ...]:
         return tuple(t.tid for t in self.threads if t.action is ThreadAction.LEFT_PINNED)
+
+    @property
+    def cpu_count(self) -> int:
+        """How many CPUs the worker now runs on: the number to size its thread pools by.
+
+        The plan's CPUs that the calling thread may run on after the bind
+        (:attr:`cpus`, read back from the kernel); where the plan leaves CPUs
+        alone (mode ``none``, ``PYNUMABIND_DISABLE=1``, mode ``advised``'s
+        deliberate no-op), every CPU the thread may run on.  These are the
+        CPUs the worker *may* use, not CPUs it has to itself: in mode
+        ``node`` every rank on a node gets all of the node's CPUs, so ranks
+        sharing a node should divide them (the exclusive modes give each
+        rank its own slice).  Docs: "Sizing thread pools" in Binding a worker.
+        """
+        current = self.cpus if self.cpus is not None else _proc.process_affinity()
+        plan = self.plan
+        if plan is not None and plan.cpus is not None:
+            return len(plan.cpus & current)
+        return len(current)
 
     @property
     def restored(self) -> bool:
@@ -406,7 +448,8 @@ def _apply_steps(
         )
     readback, readback_note = _apply.read_back_policy(request, memory_applied)
     notes.extend([readback_note] if readback_note else [])
-    binding = Binding(
+    binding = Binding._journaled(
+        journal,
         plan=plan,
         applied=scan is not None or memory_applied or migration.migrated,
         threads=scan.results if scan is not None else (),
@@ -423,7 +466,6 @@ def _apply_steps(
         pages_not_moved=migration.pages_not_moved,
         notes=tuple(notes),
         thread_id=caller,
-        _undo=journal,
     )
     _log_outcome(binding)
     return binding
@@ -514,7 +556,11 @@ def bind_current_process(
     ``rank`` defaults to the launcher's local rank (``LOCAL_RANK``,
     ``OMPI_COMM_WORLD_LOCAL_RANK``, ``SLURM_LOCALID``); options default to
     ``PYNUMABIND_*`` variables; explicit arguments win.  With no rank from
-    either, the process is bound to the GPUs it sees (a Ray actor, a process
+    either, a ``nodes`` or ``cpus`` override of one entry is this process's
+    placement (as numactl's, ``pynumabind exec --nodes 1``); one of several
+    entries needs a rank to choose it (the ConfigError "no local rank" says
+    so).  With no rank and no override, the process is bound to the GPUs it
+    sees (a Ray actor, a process
     started with ``CUDA_VISIBLE_DEVICES=3``): one GPU's node, or the union of
     several (:func:`~pynumabind.planner.plan_gpus_for`); seeing none is
     the ConfigError "no local rank".  ``gpus=[i, j]`` (visible GPU
@@ -564,8 +610,8 @@ def bind_current_process(
         (:attr:`Binding.not_bound`).
 
     Raises:
-        ConfigError: a bad argument or variable (named), or no rank and no
-            visible GPU ("no local rank").
+        ConfigError: a bad argument or variable (named), or no rank and
+            neither a one-entry override nor a visible GPU ("no local rank").
         PlanError: the plan cannot be made here, for instance the CPUs it
             needs are outside this process's cpuset or affinity mask (the
             message names the CPUs wanted and allowed).
@@ -622,6 +668,9 @@ def _plan(topology: Topology, options: Options) -> Plan:
         return planner.plan_gpus_for(topology, options, options.gpus)
     if options.rank is not None:
         return planner.plan_for(topology, options)
+    placed = _given_placement(topology, options)
+    if placed is not None:
+        return placed
     from ..discovery import ray_gpus  # never imports Ray itself
 
     given = ray_gpus(topology)
@@ -647,6 +696,35 @@ def _plan(topology: Topology, options: Options) -> Plan:
     return replace(plan, reasons=(rule, *plan.reasons))
 
 
+def _given_placement(topology: Topology, options: Options) -> Optional[Plan]:
+    """No rank, and a ``nodes`` or ``cpus`` override with one entry: that placement, as numactl.
+
+    One entry is one rank's placement, so it is this process's (rank 0 of
+    1) whatever GPUs it sees.  Several entries are several ranks'
+    placements: which is this process's needs a rank, and saying so is
+    better than guessing.  ``None``: no override given (the GPU rules decide).
+    """
+    from .. import planner
+    from ..discovery import _environ
+
+    given = [name for name in ("nodes", "cpus") if getattr(options, name) is not None]
+    if not given:
+        return None
+    count = planner.local_ranks(topology, options)
+    spelled = " and ".join(
+        options.from_environment(name) or options.spelled(name) for name in given
+    )
+    if count != 1:
+        raise ConfigError(
+            f"{_environ.no_rank(options)}: {spelled} {'give' if len(given) > 1 else 'gives'} "
+            f"the placements of {count} ranks, and the rank chooses this process's; give "
+            "one placement (one entry) to bind without a rank"
+        )
+    plan = planner.plan_for(topology, replace(options, rank=0))
+    rule = f"no launcher rank: {spelled} {'give' if len(given) > 1 else 'gives'} one placement"
+    return replace(plan, reasons=(f"{rule}, this process's (as numactl)", *plan.reasons))
+
+
 def _not_bound(plan: Plan, why: str) -> Binding:
     """Mode advised and a record that says do not bind: a logged Binding that changed nothing."""
     binding = Binding(
@@ -667,8 +745,10 @@ def _disabled(options: Options) -> Binding:
         plan=None,
         applied=False,
         disabled=True,
+        cpus=_proc.process_affinity(),  # unchanged: what cpu_count counts
         notes=(f"disabled by {options.disabled_by}",),
         thread_id=threading.get_native_id(),
+        not_bound=f"disabled by {options.disabled_by}",  # a deliberate no-op, as advised's
     )
     log.info("%s", binding.summary())
     return binding

@@ -100,6 +100,7 @@ from .._os import forksafe as _forksafe
 from .._text import format_ids
 from ..errors import SnapshotFileError, TopologyError
 from ..model import CpuMode, Detail, Gpu, Topology
+from . import _trace
 from ._visible import apply_visibility
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -360,19 +361,24 @@ def detect_topology(
     env = os.environ if environ is None else environ
     keep = reuse and detail is not Detail.FULL and gpu_vendors is None and pci_classes is None
     layout = _KEPT.get(sysfs_root, detail) if keep else None
+    kept = layout is not None
     if layout is None:
         layout = _sysfs.read_layout(
             sysfs_root, detail=detail, gpu_vendors=gpu_vendors, pci_classes=pci_classes
         )
         if keep:
             _KEPT.keep(sysfs_root, layout)
+    _trace.pci(layout, sysfs_root, kept=kept)
     base = _sysfs.with_allowed(
         layout, sysfs_root, allowed_cpus=allowed_cpus, allowed_mems=allowed_mems
     )
     topology, mig_parents = _with_nvml(base, env, use_nvml=use_nvml, sysfs_root=sysfs_root)
     if not visible_only:
+        _trace.visibility(env, topology.gpus, topology, applied=False)
         return topology
-    return _visible.apply_visibility(topology, env, mig_parents=mig_parents)
+    seen = _visible.apply_visibility(topology, env, mig_parents=mig_parents)
+    _trace.visibility(env, topology.gpus, seen)
+    return seen
 
 
 def _with_nvml(
@@ -382,14 +388,18 @@ def _with_nvml(
     notes = list(base.notes)
     has_nvidia = any(g.vendor == "nvidia" for g in base.gpus)
     if not use_nvml:
+        _trace.nvml(asked=False, why="use_nvml=False (the CLI's --no-nvml)")
         if has_nvidia:
             notes.append("NVML not used (use_nvml=False); GPU NUMA nodes from sysfs PCI")
         return base.replace(notes=tuple(notes)), None
+    why = f"sysfs lists {sum(g.vendor == 'nvidia' for g in base.gpus)} NVIDIA GPU(s)"
     if not has_nvidia:
         from .._os import pci as _pci
 
         if _pci.lists_functions(sysfs_root):  # no NVIDIA GPU among them: NVML adds nothing
+            _trace.nvml(asked=False, why="sysfs lists no NVIDIA GPU, so NVML has none to add")
             return base, None
+        why = "sysfs lists no PCI bus, so only NVML can tell"
     from .._os import nvml as _nvml
     from . import _visible
 
@@ -402,9 +412,11 @@ def _with_nvml(
             mig_uuids=_visible.mig_uuids(env.get("CUDA_VISIBLE_DEVICES")),
         )
     except _nvml.NvmlUnavailable as exc:
+        _trace.nvml(asked=True, why=why, unavailable=exc.reason)
         if has_nvidia:
             notes.append(f"NVML unavailable ({exc.reason}); GPU NUMA nodes from sysfs PCI")
         return base.replace(notes=tuple(notes)), None
+    _trace.nvml(asked=True, why=why, report=report)
     gpus, merge_notes = merge_nvml(base, report)
     merged = base.replace(
         gpus=tuple(gpus), notes=(*notes, *merge_notes), denied_gpus=frozenset(report.denied)
@@ -468,6 +480,8 @@ def topology_from_sysfs(
     layout = _sysfs.read_layout(
         root, detail=detail, gpu_vendors=gpu_vendors, pci_classes=pci_classes
     )
+    _trace.pci(layout, root)
+    _trace.nvml(asked=False, why="a sysfs tree is read without NVML")
     topology = _sysfs.with_allowed(
         layout, root, allowed_cpus=allowed_cpus, allowed_mems=allowed_mems
     )
@@ -627,18 +641,25 @@ def resolve_topology(
     """
     env = os.environ if environ is None else environ
     if snapshot is not None and not bind_here:
+        _trace.machine(f"the snapshot {snapshot!r} (--topology), as recorded: no source is read")
         return load_topology(snapshot)
     if snapshot is not None:
+        _trace.machine(f"the snapshot {snapshot!r} (--topology), with this process's view of it")
         topology = process_topology(snapshot, env, visible_only=visible_only, given_by="--topology")
     elif sysfs_root is not None:
+        _trace.machine(f"the sysfs tree {sysfs_root!r} (--sysfs-root), as recorded, without NVML")
         return topology_from_sysfs(sysfs_root)
     else:
-        from ._environ import topology_file
+        from ._environ import TOPOLOGY_VARIABLE, topology_file
 
         path = topology_file(env)
         if path is not None:
+            _trace.machine(
+                f"{TOPOLOGY_VARIABLE}={path!r}: that snapshot, with this process's view of it"
+            )
             topology = process_topology(path, env, visible_only=visible_only)
         else:
+            _trace.machine("this machine: sysfs, then NVML, KFD and the visibility variables")
             topology = detect_topology(
                 environ=env,
                 use_nvml=use_nvml,

@@ -107,6 +107,15 @@ returned unchanged); any other setting is a :class:`TopologyError`, since the
 GPUs it would need are not in the list.  ``pynumabind snapshot`` records the
 whole machine, so its snapshots take any setting.
 
+What was done with the variables is said in one line wherever a plan is
+shown (:func:`visibility_note`): applied (the GPUs this process sees, by
+physical index), or not applied because a recorded machine is planned as
+recorded (the CLI's ``--topology`` for ``show`` and ``plan``, and
+``--sysfs-root``): the variables describe this machine's devices, not
+another's, so a recorded machine keeps all its GPUs, and
+``PYNUMABIND_TOPOLOGY=FILE`` is the way to plan this process on it, with
+them applied.
+
 When the machine has GPUs and the variables hide every one of them (``-1``,
 ``3x``, an ambiguous UUID prefix, or empty: a CPU-only job), the topology
 says so in one note (:meth:`Topology.hidden_gpus_warning`): discovery logs
@@ -120,7 +129,7 @@ import os
 from dataclasses import replace
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from .._text import format_ids
+from .._text import counted, format_ids
 from ..errors import ConfigError, TopologyError
 from ..model import VISIBILITY_VARIABLES, Gpu, Topology
 
@@ -130,6 +139,7 @@ __all__ = [
     "cuda_device_order",
     "mig_uuids",
     "select_visible",
+    "visibility_note",
 ]
 
 CUDA_DEVICE_ORDERS = ("FASTEST_FIRST", "PCI_BUS_ID")
@@ -636,3 +646,46 @@ def apply_visibility(
     )
     warning = out.hidden_gpus_warning()
     return out.replace(notes=(*out.notes, warning)) if warning else out
+
+
+def visibility_note(
+    topology: Topology,
+    environ: Mapping[str, str],
+    *,
+    applied: bool,
+    recorded_by: Optional[str] = None,
+) -> Optional[str]:
+    """One line on what was done with the visible-device variables set in ``environ``.
+
+    ``None`` when none is set.  ``applied``: ``topology`` is what this
+    process sees, so the line names those GPUs by physical index, in the
+    process's order.  Otherwise ``topology`` is a recorded machine planned as
+    recorded (``recorded_by``: the option that named it, ``--topology`` or
+    ``--sysfs-root``), and the line says the variables were not applied, and
+    how to apply them.
+    """
+    settings = _settings(environ)
+    if not settings:
+        return None
+    shown = ", ".join(f"{name}={value!r}" for name, value in settings)
+    gpus = len(topology.gpus)
+    if not applied:
+        how = (
+            " (the variables name this machine's devices, not that one's); "
+            "PYNUMABIND_TOPOLOGY=FILE plans this process on that machine, with them applied"
+            if recorded_by == "--topology"
+            else ""
+        )
+        return (
+            f"{shown}: not applied; the machine of {recorded_by or 'the recording'} is planned "
+            f"as recorded, {counted(gpus, 'GPU')}{how}"
+        )
+    if not gpus:
+        return f"{shown}: applied; this process sees no GPU"
+    physical = [g.physical_index for g in topology.gpus]
+    named = ", ".join("?" if p is None else str(p) for p in physical)
+    here = "0" if gpus == 1 else f"0-{gpus - 1}"
+    return (
+        f"{shown}: applied; this process sees {counted(gpus, 'GPU')}: the machine's {named} "
+        f"(driver numbering), numbered {here} here"
+    )

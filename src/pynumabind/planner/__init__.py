@@ -134,7 +134,7 @@ from typing import (
 
 from .._text import counted, format_ids
 from ..errors import ConfigError, PlanError, PynumabindError, UnknownIdError
-from ..model import CpuMode, MemoryPolicy, Plan, Topology
+from ..model import CpuMode, Gpu, MemoryPolicy, Plan, Topology
 from ..options import MAX_NPROCS, NOT_GPU_LISTS, OptionKeywords, Options, check_int, union_front
 from ._cpus import choose_cpus
 from ._fallback import place_nearest_allowed
@@ -348,6 +348,19 @@ def local_ranks(topology: Topology, options: Options) -> int:
     if options.cpu_mode is CpuMode.ADVISED:
         options = replace(options, mode=None)
     return build_request(topology, options).nprocs
+
+
+def gpus_by_rank(topology: Topology, options: Options) -> Tuple[Optional[Gpu], ...]:
+    """The GPU each local rank drives (``None``: none), by the rule its plan uses.
+
+    For a report about ranks that were not planned (``pynumabind check``
+    names the GPU of a rank whose worker failed); as :func:`local_ranks`, it
+    needs no advice record in mode ``advised``.
+    """
+    if options.cpu_mode is CpuMode.ADVISED:
+        options = replace(options, mode=None)
+    request = build_request(topology, options)
+    return tuple(None if g is None else topology.gpus[g] for g in request.rank_gpus)
 
 
 UNION_MODES = (CpuMode.NODE, CpuMode.SOCKET, CpuMode.NONE)

@@ -21,12 +21,15 @@ The folder's rules:
 * A record is untrusted input: it is bounded before it is parsed, read key
   by key, its text escaped as it is read, and checked against the machine
   before anything in it is followed (:mod:`~pynumabind.records._validate`).
-* The files and the machine are read and written by three private modules
-  only: :mod:`~pynumabind.records._paths` (where the record lives),
-  :mod:`~pynumabind.records._file` (reading and writing it) and
-  :mod:`~pynumabind.records._host` (this machine's fingerprint).
-  :mod:`~pynumabind.records.store` follows the record with them, and
-  :meth:`Advice.save <pynumabind.Advice.save>` writes it with them.
+* The files and the machine are read and written by four private modules
+  only: :mod:`~pynumabind.records._paths` (where the records live: a record
+  file, or a directory of records, one per machine type),
+  :mod:`~pynumabind.records._file` (reading a record, and the checked,
+  atomic save), :mod:`~pynumabind.records._directory` (which record of a
+  directory a machine follows) and :mod:`~pynumabind.records._host` (this
+  machine's fingerprint).  :mod:`~pynumabind.records.store` follows the
+  record with them, and :meth:`Advice.save <pynumabind.Advice.save>` writes
+  it with them.
 * This package's ``__init__`` imports nothing, so importing a pure module
   here loads no other.
 

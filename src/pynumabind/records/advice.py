@@ -90,15 +90,22 @@ class Advice:
     def save(self, path: Optional[str] = None) -> str:
         """Write this advice as the machine's advice record; returns the absolute path written.
 
-        ``path`` defaults to the path rule's (``PYNUMABIND_ADVICE``, else the
-        system-wide file as root, the per-user one otherwise: see
-        :mod:`pynumabind.advisor.record`).  The write is atomic (a worker
-        reads the old record or the new one), and never over a file that is
-        not an advice record.
+        ``path`` is a record file, or a directory of records when it ends
+        with ``/`` or is an existing directory: the record is then written
+        under its machine type's file name, replacing the record of this
+        type and no other.  It defaults to the path rule's place
+        (``PYNUMABIND_ADVICE``, else the system-wide directory
+        ``/var/lib/pynumabind/`` as root, the per-user one otherwise: see
+        :mod:`pynumabind.advisor.record`).  Missing directories are created
+        (logged at INFO), directories mode 0755 and the record 0644 whatever
+        the umask, so workers under every account read it.  The write is
+        atomic (a worker reads the old record or the new one), and never
+        over a file that is not an advice record.
 
         Raises:
             AdviceRecordError: the path is not an advice record, or cannot be
-                written (the message names it and how to choose another).
+                created or written (the message names it and how to choose
+                another).
         """
         from ._file import save_record
 

@@ -39,6 +39,7 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "ListParseError": ("errors", "ListParseError"),
     "ConfigError": ("errors", "ConfigError"),
     "TopologyError": ("errors", "TopologyError"),
+    "SnapshotFileError": ("errors", "SnapshotFileError"),  # load_topology's
     "PlanError": ("errors", "PlanError"),
     "LibnumaUnavailableError": ("errors", "LibnumaUnavailableError"),
     "NumaSyscallError": ("errors", "NumaSyscallError"),
@@ -134,6 +135,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .errors import ProcessStateError as ProcessStateError
     from .errors import PynumabindError as PynumabindError
     from .errors import ReadOnlyBufferError as ReadOnlyBufferError
+    from .errors import SnapshotFileError as SnapshotFileError
     from .errors import TopologyError as TopologyError
     from .errors import UnknownIdError as UnknownIdError
     from .model import Cpu as Cpu

@@ -75,7 +75,6 @@ from ._text import clipped, format_ids
 from .errors import ListParseError
 
 __all__ = [
-    "DEFAULT_MAX_ID",
     "format_cpulist",
     "format_cpumask",
     "parse_cpulist",
@@ -507,7 +506,7 @@ def format_cpulist(ids: Iterable[int]) -> str:
         ids: The ids, in any order, duplicates allowed.
 
     Returns:
-        The list, ranges collapsed: ``{0, 1, 2, 3, 8, 9}`` is ``"0-3,8-9"``.
+        The list, ranges collapsed -- ``{0, 1, 2, 3, 8, 9}`` is ``"0-3,8-9"``.
 
     Raises:
         ValueError: an id is not an int (a bool is not one) or is negative.

@@ -40,7 +40,6 @@ from .cpulist import DEFAULT_MAX_ID, format_cpulist, parse_cpulist
 from .errors import ConfigError, ListParseError, TopologyError
 
 __all__ = [
-    "FALLBACK_WARNING",
     "SCHEMA_VERSION",
     "Cpu",
     "CpuMode",

@@ -109,19 +109,10 @@ else:
     from typing import TypedDict
 
 __all__ = [
-    "ARGUMENT",
-    "ASCII_SPACE",
     "MAX_NPROCS",
-    "NOT_GPU_LISTS",
     "ArgumentKeywords",
     "OptionKeywords",
     "Options",
-    "check_int",
-    "check_nprocs",
-    "environ_value",
-    "parse_choice",
-    "parse_fallback",
-    "union_front",
 ]
 
 MAX_NPROCS = 65536  # local ranks; bounds the work when nprocs comes from the environment
@@ -465,7 +456,7 @@ class Options:
 
     @property
     def effective_policy(self) -> MemoryPolicy:
-        """The memory policy a plan gets: :attr:`policy`, else ``preferred``."""
+        """The memory policy a plan gets -- :attr:`policy`, else ``preferred``."""
         return MemoryPolicy.PREFERRED if self.policy is None else self.policy
 
     def from_launcher(self, what: str) -> bool:

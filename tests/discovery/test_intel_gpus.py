@@ -3,7 +3,7 @@
 The recorded machine is an Aurora-like node (``tests/machines/aurora_like.json``):
 2 sockets, 6 GPUs of PCI class 0x0380, HBM as CPU-less memory nodes, and an
 Intel VGA function (integrated-graphics class 0x0300) that must not count.
-The XPU recipe of docs/integrations.md runs for real on a two-node snapshot
+The XPU recipe of docs/site/xpu.md runs for real on a two-node snapshot
 over this machine's CPUs 0 and 1.
 """
 

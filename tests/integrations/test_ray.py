@@ -4,7 +4,7 @@ Real here: Ray's scheduler, its actors (separate worker processes), and the
 ``CUDA_VISIBLE_DEVICES`` Ray sets for an actor with ``num_gpus=1`` -- Ray
 does that from ``ray.init(num_gpus=2)`` even with no GPU present, and sets no
 ``LOCAL_RANK``/``RANK``.  Each actor runs the Ray recipe of
-docs/integrations.md: ``bind_current_process()`` with no rank, so the
+docs/site/ray.md: ``bind_current_process()`` with no rank, so the
 visible-GPU rule applies,
 and the test reads each actor's binding from outside through /proc.  What
 would need a GPU: nothing up to this point; Ray's GPUs are logical here and
@@ -61,7 +61,7 @@ def ray_cluster(snapshot: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator:
 def test_two_actors_each_bind_to_their_gpus_node(ray_cluster) -> None:
     ray = ray_cluster
     namespace: dict = {"__name__": "pynumabind_ray_recipe"}  # not importable: shipped by value
-    exec(compile(recipe("ray"), "docs/integrations.md:ray", "exec"), namespace)
+    exec(compile(recipe("ray"), "docs/site/ray.md:ray", "exec"), namespace)
     trainers = [namespace["Trainer"].remote() for _ in range(2)]
 
     def report(self) -> dict:  # runs inside the actor, after the recipe's __init__

@@ -48,10 +48,10 @@ def test_gate_rejects_anything_else_naming_the_variable() -> None:
 
 
 def documented_flag_values() -> Dict[str, List[str]]:
-    """The on and off values docs/integrations.md gives for the on/off switches."""
-    text = (Path(__file__).resolve().parents[2] / "docs" / "integrations.md").read_text()
+    """The on and off values docs/site/frameworks.md gives for the on/off switches."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "site" / "frameworks.md").read_text()
     found = re.search(r"on is (.*?); off is (.*?);", " ".join(text.split()))
-    assert found, "docs/integrations.md no longer lists the on/off values"
+    assert found, "docs/site/frameworks.md no longer lists the on/off values"
     on, off = (re.findall(r"`([^`]*)`", part) for part in found.groups())
     return {"on": on, "off": off}
 

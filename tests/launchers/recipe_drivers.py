@@ -1,6 +1,6 @@
 """Drivers of launchers/test_multiprocessing.py: the recipe's pools, run in a child.
 
-The recipe itself (docs/integrations.md, unchanged) is written by the test to
+The recipe itself (its page of docs/site, unchanged) is written by the test to
 ``bindrecipe.py`` in a folder that each driver puts on ``sys.path`` first
 (multiprocessing's spawned workers inherit that path).  Run through
 ``childproc.child_command``; each prints its result as the old driver script

@@ -1,5 +1,5 @@
-"""docs/integrations.md stays tested: every recipe is run by a test, and the
-claims its prose makes that need a GPU are checked on a recorded machine."""
+"""The launcher pages stay tested: every recipe (``docs/site/*.md``) is run by a
+test, and the claims their prose makes that need a GPU are checked on a recorded machine."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from pynumabind import planner
 
-from ..support.recipes import INTEGRATIONS, ROOT, recipes
+from ..support.recipes import FRAMEWORKS, ROOT, SITE, recipe_pages, recipes
 from ..support.topology_builders import dgx_h100
 
 
@@ -20,12 +20,24 @@ def test_every_recipe_is_run_by_a_test() -> None:
     sources = "\n".join(p.read_text() for p in (ROOT / "tests").rglob("test_*.py"))
     for name, (language, _) in found.items():
         call = f'recipe("{name}"' + (")" if language == "python" else f', "{language}")')
-        assert call in sources, f"no test runs the {name!r} recipe of {INTEGRATIONS}"
+        assert call in sources, f"no test runs the {name!r} recipe of {recipe_pages()[name]}"
 
 
 def test_readme_links_the_recipes() -> None:
+    """The README links the frameworks page, which links every page with a recipe."""
     readme = (ROOT / "README.md").read_text()
-    assert re.search(r"\]\(docs/integrations\.md\)", readme)
+    # An absolute link: PyPI shows the README as the long description.
+    assert re.search(r"\]\(https://github\.com/[^)]+/blob/main/docs/site/frameworks\.md\)", readme)
+    linked = set(re.findall(r"\]\((\w+\.md)\)", FRAMEWORKS.read_text()))
+    for page in set(recipe_pages().values()):
+        assert page.relative_to(SITE).as_posix() in linked, f"frameworks.md lacks {page.name}"
+
+
+def test_each_launcher_page_starts_with_what_to_add() -> None:
+    """A launcher page opens with what to add to a launch; explanation comes after."""
+    for page in set(recipe_pages().values()):
+        lines = page.read_text().splitlines()
+        assert lines[0].startswith("# ") and lines[2] == "## What to add to your launch", page
 
 
 def test_slurm_one_gpu_per_task() -> None:
@@ -56,4 +68,4 @@ def test_slurm_one_gpu_per_task() -> None:
 def test_python_recipes_compile(name: str) -> None:
     language, code = recipes()[name]
     assert language == "python"
-    compile(code, f"{INTEGRATIONS}:{name}", "exec")
+    compile(code, f"{recipe_pages()[name]}:{name}", "exec")

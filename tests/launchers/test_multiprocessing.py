@@ -1,4 +1,4 @@
-"""The ``multiprocessing`` recipe of docs/integrations.md, run for real.
+"""The ``multiprocessing`` recipe of docs/site/multiprocessing.md, run for real.
 
 The recipe's code (its ``bind_worker`` initializer and the two pool makers)
 is written unchanged into a module; a driver (``recipe_drivers``) starts a

@@ -1,4 +1,4 @@
-"""The Slurm recipe of docs/integrations.md, run under a real Slurm.
+"""The Slurm recipe of docs/site/slurm.md, run under a real Slurm.
 
 A one-node cluster (slurmctld + slurmd + munge, Debian's packages, see
 ``slurm_cluster.py``) is started on localhost for this module.  The recipe's

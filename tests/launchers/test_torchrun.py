@@ -1,6 +1,6 @@
 """A real torchrun job: 2 local workers (gloo backend), each binding itself.
 
-Each worker runs docs/integrations.md's torchrun recipe unchanged:
+Each worker runs docs/site/torchrun.md's torchrun recipe unchanged:
 ``pynumabind.bind_current_process()`` with no arguments -- rank and size come
 from torchrun's LOCAL_RANK/LOCAL_WORLD_SIZE, options from PYNUMABIND_* -- and
 ``dist.init_process_group()``; the test adds code before it (counting threads,
@@ -116,7 +116,7 @@ REPORT = textwrap.dedent(
 
 
 def _torchrun(tmp_path, extra_env, start=PLAIN_START):
-    """Run docs/integrations.md's torchrun recipe (between ``start`` and REPORT) in 2 workers."""
+    """Run docs/site/torchrun.md's torchrun recipe (between ``start`` and REPORT) in 2 workers."""
     script = tmp_path / "train.py"
     script.write_text(start + recipe("torchrun") + REPORT)
     out = tmp_path / "out"

@@ -44,7 +44,7 @@ ALLOWED: Dict[str, Tuple[int, str]] = {
     ),
     "discovery/test_intel_gpus.py": (
         1,
-        "runs docs/integrations.md's XPU recipe verbatim: the documented text is what is tested",
+        "runs docs/site/xpu.md's XPU recipe verbatim: the documented text is what is tested",
     ),
     "vm/test_harness.py": (1, "the probe runs inside the QEMU guest, which has no tests/ tree"),
     "integrations/helpers.py": (1, "integrations tests: owned by the vLLM work, converted there"),

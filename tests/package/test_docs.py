@@ -1,4 +1,4 @@
-"""The README, docs/integrations.md and the site's pages, read as a newcomer reads them.
+"""The README and the site's pages, read as a newcomer reads them.
 
 Every command or claim in them that can run on the test machine is run (or
 checked against the code) here, read from the documents themselves, so the
@@ -17,8 +17,8 @@ documents cannot drift from the code or from each other:
 * every passage about a process without a rank states the same rule, and
   that rule is what a process without a rank gets.
 
-The recipes of docs/integrations.md are run by their own tests
-(``tests/launchers/test_every_recipe_runs.py`` lists them).
+The recipes of the launcher pages (docs/site/torchrun.md, slurm.md ...) are run
+by their own tests (``tests/launchers/test_every_recipe_runs.py`` lists them).
 """
 
 from __future__ import annotations
@@ -41,13 +41,13 @@ from pynumabind import planner
 from pynumabind.options import OptionKeywords
 
 from ..support.cli_helpers import two_node_snapshot
-from ..support.recipes import INTEGRATIONS, ROOT
+from ..support.recipes import ROOT
 
 README = ROOT / "README.md"
 SITE = ROOT / "docs" / "site"
 BINDING = SITE / "binding.md"  # the configuration table
 CLI_PAGE = SITE / "cli.md"  # the commands and the options they all take
-DOCS = (README, INTEGRATIONS, *sorted(SITE.glob("*.md")))
+DOCS = (README, *sorted(SITE.glob("*.md")))
 LAUNCHER_VARIABLES = (
     "LOCAL_RANK",
     "LOCAL_WORLD_SIZE",
@@ -407,7 +407,7 @@ def test_every_passage_about_no_rank_states_the_same_rule() -> None:
     assert {BINDING.name, CLI_PAGE.name} <= placing, placing
     stated = [p for _, p in passages if NO_RANK_RULE in p]
     stating = {d for d, p in passages if NO_RANK_RULE in p}
-    assert stating == {README.name, INTEGRATIONS.name, BINDING.name}
+    assert stating == {README.name, "frameworks.md", BINDING.name}
     assert stated
 
 
@@ -433,3 +433,105 @@ def test_the_no_rank_rule_holds(tmp_path: Path, visible: str, expected: str) -> 
     result = _python(code, env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1].startswith(expected), result.stdout
+
+
+# ------------------------------------------------------------ paths the shipped files name
+
+# A path that a shipped file names, from the top of the checkout (``tests/vm/harness.py``,
+# ``docs/benchmarks/...``), in backticks or as a link.
+_NAMED_PATH = re.compile(
+    r"(?<![\w/.$-])((?:src|docs|tests|benchmarks|\.ci)/[\w.\-/]*\w)(?![\w*{<])"
+)
+_MD_LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
+
+
+def _manifest_prunes() -> List[str]:
+    """What MANIFEST.in leaves out of the sdist: outputs made at run time, and the built shim."""
+    text = _text(ROOT / "MANIFEST.in")
+    return re.findall(r"^(?:prune|exclude) (\S+)$", text, re.M)
+
+
+def _shipped_documents() -> List[Path]:
+    skip = {".git", ".cache", "_build", "__pycache__", ".hypothesis", "results", ".tox"}
+    found = []
+    for path in sorted(ROOT.rglob("*")):
+        parts = set(path.relative_to(ROOT).parts)
+        if parts & skip or path.suffix not in (".md", ".rst", ".py", ".in", ".ini", ".toml"):
+            continue
+        if path.is_file():
+            found.append(path)
+    return found
+
+
+def test_the_paths_shipped_files_name_exist_in_the_sdist() -> None:
+    """Every relative link, ``{include}`` and repository path a shipped file names resolves.
+
+    The sdist holds the checkout but MANIFEST.in's prunes and excludes
+    (outputs made at run time, such as ``benchmarks/results``): a path under one
+    of those may be named as where output goes, never as a file to read.
+    """
+    pruned = _manifest_prunes()
+    broken = []
+    for path in _shipped_documents():
+        text = _text(path)
+        where = path.relative_to(ROOT)
+        if path.suffix in (".md", ".rst"):
+            for link in _MD_LINK.findall(text) + re.findall(r"\{include\}\s+(\S+)", text):
+                if not re.match(r"[a-z]+:", link) and not (path.parent / link).exists():
+                    broken.append(f"{where}: {link}")
+        for found in _NAMED_PATH.findall(text):
+            named = found.rstrip(".")
+            if any(named == p or named.startswith(p + "/") for p in pruned):
+                continue
+            if not (ROOT / named).exists() and not (ROOT / named).with_suffix(".py").exists():
+                broken.append(f"{where}: {named}")
+    assert not broken, "shipped files name paths that do not exist:\n" + "\n".join(broken)
+
+
+# ------------------------------------------------------------ what a missing libnuma does
+
+_WITHOUT_LIBNUMA = """
+import logging, pynumabind
+from pynumabind._os import libnuma
+from pynumabind.errors import LibnumaUnavailableError
+
+def missing(name=None):  # what load() raises where libnuma.so.1 is not installed
+    raise LibnumaUnavailableError("cannot load libnuma.so.1: " + libnuma._INSTALL_HINT)
+
+libnuma.load = missing
+logging.basicConfig(level=logging.WARNING, format="LOG %(message)s")
+binding = pynumabind.bind_current_process(0, nprocs=1)
+print("partial", binding.partial, [s.what for s in binding.skipped])
+try:
+    pynumabind.bind_current_process(0, nprocs=1, on_error="raise")
+except pynumabind.BindError as exc:
+    print("raised BindError", "libnuma1" in str(exc))
+"""
+
+
+def test_a_missing_libnuma_does_what_the_docs_say() -> None:
+    """The README and troubleshooting page: warn and a partial binding; raise: BindError."""
+    readme = " ".join(_text(README).split())
+    assert "without it the library binds the CPUs and returns a *partial* binding" in readme
+    assert '`on_error="raise"` and `pynumabind exec` raise a `BindError` naming it' in readme
+    result = _python(_WITHOUT_LIBNUMA)
+    assert result.returncode == 0, result.stderr
+    assert "partial True ['memory policy']" in result.stdout, result.stdout
+    assert "raised BindError True" in result.stdout, result.stdout
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("LOG ")]
+    assert len(warnings) == 1 and "libnuma1" in warnings[0], result.stderr
+    assert "CPU affinity was applied" in warnings[0], warnings
+
+
+def test_no_page_repeats_itself() -> None:
+    """A long sentence said twice on one page is one to keep and one to drift."""
+    repeated = []
+    for path in DOCS:
+        seen: Set[str] = set()
+        prose = re.sub(r"^```.*?^```$", "", _text(path), flags=re.M | re.S)
+        for sentence in re.split(r"(?<=[.;])\s+", prose):
+            words = " ".join(sentence.split())
+            if len(words) >= 90 and words in seen:
+                repeated.append(f"{path.name}: {words[:80]}...")
+            seen.add(words)
+    assert not repeated, "\n".join(repeated)

@@ -4,7 +4,7 @@ No Kubernetes cluster runs here, and the image is not built: this checks
 the shape and the consistency of ``docs/site/examples/kubernetes/`` (what
 the docs section says plainly), not that a cluster runs them.
 
-* each file is shown in docs/integrations.md byte for byte, after a
+* each file is shown in docs/site/kubernetes.md byte for byte, after a
   ``<!-- file: PATH -->`` marker, and every such marker names a real file;
 * the manifests parse (PyYAML), and are a DaemonSet and a Pod of the API
   versions Kubernetes serves them under;
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import re
 import shlex
-from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
@@ -32,7 +31,9 @@ yaml = pytest.importorskip("yaml", reason="PyYAML is in the test extra: pip inst
 from pynumabind.cli import build_parser  # noqa: E402
 from pynumabind.records._paths import names_directory  # noqa: E402
 
-from ..support.recipes import INTEGRATIONS, ROOT  # noqa: E402
+from ..support.recipes import ROOT, SITE  # noqa: E402
+
+KUBERNETES = SITE / "kubernetes.md"  # the page that shows the files
 
 EXAMPLES = ROOT / "docs" / "site" / "examples" / "kubernetes"
 FILES = ("Dockerfile", "advise-daemonset.yaml", "worker-pod.yaml")
@@ -58,7 +59,7 @@ def _env(container: Dict[str, Any]) -> Dict[str, str]:
 
 
 def test_the_docs_show_each_file_byte_for_byte() -> None:
-    text = INTEGRATIONS.read_text(encoding="utf-8")
+    text = KUBERNETES.read_text(encoding="utf-8")
     shown = {path: body for path, body in _SHOWN.findall(text)}
     assert len(shown) == len(re.findall(r"<!-- file: ", text)), "a marker without its block"
     expected = {f"docs/site/examples/kubernetes/{name}" for name in FILES}
@@ -123,7 +124,7 @@ def test_the_daemonset_runs_the_image_the_dockerfile_builds() -> None:
 
 def test_the_manifests_say_what_they_are() -> None:
     """The docs' prose claims, against the files: read-only in pods, root writes the record."""
-    text = Path(INTEGRATIONS).read_text(encoding="utf-8")
+    text = KUBERNETES.read_text(encoding="utf-8")
     section = text.split("## Kubernetes:", 1)[1].split("\n## ", 1)[0]
     for value in ("/var/lib/pynumabind/", "PYNUMABIND_MODE=advised", "libnuma1", "hostPath"):
         assert value in section, value

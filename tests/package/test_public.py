@@ -232,3 +232,111 @@ def test_every_type_in_a_public_signature_or_result_is_exported_and_documented()
         if not re.search(rf"^\.\. auto(?:class|exception):: {re.escape(home)}\s*$", reference, re.M)
     )
     assert undocumented == [], f"docs/site/reference.rst lacks {undocumented}"
+
+
+# ------------------------------------------------------------ every public module
+
+REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "site" / "reference.rst"
+_ENTRY = re.compile(
+    r"^\.\. (?:auto(?:function|class|exception|data|module)|py:(?:data|class|function|module))"
+    r":: (pynumabind[\w.]*)\s*$",
+    re.M,
+)
+# Modules that import a framework (vLLM, SGLang) and cannot be imported without it.
+_NEEDS_A_FRAMEWORK = ("pynumabind.integrations.vllm", "pynumabind.integrations.sglang")
+
+
+def _public_modules() -> List[str]:
+    import pkgutil
+
+    names = ["pynumabind"]
+    for info in pkgutil.walk_packages(pynumabind.__path__, "pynumabind."):
+        private = any(part.startswith("_") for part in info.name.split("."))
+        if not private and info.name not in _NEEDS_A_FRAMEWORK:
+            names.append(info.name)
+    return names
+
+
+_AUTOMODULE_MEMBERS = re.compile(
+    r"^\.\. automodule:: (pynumabind[\w.]*)\n((?:   :[\w-]+:.*\n)+)", re.M
+)
+
+
+def _reference_entries() -> List[str]:
+    """The reference's entries, but those in a module that needs a framework to import.
+
+    An ``automodule`` with ``:members:`` documents its module's ``__all__``
+    (autodoc's rule), but for ``:exclude-members:``.
+    """
+    text = REFERENCE.read_text(encoding="utf-8")
+    entries = _ENTRY.findall(text)
+    for module_name, options in _AUTOMODULE_MEMBERS.findall(text):
+        if ":members:" not in options:
+            continue
+        excluded = re.search(r":exclude-members: (.*)", options)
+        skip = {n.strip() for n in excluded.group(1).split(",")} if excluded else set()
+        module = importlib.import_module(module_name)
+        entries += [f"{module_name}.{n}" for n in module.__all__ if n not in skip]
+    framework = tuple(module + "." for module in _NEEDS_A_FRAMEWORK)
+    return [entry for entry in entries if not (entry + ".").startswith(framework)]
+
+
+def _lookup(dotted: str) -> object:
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            found: object = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attribute in parts[cut:]:
+            found = getattr(found, attribute)
+        return found
+    raise AssertionError(dotted)
+
+
+def _is_value(found: object) -> bool:
+    """A constant, compared by name: an int or a string is no one object."""
+    return not (callable(found) or isinstance(found, type) or type(found).__name__ == "module")
+
+
+def test_the_reference_entries_name_real_objects() -> None:
+    entries = _reference_entries()
+    assert len(entries) > len(pynumabind._EXPORTS), entries
+    for entry in entries:
+        _lookup(entry)
+
+
+@pytest.mark.parametrize("module_name", _public_modules())
+def test_every_public_modules_all_holds_only_documented_names(module_name: str) -> None:
+    """``__all__`` of a public module is its public API: each name has a reference entry.
+
+    A name counts as documented when the reference has an entry for the same
+    object (a class or function re-exported elsewhere: ``pynumabind.Plan`` is
+    ``pynumabind.model.Plan``) or, for a constant, for that module's name.
+    Private modules (a part of the name starts with ``_``) are private whole.
+    """
+    module = importlib.import_module(module_name)
+    names = getattr(module, "__all__", None)
+    if names is None:
+        return
+    entries = _reference_entries()
+    objects = {id(_lookup(entry)) for entry in entries if not _is_value(_lookup(entry))}
+    # A constant is documented under its own name, the same object (a re-export).
+    values = {
+        (entry.rpartition(".")[2], id(_lookup(entry)))
+        for entry in entries
+        if _is_value(_lookup(entry))
+    }
+    undocumented = []
+    for name in names:
+        found = getattr(module, name)
+        if name == "__version__":
+            continue
+        documented = (
+            (name, id(found)) in values
+            if _is_value(found)
+            else id(found) in objects or f"{module_name}.{name}" in entries
+        )
+        if not documented:
+            undocumented.append(name)
+    assert not undocumented, f"{module_name}.__all__ holds undocumented names: {undocumented}"

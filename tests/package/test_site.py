@@ -15,7 +15,9 @@ Sphinx itself builds the site with warnings as errors in ``.ci/release-checks``
 * every ``pynumabind COMMAND --option`` the pages name exists;
 * the CHANGELOG has a dated section for this version, and neither it nor
   ``src/`` cites issue numbers;
-* the README links into the site, to pages that exist.
+* docs/site/api.md lists exactly ``pynumabind.__all__``, a line each;
+* the README links are absolute (PyPI shows it as the long description), and
+  those into the repository name files that exist.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from ..support.recipes import ROOT
 from ..support.sysfs_tree import build_sysfs
 
 SITE = ROOT / "docs" / "site"
-EXAMPLES = SITE / "examples"
+EXAMPLES = ROOT / "src" / "pynumabind" / "discovery" / "examples"  # shipped: example:NAME
 REFERENCE = SITE / "reference.rst"
 ENVIRONMENT = SITE / "environment.md"
 GLOSSARY = SITE / "glossary.md"
@@ -181,9 +183,10 @@ def test_the_glossary_defines_the_vocabulary() -> None:
 
 def test_the_site_uses_the_vocabulary() -> None:
     """The names the glossary retired appear on no page (``memory=``, ``--memory``, ...)."""
+    # SGLang's own ``sgl.Engine(device="cpu")``, which the SGLang page quotes, is not ours.
     retired = re.compile(
         r"\bmemory=|--memory\b|PYNUMABIND_MEMORY|--no-gpu\b|\bgpus=(?:True|False)|"
-        r"\bdevices?=|Plan\.devices?\b|\.mempolicy\b"
+        r"(?<!Engine\()\bdevices?=|Plan\.devices?\b|\.mempolicy\b"
     )
     for path in _pages():
         for number, line in enumerate(_text(path).splitlines(), 1):
@@ -207,12 +210,12 @@ def test_the_pages_have_doctests() -> None:
 
 
 @pytest.mark.parametrize("page", sorted(_doctest_pages()))
-def test_doctests_run(page: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_doctests_run(page: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Each page's doctest blocks, in order, in one namespace: as Sphinx's doctest builder."""
     for name in list(os.environ):
         if name.startswith("PYNUMABIND_"):
             monkeypatch.delenv(name)
-    monkeypatch.chdir(EXAMPLES)  # conf.py's doctest_global_setup does the same
+    monkeypatch.chdir(tmp_path)  # the examples are read from any directory
     source = _doctest_pages()[page]
     test = doctest.DocTestParser().get_doctest(
         source, {"pynumabind": pynumabind}, page, str(SITE / page), 0
@@ -225,10 +228,15 @@ def test_doctests_run(page: str, monkeypatch: pytest.MonkeyPatch) -> None:
     assert results.failed == 0, f"{page}: {results.failed} of {results.attempted} failed"
 
 
-def test_the_doctests_snapshot_is_the_recorded_machine(tmp_path: Path) -> None:
-    """``examples/dgx-h100.json`` is ``pynumabind snapshot`` of ``tests/machines/dgx_h100.json``."""
-    tree = build_sysfs("dgx_h100", tmp_path / "sys")
-    written = tmp_path / "dgx-h100.json"
+@pytest.mark.parametrize(
+    ("example", "machine"), [("dgx-h100", "dgx_h100"), ("gb200-nvl-tray", "gb200_nvl_tray")]
+)
+def test_the_shipped_examples_are_the_recorded_machines(
+    example: str, machine: str, tmp_path: Path
+) -> None:
+    """Each shipped ``example:NAME`` is ``pynumabind snapshot`` of its ``tests/machines`` record."""
+    tree = build_sysfs(machine, tmp_path / "sys")
+    written = tmp_path / f"{example}.json"
     command = ["snapshot", "--sysfs-root", str(tree), "--no-nvml", "-o", str(written)]
     result = subprocess.run(
         [sys.executable, "-m", "pynumabind", *command],
@@ -238,7 +246,43 @@ def test_the_doctests_snapshot_is_the_recorded_machine(tmp_path: Path) -> None:
         env={k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")},
     )
     assert result.returncode == 0, result.stderr
-    assert json.loads(_text(written)) == json.loads(_text(EXAMPLES / "dgx-h100.json"))
+    assert json.loads(_text(written)) == json.loads(_text(EXAMPLES / f"{example}.json"))
+
+
+def test_the_examples_are_package_data_read_from_any_directory(tmp_path: Path) -> None:
+    """The installed package holds them (importlib.resources), and pyproject ships them."""
+    from pynumabind.discovery import example_topologies
+
+    names = example_topologies()
+    assert names == sorted(path.stem for path in EXAMPLES.glob("*.json")) and len(names) >= 2
+    pyproject = _text(ROOT / "pyproject.toml")
+    assert re.search(r'^pynumabind = \[.*"discovery/examples/\*\.json".*\]$', pyproject, re.M)
+    assert "graft src/pynumabind/discovery/examples" in _text(ROOT / "MANIFEST.in")
+    result = subprocess.run(
+        [sys.executable, "-m", "pynumabind", "plan", "--topology", "example:dgx-h100", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")},
+    )
+    assert result.returncode == 0, result.stderr
+    assert len(json.loads(result.stdout)["ranks"]) == 8
+
+
+def test_an_unknown_example_is_a_usage_error_listing_the_examples(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "pynumabind", "plan", "--topology", "example:dgx-h1000"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")},
+    )
+    assert result.returncode == 2, result.stderr
+    assert "example:dgx-h100, example:gb200-nvl-tray" in result.stderr, result.stderr
+    (tmp_path / "example:mine").write_text(_text(EXAMPLES / "dgx-h100.json"))
+    assert pynumabind.load_topology(str(tmp_path / "example:mine")).gpus
 
 
 # ------------------------------------------------------------ commands
@@ -309,8 +353,107 @@ def test_no_issue_numbers_in_the_source_or_the_changelog() -> None:
 # ------------------------------------------------------------ the README
 
 
-def test_the_readme_links_into_the_site() -> None:
-    links = re.findall(r"\]\((docs/site/[^)#]+)", _text(ROOT / "README.md"))
+# PyPI shows README.md as the package's long description, where a relative link
+# resolves against pypi.org and breaks: every link is absolute, and each one into
+# the repository (pyproject's Source URL) names a file or folder of this checkout.
+_LINK = re.compile(r"\]\(([^)\s]+)\)|<(https?://[^>\s]+)>|^\[[^\]]+\]:\s*(\S+)", re.M)
+
+
+def _source_url() -> str:
+    found = re.search(r'^Source = "([^"]+)"$', _text(ROOT / "pyproject.toml"), re.M)
+    assert found, "pyproject.toml's [project.urls] has no Source"
+    return found.group(1)
+
+
+def _readme_links() -> List[str]:
+    return [next(g for g in groups if g) for groups in _LINK.findall(_text(ROOT / "README.md"))]
+
+
+def test_the_readme_links_are_absolute_for_its_pypi_page() -> None:
+    links = _readme_links()
     assert len(links) >= 5, links
-    for link in links:
-        assert (ROOT / link).is_file(), f"README.md links to {link}, which does not exist"
+    relative = [link for link in links if not re.match(r"https?://", link)]
+    assert not relative, f"README.md has relative links, which break on PyPI: {relative}"
+
+
+def test_the_readme_links_into_the_repository_name_files_that_exist() -> None:
+    prefix = re.compile(re.escape(_source_url()) + r"/(?:blob|tree)/main/([^#?]+)")
+    into_repository = [m.group(1) for m in map(prefix.match, _readme_links()) if m]
+    site = [path for path in into_repository if path.startswith("docs/site/")]
+    assert len(site) >= 5, f"README.md links to too few site pages: {into_repository}"
+    for path in into_repository:
+        assert (ROOT / path).exists(), f"README.md links to {path}, which does not exist"
+
+
+def test_the_link_check_sees_a_relative_link() -> None:
+    """The pattern finds a relative link, so the absolute-links test can fail."""
+    text = "see [a](sub/x.md) and <https://e.org> and\n[b]: https://f.org/"
+    assert [next(g for g in groups if g) for groups in _LINK.findall(text)] == [
+        "sub/x.md",
+        "https://e.org",
+        "https://f.org/",
+    ]
+
+
+# ------------------------------------------------------------ the start page
+
+LAUNCHERS = ("torchrun", "Slurm", "vLLM", "SGLang", "Ray")
+
+
+def test_the_start_page_shows_install_check_and_launchers_on_one_screen() -> None:
+    """Read as Markdown, its first 40 lines hold the install, the check and a line per launcher."""
+    screen = "\n".join(_text(SITE / "index.md").splitlines()[:40])
+    assert "python3 -m pip install . && pynumabind check" in screen, screen
+    for launcher in LAUNCHERS:
+        line = re.search(rf"^- \*\*{launcher}\*\*: .*\]\(([^)]+)\)", screen, re.M)
+        assert line, f"index.md's first 40 lines have no line for {launcher}"
+        page = line.group(1).partition("#")[0]
+        assert (SITE / page).is_file(), line.group(0)
+        assert "How it works" not in screen[: screen.index(line.group(0))]
+
+
+def test_no_page_tells_users_to_install_from_pypi_before_a_release() -> None:
+    """``pip install pynumabind`` fails until a release is published: say "once released"."""
+    for path in (ROOT / "README.md", *_pages()):
+        lines = _text(path).splitlines()
+        for number, line in enumerate(lines, 1):
+            if re.search(r"pip install pynumabind\b", line):
+                near = " ".join(lines[max(0, number - 2) : number]).lower()
+                assert "once a release is published" in near, f"{path.name}:{number}: {line}"
+
+
+_ROLE_OR_LITERAL = re.compile(r":[a-z]+:`[^`]*`|``[^`]*``")
+
+
+@pytest.mark.parametrize("name", sorted(n for n in pynumabind.__all__ if n != "__version__"))
+def test_the_returns_section_does_not_read_as_a_type(name: str) -> None:
+    """napoleon reads ``X: text`` on a Returns line as the type ``X``: prose would render
+    as the return type ("Return type: The Binding").  The type comes from the annotation."""
+    found = getattr(pynumabind, name)
+    if isinstance(found, type):
+        return
+    doc = inspect.getdoc(found) or ""
+    lines = doc.splitlines()
+    for index, line in enumerate(lines[:-1]):
+        if line.strip() == "Returns:":
+            first = _ROLE_OR_LITERAL.sub("x", lines[index + 1])
+            assert not re.search(r":(\s|$)", first), f"{name}: {lines[index + 1].strip()}"
+
+
+# ------------------------------------------------------------ the public API as Markdown
+
+
+def test_the_api_page_lists_every_public_name_once_with_a_line() -> None:
+    """docs/site/api.md, read on the forge as plain Markdown, is ``pynumabind.__all__``."""
+    items = re.findall(
+        r"^- \[?`(\w+)`(?:\]\(#pynumabind\.(\w+)\))?: (\S.*)$", _text(SITE / "api.md"), re.M
+    )
+    listed = [name for name, _, _ in items]
+    assert sorted(listed) == sorted(pynumabind.__all__), (
+        f"missing: {sorted(set(pynumabind.__all__) - set(listed))}, "
+        f"extra: {sorted(set(listed) - set(pynumabind.__all__))}"
+    )
+    assert len(listed) == len(set(listed)), "a name is listed twice"
+    for name, anchor, line in items:
+        assert anchor in ("", name), f"{name} links to pynumabind.{anchor}"
+        assert len(line) > 10, f"{name}: no description"

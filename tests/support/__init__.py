@@ -20,7 +20,7 @@ sits beside that folder's tests (``tests/binding/child_binding.py``), and
   ``root_setup`` (what the suite installs or starts as root, said at the
   start, and the variable that turns it off);
 * the rest: ``advice_builders`` (measurement matrices), ``recipes`` (the
-  recipes of docs/integrations.md, and reading a process through /proc),
+  recipes of the launcher pages (docs/site), and reading a process through /proc),
   ``import_scan`` (the package's imports, read from its source).
 
 How the tests import them, and why

@@ -37,5 +37,5 @@ def printing(folder: Path, text: str) -> str:
 
 
 def recorded(name: str) -> str:
-    """The recorded output ``tests/machines/nvidia_smi/NAME.txt``."""
+    """The recorded output of machine ``name``: its ``.txt`` in ``tests/machines/nvidia_smi/``."""
     return (OUTPUTS / f"{name}.txt").read_text(encoding="utf-8")

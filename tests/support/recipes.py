@@ -1,7 +1,8 @@
-"""The recipes of ``docs/integrations.md``, and reading a process from outside.
+"""The recipes of the launcher pages (``docs/site/*.md``), and reading a process from outside.
 
 * :func:`recipe` returns the code block that follows ``<!-- recipe: NAME -->``
-  in the document, unchanged: the recipe tests run exactly what users read.
+  in a page of the site (``docs/site/torchrun.md``, ``slurm.md`` ...), unchanged:
+  the recipe tests run exactly what users read.  A name appears once in the site.
 * :func:`observe` reads another process's CPUs (every thread), and its memory
   policy, from ``/proc/PID/``: what the kernel says, not what the process
   reports about itself.
@@ -21,26 +22,45 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 ROOT = Path(__file__).resolve().parents[2]
-INTEGRATIONS = ROOT / "docs" / "integrations.md"
+SITE = ROOT / "docs" / "site"
+# The page that tells what each launcher and framework needs, and links the pages with the recipes.
+FRAMEWORKS = SITE / "frameworks.md"
 
 _MARKER = re.compile(r"^<!-- recipe: ([a-z0-9-]+) -->\n```([a-z]+)\n(.*?)^```$", re.M | re.S)
 
 
+def recipe_pages() -> Dict[str, Path]:
+    """Every recipe's page: name -> the site page that holds it."""
+    return {name: page for page, found in _by_page().items() for name in found}
+
+
+def _by_page() -> Dict[Path, Dict[str, Tuple[str, str]]]:
+    pages: Dict[Path, Dict[str, Tuple[str, str]]] = {}
+    for page in sorted(SITE.glob("*.md")):
+        text = page.read_text(encoding="utf-8")
+        found: Dict[str, Tuple[str, str]] = {}
+        for match in _MARKER.finditer(text):
+            name, language, code = match.groups()
+            found[name] = (language, code)
+        # A marker not followed directly by a fenced block would go unnoticed.
+        markers = re.findall(r"<!-- recipe: ([^ ]+) -->", text)
+        if sorted(markers) != sorted(found):
+            raise AssertionError(
+                f"{page}: markers {sorted(markers)} but code blocks for {sorted(found)}"
+            )
+        if found:
+            pages[page] = found
+    return pages
+
+
 def recipes() -> Dict[str, Tuple[str, str]]:
-    """Every recipe in the document: name -> (language, code)."""
+    """Every recipe in the site: name -> (language, code)."""
     found: Dict[str, Tuple[str, str]] = {}
-    text = INTEGRATIONS.read_text(encoding="utf-8")
-    for match in _MARKER.finditer(text):
-        name, language, code = match.groups()
-        if name in found:
-            raise AssertionError(f"{INTEGRATIONS}: recipe {name!r} appears twice")
-        found[name] = (language, code)
-    # A marker not followed directly by a fenced block would go unnoticed.
-    markers = re.findall(r"<!-- recipe: ([^ ]+) -->", text)
-    if sorted(markers) != sorted(found):
-        raise AssertionError(
-            f"{INTEGRATIONS}: markers {sorted(markers)} but code blocks for {sorted(found)}"
-        )
+    for page, on_page in _by_page().items():
+        for name, value in on_page.items():
+            if name in found:
+                raise AssertionError(f"{page}: recipe {name!r} appears twice in the site")
+            found[name] = value
     return found
 
 
@@ -49,7 +69,7 @@ def recipe(name: str, language: str = "python") -> str:
     try:
         found_language, code = recipes()[name]
     except KeyError:
-        raise AssertionError(f"{INTEGRATIONS} has no recipe {name!r}") from None
+        raise AssertionError(f"no page of {SITE} has a recipe {name!r}") from None
     assert found_language == language, (name, found_language)
     return code
 

@@ -124,7 +124,7 @@ def advise(
             nodes' memory).
 
     Returns:
-        An :class:`Advice`: the measurements, the firmware's SLIT and HMAT,
+        An :class:`Advice` -- the measurements, the firmware's SLIT and HMAT,
         and the :class:`~pynumabind.Recommendation` with its
         reasons.  No CUDA to measure copies with, or a single node, is
         reported in it, not raised.

@@ -11,4 +11,4 @@ from __future__ import annotations
 
 from ..records.report import render_text
 
-__all__ = ["render_text"]
+__all__: list[str] = []  # nothing here is public API: the names are the package's own

@@ -74,7 +74,9 @@ from ..records.values import (
     Spread,
 )
 
-__all__ = ["NO_DIFFERENCE", "compare", "decide"]
+__all__ = [
+    "decide",
+]
 
 NO_DIFFERENCE = "binding makes no measurable difference to memory or copies here"
 

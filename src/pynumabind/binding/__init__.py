@@ -79,8 +79,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..options import OptionKeywords
 
 __all__ = [
-    "ON_ERROR_CHOICES",
-    "VERIFY_PAGES",
     "Binding",
     "KernelPolicy",
     "Skipped",
@@ -714,7 +712,7 @@ def bind_current_process(
             ``local_gpus``, ``priority_cores`` (each described there).
 
     Returns:
-        The :class:`Binding`: the plan, what each thread got, the policy read
+        The :class:`Binding` -- the plan, what each thread got, the policy read
         back, and whether anything was skipped; with ``PYNUMABIND_DISABLE=1``,
         one that applied nothing; in mode ``advised`` with a record that says
         binding makes no difference, one that changed nothing and says why

@@ -358,7 +358,7 @@ class MemoryPlacement:
 
     @property
     def in_proportion(self) -> Optional[bool]:
-        """Under weights: whether the present pages' split is theirs (None: nothing to judge)."""
+        """Whether, under weights, the present pages' split is theirs (None: nothing to judge)."""
         if self.weights is None or self.pages_per_node is None:
             return None
         return not self.split_problems
@@ -556,7 +556,7 @@ def bind_memory(
             honoured exactly; the nodes are theirs.
 
     Returns:
-        A :class:`MemoryPlacement`: the nodes and policy applied, the pages
+        A :class:`MemoryPlacement` -- the nodes and policy applied, the pages
         per node, and each page not moved with its reason; under weights,
         the runs and whether the split is in proportion.
 

@@ -109,15 +109,14 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("pynumabind.discovery")
 
 __all__ = [
+    "EXAMPLE_PREFIX",
     "Detail",
     "apply_visibility",
     "detail_for",
     "detect_topology",
-    "forget_layout",
+    "example_topologies",
     "load_topology",
-    "merge_nvml",
     "process_topology",
-    "ray_gpus",
     "resolve_topology",
     "topology_from_sysfs",
 ]
@@ -346,7 +345,7 @@ def detect_topology(
             GPU of the machine, as a snapshot records).
 
     Returns:
-        The :class:`~pynumabind.Topology`: nodes, CPUs, the GPUs this process
+        The :class:`~pynumabind.Topology` -- nodes, CPUs, the GPUs this process
         sees (in its numbering), distances and its allowed sets, with notes
         on anything discovery could not tell.
 
@@ -526,7 +525,15 @@ def topology_from_sysfs(
 
 @_forksafe.guarded  # it imports and loads on first use (see _os.forksafe)
 def load_topology(path: str) -> Topology:
-    """Read a snapshot file written by ``pynumabind snapshot``.
+    """Read a snapshot file written by ``pynumabind snapshot``, or a shipped example.
+
+    ``path`` starting with ``example:`` names one of the snapshots shipped
+    inside the package, by name, from any directory: ``example:dgx-h100``
+    (an 8-GPU DGX H100), ``example:gb200-nvl-tray`` (a GB200 NVL72 tray:
+    GPUs whose memory is a node without CPUs).  Any other ``path`` is a
+    file; a file whose name starts with ``example:`` is read as
+    ``./example:...``.  An unknown example name is an error listing the
+    names there are.
 
     The file is untrusted input: only a regular file is read (a FIFO would
     hang, ``/dev/zero`` never ends), at most
@@ -535,18 +542,19 @@ def load_topology(path: str) -> Topology:
     names the file.
 
     Args:
-        path: The snapshot file.
+        path: The snapshot file, or ``example:NAME``.
 
     Returns:
-        The :class:`~pynumabind.Topology` as recorded: the snapshot's GPUs
+        The :class:`~pynumabind.Topology` as recorded -- the snapshot's GPUs
         and allowed sets, not this process's.
 
     Raises:
         SnapshotFileError: (a TopologyError, and a ConfigError: the CLI's
             usage error) the file is missing, not a regular file, too
-            large, not UTF-8, not JSON, or not a valid snapshot.
+            large, not UTF-8, not JSON, or not a valid snapshot; or no
+            example has that name.
     """
-    text = _read_snapshot(path)
+    text = _example_text(path) if path.startswith(EXAMPLE_PREFIX) else _read_snapshot(path)
     try:
         return Topology.from_json(text)
     except TopologyError as exc:
@@ -696,6 +704,35 @@ def resolve_topology(
     if warning is not None:
         log.warning("pynumabind: %s", warning)
     return topology
+
+
+#: The prefix of a shipped example's name (:func:`load_topology`).
+EXAMPLE_PREFIX = "example:"
+
+
+def example_topologies() -> List[str]:
+    """The names of the snapshots shipped with the package (``example:NAME``), sorted."""
+    from importlib.resources import files
+
+    folder = files(__name__).joinpath("examples")
+    return sorted(
+        entry.name[: -len(".json")] for entry in folder.iterdir() if entry.name.endswith(".json")
+    )
+
+
+def _example_text(path: str) -> str:
+    """The text of shipped example ``path`` (``example:NAME``): package data, read whole."""
+    from importlib.resources import files
+
+    name = path[len(EXAMPLE_PREFIX) :]
+    names = example_topologies()
+    if name not in names:
+        raise SnapshotFileError(
+            f"topology {path!r}: no example of that name is shipped; the examples are "
+            + ", ".join(EXAMPLE_PREFIX + known for known in names)
+            + " (a file whose name starts with 'example:' is read as ./example:...)"
+        )
+    return files(__name__).joinpath("examples", f"{name}.json").read_text(encoding="utf-8")
 
 
 def _read_snapshot(path: str) -> str:

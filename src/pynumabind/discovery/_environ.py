@@ -140,7 +140,7 @@ def no_rank(options: Optional[Options] = None) -> str:
 _ASCII_SPACE = ASCII_SPACE  # only ASCII whitespace is trimmed (see options.ASCII_SPACE)
 #: The one set of boolean values, for every on/off variable (``PYNUMABIND_DISABLE``,
 #: ``PYNUMABIND_REQUIRE_NODE``, ``PYNUMABIND_VLLM``, ``PYNUMABIND_SGLANG``), in any
-#: letter case, ASCII whitespace around them ignored (docs/integrations.md lists it).
+#: letter case, ASCII whitespace around them ignored (docs/site/frameworks.md lists it).
 FLAG_TRUE = frozenset({"1", "true", "yes", "on"})
 FLAG_FALSE = frozenset({"", "0", "false", "no", "off"})
 _INT = re.compile(r"[0-9]{1,9}\Z")  # no sign, no spaces inside; < 10**9

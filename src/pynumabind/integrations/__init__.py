@@ -106,16 +106,6 @@ from ._common import (
 )
 
 __all__ = [
-    "bind_gpu",
-    "bind_gpus",
-    "bind_visible_gpus",
-    "check_release",
-    "describe_gpus",
-    "gate",
-    "installed_version",
-    "missing_attributes",
-    "per_gpu_override",
-    "release",
     "sglang_plugin",
     "vllm_plugin",
 ]

@@ -169,22 +169,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Unpack
 
 __all__ = [
-    "MAX_NPROCS",
-    "RANK_SEPARATOR",
-    "CpusOverride",
-    "NodesOverride",
     "OptionKeywords",
     "Options",
-    "default_nprocs",
-    "local_ranks",
-    "parse_cpus_override",
-    "parse_nodes_override",
     "plan",
     "plan_all",
-    "plan_all_for",
     "plan_each",
-    "plan_each_for",
-    "plan_for",
     "plan_gpus_for",
 ]
 
@@ -556,7 +545,7 @@ def plan(
             ``local_gpus``, ``priority_cores`` (each described there).
 
     Returns:
-        The rank's :class:`~pynumabind.Plan`: CPUs, memory nodes, policy and
+        The rank's :class:`~pynumabind.Plan` -- CPUs, memory nodes, policy and
         the reasons for each decision.  Pure: nothing is applied.
 
     Raises:
@@ -605,7 +594,7 @@ def plan_each(
             ``local_gpus``, ``priority_cores`` (each described there).
 
     Returns:
-        One entry per local rank, in rank order: its
+        One entry per local rank, in rank order -- its
         :class:`~pynumabind.Plan`, or the :class:`~pynumabind.PynumabindError`
         that rank's planning raised.
 

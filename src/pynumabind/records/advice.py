@@ -31,7 +31,9 @@ from . import _json, _validate
 from ._machine import Machine
 from .values import Firmware, GpuCopies, MemoryMatrix, Recommendation
 
-__all__ = ["Advice", "Record", "parse_record"]
+__all__ = [
+    "Advice",
+]
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # for annotations only: Advice imports this module (str(advic
     from .advice import Advice
     from .values import GpuCopies, MemoryMatrix, Spread
 
-__all__ = ["render_text"]
+__all__: list[str] = []  # nothing here is public API: the names are the package's own
 
 Rows = List[List[str]]
 

@@ -26,7 +26,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..options import Options
 
 __all__ = [
-    "DEFAULT_MIN_EFFECT",
     "Comparison",
     "CopyCell",
     "Firmware",

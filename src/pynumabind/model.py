@@ -33,9 +33,10 @@ snapshots are always complete.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Type, TypeVar
 
+from ._record import FACTORY, field, record
+from ._record import replace as _replace
 from .cpulist import DEFAULT_MAX_ID, format_cpulist, parse_cpulist
 from .errors import ConfigError, ListParseError, TopologyError
 
@@ -102,7 +103,7 @@ class Detail(enum.IntEnum):
     FULL = 5  # + dies and node memory sizes: everything show and snapshot print
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NumaNode:
     """One NUMA node.
 
@@ -119,6 +120,24 @@ class NumaNode:
     has_memory: bool = True
     distances: Mapping[int, int] = field(default_factory=dict, hash=False)
 
+    def __init__(  # noqa: PLR0917 - positional, as the dataclass's fields
+        self,
+        id: int,
+        cpus: frozenset[int],
+        memory_total: Optional[int] = None,
+        memory_free: Optional[int] = None,
+        has_memory: bool = True,
+        distances: Mapping[int, int] = FACTORY,
+    ) -> None:
+        self.__dict__.update(
+            id=id,
+            cpus=cpus,
+            memory_total=memory_total,
+            memory_free=memory_free,
+            has_memory=has_memory,
+            distances={} if distances is FACTORY else distances,
+        )
+
     @property
     def has_cpus(self) -> bool:
         return bool(self.cpus)
@@ -128,7 +147,7 @@ class NumaNode:
         return self.has_memory and not self.cpus
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Cpu:
     """One online logical CPU and where it sits.
 
@@ -150,13 +169,35 @@ class Cpu:
     l3: frozenset[int] = frozenset()
     highest_perf: Optional[int] = None
 
+    def __init__(  # noqa: PLR0917 - positional, as the dataclass's fields
+        self,
+        id: int,
+        node: Optional[int],
+        package: int,
+        core: int,
+        die: Optional[int] = None,
+        siblings: frozenset[int] = frozenset(),
+        l3: frozenset[int] = frozenset(),
+        highest_perf: Optional[int] = None,
+    ) -> None:
+        self.__dict__.update(
+            id=id,
+            node=node,
+            package=package,
+            core=core,
+            die=die,
+            siblings=siblings,
+            l3=l3,
+            highest_perf=highest_perf,
+        )
+
     @property
     def core_cpus(self) -> frozenset[int]:
         """The CPUs of this CPU's physical core (at least itself)."""
         return self.siblings or frozenset({self.id})
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Gpu:
     """One accelerator, as this process sees it.
 
@@ -184,8 +225,34 @@ class Gpu:
     physical_index: Optional[int] = None
     source: str = "sysfs"
 
+    def __init__(  # noqa: PLR0917 - positional, as the dataclass's fields
+        self,
+        index: int,
+        pci_bus_id: str,
+        vendor: str,
+        numa_node: Optional[int],
+        local_cpus: frozenset[int] = frozenset(),
+        uuid: Optional[str] = None,
+        model: Optional[str] = None,
+        memory_node: Optional[int] = None,
+        physical_index: Optional[int] = None,
+        source: str = "sysfs",
+    ) -> None:
+        self.__dict__.update(
+            index=index,
+            pci_bus_id=pci_bus_id,
+            vendor=vendor,
+            numa_node=numa_node,
+            local_cpus=local_cpus,
+            uuid=uuid,
+            model=model,
+            memory_node=memory_node,
+            physical_index=physical_index,
+            source=source,
+        )
 
-@dataclass(frozen=True)
+
+@record(frozen=True)
 class Topology:
     """A machine and the process's place in it.
 
@@ -221,6 +288,30 @@ class Topology:
     detail: Detail = Detail.FULL
     visibility: Optional[Tuple[Tuple[str, str], ...]] = None
     denied_gpus: frozenset[int] = frozenset()
+
+    def __init__(  # noqa: PLR0917 - positional, as the dataclass's fields
+        self,
+        nodes: Mapping[int, NumaNode],
+        cpus: Mapping[int, Cpu],
+        gpus: Tuple[Gpu, ...],
+        allowed_cpus: frozenset[int],
+        allowed_mems: frozenset[int],
+        notes: Tuple[str, ...] = (),
+        detail: Detail = Detail.FULL,
+        visibility: Optional[Tuple[Tuple[str, str], ...]] = None,
+        denied_gpus: frozenset[int] = frozenset(),
+    ) -> None:
+        self.__dict__.update(
+            nodes=nodes,
+            cpus=cpus,
+            gpus=gpus,
+            allowed_cpus=allowed_cpus,
+            allowed_mems=allowed_mems,
+            notes=notes,
+            detail=detail,
+            visibility=visibility,
+            denied_gpus=denied_gpus,
+        )
 
     # ------------------------------------------------------------ queries
 
@@ -278,9 +369,7 @@ class Topology:
 
     def replace(self, **changes: Any) -> Topology:
         """A copy with some fields changed (``allowed_cpus=...``)."""
-        from dataclasses import replace
-
-        return replace(self, **changes)
+        return _replace(self, **changes)
 
     # ------------------------------------------------------------- JSON
 
@@ -621,7 +710,7 @@ class MemoryPolicy(str, enum.Enum):
         return _parse_choice(cls, value, source)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Plan:
     """The binding one rank should get, and why.
 
@@ -649,6 +738,32 @@ class Plan:
     reasons: Tuple[str, ...] = ()
     warnings: Tuple[str, ...] = field(default=())
     gpus: Tuple[int, ...] = ()
+
+    def __init__(  # noqa: PLR0917 - positional, as the dataclass's fields
+        self,
+        rank: Optional[int],
+        gpu_info: Optional[Gpu],
+        cpus: Optional[frozenset[int]],
+        mems: frozenset[int],
+        policy: MemoryPolicy,
+        mode: CpuMode = CpuMode.NODE,
+        node: Optional[int] = None,
+        reasons: Tuple[str, ...] = (),
+        warnings: Tuple[str, ...] = (),
+        gpus: Tuple[int, ...] = (),
+    ) -> None:
+        self.__dict__.update(
+            rank=rank,
+            gpu_info=gpu_info,
+            cpus=cpus,
+            mems=mems,
+            policy=policy,
+            mode=mode,
+            node=node,
+            reasons=reasons,
+            warnings=warnings,
+            gpus=gpus,
+        )
 
     @property
     def gpu(self) -> Optional[int]:

@@ -65,7 +65,6 @@ object.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -80,6 +79,7 @@ from typing import (
     Union,
 )
 
+from ._record import FACTORY, field, field_names, record
 from ._text import shown
 from .errors import ConfigError, PynumabindError
 from .model import CpuMode, MemoryPolicy
@@ -236,7 +236,7 @@ def _alone(options: Options, keywords: Dict[str, Any]) -> Options:
     return options
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Options:
     """Every input to planning and binding, validated once (see the module docstring).
 
@@ -304,6 +304,57 @@ class Options:
     disabled_by: Optional[str] = None
     sources: Mapping[str, str] = field(default_factory=dict)
     flags: bool = field(default=False, repr=False, compare=False)  # from the CLI: "--nprocs"
+
+    def __init__(  # noqa: PLR0917 - positional, as the dataclass's fields
+        self,
+        rank: Optional[int] = None,
+        nprocs: Optional[int] = None,
+        mode: Optional[CpuMode] = None,
+        policy: Optional[MemoryPolicy] = None,
+        nodes: Any = None,
+        cpus: Any = None,
+        gpu: Optional[int] = None,
+        rank_gpus: Optional[Tuple[int, ...]] = None,
+        gpus: Optional[Tuple[int, ...]] = None,
+        gpu_memory: bool = False,
+        interleave_nodes: Union[str, frozenset[int], None] = None,
+        require_node: bool = False,
+        local_gpus: Optional[Tuple[int, ...]] = None,
+        priority_cores: bool = False,
+        fallback: Optional[str] = None,
+        topology_file: Optional[str] = None,
+        rank_source: Optional[str] = None,
+        nprocs_source: Optional[str] = None,
+        disabled: bool = False,
+        disabled_by: Optional[str] = None,
+        sources: Mapping[str, str] = FACTORY,
+        flags: bool = False,
+    ) -> None:
+        self.__dict__.update(
+            rank=rank,
+            nprocs=nprocs,
+            mode=mode,
+            policy=policy,
+            nodes=nodes,
+            cpus=cpus,
+            gpu=gpu,
+            rank_gpus=rank_gpus,
+            gpus=gpus,
+            gpu_memory=gpu_memory,
+            interleave_nodes=interleave_nodes,
+            require_node=require_node,
+            local_gpus=local_gpus,
+            priority_cores=priority_cores,
+            fallback=fallback,
+            topology_file=topology_file,
+            rank_source=rank_source,
+            nprocs_source=nprocs_source,
+            disabled=disabled,
+            disabled_by=disabled_by,
+            sources={} if sources is FACTORY else sources,
+            flags=flags,
+        )
+        self.__post_init__()
 
     def __post_init__(self) -> None:
         prefix, source = ("--", COMMAND_LINE) if self.flags else ("", ARGUMENT)
@@ -394,7 +445,7 @@ class Options:
         """
         if options is not None:
             return _alone(options, dict(keywords))
-        unknown = set(keywords) - {f.name for f in fields(cls)}
+        unknown = set(keywords) - set(field_names(cls))
         if unknown:
             raise TypeError(f"unexpected keyword argument(s): {', '.join(sorted(unknown))}")
         given: Dict[str, Any] = {k: v for k, v in keywords.items() if v is not None}

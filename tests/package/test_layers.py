@@ -144,8 +144,9 @@ ENTRY: FrozenSet[str] = frozenset({"__init__", "__main__"})
 #: before the first lazy import (see pynumabind._os.forksafe).
 PACKAGE_EAGER: Set[str] = {"_os", "_os.forksafe", "_version"}
 
-#: At most this many modules of its own at the top of the package.
-MAX_TOP_LEVEL = 10
+#: At most this many modules of its own at the top of the package (the built
+#: cffi module aside: an installed package has it, a source tree does not).
+MAX_TOP_LEVEL = 11
 
 
 def floor(module: str) -> str:
@@ -242,7 +243,7 @@ def cycle(graph: Mapping[str, Set[str]]) -> Optional[List[str]]:
 def test_every_folder_is_a_floor_and_the_top_stays_small() -> None:
     folders = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
     assert folders == set(FLOORS) - {"values", "entry"}
-    top = {p.stem for p in PACKAGE.glob("*.py")}
+    top = {p.stem for p in PACKAGE.glob("*.py")} - BUILT  # an installed package has them
     assert ENTRY <= top
     assert len(top) <= MAX_TOP_LEVEL, sorted(top)
     assert PURE_NAMED <= set(_modules())

@@ -29,7 +29,6 @@ import logging
 import mmap
 import os
 import threading
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 # The memory-policy modes (linux/mempolicy.h) are written once, in the policy
@@ -45,6 +44,7 @@ from .._mempolicy import (
     MPOL_WEIGHTED_INTERLEAVE,
     NODELESS_MODES,
 )
+from .._record import record
 from ..errors import LibnumaUnavailableError, NumaSyscallError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -282,7 +282,7 @@ def node_memory(node: int) -> Tuple[int, int]:
 # ------------------------------------------------------------ mem policy
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class KernelPolicy:
     """A memory policy as the kernel reports it (``get_mempolicy(2)``).
 
@@ -303,6 +303,9 @@ class KernelPolicy:
     mode: int
     nodes: frozenset[int]
     flags: int = 0
+
+    def __init__(self, mode: int, nodes: frozenset[int], flags: int = 0) -> None:
+        self.__dict__.update(mode=mode, nodes=nodes, flags=flags)
 
     @property
     def kernel_policy(self) -> str:

@@ -19,9 +19,9 @@ from __future__ import annotations
 import operator
 import os
 import re
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
+from .._record import record
 from ..errors import TopologyError
 from ..model import Gpu, NumaNode
 from . import PROC_ROOT
@@ -90,7 +90,7 @@ def normalize_bus_id(bus_id: str) -> str:
     return f"{domain:04x}:{bus:02x}:{device:02x}.{function}"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PciFunction:
     """One PCI function taken for an accelerator."""
 
@@ -100,6 +100,24 @@ class PciFunction:
     class_code: int
     numa_node: Optional[int]
     local_cpus: frozenset[int]
+
+    def __init__(  # noqa: PLR0917 - positional, as the dataclass's fields
+        self,
+        bus_id: str,
+        vendor: int,
+        device: int,
+        class_code: int,
+        numa_node: Optional[int],
+        local_cpus: frozenset[int],
+    ) -> None:
+        self.__dict__.update(
+            bus_id=bus_id,
+            vendor=vendor,
+            device=device,
+            class_code=class_code,
+            numa_node=numa_node,
+            local_cpus=local_cpus,
+        )
 
 
 def as_id(value: object) -> Optional[int]:

@@ -45,7 +45,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from dataclasses import dataclass, field, replace
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -63,6 +62,7 @@ from .._os import proc as _proc
 from .._os import threads as _threads
 from .._os.libnuma import KernelPolicy
 from .._os.threads import ThreadAction, ThreadResult
+from .._record import field, record, replace
 from .._text import format_ids
 from ..cpulist import format_cpulist
 from ..errors import BindError, ConfigError, PlanError
@@ -102,7 +102,7 @@ ON_ERROR_CHOICES: Tuple[str, ...] = ("warn", "raise")
 # inherits a half-done bind or import; the child gets a fresh one.
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class Binding:
     """The outcome of applying a plan, read back from the kernel.
 
@@ -147,6 +147,50 @@ class Binding:
     thread_id: int = 0
     not_bound: Optional[str] = None
     _undo: Optional[Journal] = field(default=None, repr=False, compare=False)
+
+    def __init__(  # noqa: PLR0917 - positional, as the dataclass's fields
+        self,
+        plan: Optional[Plan],
+        applied: bool,
+        disabled: bool = False,
+        threads: Tuple[ThreadResult, ...] = (),
+        threads_converged: bool = True,
+        cpus: Optional[frozenset[int]] = None,
+        kernel_policy: Optional[str] = None,
+        policy_nodes: frozenset[int] = frozenset(),
+        policy_read_back: Optional[KernelPolicy] = None,
+        memory_applied: bool = False,
+        threads_keeping_policy: Tuple[int, ...] = (),
+        partial: bool = False,
+        skipped: Tuple[Skipped, ...] = (),
+        migrated: bool = False,
+        pages_not_moved: Optional[int] = None,
+        notes: Tuple[str, ...] = (),
+        thread_id: int = 0,
+        not_bound: Optional[str] = None,
+        _undo: Optional[Journal] = None,
+    ) -> None:
+        self.__dict__.update(
+            plan=plan,
+            applied=applied,
+            disabled=disabled,
+            threads=threads,
+            threads_converged=threads_converged,
+            cpus=cpus,
+            kernel_policy=kernel_policy,
+            policy_nodes=policy_nodes,
+            policy_read_back=policy_read_back,
+            memory_applied=memory_applied,
+            threads_keeping_policy=threads_keeping_policy,
+            partial=partial,
+            skipped=skipped,
+            migrated=migrated,
+            pages_not_moved=pages_not_moved,
+            notes=notes,
+            thread_id=thread_id,
+            not_bound=not_bound,
+            _undo=_undo,
+        )
 
     # ------------------------------------------------------------ queries
 

@@ -35,13 +35,13 @@ import itertools
 import os
 import threading
 import weakref
-from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from .._mempolicy import POLICIES
 from .._os import libnuma as _libnuma
 from .._os import proc as _proc
 from .._os import threads as _threads
+from .._record import record as _record
 from .._text import format_ids
 from ..errors import BindError, LibnumaUnavailableError, PlanError, PynumabindError
 from ..model import Plan
@@ -80,7 +80,7 @@ _SECCOMP_MIGRATE_FIX = (
 )
 
 
-@dataclass(frozen=True)
+@_record(frozen=True)
 class Skipped:
     """One part of the plan that was not applied, and why.
 
@@ -93,6 +93,9 @@ class Skipped:
     reason: str
     fix: str
     errno: Optional[int] = None
+
+    def __init__(self, what: str, reason: str, fix: str, errno: Optional[int] = None) -> None:
+        self.__dict__.update(what=what, reason=reason, fix=fix, errno=errno)
 
     def __str__(self) -> str:
         return f"{self.what} not applied: {self.reason}; {self.fix}"
@@ -135,7 +138,6 @@ class ThreadMasks(Dict[int, "frozenset[int]"]):
         super().__setitem__(tid, mask)
 
 
-@dataclass(eq=False)
 class CpuUndo:
     """Thread masks to put back.
 
@@ -153,11 +155,17 @@ class CpuUndo:
     them.
     """
 
-    reference: frozenset[int]
-    bound: frozenset[int]
-    existing: frozenset[int] = frozenset()
-    masks: ThreadMasks = field(default_factory=ThreadMasks)
-    exited: List[int] = field(default_factory=list)
+    def __init__(
+        self,
+        reference: frozenset[int],
+        bound: frozenset[int],
+        existing: frozenset[int] = frozenset(),
+    ) -> None:
+        self.reference = reference
+        self.bound = bound
+        self.existing = existing
+        self.masks = ThreadMasks()
+        self.exited: List[int] = []
 
     def undo(self) -> List[str]:
         targets = {tid: (mask, self.masks.starts.get(tid)) for tid, mask in self.masks.items()}
@@ -199,11 +207,11 @@ def _restore_same_threads(
     return exited, failed
 
 
-@dataclass(eq=False)
 class PolicyUndo:
     """The calling thread's memory policy before (``None``: unreadable, so default)."""
 
-    before: Optional[_libnuma.KernelPolicy]
+    def __init__(self, before: Optional[_libnuma.KernelPolicy]) -> None:
+        self.before = before
 
     def undo(self) -> List[str]:
         try:
@@ -424,13 +432,18 @@ os.register_at_fork(after_in_child=_STACK.clear)
 # -------------------------------------------------------------------- steps
 
 
-@dataclass(frozen=True)
+@_record(frozen=True)
 class PolicyRequest:
     """The ``MPOL_*`` mode and nodes for a plan (``mode`` None: leave it)."""
 
     mode: Optional[int]
     nodes: frozenset[int]
     note: Optional[str] = None
+
+    def __init__(
+        self, mode: Optional[int], nodes: frozenset[int], note: Optional[str] = None
+    ) -> None:
+        self.__dict__.update(mode=mode, nodes=nodes, note=note)
 
 
 def policy_request(plan: Plan) -> PolicyRequest:
@@ -544,7 +557,7 @@ def set_policy(request: PolicyRequest, journal: Journal) -> Optional[Exception]:
     return None
 
 
-@dataclass(frozen=True)
+@_record(frozen=True)
 class MigrationOutcome:
     """Step 3's outcome: pages the kernel could not move, or why it did not run."""
 
@@ -552,6 +565,17 @@ class MigrationOutcome:
     pages_not_moved: Optional[int] = None
     failure: Optional[Exception] = None
     note: Optional[str] = None
+
+    def __init__(
+        self,
+        migrated: bool = False,
+        pages_not_moved: Optional[int] = None,
+        failure: Optional[Exception] = None,
+        note: Optional[str] = None,
+    ) -> None:
+        self.__dict__.update(
+            migrated=migrated, pages_not_moved=pages_not_moved, failure=failure, note=note
+        )
 
 
 def migrate_pages(plan: Plan) -> MigrationOutcome:

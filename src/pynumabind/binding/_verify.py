@@ -38,13 +38,13 @@ from __future__ import annotations
 import mmap
 import threading
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from .._mempolicy import ALLOWED, INSIDE, MODE_NAMES, MODE_NUMBERS, SPILL, SPREAD, row_of_mode
 from .._os import libnuma as _libnuma
 from .._os import proc as _proc
 from .._os import threads as _threads
+from .._record import record
 from .._text import format_ids
 from ..errors import PynumabindError
 from ..model import MemoryPolicy
@@ -71,7 +71,7 @@ _SETTLE_TRIES = 5
 _SETTLE_PAUSE = 0.05  # seconds
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class VerifyResult:
     """What :meth:`Binding.verify() <pynumabind.binding.Binding.verify>` found.
 
@@ -88,6 +88,24 @@ class VerifyResult:
     page_nodes: Tuple[int, ...] = ()
     threads_checked: int = 0
     memory_checked: bool = False
+
+    def __init__(  # noqa: PLR0917 - positional, as the dataclass's fields
+        self,
+        ok: bool,
+        problems: Tuple[str, ...] = (),
+        notes: Tuple[str, ...] = (),
+        page_nodes: Tuple[int, ...] = (),
+        threads_checked: int = 0,
+        memory_checked: bool = False,
+    ) -> None:
+        self.__dict__.update(
+            ok=ok,
+            problems=problems,
+            notes=notes,
+            page_nodes=page_nodes,
+            threads_checked=threads_checked,
+            memory_checked=memory_checked,
+        )
 
     def to_dict(self) -> Dict[str, Any]:
         return {

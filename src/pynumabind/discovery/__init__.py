@@ -97,6 +97,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, 
 
 from .._os import SYSFS_ROOT
 from .._os import forksafe as _forksafe
+from .._record import replace as _replace
 from .._text import format_ids
 from ..errors import SnapshotFileError, TopologyError
 from ..model import CpuMode, Detail, Gpu, Topology
@@ -300,9 +301,7 @@ def merge_nvml(topology: Topology, report: NvmlReport) -> Tuple[List[Gpu], List[
 
 
 def _with(gpu: Gpu, **changes: Any) -> Gpu:
-    from dataclasses import replace
-
-    return replace(gpu, **changes)
+    return _replace(gpu, **changes)
 
 
 @_forksafe.guarded  # it imports and loads on first use (see _os.forksafe)

@@ -59,9 +59,9 @@ Rules
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+from .._record import replace
 from .._text import shown
 from ..errors import ConfigError
 from ..model import CpuMode, MemoryPolicy

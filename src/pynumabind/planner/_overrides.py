@@ -30,9 +30,9 @@ the planner checks the ids exist on the machine.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import AbstractSet, Callable, Iterable, List, Optional, Sequence, Tuple, Union
 
+from .._record import record
 from ..cpulist import parse_cpulist, parse_nodelist
 from ..errors import ConfigError, ListParseError
 from ..options import ASCII_SPACE
@@ -53,7 +53,7 @@ NodesOverride = Union[str, Sequence[Union[int, str, AbstractSet[int]]]]
 CpusOverride = Union[str, Sequence[Union[str, AbstractSet[int]]]]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _Kind:
     """What tells the two overrides apart."""
 
@@ -62,6 +62,17 @@ class _Kind:
     comma_separates_ranks: bool  # "0,0,1,1" is one node per rank
     accepts_int: bool  # a bare int item is one id
     items: str  # what a sequence item may be, for the error
+
+    def __init__(
+        self, name: str, noun: str, comma_separates_ranks: bool, accepts_int: bool, items: str
+    ) -> None:
+        self.__dict__.update(
+            name=name,
+            noun=noun,
+            comma_separates_ranks=comma_separates_ranks,
+            accepts_int=accepts_int,
+            items=items,
+        )
 
 
 _NODES = _Kind("nodes", "node", True, True, "a node id, node list or set of node ids")

@@ -47,6 +47,7 @@ __all__ = [
     "POLICIES",
     "SPILL",
     "SPREAD",
+    "VERIFY_PAGES",
     "PolicyRow",
     "placing_policies",
     "row_of_mode",
@@ -97,6 +98,8 @@ SPILL = "spill"
 SPREAD = "spread"
 #: Anywhere among the process's allowed memory nodes.
 ALLOWED = "allowed"
+#: Fresh pages the verifier touches, by default, to see where they land.
+VERIFY_PAGES = 16
 
 
 class PolicyRow:

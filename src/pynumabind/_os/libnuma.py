@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import errno
 import logging
-import mmap
 import os
 import threading
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
@@ -405,6 +404,8 @@ def page_addresses(buffer: Any) -> Tuple[Any, List[Any]]:
 
     The caller must ``release`` the returned pointer (see :func:`page_nodes`).
     """
+    import mmap  # loaded already: by the placement and verify modules, this one's callers
+
     ffi = _ffi()
     pointer = _buffer_pointer(buffer)
     size = mmap.PAGESIZE
@@ -444,6 +445,8 @@ def _probe_mode(mode: int) -> Optional[bool]:
         return None
     if not nodes:
         return None
+    import mmap  # a bind gets here holding the fork lock; placement has imported mmap
+
     scratch = mmap.mmap(-1, mmap.PAGESIZE)
     try:
         mbind(scratch, mode, nodes)

@@ -31,9 +31,10 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type
 
+from .._record import FACTORY, field, record
+from .._record import replace as _replace
 from ..cpulist import parse_cpumask
 from ..errors import PynumabindError, TopologyError
 from . import forksafe as _forksafe
@@ -61,7 +62,7 @@ class NvmlUnavailable(PynumabindError):
         self.reason = reason
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NvmlDevice:
     """What NVML says about one GPU (``index`` is NVML's)."""
 
@@ -74,8 +75,30 @@ class NvmlDevice:
     numa_node_id: Optional[int]
     notes: Tuple[str, ...] = ()
 
+    def __init__(  # noqa: PLR0917 - positional, as the dataclass's fields
+        self,
+        index: int,
+        pci_bus_id: str,
+        uuid: Optional[str],
+        name: Optional[str],
+        cpu_affinity: frozenset[int],
+        memory_affinity: Optional[frozenset[int]],
+        numa_node_id: Optional[int],
+        notes: Tuple[str, ...] = (),
+    ) -> None:
+        self.__dict__.update(
+            index=index,
+            pci_bus_id=pci_bus_id,
+            uuid=uuid,
+            name=name,
+            cpu_affinity=cpu_affinity,
+            memory_affinity=memory_affinity,
+            numa_node_id=numa_node_id,
+            notes=notes,
+        )
 
-@dataclass(frozen=True)
+
+@record(frozen=True)
 class NvmlReport:
     """Every GPU NVML lets this process open, and the indices of those it does not.
 
@@ -88,6 +111,20 @@ class NvmlReport:
     mig_parents: Dict[str, str] = field(default_factory=dict)
     notes: Tuple[str, ...] = ()
     denied: Tuple[int, ...] = ()
+
+    def __init__(
+        self,
+        devices: Tuple[NvmlDevice, ...],
+        mig_parents: Dict[str, str] = FACTORY,
+        notes: Tuple[str, ...] = (),
+        denied: Tuple[int, ...] = (),
+    ) -> None:
+        self.__dict__.update(
+            devices=devices,
+            mig_parents={} if mig_parents is FACTORY else mig_parents,
+            notes=notes,
+            denied=denied,
+        )
 
 
 def _text(value: Any) -> str:
@@ -106,9 +143,9 @@ def _node_id(value: Any) -> Optional[int]:
 # ------------------------------------------------------- once per process
 
 
-@dataclass
+@record(frozen=True)
 class _Answers:
-    """What this process learnt from NVML (or why it cannot use it)."""
+    """What this process learnt from NVML (or why it cannot use it); a new one per change."""
 
     module: Any  # the pynvml module asked: another one (a test's fake) asks again
     failure: Optional[str] = None  # NvmlUnavailable's reason, when NVML cannot be used
@@ -118,6 +155,28 @@ class _Answers:
     mig_parents: Dict[str, str] = field(default_factory=dict)
     mig_notes: Dict[str, str] = field(default_factory=dict)
     denied: Tuple[int, ...] = ()
+
+    def __init__(  # noqa: PLR0917 - positional, as the dataclass's fields
+        self,
+        module: Any,
+        failure: Optional[str] = None,
+        words: Tuple[int, int] = (0, 0),
+        devices: Tuple[NvmlDevice, ...] = (),
+        notes: Tuple[str, ...] = (),
+        mig_parents: Dict[str, str] = FACTORY,
+        mig_notes: Dict[str, str] = FACTORY,
+        denied: Tuple[int, ...] = (),
+    ) -> None:
+        self.__dict__.update(
+            module=module,
+            failure=failure,
+            words=words,
+            devices=devices,
+            notes=notes,
+            mig_parents={} if mig_parents is FACTORY else mig_parents,
+            mig_notes={} if mig_notes is FACTORY else mig_notes,
+            denied=denied,
+        )
 
     def report(self, migs: Sequence[str]) -> NvmlReport:
         return NvmlReport(
@@ -258,12 +317,6 @@ def _ask(
             pynvml.nvmlShutdown()
         except Exception as exc:  # nothing to do about it
             log.debug("nvmlShutdown failed: %s", _say(exc))
-
-
-def _replace(answers: _Answers, **changes: Any) -> _Answers:
-    from dataclasses import replace
-
-    return replace(answers, **changes)
 
 
 def _say(exc: BaseException) -> str:

@@ -22,6 +22,7 @@ import re
 from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from .._record import record
+from .._text import Pattern
 from ..errors import TopologyError
 from ..model import Gpu, NumaNode
 from . import PROC_ROOT
@@ -69,7 +70,9 @@ DEFAULT_VENDOR_CLASSES: Mapping[int, Tuple[str, ...]] = {0x8086: ("0x0380", "0x1
 #: device Level Zero can open here.  Applies with the default classes only.
 DEFAULT_VENDOR_DRIVERS: Mapping[int, Tuple[str, ...]] = {0x8086: ("i915", "xe")}
 
-_BDF = re.compile(r"\A(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])\Z")
+_BDF = Pattern(
+    re.compile, r"\A(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])\Z"
+)
 
 
 def normalize_bus_id(bus_id: str) -> str:

@@ -31,7 +31,10 @@ The pieces: :mod:`._apply` holds the three steps (CPUs, memory policy,
 migration) and the undo journal they write before each change;
 :func:`apply_plan` runs them and decides, in one place (``_settle``), whether
 a failed step becomes a :class:`Skipped` or a rollback.  :mod:`._verify`
-holds the rules :meth:`Binding.verify` (and ``pynumabind check``) judge by.
+holds the rules :meth:`Binding.verify` (and ``pynumabind check``) judge by;
+a bind does not load it (nor :class:`VerifyResult`, which it defines): the
+first :meth:`Binding.verify` does, holding the fork lock, and so does the
+first lookup of ``VerifyResult`` here (this module's ``__getattr__``).
 
 This module is the public home of the types a :class:`Binding` holds:
 :class:`Skipped` (defined in :mod:`._apply`), :class:`ThreadResult` and
@@ -56,6 +59,7 @@ from typing import (
     Union,
 )
 
+from .._mempolicy import VERIFY_PAGES
 from .._os import forksafe as _forksafe
 from .._os import libnuma as _libnuma
 from .._os import proc as _proc
@@ -70,13 +74,13 @@ from ..model import FALLBACK_WARNING, CpuMode, MemoryPolicy, Plan
 from ..options import Options, union_front
 from . import _apply
 from ._apply import Journal, Skipped
-from ._verify import VERIFY_PAGES, VerifyResult, verify_binding
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Unpack
 
     from ..model import Topology
     from ..options import OptionKeywords
+    from ._verify import VerifyResult
 
 __all__ = [
     "ON_ERROR_CHOICES",
@@ -287,7 +291,9 @@ class Binding:
         Returns:
             A :class:`VerifyResult`: ``ok``, and each finding.
         """
-        with _forksafe.lock():  # it may load libnuma; a fork waits (see _os.forksafe)
+        with _forksafe.lock():  # it imports and may load libnuma; a fork waits (_os.forksafe)
+            from ._verify import verify_binding
+
             return verify_binding(self, pages)
 
     # ------------------------------------------------------------ restore
@@ -337,6 +343,19 @@ class Binding:
 
     def __exit__(self, *exc_info: object) -> None:
         self.restore()
+
+
+if not TYPE_CHECKING:  # type checkers see the import above, and no catch-all
+
+    def __getattr__(name: str) -> Any:
+        """:class:`VerifyResult`, imported on first lookup (holding the fork lock)."""
+        if name != "VerifyResult":
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        with _forksafe.lock():
+            from ._verify import VerifyResult
+
+        globals()[name] = VerifyResult
+        return VerifyResult
 
 
 def _who(plan: Plan) -> str:

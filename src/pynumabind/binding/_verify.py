@@ -40,7 +40,16 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-from .._mempolicy import ALLOWED, INSIDE, MODE_NAMES, MODE_NUMBERS, SPILL, SPREAD, row_of_mode
+from .._mempolicy import (
+    ALLOWED,
+    INSIDE,
+    MODE_NAMES,
+    MODE_NUMBERS,
+    SPILL,
+    SPREAD,
+    VERIFY_PAGES,
+    row_of_mode,
+)
 from .._os import libnuma as _libnuma
 from .._os import proc as _proc
 from .._os import threads as _threads
@@ -62,7 +71,6 @@ __all__ = [
     "verify_binding",
 ]
 
-VERIFY_PAGES = 16
 # Below this much free memory on a preferred node, spilling elsewhere is the
 # policy working as designed, not a binding problem.
 PREFERRED_SPILL_BYTES = 256 << 20

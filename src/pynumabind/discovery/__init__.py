@@ -79,7 +79,9 @@ dropped in a fork child and by :func:`forget_layout`.
 
 :func:`apply_visibility` (defined in the private :mod:`._visible`) is
 re-exported here, its public home: the GPUs a process sees, applied to any
-topology (``pynumabind.apply_visibility`` is this one).
+topology (``pynumabind.apply_visibility`` is this one).  A machine without
+GPUs has none to hide or renumber, so discovery there does not load
+:mod:`._visible` (its first lookup here does, holding the fork lock).
 
 :func:`ray_gpus` answers which GPUs a process *was given* when that is not
 what it sees: inside a Ray task or actor (``ray`` already imported and
@@ -101,10 +103,10 @@ from .._record import replace as _replace
 from .._text import format_ids
 from ..errors import SnapshotFileError, TopologyError
 from ..model import CpuMode, Detail, Gpu, Topology
-from ._visible import apply_visibility
 
 if TYPE_CHECKING:  # pragma: no cover
     from .._os.nvml import NvmlDevice, NvmlReport
+    from ._visible import apply_visibility
 
 log = logging.getLogger("pynumabind.discovery")
 
@@ -131,6 +133,19 @@ _MODE_DETAIL: Mapping[CpuMode, Detail] = {
     CpuMode.CORE_COMPLEX: Detail.CACHES,
     CpuMode.ADVISED: Detail.NODES,  # the record says node or none
 }
+
+
+if not TYPE_CHECKING:  # type checkers see the import above, and no catch-all
+
+    def __getattr__(name: str) -> Any:
+        """:func:`apply_visibility`, imported on first lookup (holding the fork lock)."""
+        if name != "apply_visibility":
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        with _forksafe.lock():
+            from ._visible import apply_visibility
+
+        globals()[name] = apply_visibility
+        return apply_visibility
 
 
 def detail_for(mode: Union[str, CpuMode, None], priority_cores: bool = False) -> Detail:
@@ -355,7 +370,6 @@ def detect_topology(
             ``CUDA_DEVICE_ORDER`` has a bad value.
     """
     from .._os import sysfs as _sysfs
-    from . import _visible
 
     env = os.environ if environ is None else environ
     keep = reuse and detail is not Detail.FULL and gpu_vendors is None and pci_classes is None
@@ -370,8 +384,10 @@ def detect_topology(
         layout, sysfs_root, allowed_cpus=allowed_cpus, allowed_mems=allowed_mems
     )
     topology, mig_parents = _with_nvml(base, env, use_nvml=use_nvml, sysfs_root=sysfs_root)
-    if not visible_only:
+    if not visible_only or not topology.gpus:  # no GPU: none to hide or renumber
         return topology
+    from . import _visible
+
     return _visible.apply_visibility(topology, env, mig_parents=mig_parents)
 
 
@@ -472,6 +488,8 @@ def topology_from_sysfs(
         layout, root, allowed_cpus=allowed_cpus, allowed_mems=allowed_mems
     )
     if environ is not None:
+        from ._visible import apply_visibility
+
         topology = apply_visibility(topology, environ)
     return topology
 

@@ -33,6 +33,7 @@ import re
 from typing import AbstractSet, Callable, Iterable, List, Optional, Sequence, Tuple, Union
 
 from .._record import record
+from .._text import Pattern
 from ..cpulist import parse_cpulist, parse_nodelist
 from ..errors import ConfigError, ListParseError
 from ..options import ASCII_SPACE
@@ -89,7 +90,7 @@ def int_set(value: Iterable[object], what: str, index: int) -> frozenset[int]:
     return frozenset(out)
 
 
-_WORD = re.compile(f"[^{re.escape(ASCII_SPACE)}]+")
+_WORD = Pattern(re.compile, f"[^{re.escape(ASCII_SPACE)}]+")
 
 
 def _split_ranks(text: str, what: str, separator: str) -> List[Tuple[str, int]]:

@@ -1,15 +1,14 @@
 """Run the NVML tests against the oldest nvidia-ml-py that pyproject.toml allows.
 
-    python3 .ci/nvml_oldest.py --venv DIR [PYTEST ARGS]   # .ci/run: a venv of its own
-    python .ci/nvml_oldest.py --here [PYTEST ARGS]         # tox -e nvml-oldest: its env
+    python3 .ci/nvml_oldest.py --venv DIR [PYTEST ARGS]   # a fresh venv of its own
+    python .ci/nvml_oldest.py --here [PYTEST ARGS]         # .ci/run, tox -e nvml-oldest
 
 The floor is read from pyproject.toml's ``nvidia-ml-py>=X`` dependency (the
 only copy of the number; tests/discovery/test_nvml.py checks that ``_nvml.NVML_PY_FLOOR``
-equals it).  ``--venv`` makes a ``--system-site-packages`` venv at DIR (the
-test extras come from the system) and installs this package and
-``nvidia-ml-py==X`` into it, so the venv's own pynvml shadows the system's;
-then this script runs again, ``--here``, under the venv's interpreter, with
-pytest's ``--basetemp`` inside the venv.
+equals it).  ``--venv`` makes a fresh venv at DIR (nothing from the system's
+site-packages) and installs this package with its test extra and
+``nvidia-ml-py==X`` into it; then this script runs again, ``--here``, under
+the venv's interpreter, with pytest's ``--basetemp`` inside the venv.
 ``--here`` installs ``nvidia-ml-py==X`` into the running interpreter's
 environment (a venv only: it never downgrades a system Python's) unless it
 is there already, and runs ``tests/discovery/test_nvml.py`` with
@@ -58,7 +57,7 @@ def main(argv: list[str]) -> int:
     version = floor()
     if argv[:1] == ["--venv"] and len(argv) >= 2:
         venv = Path(argv[1])
-        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", venv], check=True)
+        subprocess.run([sys.executable, "-m", "venv", venv], check=True)
         python = str(venv / "bin" / "python")
         subprocess.run(
             [python, "-m", "pip", "install", "-q", f"{ROOT}[test]", f"nvidia-ml-py=={version}"],
@@ -77,7 +76,8 @@ def main(argv: list[str]) -> int:
         subprocess.run(pip, check=True)
     env = dict(os.environ, PYNUMABIND_EXPECT_NVML_PY=version)
     print(f"nvml-oldest: tests/discovery/test_nvml.py against nvidia-ml-py=={version}", flush=True)
-    test = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/discovery/test_nvml.py"]
+    test = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    test.append("tests/discovery/test_nvml.py")
     return subprocess.run([*test, *argv[1:]], cwd=ROOT, env=env, check=False).returncode
 
 

@@ -13,7 +13,7 @@ exports every one of them and name the one it lacks.  :data:`OPTIONAL` lists
 the symbols an older libnuma may lack and the loader must not insist on
 (none today: every declaration here is in libnuma 2.0.0).  What only the
 tests call (libnuma's own string parsers, ``numa_node_to_cpus``,
-``numa_distance`` ...) lives in ``tests/libnuma_oracle.py``, with its own FFI.
+``numa_distance`` ...) lives in ``tests/support/libnuma_oracle.py``, with its own FFI.
 
 Importing this module costs nothing beyond the data: cffi (and its C
 parser, about 10 ms) is loaded only by :func:`build_ffi`, which the build

@@ -10,9 +10,13 @@ acts on a policy:
   placement (:mod:`pynumabind.binding.placement`): the kernel mode set, and
   the fallback on a kernel without it (:meth:`PolicyRow.kernel_request`);
 * buffer placement again: whether the policy can place a buffer at all;
-* the verifier (:mod:`pynumabind.binding._verify`): how the pages it touched
-  are judged (:data:`INSIDE`, :data:`SPILL`, :data:`SPREAD`, :data:`ALLOWED`),
-  found from the mode the kernel holds (:func:`row_of_mode`).
+* the verifier (:mod:`pynumabind.binding._verify`) and the placement census
+  (:mod:`pynumabind.binding._census`): how the pages are judged
+  (:data:`INSIDE`, :data:`SPILL`, :data:`SPREAD`, :data:`WEIGHTED`,
+  :data:`ALLOWED`), found from the mode the kernel holds (:func:`row_of_mode`);
+* the options (:mod:`pynumabind.planner._request`): whether
+  ``interleave_nodes`` may name its nodes (``spreads``) and whether it takes
+  weights (``weighted``; the weights themselves are :mod:`pynumabind._weights`).
 
 A test walks ``MemoryPolicy`` and fails on a policy without a row, so a new
 policy is one row here plus the planner's rule for its nodes.
@@ -34,7 +38,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, FrozenSet, Optional, Tuple
 
-from ._text import format_ids
+from ._text import format_ids, named
 
 __all__ = [
     "ALLOWED",
@@ -48,6 +52,7 @@ __all__ = [
     "SPILL",
     "SPREAD",
     "VERIFY_PAGES",
+    "WEIGHTED",
     "PolicyRow",
     "placing_policies",
     "row_of_mode",
@@ -96,6 +101,9 @@ INSIDE = "inside"
 SPILL = "spill"
 #: On the policy's nodes, and on more than one of them when there are several.
 SPREAD = "spread"
+#: On the policy's nodes, each node's share of the pages in proportion to its
+#: weight (within the tolerance :func:`pynumabind._weights.split_problems` states).
+WEIGHTED = "weighted"
 #: Anywhere among the process's allowed memory nodes.
 ALLOWED = "allowed"
 #: Fresh pages the verifier touches, by default, to see where they land.
@@ -116,9 +124,13 @@ class PolicyRow:
     * ``places``: whether :func:`~pynumabind.bind_memory` and
       :func:`~pynumabind.memory_on` can place a buffer with it;
     * ``judge``: how the verifier judges the pages (:data:`INSIDE`,
-      :data:`SPILL`, :data:`SPREAD`, :data:`ALLOWED`; ``None``: not judged);
+      :data:`SPILL`, :data:`SPREAD`, :data:`WEIGHTED`, :data:`ALLOWED`;
+      ``None``: not judged);
     * ``described``: how the planner's reason names it ("memory policy
-      bind (strict): node 0"), followed by its nodes when it takes nodes.
+      bind (strict): node 0"), followed by its nodes when it takes nodes;
+    * ``spreads``: it spreads pages over several nodes, so
+      ``interleave_nodes`` may name them;
+    * ``weighted``: it takes a weight per node (``weights``).
     """
 
     __slots__ = (
@@ -129,7 +141,9 @@ class PolicyRow:
         "mode",
         "places",
         "policy",
+        "spreads",
         "takes_nodes",
+        "weighted",
     )
 
     def __init__(
@@ -143,6 +157,8 @@ class PolicyRow:
         described: str,
         fallback: Optional[int] = None,
         fallback_said: str = "",
+        spreads: bool = False,
+        weighted: bool = False,
     ) -> None:
         self.policy = policy
         self.mode = mode
@@ -152,6 +168,8 @@ class PolicyRow:
         self.described = described
         self.fallback = fallback
         self.fallback_said = fallback_said
+        self.spreads = spreads
+        self.weighted = weighted
 
     def __repr__(self) -> str:
         mode = None if self.mode is None else MODE_NAMES.get(self.mode, str(self.mode))
@@ -163,7 +181,10 @@ class PolicyRow:
         return None if self.mode is None else MODE_SINCE.get(self.mode)
 
     def kernel_request(
-        self, nodes: FrozenSet[int], supports: Callable[[int], Optional[bool]]
+        self,
+        nodes: FrozenSet[int],
+        supports: Callable[[int], Optional[bool]],
+        kernel: Optional[Callable[[], str]] = None,
     ) -> Tuple[Optional[int], FrozenSet[int], Optional[str]]:
         """The mode and nodes to set for this policy on ``nodes``, and a note when they differ.
 
@@ -173,6 +194,8 @@ class PolicyRow:
         means the same on ``nodes``: a one-node mode on one node.  Where the
         fallback holds one node and ``nodes`` are several, it keeps the
         lowest.  ``nodes`` must not be empty for a policy that takes them.
+        ``kernel()`` gives the running kernel's release (``uname -r``), which
+        the note names when given; it is called only to write the note.
         """
         if self.mode is None:
             return None, frozenset(), None
@@ -188,13 +211,14 @@ class PolicyRow:
         if supported:
             return self.mode, nodes, None
         kept = frozenset({min(nodes)}) if one_node else nodes
+        running = "this kernel" if kernel is None else f"this kernel (Linux {kernel()})"
         why = (
-            f"this kernel lacks it (Linux < {since[0]}.{since[1]})"
+            f"{running} lacks it (Linux < {since[0]}.{since[1]})"
             if supported is False
             else "it could not be probed"
         )
         note = (
-            f"{self.policy} on nodes {format_ids(nodes)} needs {MODE_NAMES[self.mode]} and "
+            f"{self.policy} on {named('node', nodes)} needs {MODE_NAMES[self.mode]} and "
             f"{why}; {self.fallback_said.format(nodes=format_ids(kept))}"
         )
         return fallback, kept, note
@@ -229,6 +253,19 @@ POLICIES: Dict[str, PolicyRow] = {
             places=True,
             judge=SPREAD,
             described="interleave across the rank's own nodes (the default)",
+            spreads=True,
+        ),
+        PolicyRow(
+            "weighted-interleave",
+            MPOL_WEIGHTED_INTERLEAVE,
+            fallback=MPOL_INTERLEAVE,
+            fallback_said="interleaving evenly over nodes {nodes} instead, without weights",
+            takes_nodes=True,
+            places=True,
+            judge=WEIGHTED,
+            described="weighted interleave (pages in proportion to each node's weight)",
+            spreads=True,
+            weighted=True,
         ),
         PolicyRow(
             "local",

@@ -11,24 +11,26 @@ a class the same behaviour without writing or compiling any code:
   excepted); a field's default is the value the class body gives it, or
   :func:`field` (``dataclasses.field``'s keywords, with the same meaning)
   for a default factory, or for a field left out of the repr, the
-  comparison or the hash.
+  comparison, the hash or ``__init__``'s parameters (``init=False``).
 * **``__init__`` is written by hand** in the class body: an honest
   signature, and faster than the generated one (one ``__dict__.update``).
   The decorator checks it when the class is made -- its parameters are the
   fields, in order, each with the field's default (:data:`FACTORY` where a
-  factory makes it) -- and refuses the class otherwise, so the two cannot
-  drift apart.  A ``__post_init__`` is the class's own business: its
+  factory makes it), the ``init=False`` ones left out (the ``__init__`` sets
+  each to its default, as dataclass's does) -- and refuses the class
+  otherwise, so the two cannot drift apart.  A ``__post_init__`` is the class's own business: its
   ``__init__`` calls it.
 * ``__repr__``, ``__eq__`` and ``__hash__`` behave as dataclass writes them
   (``Name(a=1, b=2)``, recursion shown as ``...``; equal when of the same
   class and the compared fields are equal; the hash of the hashed fields),
   by functions shared by every record that read the class's field list; a
-  ``__repr__`` or ``__eq__`` the body writes stays, as with dataclass.
+  ``__repr__`` or ``__eq__`` the body writes stays, as with dataclass, and
+  ``repr=False`` leaves the repr to the body (or ``object``).
   ``eq=False`` keeps ``object``'s identity equality and hash.  Instances
   are frozen: assigning or deleting an attribute raises
   ``dataclasses.FrozenInstanceError`` (``dataclasses`` is imported then, on
   that error path only).
-* ``__match_args__`` is the field names.  ``__dataclass_fields__`` and
+* ``__match_args__`` is the names of ``__init__``'s fields.  ``__dataclass_fields__`` and
   ``__dataclass_params__`` are made on first access, by running the real
   ``dataclass()`` on the record's twin (:func:`twin`: a class with the same
   annotations and defaults): ``dataclasses.fields``, ``replace``,
@@ -82,21 +84,23 @@ FACTORY: Any = _Factory()
 class _Field:
     """What :func:`field` returns: a field's default and flags, read by :func:`record`."""
 
-    __slots__ = ("compare", "default", "default_factory", "hash", "repr")
+    __slots__ = ("compare", "default", "default_factory", "hash", "init", "repr")
 
-    def __init__(
+    def __init__(  # noqa: PLR0917 - dataclasses.field's flags
         self,
         default: Any,
         default_factory: Any,
         repr: bool,
         hash: Optional[bool],
         compare: bool,
+        init: bool = True,
     ) -> None:
         self.default = default
         self.default_factory = default_factory
         self.repr = repr
         self.hash = hash
         self.compare = compare
+        self.init = init
 
 
 _MISSING: Any = _Factory.__new__(_Factory)  # "no default": a distinct object nothing else holds
@@ -106,6 +110,7 @@ def _field(
     *,
     default: Any = _MISSING,
     default_factory: Any = _MISSING,
+    init: bool = True,
     repr: bool = True,
     hash: Optional[bool] = None,
     compare: bool = True,
@@ -113,19 +118,32 @@ def _field(
     """:func:`field` at run time: the default or factory and flags, for :func:`record` to read."""
     if default is not _MISSING and default_factory is not _MISSING:
         raise ValueError("cannot specify both default and default_factory")
-    return _Field(default, default_factory, repr, hash, compare)
+    return _Field(default, default_factory, repr, hash, compare, init)
 
 
 class _Info:
     """One record class's fields, read once by :func:`record`."""
 
-    __slots__ = ("cls", "compared", "eq", "fields", "hashed", "names", "shown", "twin")
+    __slots__ = (
+        "cls",
+        "compared",
+        "eq",
+        "fields",
+        "hashed",
+        "initial",
+        "names",
+        "repr",
+        "shown",
+        "twin",
+    )
 
-    def __init__(self, cls: type, fields: Dict[str, _Field], eq: bool) -> None:
+    def __init__(self, cls: type, fields: Dict[str, _Field], eq: bool, repr: bool) -> None:
         self.cls = cls
         self.fields = fields  # name -> default and flags, in order
         self.eq = eq
+        self.repr = repr
         self.names = tuple(fields)
+        self.initial = tuple(n for n, f in fields.items() if f.init)  # __init__'s parameters
         self.shown = tuple(n for n, f in fields.items() if f.repr)
         self.compared = tuple(n for n, f in fields.items() if f.compare)
         self.hashed = tuple(
@@ -161,20 +179,26 @@ def _read_fields(cls: type) -> Dict[str, _Field]:
 
 
 def _check_init(cls: type, info: _Info) -> None:
-    """Refuse ``cls`` unless its own ``__init__`` takes exactly the fields, with their defaults."""
+    """Refuse ``cls`` unless its own ``__init__`` takes exactly the fields, with their defaults.
+
+    The fields made with ``init=False`` excepted: as dataclass's, the
+    ``__init__`` takes no parameter for them and sets each to its default.
+    """
     init = cls.__dict__.get("__init__")
     code = getattr(init, "__code__", None)
     if code is None:
         raise TypeError(f"record {cls.__qualname__} needs an __init__ of its own")
     count = code.co_argcount + code.co_kwonlyargcount
     params = code.co_varnames[1:count]
-    if params != info.names or code.co_flags & 0x0C:  # 0x04 *args, 0x08 **kwargs
+    if params != info.initial or code.co_flags & 0x0C:  # 0x04 *args, 0x08 **kwargs
         raise TypeError(
-            f"record {cls.__qualname__}: __init__ takes {params}, not the fields {info.names}"
+            f"record {cls.__qualname__}: __init__ takes {params}, not the fields {info.initial}"
         )
     defaults = dict(zip(params[::-1], (init.__defaults__ or ())[::-1]))  # type: ignore[union-attr]
     defaults.update(init.__kwdefaults__ or {})  # type: ignore[union-attr]
     for name, spec in info.fields.items():
+        if not spec.init:
+            continue
         wanted = FACTORY if spec.default_factory is not _MISSING else spec.default
         got = defaults.get(name, _MISSING)
         if got is not wanted and (type(got) is not type(wanted) or got != wanted):
@@ -188,28 +212,29 @@ def _check_init(cls: type, info: _Info) -> None:
 _KEPT = frozenset({"__repr__", "__eq__", "__match_args__"})
 
 
-def _record(*, frozen: bool, eq: bool = True) -> Any:
+def _record(*, frozen: bool, eq: bool = True, repr: bool = True) -> Any:
     """:func:`record` at run time: the decorator that makes a class a record."""
     if frozen is not True:
         raise TypeError("a record is frozen: record(frozen=True)")
 
     def make(cls: type) -> type:
-        info = _Info(cls, _read_fields(cls), eq)
+        info = _Info(cls, _read_fields(cls), eq, repr)
         _check_init(cls, info)
         attributes: Dict[str, Any] = {
             "_record_info": info,
-            "__repr__": _repr,
             "__setattr__": _setattr,
             "__delattr__": _delattr,
             "__dataclass_fields__": _Twin("__dataclass_fields__"),
             "__dataclass_params__": _Twin("__dataclass_params__"),
         }
+        if repr:  # repr=False: the body's own, or object's, as dataclass leaves it
+            attributes["__repr__"] = _repr
         if eq:
             attributes["__eq__"] = _eq
             if cls.__dict__.get("__hash__") is None:  # as dataclass: one the body wrote stays
                 attributes["__hash__"] = _hash
         if "__match_args__" not in cls.__dict__:
-            attributes["__match_args__"] = info.names
+            attributes["__match_args__"] = info.initial
         if sys.version_info >= (3, 13):
             attributes["__replace__"] = replace
         for name in ("__setattr__", "__delattr__"):
@@ -235,10 +260,17 @@ def replace(obj: _T, /, **changes: Any) -> _T:
     """A copy of record ``obj`` with ``changes``: ``dataclasses.replace`` without its import.
 
     Like it, the copy is made by calling the class (so a ``__post_init__``
-    checks it again), and an unknown field is a TypeError.
+    checks it again; a field made with ``init=False`` starts again from its
+    default, and changing one is a ValueError), and an unknown field is a
+    TypeError.
     """
     info: _Info = type(obj)._record_info  # type: ignore[attr-defined]
-    values = {name: changes.pop(name, obj.__dict__[name]) for name in info.names}
+    for name in changes:
+        if name in info.fields and name not in info.initial:
+            raise ValueError(
+                f"field {name} is declared with init=False, it cannot be specified with replace()"
+            )
+    values = {name: changes.pop(name, obj.__dict__[name]) for name in info.initial}
     if changes:
         raise TypeError(
             f"{info.cls.__qualname__}.__init__() got an unexpected keyword argument "
@@ -346,13 +378,20 @@ def twin(cls: type) -> type:
         "__doc__": cls.__doc__,
     }
     for name, spec in info.fields.items():
-        flags: Dict[str, Any] = {"repr": spec.repr, "hash": spec.hash, "compare": spec.compare}
+        flags: Dict[str, Any] = {
+            "init": spec.init,
+            "repr": spec.repr,
+            "hash": spec.hash,
+            "compare": spec.compare,
+        }
         if spec.default_factory is not _MISSING:
             namespace[name] = dataclasses.field(default_factory=spec.default_factory, **flags)
         elif spec.default is not _MISSING:
             namespace[name] = dataclasses.field(default=spec.default, **flags)
-        elif flags != {"repr": True, "hash": None, "compare": True}:
+        elif flags != {"init": True, "repr": True, "hash": None, "compare": True}:
             namespace[name] = dataclasses.field(**flags)
-    made: type = dataclasses.dataclass(frozen=True, eq=info.eq)(type(cls.__name__, (), namespace))
+    made: type = dataclasses.dataclass(frozen=True, eq=info.eq, repr=info.repr)(
+        type(cls.__name__, (), namespace)
+    )
     info.twin = made
     return made

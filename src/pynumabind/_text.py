@@ -13,6 +13,11 @@ the kernel-format lists write the same thing the same way:
 * :func:`human_bytes` writes a size (``123.4 GiB``);
 * :func:`shown` and :func:`clipped` cut a value that came from outside
   (an environment variable, a file) short before a message quotes it;
+* :func:`escaped` writes every character of untrusted text that a terminal
+  or a log would act on (a line break, an ESC sequence, a lone surrogate that
+  cannot even be encoded) as a visible escape: the advice record's reader
+  passes every string of a record through it, so that no text taken from a
+  record can forge an output line;
 * :class:`Pattern` is a regular expression compiled the first time it is
   used: ``re.compile`` costs a first bind about 0.1 ms a pattern, and most
   of the package's patterns read what a bind rarely meets (an error's
@@ -38,6 +43,7 @@ __all__ = [
     "Pattern",
     "clipped",
     "counted",
+    "escaped",
     "format_ids",
     "human_bytes",
     "named",
@@ -117,6 +123,23 @@ def clipped(text: str, width: int) -> str:
 def shown(value: str) -> str:
     """``repr`` of a variable's value, cut short: values can be hostile."""
     return repr(value) if len(value) <= 60 else repr(value[:57]) + "..."
+
+
+def escaped(text: str) -> str:
+    """``text`` with each character that is not printable written as its Python escape.
+
+    ``"ok\\n\\x1b[2J"`` becomes ``"ok\\\\n\\\\x1b[2J"``: a line break, a tab, an
+    ESC, any other control or format character (bidirectional overrides
+    included), a line separator and a lone surrogate are all shown as
+    ``\\n``, ``\\t``, ``\\x1b``, ``\\u202e``, ``\\ud800`` (``str.isprintable``
+    decides; a plain space stays).  Nothing else changes, backslashes
+    included, so escaping twice changes nothing more and printable text is
+    returned as it is.  No quotes are added and nothing is cut short (the
+    reader bounds the length).
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 class Pattern:

@@ -702,6 +702,10 @@ class MemoryPolicy(str, enum.Enum):
     PREFERRED = "preferred"  # local first, spill over instead of OOM
     BIND = "bind"  # strict, like numactl --membind
     INTERLEAVE = "interleave"  # round-robin over the plan's nodes
+    # In proportion to a weight per node: the kernel's system-wide weights for a
+    # process or thread, exactly the requested ones for a buffer (Linux 6.9+;
+    # plain interleave before); see pynumabind._weights.
+    WEIGHTED_INTERLEAVE = "weighted-interleave"
     LOCAL = "local"  # allocate on the node of the CPU that faults
     NONE = "none"  # leave the memory policy alone
 
@@ -725,7 +729,11 @@ class Plan:
     (empty for a one-rank plan).  ``gpu_info`` describes the rank's GPU (for
     a union, the GPU when there is only one) and ``gpu`` is its index: a
     ``gpu`` is always an index, as in :class:`~pynumabind.Options` and
-    :func:`~pynumabind.bind_memory`.
+    :func:`~pynumabind.bind_memory`.  ``weights`` are the requested
+    interleave weights (node -> weight) of a ``weighted-interleave`` plan,
+    its ``mems`` being their nodes; ``None`` when none were given (a
+    process's weighted interleave then follows the kernel's system-wide
+    weights) and for every other policy.
     """
 
     rank: Optional[int]
@@ -738,6 +746,7 @@ class Plan:
     reasons: Tuple[str, ...] = ()
     warnings: Tuple[str, ...] = field(default=())
     gpus: Tuple[int, ...] = ()
+    weights: Optional[Mapping[int, int]] = field(default=None, hash=False)
 
     def __init__(  # noqa: PLR0917 - positional, as the dataclass's fields
         self,
@@ -751,6 +760,7 @@ class Plan:
         reasons: Tuple[str, ...] = (),
         warnings: Tuple[str, ...] = (),
         gpus: Tuple[int, ...] = (),
+        weights: Optional[Mapping[int, int]] = None,
     ) -> None:
         self.__dict__.update(
             rank=rank,
@@ -763,6 +773,7 @@ class Plan:
             reasons=reasons,
             warnings=warnings,
             gpus=gpus,
+            weights=weights,
         )
 
     @property
@@ -796,4 +807,7 @@ class Plan:
             "reasons": list(self.reasons),
             "warnings": list(self.warnings),
             "gpus": list(self.gpus),
+            "weights": None
+            if self.weights is None
+            else {str(n): w for n, w in sorted(self.weights.items())},
         }

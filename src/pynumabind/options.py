@@ -23,7 +23,19 @@ without the machine is checked here, once, when the object is made
   sequence of ints: the GPUs of one process with no rank (the union plan);
   ``gpus`` goes with none of ``rank``, ``nprocs``, ``gpu`` or ``rank_gpus``;
 * ``interleave_nodes`` a node-list string or a set of non-negative ids (that
-  it needs ``policy="interleave"`` is checked once the environment is merged);
+  it needs a policy that spreads, ``interleave`` or ``weighted-interleave``,
+  is checked once the environment is merged);
+* ``weights`` a mapping of node id to weight (``{0: 3, 2: 1}``) or its text
+  (``"0:3,2:1"``), read by :func:`pynumabind._weights.check_weights` (weights
+  1 to 255; a bad text or mapping is a ConfigError naming the setting, the
+  text's with the token and its position), kept as a dict ascending by node.
+  Weights name the nodes of ``weighted-interleave``: that they need that
+  policy, that their nodes exist, have memory and are allowed, and that
+  ``interleave_nodes`` (if given) names the same nodes is checked once the
+  environment is merged (``PYNUMABIND_WEIGHTS``, ``--weights``).  Mode
+  ``advised`` is the seam for weights from the advice record:
+  :func:`pynumabind.records.store.resolve_advised` is where a record's
+  weights would fill this field;
 * ``local_gpus`` a non-empty sequence of ints, only with ``gpus`` (or with no
   rank at all): the visible GPUs that the job's processes drive on this host,
   one process per GPU (a framework's ranks: vLLM's local TP x PP (x local DP)
@@ -61,6 +73,12 @@ GPU whose NUMA node is unknown into a PlanError.  ``topology_file``
 machine's sysfs and NVML (:func:`pynumabind.discovery.resolve_topology`
 reads it); it has no keyword argument because the API takes a ``topology=``
 object.
+
+One rule for blank variables, for every reader of a ``PYNUMABIND_*``
+variable (the environment merge, the advice record's path, the framework
+hooks, the advisor): :func:`environ_value`.  A value that is empty or only
+ASCII whitespace, as a Kubernetes or Slurm template leaves a variable it has
+no value for, counts as unset.
 """
 
 from __future__ import annotations
@@ -81,7 +99,8 @@ from typing import (
 
 from ._record import FACTORY, field, field_names, record
 from ._text import shown
-from .errors import ConfigError, PynumabindError
+from ._weights import check_weights
+from .errors import ConfigError, ListParseError, PynumabindError
 from .model import CpuMode, MemoryPolicy
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -99,6 +118,7 @@ __all__ = [
     "Options",
     "check_int",
     "check_nprocs",
+    "environ_value",
     "parse_choice",
     "parse_fallback",
     "union_front",
@@ -113,6 +133,22 @@ CHOSEN_BY_CHECK = "pynumabind check"  # nprocs of check's workers: the default, 
 # kind, so a value made of them would silently count as unset.
 ASCII_SPACE = " \t\n\r\f\v"
 
+
+def environ_value(environ: Mapping[str, str], name: str) -> Optional[str]:
+    """``name``'s value in ``environ``, or None when it is unset or blank: the one rule.
+
+    Blank is empty or only ASCII whitespace (:data:`ASCII_SPACE`): what a
+    Kubernetes or Slurm template exports for a variable it has no value for
+    (``PYNUMABIND_FALLBACK=""``).  Every reader of a ``PYNUMABIND_*``
+    variable goes through here, so such a value means unset everywhere.  The
+    value comes back as it was set (callers trim it, and quote it in errors);
+    a value of other whitespace (U+00A0) is a value, and its parser's error.
+    """
+    value = environ.get(name)
+    if value is None or not value.strip(ASCII_SPACE):
+        return None
+    return value
+
 _E = TypeVar("_E", CpuMode, MemoryPolicy)
 
 
@@ -126,6 +162,7 @@ class OptionKeywords(TypedDict, total=False):
     rank_gpus: Optional[Sequence[int]]
     gpu_memory: bool
     interleave_nodes: Union[str, Iterable[int], None]
+    weights: Union[str, Mapping[int, int], None]
     require_node: bool
     local_gpus: Optional[Sequence[int]]
     priority_cores: bool
@@ -202,6 +239,16 @@ def _interleave(value: Union[str, Iterable[int], None]) -> Union[str, frozenset[
     return frozenset(ids)
 
 
+def _weights(value: object, what: str) -> Optional[Mapping[int, int]]:
+    """Weights checked (see :mod:`pynumabind._weights`); a bad text names the setting."""
+    if value is None:
+        return None
+    try:
+        return check_weights(value, what)  # type: ignore[arg-type]
+    except ListParseError as exc:  # the text: say which setting it was
+        raise ConfigError(f"{what}: {exc}") from exc
+
+
 #: Sequences that are not lists of GPU indices (their items are characters or bytes).
 NOT_GPU_LISTS = (str, bytes, bytearray, memoryview)
 
@@ -262,8 +309,14 @@ class Options:
             plan (with none of ``rank``, ``nprocs``, ``gpu``, ``rank_gpus``).
         gpu_memory: Also bind memory to the GPU's own memory node (Grace
             Hopper/Blackwell's HBM node).
-        interleave_nodes: The nodes ``policy="interleave"`` spreads pages over
-            (a node list or a set of ids; default: the plan's nodes).
+        interleave_nodes: The nodes ``policy="interleave"`` or
+            ``"weighted-interleave"`` spreads pages over (a node list or a set
+            of ids; default: the plan's nodes, or the weights' nodes).
+        weights: The weight of each node for ``policy="weighted-interleave"``
+            (``{0: 3, 2: 1}`` or ``"0:3,2:1"``; 1 to 255): the policy's nodes
+            are these.  A process's policy follows the kernel's system-wide
+            weights, which a bind compares with these and reports when they
+            differ (see :func:`~pynumabind.bind_current_process`).
         require_node: Fail (:class:`~pynumabind.PlanError`) instead of leaving a
             rank unbound when its GPU's NUMA node is unknown.
         local_gpus: The GPU indices the job's processes drive on this host,
@@ -293,6 +346,7 @@ class Options:
     gpus: Optional[Tuple[int, ...]] = None  # one process's GPUs: the union plan
     gpu_memory: bool = False
     interleave_nodes: Union[str, frozenset[int], None] = None
+    weights: Optional[Mapping[int, int]] = field(default=None, hash=False)  # node -> weight
     require_node: bool = False  # a GPU whose NUMA node is unknown is a PlanError
     local_gpus: Optional[Tuple[int, ...]] = None  # the job's GPUs on this host: the ranks
     priority_cores: bool = False  # mode node: only the node's highest-performance cores
@@ -318,6 +372,7 @@ class Options:
         gpus: Optional[Tuple[int, ...]] = None,
         gpu_memory: bool = False,
         interleave_nodes: Union[str, frozenset[int], None] = None,
+        weights: Optional[Mapping[int, int]] = None,
         require_node: bool = False,
         local_gpus: Optional[Tuple[int, ...]] = None,
         priority_cores: bool = False,
@@ -342,6 +397,7 @@ class Options:
             gpus=gpus,
             gpu_memory=gpu_memory,
             interleave_nodes=interleave_nodes,
+            weights=weights,
             require_node=require_node,
             local_gpus=local_gpus,
             priority_cores=priority_cores,
@@ -374,6 +430,7 @@ class Options:
                 self.local_gpus, "local_gpus", "the GPU indices of the job's processes here"
             ),
             "interleave_nodes": _interleave(self.interleave_nodes),
+            "weights": _weights(self.weights, f"{prefix}weights"),
             "fallback": parse_fallback(self.fallback, f"{prefix}fallback"),
         }
         checked.update(self._sources(source))
@@ -491,6 +548,7 @@ class Options:
                 "local_gpus",
                 "priority_cores",
                 "fallback",
+                "weights",
             )
             for variable in [self.from_environment(option)]
             if variable is not None
@@ -515,6 +573,8 @@ class Options:
             out["gpu_memory"] = True
         if self.interleave_nodes is not None:
             out["interleave_nodes"] = self.interleave_nodes
+        if self.weights is not None:
+            out["weights"] = dict(self.weights)
         if self.require_node:
             out["require_node"] = True
         if self.local_gpus is not None:

@@ -44,8 +44,16 @@ MAY_CATCH_OSERROR: Dict[str, str] = {
     "_os.cpuinfo": "/proc/cpuinfo, which describes the machine (optional)",
     "_os.kfd": "files of a sysfs tree a user may name (the KFD topology)",
     "_os.libnuma": "dlopen of libnuma.so.1 (LibnumaUnavailableError)",
+    "_os.weights": "writing the kernel's weighted-interleave weights, asked for explicitly",
+    "_os.pages": (
+        "/proc/kpageflags, the NUMA balancing switch and the memory blocks in sysfs, which "
+        "describe the machine (optional: unreadable means the node stays unknown)"
+    ),
     "discovery": "the topology snapshot file a user names",
     "cli": "the CLI's own files (--output), stdout, and execvp",
+    "cli._report": "the report's --output file (checked before the report runs, then written)",
+    "_os.kernel": "/proc/sys and /sys/kernel settings, which describe the machine (optional)",
+    "_os.nvidia_smi": "starting nvidia-smi and reading its pipes (the report only)",
     # The CLI's check command starts worker processes over pipes.
     "cli._check": "starting the check command's workers and reading their pipes",
     # advise's measurement

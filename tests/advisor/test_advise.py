@@ -17,6 +17,7 @@ import json
 import mmap
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -107,6 +108,21 @@ def test_cudart_declarations_bind_to_the_real_runtime_when_installed() -> None:
     backend = _copies.CudartBackend(lib, "libcudart.so")  # every symbol resolves and is typed
     with pytest.raises(pynumabind.PynumabindError, match="cudaGetDeviceCount failed: CUDA error"):
         backend.count()  # no driver, no GPU on this machine
+
+
+def test_cuda_runtime_reports_versions_or_why_not() -> None:
+    missing = _copies.cuda_runtime(("libpynumabind-no-such-cudart.so",))
+    assert missing.library is None and missing.devices == ()
+    assert missing.reason is not None and "not loadable" in missing.reason
+    try:
+        ctypes.CDLL("libcudart.so")
+    except OSError:
+        pytest.skip("no CUDA runtime library installed here")
+    found = _copies.cuda_runtime(("libcudart.so",))  # the real runtime, without a driver here
+    assert found.library == "libcudart.so"
+    assert found.runtime is not None and re.fullmatch(r"\d+\.\d+", found.runtime)
+    assert found.devices == () and found.reason is not None
+    assert "cannot list devices (cudaGetDeviceCount failed: CUDA error" in found.reason
 
 
 def test_bad_arguments_are_config_errors() -> None:

@@ -80,6 +80,10 @@ def every_policy() -> Dict[str, Any]:
         out[policy].append(policy_now())
     b = apply_plan(plan("NONE", mems=()))
     out["NONE"] = [b.kernel_policy, policy_now(), b.verify().ok, b.memory_applied]
+    b = apply_plan(plan("WEIGHTED_INTERLEAVE", mems=(0,)))
+    v = b.verify()
+    out["WEIGHTED_INTERLEAVE"] = [b.kernel_policy, policy_now(), v.ok, v.page_nodes]
+    b.restore()
     return out
 
 
@@ -568,3 +572,15 @@ def nobody_holds_leave_no_trace() -> Dict[str, Any]:
         "last": last._undo.seq in index,
         "cpus": len(_apply._STACK.cpus),
     }
+
+
+def printed_and_counted() -> Dict[str, Any]:
+    """``str``, ``repr`` and ``cpu_count`` of a bind to CPU 1, and of one leaving CPUs alone."""
+    one = apply_plan(plan())
+    shown = {"str": str(one), "summary": one.summary(), "repr": repr(one), "count": one.cpu_count}
+    one.restore()
+    os.sched_setaffinity(0, {0, 1})
+    untouched = apply_plan(plan("BIND", cpus=None))
+    shown["untouched_count"] = untouched.cpu_count
+    shown["affinity"] = sorted(os.sched_getaffinity(0))
+    return shown

@@ -163,3 +163,44 @@ def bind_as_a_ray_actor(snapshot: str, fallback: str) -> Dict[str, Any]:
         out["error"] = str(exc)
     out.update(after=cpus_allowed(), warnings=[m for m in logged if "fallback nearest" in m])
     return out
+
+
+def bind_through_a_hook(snapshot: str, hook: str, fallback: str) -> Dict[str, Any]:
+    """Bind as a framework hook does, with ``PYNUMABIND_FALLBACK=fallback`` (blank: a template's).
+
+    ``hook``: ``bind_gpu`` (what the vLLM and SGLang hooks call, GPU 0 of
+    two), ``ray`` (:func:`~pynumabind.integrations.bind_visible_gpus` in what
+    Ray's API says is an actor given GPU 0, as in :func:`bind_as_a_ray_actor`).
+    """
+    import logging
+    import types
+
+    from pynumabind.errors import PlanError
+    from pynumabind.integrations import bind_gpu, bind_visible_gpus
+
+    logged: list = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.levelno >= logging.WARNING:
+                logged.append(record.getMessage())
+
+    logging.getLogger("pynumabind").addHandler(Keep())
+    env = {"PYNUMABIND_TOPOLOGY": snapshot, "PYNUMABIND_FALLBACK": fallback}
+    out: Dict[str, Any] = {"before": cpus_allowed()}
+    try:
+        if hook == "ray":
+            ray = types.ModuleType("ray")
+            context = types.SimpleNamespace(get_task_id=lambda: "actor-task")
+            ray.is_initialized = lambda: True  # type: ignore[attr-defined]
+            ray.get_runtime_context = lambda: context  # type: ignore[attr-defined]
+            ray.get_gpu_ids = lambda: [0]  # type: ignore[attr-defined]
+            sys.modules["ray"] = ray
+            bind_visible_gpus(what="test actor", environ={**env, "CUDA_VISIBLE_DEVICES": "0"})
+        else:
+            bind_gpu(0, what="test worker", environ=env, local_gpus=[0, 1])
+        out["error"] = None
+    except PlanError as exc:
+        out["error"] = str(exc)
+    out.update(after=cpus_allowed(), warnings=[m for m in logged if "fallback nearest" in m])
+    return out

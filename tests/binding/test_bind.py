@@ -9,12 +9,13 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+from pathlib import Path
 
 import pytest
 
 from pynumabind import binding as binding_module
 from pynumabind._os import libnuma as _libnuma
-from pynumabind.binding import _apply
+from pynumabind.binding import _apply, _verify
 from pynumabind.discovery import detect_topology
 from pynumabind.errors import BindError, ConfigError, PlanError
 from pynumabind.model import MemoryPolicy, Plan
@@ -22,6 +23,9 @@ from pynumabind.model import MemoryPolicy, Plan
 from ..support import child_cold
 from ..support.childproc import run_in_child
 from . import child_binding
+
+#: The kernel's weighted-interleave weights (Linux 6.9+; this machine's is 6.18).
+WEIGHTS = "/sys/kernel/mm/mempolicy/weighted_interleave"
 
 pytestmark = pytest.mark.skipif(
     len(os.sched_getaffinity(0)) < 2 or 0 not in _libnuma.get_mems_allowed(),
@@ -57,6 +61,12 @@ def test_every_policy_reads_back() -> None:
     assert result["LOCAL"][:3] == ["MPOL_LOCAL", ["MPOL_LOCAL", []], True]
     assert result["PREFERRED"][:3] == ["MPOL_PREFERRED", ["MPOL_PREFERRED", [0]], True]
     assert result["NONE"] == [None, ["MPOL_DEFAULT", []], True, False]
+    # Weighted interleave (this kernel has it): its split judged over enough pages.
+    weighted = ["MPOL_WEIGHTED_INTERLEAVE", ["MPOL_WEIGHTED_INTERLEAVE", [0]], True]
+    assert result["WEIGHTED_INTERLEAVE"][:3] == weighted
+    weight = int(Path(WEIGHTS, "node0").read_text())  # the kernel's own, read here
+    pages = min(max(binding_module.VERIFY_PAGES, _verify.WEIGHTED_CYCLES * weight), 4096)
+    assert result["WEIGHTED_INTERLEAVE"][3] == [0] * pages
 
 
 def test_local_policy_verifies_on_kernels_that_report_it_as_empty_preferred() -> None:
@@ -218,6 +228,8 @@ def test_disabled_by_environment_is_a_logged_no_op(caplog) -> None:
     binding = binding_module.bind_current_process(environ={"PYNUMABIND_DISABLE": "yes"})
     assert binding.disabled and not binding.applied and binding.plan is None
     assert binding.notes == ("disabled by PYNUMABIND_DISABLE=yes",)
+    # A deliberate no-op, as mode advised's: not_bound says why.
+    assert binding.not_bound == "disabled by PYNUMABIND_DISABLE=yes"
     assert binding.verify().ok
     binding.restore()  # nothing to undo
     assert (os.sched_getaffinity(0), _libnuma.get_mempolicy()) == before
@@ -426,3 +438,38 @@ def test_bindings_nobody_holds_leave_no_trace_in_the_restore_stack() -> None:
     result, _ = run_in_child(child_binding.nobody_holds_leave_no_trace)
     assert result["size"] <= 3, result  # held, and at most the last two
     assert result["held"] and result["last"] and result["cpus"] == 0
+
+
+def test_str_is_the_one_line_summary_and_repr_stays_short() -> None:
+    """``print(binding)`` used to print the dataclass repr, about 1,500 characters."""
+    result, _ = run_in_child(child_binding.printed_and_counted)
+    assert result["str"] == result["summary"]
+    assert result["str"] == (
+        "pynumabind: rank 0 GPU none CPUs 1 memory nodes 0 policy MPOL_PREFERRED threads 1 bound"
+    )
+    assert result["repr"] == (
+        "<Binding rank 0 GPU none CPUs 1 memory nodes 0 policy MPOL_PREFERRED threads 1 bound>"
+    )
+
+
+def test_cpu_count_is_the_cpus_the_worker_now_runs_on() -> None:
+    result, _ = run_in_child(child_binding.printed_and_counted)
+    assert result["count"] == 1  # bound to CPU 1
+    # CPUs left alone: every CPU the thread may run on.
+    assert result["untouched_count"] == len(result["affinity"]) == 2
+
+
+def test_cpu_count_of_a_disabled_binding_counts_the_unchanged_affinity() -> None:
+    binding = binding_module.bind_current_process(environ={"PYNUMABIND_DISABLE": "1"})
+    assert binding.cpu_count == len(os.sched_getaffinity(0))
+    assert str(binding) == binding.summary() and "\n" not in str(binding)
+
+
+def test_the_private_journal_is_no_argument_of_binding() -> None:
+    """The reference renders the signature; the undo journal is set after construction."""
+    import inspect
+
+    parameters = inspect.signature(binding_module.Binding).parameters
+    assert "_undo" not in parameters and "plan" in parameters
+    with pytest.raises(TypeError):
+        binding_module.Binding(plan=None, applied=False, _undo=None)  # type: ignore[call-arg]

@@ -158,3 +158,24 @@ def test_a_ray_actor_outside_its_gpus_node_starts_unless_told_to_fail(
         assert result["reasons"][0].startswith("no launcher rank: bound to the 1 GPU(s) Ray gave")
         (warning,) = result["warnings"]
         assert "allowed CPUs 0 (its cpuset)" in warning
+
+
+@pytest.mark.parametrize("hook", ["bind_gpu", "ray"])
+@pytest.mark.parametrize("blank", ["", "  ", "\t"], ids=repr)
+def test_a_blank_fallback_variable_leaves_the_hooks_at_nearest(
+    gpus_on_node1: str, hook: str, blank: str
+) -> None:
+    # PYNUMABIND_FALLBACK="" as a Kubernetes or Slurm template exports it is
+    # unset: the worker starts on its cpuset (CPU 0; its GPU's node 1 is
+    # outside), with the one warning, instead of dying of a PlanError.
+    def confine() -> None:
+        os.sched_setaffinity(0, {0})
+
+    result, _ = run_in_child(
+        child_cpuset.bind_through_a_hook, gpus_on_node1, hook, blank, preexec_fn=confine
+    )
+    assert result["before"] == "0"
+    assert result["error"] is None and result["after"] == "0"
+    (warning,) = result["warnings"]
+    assert "GPU 0 (0000:17:00.0) is on node(s) 1" in warning
+    assert "allowed CPUs 0 (its cpuset)" in warning

@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pynumabind._os import libnuma as _libnuma
+from pynumabind._os import pages as _pages
 from pynumabind.binding import _verify
 
 from ..support.childproc import run_in_child
@@ -60,6 +61,56 @@ def test_bind_interleave_local_and_missing_pages() -> None:
     ]
     assert _judge(BIND, {0}, [0, -errno.ENOENT])[0] == [
         "test pages [1] not present after touching them"
+    ]
+
+
+WEIGHTED = _libnuma.MPOL_WEIGHTED_INTERLEAVE
+
+
+def test_weighted_interleave_is_judged_by_its_split() -> None:
+    def judge(found, weights, runs=None):  # type: ignore[no-untyped-def]
+        return _verify.placement_problems(
+            WEIGHTED,
+            frozenset({0, 2}),
+            tuple(found),
+            free_bytes=None,
+            allowed=None,
+            weights=weights,
+            run_pages=runs,
+        )
+
+    three_to_one = [0, 0, 0, 2] * 20
+    assert judge(three_to_one, {0: 3, 2: 1}) == ([], [])
+    problems, _ = judge([0, 2] * 40, {0: 3, 2: 1})
+    assert problems == [
+        "node 0 holds 40 of the 80 pages (50.0%), its weight 3 of 4 asks for 75.0% "
+        "(tolerance 5 percentage points)",
+        "node 2 holds 40 of the 80 pages (50.0%), its weight 1 of 4 asks for 25.0% "
+        "(tolerance 5 percentage points)",
+    ]
+    # A window that cuts the kernel's run of 3 short: one run of slack.
+    assert judge([0, 0, 2, 0, 0, 0, 2], {0: 3, 2: 1}, {0: 3, 2: 1}) == ([], [])
+    assert judge([0, 1, 2], {0: 1, 2: 1})[0] == [
+        "weighted-interleaved pages landed on nodes 1 outside 0,2"
+    ]
+    assert judge([0, 2], None) == (
+        [],
+        ["the split of the pages was not judged: no weights known for it"],
+    )
+
+
+def test_a_page_present_whose_node_is_unknown_is_noted_never_not_present() -> None:
+    # What verify() is left with when NUMA balancing hid a test page from move_pages and
+    # its frame is not readable (tests/vm/guest/test_guest_memory.py has the real thing).
+    for unknown in (_pages.UNLOCATED, _pages.UNSURE):
+        problems, notes = _judge(BIND, {0}, [0, unknown, 0])
+        assert problems == []
+        assert notes == [
+            "test pages [1] not judged: present, but automatic NUMA balancing hid their node "
+            "from move_pages and reading their frame needs CAP_SYS_ADMIN"
+        ]
+    assert _judge(BIND, {0}, [2, _pages.UNLOCATED])[0] == [
+        "pages landed on nodes 2 outside the bound nodes 0"
     ]
 
 

@@ -8,7 +8,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import pytest
 
@@ -264,6 +264,29 @@ def test_exec_binds_the_child() -> None:
     assert seen["cpus"] == [cpu]
     assert seen["mode"] == 2  # MPOL_BIND survives execve
     assert seen["nodes"] == [0]
+
+
+@pytest.mark.parametrize(
+    ("placement", "cpus", "mode"),
+    [(["--nodes", "0", "--policy", "bind"], None, 2), (["--cpus", "0"], [0], 1)],
+    ids=["nodes", "cpus"],
+)
+def test_exec_needs_no_rank_when_the_placement_is_given(
+    placement: List[str], cpus: Optional[List[int]], mode: int
+) -> None:
+    """numactl --cpunodebind=0 --membind=0 needs no rank; neither does its replacement."""
+    command = child_command(child_cli.affinity_and_policy)
+    result = run("exec", "--no-nvml", *placement, "--", *command)
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout)
+    assert seen["cpus"] == (sorted(os.sched_getaffinity(0)) if cpus is None else cpus)
+    assert seen["mode"] == mode and seen["nodes"] == [0]  # MPOL_BIND 2, MPOL_PREFERRED 1
+
+
+@pytest.mark.parametrize("placement", [["--nodes", "0,0"], ["--cpus", "0;0"]])
+def test_exec_needs_a_rank_to_choose_among_several_placements(placement: List[str]) -> None:
+    result = run("exec", "--no-nvml", *placement, "--", "true")
+    assert_one_line_error(result, 2, "--rank", "LOCAL_RANK", placement[0], "2 ranks")
 
 
 def _run_with_closed(fd: int, *args: str) -> subprocess.CompletedProcess[str]:
@@ -679,3 +702,32 @@ def test_metavars_are_nouns_not_destinations() -> None:
             assert metavar in nouns, (command, option, metavar)
             seen.add(option)
     assert {"--rank", "--timeout", "--mode", "--policy", "--on-error"} <= seen
+
+
+def test_show_verbose_says_what_discovery_tried() -> None:
+    """``show -v`` printed nothing more, and "GPUs: none visible" never said why."""
+    quiet = run("show")
+    assert quiet.returncode == 0 and quiet.stderr == ""
+    if "GPUs: none visible" in quiet.stdout:  # this machine: no GPU
+        assert "`pynumabind show -v` says what discovery tried" in quiet.stdout
+    verbose = run("show", "-v")
+    assert verbose.returncode == 0, verbose.stderr
+    lines = verbose.stderr.splitlines()
+    for source in ("machine: this machine", "sysfs /sys", "PCI:", "KFD", "Intel GPUs", "NVML:"):
+        assert any(f"pynumabind: INFO: discovery: {source}" in line for line in lines), source
+    nvml = next(line for line in lines if "discovery: NVML:" in line)
+    assert "not asked:" in nvml or "asked (" in nvml  # and why, either way
+    assert not any("DEBUG" in line for line in lines)
+    details = run("show", "-vv")
+    assert "pynumabind: DEBUG: discovery: sysfs node 0:" in details.stderr
+
+
+def test_show_verbose_on_a_recorded_tree_says_nvml_was_not_asked(tmp_path: Path) -> None:
+    from ..support import sysfs_tree
+
+    root = sysfs_tree.build_sysfs("dgx_h100", tmp_path / "dgx_h100")
+    result = run("show", "-v", "--sysfs-root", str(root))
+    assert result.returncode == 0, result.stderr
+    assert f"discovery: machine: the sysfs tree {str(root)!r} (--sysfs-root)" in result.stderr
+    assert "(8 NVIDIA, 0 AMD, 0 Intel)" in result.stderr
+    assert "discovery: NVML: not asked: a sysfs tree is read without NVML" in result.stderr

@@ -24,9 +24,9 @@ from pynumabind.discovery import detect_topology
 from pynumabind.discovery._visible import apply_visibility
 from pynumabind.model import Topology
 
+from ..support import fake_nvml
 from ..support import sysfs_tree as st
 from ..support.cli_helpers import run_cli as _cli
-from . import fake_nvml
 
 MACHINE = "dgx_h100_constrain_devices"
 

@@ -305,3 +305,34 @@ def test_a_no_break_space_in_the_nodes_override_is_an_error_naming_it() -> None:
     with pytest.raises(ConfigError) as info:
         planner.plan_for(detect_topology(use_nvml=False), config)
     assert "PYNUMABIND_NODES" in str(info.value)
+
+
+def test_weights_from_the_environment() -> None:
+    config = resolve({"LOCAL_RANK": "0", "PYNUMABIND_WEIGHTS": " 2:1, 0:3\n"})
+    assert config.weights == {0: 3, 2: 1} and list(config.weights) == [0, 2]
+    assert config.from_environment("weights") == "PYNUMABIND_WEIGHTS"
+    assert "weights from PYNUMABIND_WEIGHTS" in config.environment_settings()
+    # The argument wins; blank is unset.
+    assert resolve(
+        {"LOCAL_RANK": "0", "PYNUMABIND_WEIGHTS": "0:3"}, Options(weights={1: 2})
+    ).weights == {1: 2}
+    for blank in ("", "  ", "\t"):
+        assert resolve({"LOCAL_RANK": "0", "PYNUMABIND_WEIGHTS": blank}).weights is None
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        ("0:0", "weight out of range (from 1 to 255): '0' at position 2"),
+        ("0=3", "expected NODE:WEIGHT"),
+        ("0:3,0:1", "node 0 is given twice"),
+        ("0:3,", "empty weights item"),
+        ("0:\xa03", "expected ASCII digits"),  # a no-break space is no blank
+    ],
+)
+def test_bad_weights_variable_is_a_config_error_naming_it(value: str, words: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        resolve({"LOCAL_RANK": "0", "PYNUMABIND_WEIGHTS": value})
+    assert str(info.value).startswith(f"invalid PYNUMABIND_WEIGHTS={value!r}: ")
+    assert words in str(info.value)
+    assert "give NODE:WEIGHT items such as 0:3,2:1 (weights 1 to 255)" in str(info.value)

@@ -100,9 +100,17 @@ def test_the_live_scan_opens_only_functions_bound_to_a_gpu_driver() -> None:
     ("env", "want"),
     [
         ({"ZE_AFFINITY_MASK": "3,4"}, [3, 4]),
-        ({"ZE_AFFINITY_MASK": "5,0"}, [5, 0]),
+        # A mask, not a list: the driver's order, whatever the entries' order.
+        ({"ZE_AFFINITY_MASK": "5,0"}, [0, 5]),
         ({"ZE_AFFINITY_MASK": "4.1"}, [4]),
         ({"ZE_AFFINITY_MASK": "0.0,0.1"}, [0, 0]),  # two tiles of card 0: two devices
+        # A device named twice is listed once, and the entries after it still count.
+        ({"ZE_AFFINITY_MASK": "0,0,2"}, [0, 2]),
+        ({"ZE_AFFINITY_MASK": "0.0,0.0,2.0"}, [0, 2]),
+        ({"ZE_AFFINITY_MASK": "0,0.1"}, [0]),  # card 0 whole covers its tile 1
+        ({"ZE_AFFINITY_MASK": "0.1,0"}, [0]),
+        ({"ONEAPI_DEVICE_SELECTOR": "level_zero:3,3,5"}, [3, 5]),
+        ({"ONEAPI_DEVICE_SELECTOR": "level_zero:5,3"}, [5, 3]),  # the selector keeps order
         ({"ZE_AFFINITY_MASK": ""}, [0, 1, 2, 3, 4, 5]),  # empty: every device, as unset
         ({"ONEAPI_DEVICE_SELECTOR": "level_zero:3,5"}, [3, 5]),
         ({"ONEAPI_DEVICE_SELECTOR": "level_zero:*"}, [0, 1, 2, 3, 4, 5]),
@@ -131,6 +139,25 @@ def test_ze_affinity_mask_3_4_gives_two_ranks_on_node_1(aurora: Path) -> None:
         ("0001:42:00.0", 1),
     ]
     assert topology.visibility == (("ZE_AFFINITY_MASK", "3,4"),)
+
+
+def test_a_tile_named_twice_leaves_the_next_device_on_its_own_card(aurora: Path) -> None:
+    """``0.0,0.0,3.0`` once listed tile 0.0 twice, so device 1 was planned on card 0 (node 0)
+    instead of card 3 (node 1).  The driver keeps one bit per tile: two devices."""
+    topology = seen(aurora, {"ZE_AFFINITY_MASK": "0.0,0.0,3.0"})
+    assert physical(topology) == [0, 3]
+    assert [p.node for p in plan_all(topology)] == [0, 1]
+    assert any(
+        "entry '0.0' names a device entry '0.0' listed already; Level Zero lists it once" in n
+        for n in topology.notes
+    )
+
+
+def test_a_mask_out_of_the_drivers_order_is_noted(aurora: Path) -> None:
+    topology = seen(aurora, {"ZE_AFFINITY_MASK": "5,0"})
+    assert [p.node for p in plan_all(topology)] == [0, 1]  # card 0 first: rank 0 on node 0
+    assert any("in its own order" in n for n in topology.notes)
+    assert not any("in its own order" in n for n in seen(aurora, {"ZE_AFFINITY_MASK": "0,5"}).notes)
 
 
 def test_tiles_and_foreign_backends_are_noted(aurora: Path) -> None:

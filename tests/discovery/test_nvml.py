@@ -1,9 +1,10 @@
 """NVML discovery against a fake pynvml fed from the recorded machines.
 
-The only user of ``fake_nvml``; ``.ci/nvml_oldest.py`` (CI, and ``tox -e
-nvml-oldest``) runs this file again against the oldest nvidia-ml-py that
-``pyproject.toml`` allows, with ``PYNUMABIND_EXPECT_NVML_PY`` naming it, so
-the floor is tested and not just declared.
+Uses ``tests/support/fake_nvml.py``, as the report's tests do;
+``.ci/nvml_oldest.py`` (CI, and ``tox -e nvml-oldest``) runs this file again
+against the oldest nvidia-ml-py that ``pyproject.toml`` allows, with
+``PYNUMABIND_EXPECT_NVML_PY`` naming it, so the floor is tested and not just
+declared.
 
 A recorded machine's sysfs tree is built once per module (``trees``): the
 tests only read it, and the fixture checks at the end that none changed it.
@@ -13,6 +14,7 @@ its own under ``tmp_path``.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -27,10 +29,9 @@ from pynumabind.discovery import detect_topology
 from pynumabind.errors import ConfigError
 from pynumabind.model import Topology
 
-from ..support import child_cold
+from ..support import child_cold, fake_nvml
 from ..support import sysfs_tree as st
 from ..support.childproc import run_in_child
-from . import fake_nvml
 
 NVIDIA_MACHINES = [
     name
@@ -696,6 +697,14 @@ def test_any_failure_of_any_nvml_call_is_a_note_or_unavailable(
         no_scope_api=call == "nvmlDeviceGetCpuAffinity",  # so that the legacy call is made
     )
     monkeypatch.setattr(fake.module, call, _raiser(FAILURES[failure]()))
+    if call.startswith("nvmlSystem"):  # the report's version calls: discovery makes none
+        answer = _nvml.versions()  # never raises for a failed answer
+        if call == "nvmlSystemGetCudaDriverVersion":  # its _v2 answers first
+            assert answer.cuda_driver == "12.4" and not answer.notes
+        else:
+            assert any(n.startswith(f"{call} failed: ") for n in answer.notes), answer
+        assert fake.init_count == fake.shutdown_count == 1
+        return
     unusable = call in ("nvmlInit", "nvmlDeviceGetCount")
     # Without NVML a MIG UUID is a ConfigError (only NVML can resolve it): ask for
     # one only where NVML itself is usable.
@@ -767,3 +776,61 @@ def test_a_module_that_is_not_nvidia_ml_py_is_unavailable(
     topo = detect(root)
     assert any("is not nvidia-ml-py's (no NVMLError)" in n for n in topo.notes)
     assert [g.numa_node for g in topo.gpus] == [0, 0, 0, 0, 1, 1, 1, 1]
+
+
+# ------------------------------------------- what discovery tried, logged (show -v, -vv)
+
+
+def _logged(caplog: pytest.LogCaptureFixture, level: int) -> List[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "pynumabind.discovery" and r.levelno == level
+    ]
+
+
+def test_discovery_logs_each_source_and_what_nvml_said(
+    trees: Trees, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    _desc, root, _fake = setup(trees, monkeypatch, "dgx_h100")
+    with caplog.at_level(logging.DEBUG, logger="pynumabind"):
+        detect(root, environ={"CUDA_VISIBLE_DEVICES": "5,1"})
+    info = _logged(caplog, logging.INFO)
+    assert info[0].startswith(f"discovery: sysfs {root} (read): 2 NUMA nodes, 224 CPUs online")
+    assert info[1] == (
+        "discovery: PCI: 8 GPUs among the display and accelerator functions "
+        "(8 NVIDIA, 0 AMD, 0 Intel)"
+    )
+    assert "discovery: KFD (AMD's order and UUIDs): not needed: no AMD GPU" in info
+    assert "discovery: NVML: asked (sysfs lists 8 NVIDIA GPU(s)): 8 GPUs" in info
+    assert info[-1].startswith(
+        "discovery: visibility: CUDA_VISIBLE_DEVICES='5,1': 2 of 8 GPUs seen: 0: 0000:ab:00.0"
+    )
+    debug = _logged(caplog, logging.DEBUG)
+    assert sum(line.startswith("discovery: sysfs GPU ") for line in debug) == 8
+    assert sum(line.startswith("discovery: NVML GPU ") for line in debug) == 8
+    assert sum(line.startswith("discovery: sysfs node ") for line in debug) == 2
+
+
+def test_discovery_logs_why_nvml_gave_nothing(
+    trees: Trees, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    _desc, root, _fake = setup(
+        trees, monkeypatch, "dgx_h100", init_error=real_pynvml.NVML_ERROR_DRIVER_NOT_LOADED
+    )
+    with caplog.at_level(logging.INFO, logger="pynumabind"):
+        detect(root)
+        detect(root, use_nvml=False)
+    nvml = [line for line in _logged(caplog, logging.INFO) if "NVML:" in line]
+    assert nvml[0].startswith("discovery: NVML: asked (sysfs lists 8 NVIDIA GPU(s)): unavailable:")
+    assert nvml[1] == "discovery: NVML: not asked: use_nvml=False (the CLI's --no-nvml)"
+    assert not _logged(caplog, logging.DEBUG)  # INFO only: no details
+
+
+def test_discovery_logs_nothing_unless_asked(
+    trees: Trees, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    _desc, root, _fake = setup(trees, monkeypatch, "dgx_h100")
+    with caplog.at_level(logging.WARNING, logger="pynumabind"):
+        detect(root)
+    assert not [r for r in caplog.records if r.name == "pynumabind.discovery"]

@@ -242,3 +242,76 @@ def test_a_snapshot_gpu_on_a_node_that_does_not_exist_is_refused(
     data["gpus"][1][field] = 7
     with pytest.raises(TopologyError, match=rf"GPU 1 .*{field} 7, which is not one of its nodes"):
         Topology.from_dict(data)
+
+
+# ------------------------------------- what was done with the variables: said
+
+
+def _section(stdout: str, title: str) -> List[str]:
+    """The indented lines under ``title`` in a command's text output."""
+    lines = stdout.splitlines()
+    if title not in lines:
+        return []
+    body = lines[lines.index(title) + 1 :]
+    out: List[str] = []
+    for line in body:
+        if not line.startswith("  "):
+            break
+        out.append(line.strip())
+    return out
+
+
+@pytest.mark.parametrize("command", ["plan", "show"])
+def test_a_recorded_machine_is_planned_as_recorded_and_says_so(
+    command: str, two_node: Path
+) -> None:
+    """``CUDA_VISIBLE_DEVICES=5,1 plan --topology dgx-h100.json`` planned all 8 GPUs silently.
+
+    A recorded machine keeps all its GPUs (the variable names this machine's
+    devices); the output says the variable was not applied, and how to apply it.
+    """
+    done = _cli({"CUDA_VISIBLE_DEVICES": "1"}, command, "--topology", str(two_node))
+    assert done.returncode == 0, done.stderr
+    (note,) = _section(done.stdout, "Visible devices")
+    assert note.startswith("CUDA_VISIBLE_DEVICES='1': not applied;"), note
+    assert "2 GPUs" in note and "PYNUMABIND_TOPOLOGY=FILE" in note
+    if command == "plan":
+        assert "0000:17:00.0" in done.stdout and "0000:65:00.0" in done.stdout
+
+
+def test_the_same_machine_through_the_variable_applies_it_and_says_so(two_node: Path) -> None:
+    env = {"PYNUMABIND_TOPOLOGY": str(two_node), "CUDA_VISIBLE_DEVICES": "1"}
+    done = _cli(env, "plan")
+    assert done.returncode == 0, done.stderr
+    (note,) = _section(done.stdout, "Visible devices")
+    assert note == (
+        "CUDA_VISIBLE_DEVICES='1': applied; this process sees 1 GPU: the machine's 1 "
+        "(driver numbering), numbered 0 here"
+    )
+    assert "0000:65:00.0" in done.stdout and "0000:17:00.0" not in done.stdout
+    document = json.loads(_cli(env, "plan", "--json").stdout)
+    assert document["visibility"] == note
+
+
+def test_no_visibility_variable_no_note(two_node: Path) -> None:
+    done = _cli({}, "plan", "--topology", str(two_node))
+    assert done.returncode == 0 and "Visible devices" not in done.stdout
+    assert json.loads(_cli({}, "plan", "--json", "--topology", str(two_node)).stdout)[
+        "visibility"
+    ] is None
+
+
+def test_visibility_note_names_the_gpus_in_the_process_order() -> None:
+    from pynumabind.discovery._visible import visibility_note
+
+    env = {"CUDA_VISIBLE_DEVICES": "3,1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    seen = apply_visibility(four_gpus(), env)
+    note = visibility_note(seen, env, applied=True)
+    assert note == (
+        "CUDA_VISIBLE_DEVICES='3,1', CUDA_DEVICE_ORDER='PCI_BUS_ID': applied; this process "
+        "sees 2 GPUs: the machine's 3, 1 (driver numbering), numbered 0-1 here"
+    )
+    recorded = visibility_note(four_gpus(), env, applied=False, recorded_by="--sysfs-root")
+    assert recorded is not None and "the machine of --sysfs-root" in recorded
+    assert "4 GPUs" in recorded and "PYNUMABIND_TOPOLOGY" not in recorded
+    assert visibility_note(four_gpus(), {}, applied=True) is None

@@ -21,6 +21,7 @@ from pynumabind.model import Topology
 from pynumabind.planner import plan
 
 from ..support import libnuma_oracle as oracle
+from ..support import root_setup
 from ..support import sysfs_tree as st
 from ..support.childproc import run_in_child
 from . import child_discovery
@@ -525,6 +526,7 @@ CPUSET = Path("/sys/fs/cgroup/cpuset")
 )
 def test_live_cpuset_restriction_is_seen(tmp_path: Path) -> None:
     """A real cpuset (cpus 1, mems 0): what a container or Slurm job gives a worker."""
+    root_setup.refused(f"creating a cgroup v1 cpuset group under {CPUSET}")
     group = CPUSET / f"pynumabind-discovery-{os.getpid()}"
     group.mkdir()
     try:

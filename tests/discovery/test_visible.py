@@ -105,7 +105,6 @@ def test_an_index_on_a_machine_without_gpus_is_not_an_error() -> None:
         ("-1", [], "matches no device"),
         ("0,x,1", [0], "matches no device"),
         ("0,,1", [0], "matches no device"),
-        ("3,3,1", [3], "already listed"),
         ("GPU-nothing,0", [], "matches no device"),
         # Unicode digits are not indices to CUDA (and int("\u00b2") raises).
         ("0,\u00b2,1", [0], "matches no device"),
@@ -121,18 +120,65 @@ def test_first_invalid_entry_truncates(value: str, want: List[int], why: str) ->
 @given(st_.lists(st_.integers(min_value=-2, max_value=6), max_size=8))
 def test_index_lists_keep_the_longest_valid_prefix(tokens: List[int]) -> None:
     value = ",".join(map(str, tokens))
-    until = next((i for i, t in enumerate(tokens) if t < 0 or t in tokens[:i]), len(tokens))
-    if any(t >= 4 for t in tokens[:until]):  # an index naming no GPU before CUDA's stop
+    until = next((i for i, t in enumerate(tokens) if t < 0 or t >= 4), len(tokens))
+    repeated = next((i for i in range(until) if tokens[i] in tokens[:i]), None)
+    if repeated is not None:  # a GPU named twice before CUDA's stop: refused
+        with pytest.raises(ConfigError, match="does not show one GPU twice"):
+            visible({"CUDA_VISIBLE_DEVICES": value})
+        return
+    if until < len(tokens) and tokens[until] >= 4:  # an index naming no GPU
         with pytest.raises(ConfigError, match="names no GPU"):
             visible({"CUDA_VISIBLE_DEVICES": value})
         return
     topo = visible({"CUDA_VISIBLE_DEVICES": value})
     got = physical(topo)
-    assert got == tokens[: len(got)]  # a prefix, in the given order
+    assert got == tokens[:until]  # the prefix before the first invalid entry, in order
     assert len(set(got)) == len(got) and all(0 <= t < 4 for t in got)
-    if len(got) < len(tokens):  # it stopped exactly at an invalid entry
-        bad = tokens[len(got)]
-        assert bad < 0 or bad >= 4 or bad in got
+
+
+# ------------------------------------------------------- a device named twice
+
+
+def test_cuda_refuses_a_gpu_named_twice_naming_both_entries() -> None:
+    """The defect's shape on CUDA: `3,3,1` once ended the list after GPU 3 (one rank where the
+    launcher meant three); CUDA shows no GPU for such a value, so it is refused."""
+    with pytest.raises(ConfigError) as caught:
+        visible({"CUDA_VISIBLE_DEVICES": "3,3,1"})
+    assert str(caught.value).startswith(
+        "CUDA_VISIBLE_DEVICES='3,3,1': entry '3' names the GPU entry '3' named already; "
+        "CUDA does not show one GPU twice"
+    )
+    assert str(caught.value).endswith("list each GPU once")
+
+
+def test_an_index_and_the_uuid_of_its_gpu_are_one_gpu_named_twice() -> None:
+    uuid = small().gpus[2].uuid
+    assert uuid is not None
+    with pytest.raises(ConfigError, match=f"entry '{uuid[:8]}' names the GPU entry '2'"):
+        visible({"CUDA_VISIBLE_DEVICES": f"2,{uuid[:8]}"})
+
+
+def test_one_mig_instance_named_twice_is_refused_two_of_one_gpu_are_not() -> None:
+    parent = small().gpus[0].uuid
+    assert parent is not None
+    a, b = "MIG-1111", "MIG-2222"
+    parents = {a: parent, b: parent}
+    assert physical(visible({"CUDA_VISIBLE_DEVICES": f"{a},{b}"}, mig_parents=parents)) == [0, 0]
+    with pytest.raises(ConfigError, match="'MIG-1111' names the GPU entry 'MIG-1111'"):
+        visible({"CUDA_VISIBLE_DEVICES": f"{a},{b},{a}"}, mig_parents=parents)
+
+
+def test_rocr_ends_the_list_at_a_repeat_and_hip_skips_it(tmp_path: Path) -> None:
+    """ROCr reads a repeated index as a terminator; HIP (ROCclr) keeps a set and goes on."""
+    topo = machine(tmp_path, "mi210_nps4")  # KFD order: GPU i on node 3,2,1,0,7,6,5,4
+    rocr = apply_visibility(topo, {"ROCR_VISIBLE_DEVICES": "4,4,5"})
+    assert physical(rocr) == [4]
+    assert any("like ROCr, it and every later entry are ignored (4,5)" in n for n in rocr.notes)
+    hip = apply_visibility(topo, {"HIP_VISIBLE_DEVICES": "3,3,1"})
+    assert physical(hip) == [3, 1] and [g.numa_node for g in hip.gpus] == [0, 2]
+    assert any("HIP lists it once and goes on" in n for n in hip.notes)
+    by_cuda = apply_visibility(topo, {"CUDA_VISIBLE_DEVICES": "6,6,1"})  # read by HIP here
+    assert physical(by_cuda) == [6, 1]
 
 
 # ---------------------------------------------------------------- UUIDs

@@ -21,6 +21,6 @@ def numactl() -> str:
     found = shutil.which("numactl")
     if found is None:
         if os.environ.get(REQUIRED_ENV) == "1":
-            pytest.fail("numactl is not installed (.ci/install-frameworks installs it)")
+            pytest.fail("numactl is not on PATH (.ci/integrations puts Debian's there)")
         pytest.skip("numactl is not installed")
     return found

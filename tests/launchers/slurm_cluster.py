@@ -5,7 +5,8 @@ installed with apt-get when missing (as root; an already-present
 ``/usr/sbin/policy-rc.d`` is respected, otherwise one is put there for the
 install only, so the packages' services are not started on the host).  The
 cluster itself lives in a temporary directory and touches nothing of the
-host's Slurm or MUNGE setup:
+host's Slurm or MUNGE setup (and none of it happens under
+``PYNUMABIND_TESTS_NO_ROOT_SETUP=1``: see ``tests/support/root_setup.py``):
 
 * its own ``munged`` (own key, own socket: ``AuthInfo=socket=...``);
 * ``slurmctld`` and ``slurmd`` in the foreground as children of the test
@@ -36,8 +37,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
-PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
-PROGRAMS = ("munged", "slurmctld", "slurmd", "srun", "sinfo")
+from ..support import root_setup
+
+PACKAGES = root_setup.SLURM_PACKAGES
+PROGRAMS = root_setup.SLURM_PROGRAMS
 NODE = "pnbnode"
 POLICY_RC_D = Path("/usr/sbin/policy-rc.d")
 
@@ -184,7 +187,18 @@ def _wait(what: str, ready: Callable[[], bool], cluster: Cluster, timeout: float
 
 
 def start(directory: Path, cpus: int = 2) -> Cluster:
-    """Install if needed and start munged, slurmctld and slurmd; wait for the node."""
+    """Install if needed and start munged, slurmctld and slurmd; wait for the node.
+
+    Never under ``PYNUMABIND_TESTS_NO_ROOT_SETUP=1`` (``tests/support/root_setup.py``):
+    the daemons run as root even when the packages are there.
+    """
+    if root_setup.off():
+        raise SlurmUnavailable(
+            root_setup.skip_reason(
+                f"installing (when missing) {', '.join(PACKAGES)} and starting "
+                f"{', '.join(root_setup.SLURM_DAEMONS)}"
+            )
+        )
     if os.geteuid() != 0:
         raise SlurmUnavailable("slurmd must run as root to launch tasks, and this is not root")
     programs = ensure_installed()

@@ -182,3 +182,22 @@ def test_srun_without_cpu_bind_none_fails_clearly(
             f"allowed CPUs {localid} (affinity/cpuset) (settings from the environment: rank from "
             "SLURM_LOCALID, nprocs from SLURM_NTASKS_PER_NODE, cpus from PYNUMABIND_CPUS)"
         ) in srun.stderr
+
+
+def test_no_root_setup_starts_and_installs_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under the no-root-setup switch the cluster is refused before any apt-get or daemon runs."""
+
+    def no_process(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"a process was started: {args}")
+
+    monkeypatch.setenv("PYNUMABIND_TESTS_NO_ROOT_SETUP", "1")
+    monkeypatch.setattr(subprocess, "run", no_process)
+    monkeypatch.setattr(subprocess, "Popen", no_process)
+    with pytest.raises(slurm_cluster.SlurmUnavailable) as caught:
+        slurm_cluster.start(tmp_path)
+    message = str(caught.value)
+    assert message.startswith("PYNUMABIND_TESTS_NO_ROOT_SETUP=1: not installing"), message
+    assert "slurmctld" in message and "munged" in message and "unset it" in message
+    assert list(tmp_path.iterdir()) == []

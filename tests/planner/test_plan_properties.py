@@ -119,6 +119,44 @@ def test_plans_are_valid_consistent_and_deterministic(
 
 @given(
     topo=topologies(),
+    mode=st.sampled_from(MODES),
+    data=st.data(),
+    nprocs=st.one_of(st.none(), st.integers(1, 6)),
+)
+def test_weights_name_every_ranks_memory_nodes(
+    topo: Topology, mode: str, data: st.DataObject, nprocs: Optional[int]
+) -> None:
+    """Weighted interleave with weights: every rank's memory is the weights' nodes, as given;
+    a weight on a node that cannot hold memory is the planner's error, never a plan."""
+    nodes = sorted(topo.nodes)
+    chosen = data.draw(st.lists(st.sampled_from(nodes), min_size=1, max_size=4, unique=True))
+    weights = {n: data.draw(st.integers(1, 255)) for n in chosen}
+    usable = all(topo.nodes[n].has_memory and n in topo.allowed_mems for n in chosen)
+    kw = dict(nprocs=nprocs, mode=mode, policy="weighted-interleave", weights=weights)
+    try:
+        plans = plan_all(topo, **kw)  # type: ignore[arg-type]
+    except (PlanError, ConfigError) as exc:
+        if not usable:
+            assert "weights= names" in str(exc)
+        return
+    assert usable, "weights on a node without allowed memory were planned"
+    for p in plans:
+        check_plan(topo, p, mode)
+        assert p.policy is MemoryPolicy.WEIGHTED_INTERLEAVE
+        assert p.mems == frozenset(weights) and p.weights == weights
+        assert p.to_dict()["weights"] == {str(n): w for n, w in sorted(weights.items())}
+    # Without weights the same policy takes the plan's own nodes, and no weights.
+    try:
+        plain = plan_all(topo, nprocs=nprocs, mode=mode, policy="weighted-interleave")
+    except (PlanError, ConfigError):
+        return
+    assert all(p.weights is None for p in plain)
+    interleaved = plan_all(topo, nprocs=nprocs, mode=mode, policy="interleave")
+    assert [p.mems for p in plain] == [p.mems for p in interleaved]
+
+
+@given(
+    topo=topologies(),
     mode=st.sampled_from(["exclusive", "core-complex"]),
     nprocs=st.one_of(st.none(), st.integers(1, 12)),
 )

@@ -478,7 +478,9 @@ def test_memory_policies() -> None:
 
 def test_interleave_nodes_validation() -> None:
     topo = gb200_tray()
-    with pytest.raises(ConfigError, match="only meaningful with policy='interleave'"):
+    with pytest.raises(
+        ConfigError, match="only meaningful with policy 'interleave' or 'weighted-interleave'"
+    ):
         plan(topo, 0, interleave_nodes="0-1")
     with pytest.raises(PlanError, match="does not have"):
         plan(topo, 0, policy="interleave", interleave_nodes="40")

@@ -7,14 +7,18 @@ sits beside that folder's tests (``tests/binding/child_binding.py``), and
 * child processes: ``childproc`` runs a module-level function in a fresh
   interpreter through the ``_child.py`` script; ``childstate`` reads a
   child's own CPUs and policy; ``child_cold`` and ``child_environ`` are child
-  bodies that several folders run;
+  bodies that several folders run; ``unprivileged`` runs a function in a
+  forked child that dropped root (what ``nobody`` may read of its own pages);
 * machines: ``sysfs_tree`` (fake sysfs trees from ``tests/machines/``),
   ``sysfs_oracle`` and ``libnuma_oracle`` (what the kernel and the real
   libnuma say, to compare against), ``topology_builders`` (topologies as
-  values, and their hypothesis strategies);
+  values, and their hypothesis strategies), ``fake_nvml`` (a fake ``pynvml``
+  at its function boundary, fed from the same descriptions);
 * the command line and the machine around it: ``cli_helpers`` (the console
   script in a child, the two-node snapshot), ``cgroups`` (real cgroup v1
-  cpusets), ``seccomp_filter`` (real EPERM from a seccomp filter);
+  cpusets), ``seccomp_filter`` (real EPERM from a seccomp filter),
+  ``root_setup`` (what the suite installs or starts as root, said at the
+  start, and the variable that turns it off);
 * the rest: ``advice_builders`` (measurement matrices), ``recipes`` (the
   recipes of docs/integrations.md, and reading a process through /proc),
   ``import_scan`` (the package's imports, read from its source).

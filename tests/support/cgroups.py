@@ -4,7 +4,8 @@ This machine has cgroup v1 (the QEMU guest has v2: see ``tests/vm``).  A
 group is made under a controller's hierarchy, set up by writing its files,
 and removed afterwards; whatever is still in it then is an orphan of a
 failed test, and is killed rather than leaked.  Where the hierarchy is
-missing or not writable the calling test skips, saying which.
+missing or not writable the calling test skips, saying which; so it does
+under ``PYNUMABIND_TESTS_NO_ROOT_SETUP=1`` (:mod:`.root_setup`).
 
 A child that must run inside a group waits for the word "go" on its stdin
 (see :func:`childproc.child_command`); :func:`run_moved` moves it in first,
@@ -23,7 +24,9 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 
 import pytest
 
-CGROUP_V1 = "/sys/fs/cgroup"
+from . import root_setup
+
+CGROUP_V1 = root_setup.CGROUP_ROOT
 
 
 def write(path: str, value: str) -> None:
@@ -45,6 +48,7 @@ def group(controller: str, settings: Mapping[str, str] = {}) -> Iterator[str]:
     what is left in it and removes it (``rmdir`` waits out EBUSY while the
     kernel lets exited tasks go).
     """
+    root_setup.refused(f"creating a cgroup v1 {controller} group under {CGROUP_V1}")
     root = f"{CGROUP_V1}/{controller}"
     if not os.path.isdir(root):
         pytest.skip(f"no cgroup v1 {controller} hierarchy at {root}")

@@ -33,7 +33,14 @@ from pynumabind._mempolicy import (
 )
 from pynumabind.model import MemoryPolicy
 
-JUDGES = {_mempolicy.INSIDE, _mempolicy.SPILL, _mempolicy.SPREAD, _mempolicy.ALLOWED, None}
+JUDGES = {
+    _mempolicy.INSIDE,
+    _mempolicy.SPILL,
+    _mempolicy.SPREAD,
+    _mempolicy.WEIGHTED,
+    _mempolicy.ALLOWED,
+    None,
+}
 
 
 def test_every_policy_has_a_row_and_every_row_a_policy() -> None:
@@ -61,6 +68,16 @@ def test_each_row_holds_together(name: str) -> None:
         assert "{nodes}" in row.fallback_said
     else:
         assert row.fallback is None
+    assert row.takes_nodes or not row.spreads, "spreading pages needs nodes"
+    assert row.spreads or not row.weighted, "weights spread pages over nodes"
+    assert (row.judge == _mempolicy.WEIGHTED) is row.weighted, "weights are judged as weights"
+
+
+def test_the_policies_that_spread_and_the_one_that_takes_weights() -> None:
+    spread = [name for name, row in POLICIES.items() if row.spreads]
+    weighted = [name for name, row in POLICIES.items() if row.weighted]
+    assert spread == ["interleave", "weighted-interleave"]
+    assert weighted == ["weighted-interleave"]
 
 
 def test_a_kernel_mode_names_the_row_it_is_judged_by() -> None:
@@ -73,7 +90,12 @@ def test_a_kernel_mode_names_the_row_it_is_judged_by() -> None:
 
 
 def test_placing_policies_are_the_rows_that_place() -> None:
-    assert _mempolicy.placing_policies() == ("bind", "preferred", "interleave")
+    assert _mempolicy.placing_policies() == (
+        "bind",
+        "preferred",
+        "interleave",
+        "weighted-interleave",
+    )
 
 
 class Probe:
@@ -123,28 +145,49 @@ def test_preferred_on_several_nodes_needs_preferred_many_and_falls_back_to_the_l
     assert unknown is not None and "it could not be probed; preferring node 1 only" in unknown
 
 
-def test_the_row_shape_holds_a_newer_mode_that_falls_back_on_every_node() -> None:
-    # Weighted interleave (Linux 6.9) is to fall back to plain interleave over the
-    # same nodes: a row with that shape keeps every node and says which kernel.
-    weighted = PolicyRow(
-        "weighted-interleave",
-        MPOL_WEIGHTED_INTERLEAVE,
-        fallback=MPOL_INTERLEAVE,
-        fallback_said="interleaving over nodes {nodes} evenly",
-        takes_nodes=True,
-        places=True,
-        judge=_mempolicy.SPREAD,
-        described="weighted interleave",
-    )
+def test_weighted_interleave_falls_back_to_interleave_on_every_node() -> None:
+    # Weighted interleave (Linux 6.9) falls back to plain interleave over the
+    # same nodes, in one note that names the running kernel.
+    weighted = POLICIES["weighted-interleave"]
     assert weighted.since == (6, 9) and MPOL_INTERLEAVE not in ONE_NODE_MODES
+    assert weighted.judge == _mempolicy.WEIGHTED and weighted.places
     nodes = frozenset({0, 2})
     assert weighted.kernel_request(nodes, Probe(True)) == (MPOL_WEIGHTED_INTERLEAVE, nodes, None)
-    mode, kept, note = weighted.kernel_request(nodes, Probe(False))
+    mode, kept, note = weighted.kernel_request(nodes, Probe(False), lambda: "6.1.0-31-amd64")
     assert (mode, kept) == (MPOL_INTERLEAVE, nodes)
-    assert note is not None and "(Linux < 6.9); interleaving over nodes 0,2 evenly" in note
+    assert note == (
+        "weighted-interleave on nodes 0,2 needs MPOL_WEIGHTED_INTERLEAVE and this kernel "
+        "(Linux 6.1.0-31-amd64) lacks it (Linux < 6.9); interleaving evenly over nodes 0,2 "
+        "instead, without weights"
+    )
     one = Probe(False)
     assert weighted.kernel_request(frozenset({2}), one)[0] == MPOL_INTERLEAVE
     assert one.asked == [MPOL_WEIGHTED_INTERLEAVE]  # interleave holds many nodes: asked anyway
+    assert row_of_mode(MPOL_WEIGHTED_INTERLEAVE) is weighted
+    assert row_of_mode(MPOL_INTERLEAVE) is POLICIES["interleave"]  # its own row, not a fallback's
+
+
+def test_a_row_of_the_same_shape_is_all_a_new_policy_needs() -> None:
+    # The table's promise: a policy is a row.  A row built as weighted
+    # interleave's is, from the constructor alone, behaves the same.
+    again = PolicyRow(
+        "weighted-interleave",
+        MPOL_WEIGHTED_INTERLEAVE,
+        fallback=MPOL_INTERLEAVE,
+        fallback_said="interleaving evenly over nodes {nodes} instead, without weights",
+        takes_nodes=True,
+        places=True,
+        judge=_mempolicy.WEIGHTED,
+        described="weighted interleave",
+        spreads=True,
+        weighted=True,
+    )
+    row = POLICIES["weighted-interleave"]
+    nodes = frozenset({1, 3})
+    for answer in (True, False, None):
+        assert again.kernel_request(nodes, Probe(answer)) == row.kernel_request(
+            nodes, Probe(answer)
+        )
 
 
 #: ``MPOL_<mode> = <number>``: a definition of a mode's number.

@@ -17,6 +17,7 @@ from pynumabind._text import (
     EMPTY_IDS,
     clipped,
     counted,
+    escaped,
     format_ids,
     human_bytes,
     named,
@@ -102,6 +103,26 @@ def _runtime_imports(tree: ast.Module) -> List[str]:
             found.append("." * node.level + (node.module or ""))
         todo.extend(ast.iter_child_nodes(node))
     return found
+
+
+def test_escaped_shows_what_a_terminal_would_act_on() -> None:
+    assert escaped("bind: yes (node 0)") == "bind: yes (node 0)"
+    forged = "verdict\n\x1b[2Jall 4 workers bound as planned\r\u2028\u202e\ud800\t"
+    assert escaped(forged) == (
+        "verdict\\n\\x1b[2Jall 4 workers bound as planned\\r\\u2028\\u202e\\ud800\\t"
+    )
+    assert escaped("a\\nb") == "a\\nb"  # a backslash stays: nothing to act on
+    assert escaped("caf\u00e9 \u6771\u4eac") == "caf\u00e9 \u6771\u4eac"  # printable letters stay
+
+
+@given(st.text())
+def test_escaped_text_is_one_printable_line_and_escaping_again_changes_nothing(text: str) -> None:
+    out = escaped(text)
+    assert out.isprintable() and len(out.splitlines()) <= 1
+    out.encode("utf-8")  # no lone surrogate left to fail an encoder
+    assert escaped(out) == out
+    if text.isprintable():
+        assert out == text
 
 
 def test_the_text_module_imports_nothing() -> None:

@@ -67,7 +67,16 @@ def test_every_public_value_class_is_a_record() -> None:
 # ------------------------------------------------------------ sample values
 
 #: Values tried, in order, for a field that changes: the first a record accepts.
-CANDIDATES: Tuple[Any, ...] = (("changed",), 3, True, "socket", "bind", "nearest", (0, 1))
+CANDIDATES: Tuple[Any, ...] = (
+    ("changed",),
+    3,
+    True,
+    "socket",
+    "bind",
+    "nearest",
+    (0, 1),
+    {0: 1},  # weights
+)
 
 
 def _base_values(cls: type) -> Dict[str, Any]:
@@ -99,10 +108,24 @@ def _hash(value: Any) -> Any:
         return type(exc)
 
 
+def _initial(cls: type) -> Tuple[str, ...]:
+    """The fields ``__init__`` takes (not those made with ``init=False``)."""
+    return tuple(f.name for f in dataclasses.fields(_record.twin(cls)) if f.init)
+
+
 def _twin_of(cls: type, instance: Any) -> Any:
     """The twin dataclass's instance holding the same field values."""
     twin = _record.twin(cls)
-    return twin(**{f.name: vars(instance)[f.name] for f in dataclasses.fields(twin)})
+    made = twin(**{name: vars(instance)[name] for name in _initial(cls)})
+    for f in dataclasses.fields(twin):  # init=False ones: set as the record's own code does
+        if not f.init:
+            object.__setattr__(made, f.name, vars(instance)[f.name])
+    return made
+
+
+def _own_repr(cls: type) -> bool:
+    """Whether ``cls`` writes its own repr (``repr=False``): the twin then has none to compare."""
+    return not _record.twin(cls).__dataclass_params__.repr  # type: ignore[attr-defined]
 
 
 @pytest.fixture(params=RECORDS, ids=lambda c: f"{c.__module__}.{c.__qualname__}")
@@ -147,24 +170,29 @@ def test_repr_equality_and_hash_are_the_twins(cls: type) -> None:
     base = _base_values(cls)
     first, second = cls(**base), cls(**base)
     twin_first, twin_second = _twin_of(cls, first), _twin_of(cls, second)
-    assert repr(first) == repr(twin_first)
+    own_repr = _own_repr(cls)
+    if own_repr:  # as dataclass(repr=False): the body's __repr__ is the class's, not ours
+        assert vars(cls)["__repr__"] is not _record._repr
+    else:
+        assert repr(first) == repr(twin_first)
     assert (first == second) == (twin_first == twin_second)
     assert (first != second) == (twin_first != twin_second)
     eq = _record.twin(cls).__dataclass_params__.eq  # type: ignore[attr-defined]
     if eq:  # else both hash by identity
         assert _hash(first) == _hash(twin_first) == _hash(second)
     changed = 0
-    for name in _record.field_names(cls):
+    for name in _initial(cls):
         other = _changed(cls, base, name)
         if other is None:
             continue
         changed += 1
         twin_other = _twin_of(cls, other)
-        assert repr(other) == repr(twin_other)
+        if not own_repr:
+            assert repr(other) == repr(twin_other)
         assert (first == other) == (twin_first == twin_other), name
         if eq:
             assert _hash(other) == _hash(twin_other), name
-    assert changed == len(_record.field_names(cls))  # every field was tried
+    assert changed == len(_initial(cls))  # every field __init__ takes was tried
     assert first.__eq__(twin_first) is twin_first.__eq__(first)  # NotImplemented, or identity
 
 
@@ -195,6 +223,11 @@ def test_replace_and_asdict_work_as_on_the_twin(cls: type) -> None:
     instance = cls(**base)
     assert dataclasses.asdict(instance) == dataclasses.asdict(_twin_of(cls, instance))
     for name in _record.field_names(cls):
+        if name not in _initial(cls):  # init=False: neither replace may change it
+            for replace in (dataclasses.replace, _record.replace):
+                with pytest.raises(ValueError, match=f"field {name} is declared with init=False"):
+                    replace(instance, **{name: None})
+            continue
         other = _changed(cls, base, name)
         if other is None:
             continue
@@ -225,6 +258,20 @@ class _Point:
         self.__dict__.update(x=x, y=y, tags=tags, extra={} if extra is FACTORY else extra)
 
 
+@record(frozen=True, eq=False, repr=False)
+class _Handle:
+    """A record with a field ``__init__`` does not take, and a repr of its own."""
+
+    name: str
+    _secret: Optional[int] = field(default=None, init=False, repr=False, compare=False)
+
+    def __init__(self, name: str) -> None:
+        self.__dict__.update(name=name, _secret=None)
+
+    def __repr__(self) -> str:
+        return f"<handle {self.name}>"
+
+
 @record(frozen=True)
 class _Nested:
     """Holds itself, through a list: its repr must not recurse for ever."""
@@ -242,6 +289,18 @@ def test_class_vars_factories_and_flags_as_dataclass_reads_them() -> None:
     assert repr(point) == "_Point(x=1, y=0, tags=())"
     assert point == _Point(1, extra={"b": 2})  # extra is not compared
     assert _Point(1).extra == {} and _Point(1).extra is not _Point(1).extra
+
+
+def test_init_false_fields_and_a_repr_of_its_own_as_dataclass_reads_them() -> None:
+    handle = _Handle("a")
+    assert repr(handle) == "<handle a>" and handle._secret is None
+    assert _Handle.__match_args__ == ("name",)  # as dataclass: only __init__'s fields
+    assert [p.name for p in inspect.signature(_Handle).parameters.values()] == ["name"]
+    assert dataclasses.fields(_Handle)[1].init is False
+    assert _record.replace(handle, name="b")._secret is None  # starts again from its default
+    assert handle != _Handle("a")  # eq=False: identity
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        handle._secret = 1  # type: ignore[misc]
 
 
 def test_a_repr_that_meets_itself_says_so() -> None:

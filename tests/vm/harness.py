@@ -53,6 +53,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..support import root_setup
+
 log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -72,10 +74,12 @@ BOOT_ENV = "PYNUMABIND_VM_BOOT"
 HOST_RECORD_ENV = "PYNUMABIND_VM_HOST_ADVICE"
 """The host's advice record (saved by ``test_guest_suite``), read in the guest: stale there."""
 
-APT_PACKAGES = ("qemu-system-x86", "busybox-static")
+APT_PACKAGES = root_setup.QEMU_PACKAGES
 """Debian packages providing ``qemu-system-x86_64`` and a static ``/bin/busybox``.
 
 The initramfs is written by this module itself (``newc`` cpio format), so ``cpio`` is not needed.
+Installed only as root, and never under ``PYNUMABIND_TESTS_NO_ROOT_SETUP=1``
+(``tests/support/root_setup.py``).
 """
 
 
@@ -573,6 +577,13 @@ def _require_apt(what: str, *, root: bool) -> None:
 
 
 def _apt_install(packages: Sequence[str]) -> None:
+    if root_setup.off():
+        raise VmUnavailable(
+            root_setup.skip_reason(
+                f"installing {' and '.join(packages)} with apt-get",
+                f"install them yourself ({', '.join(root_setup.QEMU_PROGRAMS)} on PATH)",
+            )
+        )
     _require_apt(" and ".join(packages), root=True)
     # Wait for another apt/dpkg run (e.g. a parallel test session) instead of failing at once.
     argv = [
@@ -588,8 +599,15 @@ def _apt_install(packages: Sequence[str]) -> None:
         _run_tool(argv)
     except VmUnavailable:
         log.info("apt-get install failed; refreshing package lists and retrying")
-        _run_tool(["apt-get", "update"])
+        _apt_update()
         _run_tool(argv)
+
+
+def _apt_update() -> None:
+    """``apt-get update``: as root it rewrites the host's package lists, so not under the switch."""
+    if root_setup.off() and os.geteuid() == 0:
+        raise VmUnavailable(root_setup.skip_reason("refreshing the package lists (apt-get update)"))
+    _run_tool(["apt-get", "update"])
 
 
 def _is_static_elf(path: Path) -> bool:
@@ -630,7 +648,7 @@ def _kernel_package_name(kernel: GuestKernel) -> str:
     if not names:
         # Stale or missing package lists; as non-root this fails and the lists stay as they are.
         with contextlib.suppress(VmUnavailable):
-            _run_tool(["apt-get", "update"])
+            _apt_update()
         out = _run_tool(["apt-cache", "depends", kernel.meta_package])
         names = re.findall(pattern, out)
     if not names:
@@ -666,7 +684,7 @@ def _fetch_kernel(cache: Path, kernel: GuestKernel = DEFAULT_KERNEL) -> tuple[Pa
         try:
             _run_tool(["apt-get", "download", package], cwd=workdir)
         except VmUnavailable:
-            _run_tool(["apt-get", "update"])
+            _apt_update()
             _run_tool(["apt-get", "download", package], cwd=workdir)
         debs = sorted(workdir.glob("*.deb"))
         if not debs:

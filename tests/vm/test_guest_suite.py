@@ -69,11 +69,18 @@ class GuestSession:
 
     def pytest_args(self) -> list[str]:
         """The guest pytest's arguments: output options, the modules, the deselected tests."""
-        args = ["-v", "-rfEsxX", "--durations=12"]
+        # A test stuck past WATCHDOG_S prints every thread's stack to the console (pytest's
+        # faulthandler plugin), so a session the harness kills still says where it hung.
+        args = ["-v", "-rfEsxX", "--durations=12", "-o", f"faulthandler_timeout={WATCHDOG_S}"]
         args += [str(GUEST_TESTS / module) for module in self.modules]
         for test in self.deselect:
             args += ["--deselect", f"{GUEST_TESTS.relative_to(REPO_ROOT).as_posix()}/{test}"]
         return args
+
+
+#: Seconds one guest test may run before its stacks are dumped: the slowest takes ~40 s on a
+#: loaded 2-core host under TCG.
+WATCHDOG_S = 150
 
 
 # What checks where pages are (move_pages, verify): run with NUMA balancing on as well.

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from . import harness
 from .harness import (
     DEFAULT_KERNEL,
     GUEST_TMPDIR,
@@ -444,3 +445,19 @@ def test_boot_facts_reach_the_guest_environment() -> None:
     assert numa_balancing_arg(True) == "numa_balancing=enable"
     assert "numa_balancing=disable" in kernel_command_line(False)
     assert "numa_balancing=enable" in kernel_command_line(True)
+
+
+def test_no_root_setup_refuses_every_root_apt_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under the no-root-setup switch no apt-get install, nor update as root, runs."""
+    ran: list[list[str]] = []
+    monkeypatch.setattr(harness, "_run_tool", lambda argv, **kw: ran.append(list(argv)) or "")
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setenv("PYNUMABIND_TESTS_NO_ROOT_SETUP", "1")
+    with pytest.raises(harness.VmUnavailable, match="not installing qemu-system-x86 and busybox"):
+        harness._apt_install(harness.APT_PACKAGES)
+    with pytest.raises(harness.VmUnavailable, match=r"not refreshing the package lists"):
+        harness._apt_update()
+    assert ran == []
+    monkeypatch.delenv("PYNUMABIND_TESTS_NO_ROOT_SETUP")
+    harness._apt_update()
+    assert ran == [["apt-get", "update"]]

@@ -13,7 +13,7 @@ Responsibilities, and nothing more:
   asks about it, once per feature: nothing is probed whose answer is unused.
 
 Test oracles (libnuma's own parsers, ``numa_node_to_cpus``, ``numa_distance``
-...) are not here: ``tests/libnuma_oracle.py`` declares and calls them.
+...) are not here: ``tests/support/libnuma_oracle.py`` declares and calls them.
 
 Deliberately *not* used: libnuma's void setters (``numa_set_membind`` and
 friends report errors only by printing to stderr) and the load-time
@@ -56,6 +56,7 @@ __all__ = [
     "HUGE_PAGE_SIZE_FILE",
     "LIBRARY_NAME",
     "MADV_COLD",
+    "MADV_NOHUGEPAGE",
     "MODE_NAMES",
     "MOVE_PAGES_CHUNK",
     "MPOL_BIND",
@@ -84,6 +85,7 @@ __all__ = [
     "huge_page_size",
     "load",
     "madvise",
+    "madvise_buffer",
     "mbind",
     "mbind_range",
     "migrate_pages",
@@ -557,6 +559,8 @@ def address_policy(address: int) -> KernelPolicy:
 
 #: ``madvise`` advice (linux/mman.h): deactivate the pages; splits a huge page it covers in part.
 MADV_COLD = 20
+#: ``madvise`` advice (linux/mman.h): no transparent huge pages in the range.
+MADV_NOHUGEPAGE = 15
 
 
 def madvise(start: int, length: int, advice: int) -> None:
@@ -579,6 +583,16 @@ def madvise(start: int, length: int, advice: int) -> None:
 
     if libc.madvise(start, length, advice) != 0:
         raise NumaSyscallError(ctypes.get_errno(), f"madvise({advice}) at {start:#x}")
+
+
+def madvise_buffer(buffer: Any, advice: int) -> None:
+    """``madvise`` on the whole of ``buffer`` (a writable, page-aligned buffer: an ``mmap``)."""
+    ffi = _ffi()
+    pointer = _buffer_pointer(buffer)
+    try:
+        madvise(int(ffi.cast("uintptr_t", pointer)), len(buffer), advice)
+    finally:
+        ffi.release(pointer)
 
 
 #: Where the kernel says how large a transparent huge page is (absent without THP).

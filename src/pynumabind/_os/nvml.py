@@ -24,6 +24,10 @@ into pynvml's private loader and re-declaring NVIDIA's ctypes prototypes.
 A ``pynvml`` module that still lacks a wrapper (another distribution's
 ``pynvml.py``, a vendored copy) works: the call is skipped and one note
 names the module, the missing wrapper and what it costs.
+
+:func:`versions` (``pynumabind report`` asks it, no bind does) opens NVML
+once more for the driver's version, NVML's and the CUDA version the driver
+supports; each answer NVML cannot give is ``None``.
 """
 
 from __future__ import annotations
@@ -39,7 +43,17 @@ from ..cpulist import parse_cpumask
 from ..errors import PynumabindError, TopologyError
 from . import forksafe as _forksafe
 
-__all__ = ["NVML_PY_FLOOR", "NvmlDevice", "NvmlReport", "NvmlUnavailable", "forget", "query"]
+__all__ = [
+    "NVML_PY_FLOOR",
+    "NvmlDevice",
+    "NvmlReport",
+    "NvmlUnavailable",
+    "NvmlVersions",
+    "binding_release",
+    "forget",
+    "query",
+    "versions",
+]
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +78,12 @@ class NvmlUnavailable(PynumabindError):
 
 @record(frozen=True)
 class NvmlDevice:
-    """What NVML says about one GPU (``index`` is NVML's)."""
+    """What NVML says about one GPU (``index`` is NVML's).
+
+    ``affinity_scope`` is ``"node"`` when ``cpu_affinity`` came from the
+    node-scope call, ``"socket"`` when only the legacy call answered (its
+    mask is socket-wide: several nodes under SNC/NPS).
+    """
 
     index: int
     pci_bus_id: str
@@ -74,6 +93,7 @@ class NvmlDevice:
     memory_affinity: Optional[frozenset[int]]
     numa_node_id: Optional[int]
     notes: Tuple[str, ...] = ()
+    affinity_scope: str = "node"
 
     def __init__(  # noqa: PLR0917 - positional, as the dataclass's fields
         self,
@@ -85,6 +105,7 @@ class NvmlDevice:
         memory_affinity: Optional[frozenset[int]],
         numa_node_id: Optional[int],
         notes: Tuple[str, ...] = (),
+        affinity_scope: str = "node",
     ) -> None:
         self.__dict__.update(
             index=index,
@@ -95,6 +116,7 @@ class NvmlDevice:
             memory_affinity=memory_affinity,
             numa_node_id=numa_node_id,
             notes=notes,
+            affinity_scope=affinity_scope,
         )
 
 
@@ -410,8 +432,10 @@ def _collect(pynvml: Any, words: Tuple[int, int]) -> _Answers:
             return asker.ask(handle, label, here, call, convert, *args)  # noqa: B023
 
         cpus = ask("nvmlDeviceGetCpuAffinityWithinScope", _mask, cpu_words, scope)
+        affinity_scope = "node"
         if cpus is None:
             cpus = ask("nvmlDeviceGetCpuAffinity", _mask, cpu_words)
+            affinity_scope = "socket"
         devices.append(
             NvmlDevice(
                 index=index,
@@ -422,6 +446,7 @@ def _collect(pynvml: Any, words: Tuple[int, int]) -> _Answers:
                 memory_affinity=ask("nvmlDeviceGetMemoryAffinity", _mask, node_words, scope),
                 numa_node_id=ask("nvmlDeviceGetNumaNodeId", _node_id),
                 notes=tuple(here),
+                affinity_scope=affinity_scope,
             )
         )
     notes.extend(_missing_note(pynvml, call) for call in asker.missing)
@@ -445,16 +470,19 @@ def _collect(pynvml: Any, words: Tuple[int, int]) -> _Answers:
     )
 
 
-def _missing_note(pynvml: Any, call: str) -> str:
-    try:
-        from importlib.metadata import PackageNotFoundError, version
+def binding_release() -> Optional[str]:
+    """The installed nvidia-ml-py's release (its metadata; ``pynvml`` is not imported)."""
+    from importlib.metadata import PackageNotFoundError, version
 
-        try:
-            release = f"nvidia-ml-py {version('nvidia-ml-py')}"
-        except PackageNotFoundError:
-            release = "not from nvidia-ml-py"
-    except ImportError:  # pragma: no cover - importlib.metadata is stdlib from 3.8
-        release = "release unknown"
+    try:
+        return version("nvidia-ml-py")
+    except PackageNotFoundError:
+        return None
+
+
+def _missing_note(pynvml: Any, call: str) -> str:
+    found = binding_release()
+    release = "not from nvidia-ml-py" if found is None else f"nvidia-ml-py {found}"
     where = getattr(pynvml, "__file__", None) or "?"
     cost = _WITHOUT.get(call, "that answer is not asked")
     return (
@@ -470,3 +498,89 @@ def _bus_id(info: Any) -> str:
     if raw is None:
         raise TopologyError("NVML PCI info has no busId")
     return normalize_bus_id(_text(raw))
+
+
+# ------------------------------------------------------------- versions
+
+
+@record(frozen=True)
+class NvmlVersions:
+    """The versions NVML reports: each ``None`` when it gives no answer (``notes`` say why).
+
+    ``cuda_driver`` is the newest CUDA version the driver supports
+    (``12.4``), not a CUDA runtime's.
+    """
+
+    module: str
+    driver: Optional[str] = None
+    nvml: Optional[str] = None
+    cuda_driver: Optional[str] = None
+    notes: Tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        module: str,
+        driver: Optional[str] = None,
+        nvml: Optional[str] = None,
+        cuda_driver: Optional[str] = None,
+        notes: Tuple[str, ...] = (),
+    ) -> None:
+        self.__dict__.update(
+            module=module, driver=driver, nvml=nvml, cuda_driver=cuda_driver, notes=notes
+        )
+
+
+def _cuda_version(value: Any) -> str:
+    number = int(value)
+    return f"{number // 1000}.{number % 1000 // 10}"
+
+
+def versions() -> NvmlVersions:
+    """Open NVML, ask for its versions, shut it down.
+
+    Raises:
+        NvmlUnavailable: ``pynvml`` does not import, or ``nvmlInit`` fails.
+    """
+    pynvml = _import()
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:
+        raise NvmlUnavailable(f"nvmlInit failed: {_say(exc)}") from None
+    answers: Dict[str, Optional[str]] = {}
+    notes: List[str] = []
+    calls = (
+        ("driver", ("nvmlSystemGetDriverVersion",), _text),
+        ("nvml", ("nvmlSystemGetNVMLVersion",), _text),
+        (
+            "cuda_driver",
+            ("nvmlSystemGetCudaDriverVersion_v2", "nvmlSystemGetCudaDriverVersion"),
+            _cuda_version,
+        ),
+    )
+    try:
+        for key, names, convert in calls:
+            answers[key] = _first_answer(pynvml, names, convert, notes)
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception as exc:  # nothing to do about it
+            log.debug("nvmlShutdown failed: %s", _say(exc))
+    where = getattr(pynvml, "__file__", None) or "?"
+    return NvmlVersions(module=where, notes=tuple(notes), **answers)
+
+
+def _first_answer(
+    pynvml: Any, names: Sequence[str], convert: Callable[[Any], str], notes: List[str]
+) -> Optional[str]:
+    """The first of ``names`` that this ``pynvml`` has and NVML answers; else a note."""
+    for name in names:
+        function = getattr(pynvml, name, None)
+        if function is None:
+            continue
+        try:
+            return convert(function())
+        except Exception as exc:
+            notes.append(f"{name} failed: {_say(exc)}")
+            return None
+    notes.append(f"this pynvml has none of {', '.join(names)}")
+    return None

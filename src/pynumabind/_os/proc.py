@@ -11,10 +11,21 @@ once, here:
   libnuma load until it asks), or ``Mems_allowed_list`` of
   ``/proc/self/status``;
 * each thread's ``Cpus_allowed_list`` from ``/proc/self/task/T/status``;
-* its cpuset (``/proc/self/cpuset`` and the cgroup file system, v1 or v2);
+* its cpuset (``/proc/self/cpuset`` and the cgroup file system, v1 or v2),
+  and its cgroups as ``pynumabind report`` shows them (:func:`cgroup_limits`:
+  the version, the cpuset's CPUs and memory nodes, the NVIDIA device nodes a
+  v1 device cgroup lets it open);
+* the files mapped into it (``/proc/self/maps``: which libnuma was loaded);
 * its thread ids (``/proc/self/task``), names (``comm``) and start times
   (``stat``), so that a later restore can tell a thread from a new one that
-  got its id.
+  got its id;
+* where its pages are when ``move_pages`` will not say
+  (:mod:`.pages` decides what to make of it): each page's entry in
+  ``/proc/self/pagemap`` (present or not, mapped once or not, and its frame
+  number, which the kernel shows only to ``CAP_SYS_ADMIN``), and the pages
+  per node of the mappings covering a range (``/proc/self/maps`` for where
+  each mapping ends, ``/proc/self/numa_maps`` for its ``N<node>=<pages>``).
+  Neither read faults a page in.
 
 How errors are translated:
 
@@ -48,19 +59,32 @@ own reader: ``/proc/meminfo`` :mod:`.meminfo`, ``/proc/cpuinfo``
 from __future__ import annotations
 
 import errno
+import mmap
 import os
-from typing import AbstractSet, Dict, List, Optional, Tuple
+from array import array
+from typing import AbstractSet, Dict, List, Optional, Sequence, Tuple
 
+from .._record import record
 from .._text import format_ids
 from ..cpulist import parse_cpulist
 from ..errors import ListParseError, NumaSyscallError, ProcessStateError
 
 __all__ = [
+    "MAPS",
+    "NUMA_MAPS",
+    "PAGEMAP",
     "STATUS",
     "TASK_DIR",
+    "CgroupLimits",
+    "DeviceCgroup",
+    "cgroup_limits",
     "cpuset",
     "list_thread_ids",
+    "mapped_file",
+    "mapping_node_pages",
     "mems_allowed",
+    "pagemap",
+    "parse_device_rules",
     "process_affinity",
     "set_thread_affinity",
     "status_field",
@@ -74,7 +98,16 @@ __all__ = [
 TASK_DIR = "/proc/self/task"
 STATUS = "/proc/self/status"
 CPUSET = "/proc/self/cpuset"
+CGROUPS = "/proc/self/cgroup"
+MAPS = "/proc/self/maps"
 CGROUP_ROOT = "/sys/fs/cgroup"
+PAGEMAP = "/proc/self/pagemap"
+NUMA_MAPS = "/proc/self/numa_maps"
+
+#: The character-device major number of NVIDIA's GPU nodes (``/dev/nvidia<N>``);
+#: minors 254 and 255 are ``nvidia-modeset`` and ``nvidiactl``, not GPUs.
+NVIDIA_MAJOR = 195
+_NVIDIA_GPU_MINORS = range(254)
 
 #: errnos that mean "the thread has exited" (a syscall: ESRCH; a file: either).
 _GONE = frozenset({errno.ESRCH, errno.ENOENT})
@@ -239,6 +272,165 @@ def cpuset() -> Optional[Tuple[str, frozenset[int]]]:
     return None
 
 
+@record(frozen=True)
+class DeviceCgroup:
+    """What a cgroup v1 device controller lets this process open, as far as GPUs go.
+
+    ``everything``: a rule allows every character device (``a *:*``, ``c *:*``)
+    or every NVIDIA one (``c 195:*``); otherwise ``nvidia_gpus`` are the minor
+    numbers of the ``/dev/nvidia<N>`` nodes it allows.
+    """
+
+    path: str
+    everything: bool
+    nvidia_gpus: frozenset[int]
+
+    def __init__(self, path: str, everything: bool, nvidia_gpus: frozenset[int]) -> None:
+        self.__dict__.update(path=path, everything=everything, nvidia_gpus=nvidia_gpus)
+
+
+@record(frozen=True)
+class CgroupLimits:
+    """This process's cgroups, as the kernel shows them (see :func:`cgroup_limits`).
+
+    ``version``: ``"v2"``, ``"v1"``, ``"hybrid"`` (v1 controllers beside a v2
+    hierarchy) or ``"none"``; ``paths``: controller -> cgroup path (``""``:
+    the v2 hierarchy).  The cpuset fields are ``None`` when no cpuset file
+    was found (``cpuset_file`` names the one read); ``devices`` is ``None``
+    when the device controller is not a v1 one (v2 filters devices with eBPF
+    programs, which cannot be read back from a file).
+    """
+
+    version: str
+    paths: Dict[str, str]
+    cpuset_cpus: Optional[frozenset[int]] = None
+    cpuset_mems: Optional[frozenset[int]] = None
+    cpuset_file: Optional[str] = None
+    devices: Optional[DeviceCgroup] = None
+
+    def __init__(  # noqa: PLR0917 - positional, as the dataclass's fields
+        self,
+        version: str,
+        paths: Dict[str, str],
+        cpuset_cpus: Optional[frozenset[int]] = None,
+        cpuset_mems: Optional[frozenset[int]] = None,
+        cpuset_file: Optional[str] = None,
+        devices: Optional[DeviceCgroup] = None,
+    ) -> None:
+        self.__dict__.update(
+            version=version,
+            paths=paths,
+            cpuset_cpus=cpuset_cpus,
+            cpuset_mems=cpuset_mems,
+            cpuset_file=cpuset_file,
+            devices=devices,
+        )
+
+
+def _cgroup_paths(text: str) -> Dict[str, str]:
+    """``/proc/self/cgroup`` as controller -> path; the v2 line's controller is ``""``."""
+    paths: Dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            raise ProcessStateError(f"malformed line {line[:80]!r} in {CGROUPS}", path=CGROUPS)
+        _, controllers, path = parts
+        for controller in controllers.split(",") if controllers else [""]:
+            paths[controller.removeprefix("name=") if controller else ""] = path
+    return paths
+
+
+def _cgroup_version(paths: Dict[str, str]) -> str:
+    v1 = [c for c in paths if c]
+    if v1:
+        return "hybrid" if "" in paths else "v1"
+    return "v2" if "" in paths else "none"
+
+
+def _cpuset_files(paths: Dict[str, str]) -> List[Tuple[str, str]]:
+    """(CPUs file, memory nodes file) candidates: v1's controller, then v2's hierarchy."""
+    found = []
+    if "cpuset" in paths:
+        base = f"{CGROUP_ROOT}/cpuset{paths['cpuset']}".rstrip("/")
+        found.append((f"{base}/cpuset.effective_cpus", f"{base}/cpuset.effective_mems"))
+    if "" in paths:
+        base = f"{CGROUP_ROOT}{paths['']}".rstrip("/")
+        found.append((f"{base}/cpuset.cpus.effective", f"{base}/cpuset.mems.effective"))
+    return found
+
+
+def parse_device_rules(text: str, path: str) -> DeviceCgroup:
+    """A v1 ``devices.list`` (``c 195:0 rwm`` per line) as the GPUs it allows."""
+    minors = set()
+    for line in text.split("\n"):
+        fields = line.split()
+        if len(fields) != 3:
+            continue
+        kind, number, _access = fields
+        major, _, minor = number.partition(":")
+        if kind == "a" or (kind == "c" and major == "*"):
+            return DeviceCgroup(path, True, frozenset())
+        if kind != "c" or major != str(NVIDIA_MAJOR):
+            continue
+        if minor == "*":
+            return DeviceCgroup(path, True, frozenset())
+        if minor.isdigit() and int(minor) in _NVIDIA_GPU_MINORS:
+            minors.add(int(minor))
+    return DeviceCgroup(path, False, frozenset(minors))
+
+
+def cgroup_limits() -> CgroupLimits:
+    """This process's cgroups: version, paths, the cpuset's sets, the v1 device rules.
+
+    Files the kernel does not show are ``None`` fields; an unreadable or
+    malformed one is a :class:`~pynumabind.errors.ProcessStateError` naming it.
+    """
+    text = _read(CGROUPS, "the cgroups", gone_ok=True)
+    if text is None:
+        return CgroupLimits("none", {})
+    paths = _cgroup_paths(text)
+    limits = CgroupLimits(_cgroup_version(paths), paths)
+    for cpus_file, mems_file in _cpuset_files(paths):
+        cpus = _read(cpus_file, "the cpuset's CPUs", gone_ok=True)
+        mems = _read(mems_file, "the cpuset's memory nodes", gone_ok=True)
+        if cpus is not None and mems is not None:
+            limits = CgroupLimits(
+                limits.version,
+                paths,
+                _ids(cpus, cpus_file, "CPU list"),
+                _ids(mems, mems_file, "node list"),
+                cpus_file,
+            )
+            break
+    if "devices" in paths:
+        rules_file = f"{CGROUP_ROOT}/devices{paths['devices']}".rstrip("/") + "/devices.list"
+        rules = _read(rules_file, "the device cgroup's rules", gone_ok=True)
+        if rules is not None:
+            limits = CgroupLimits(
+                limits.version,
+                paths,
+                limits.cpuset_cpus,
+                limits.cpuset_mems,
+                limits.cpuset_file,
+                parse_device_rules(rules, rules_file),
+            )
+    return limits
+
+
+def mapped_file(name: str) -> Optional[str]:
+    """The path of the first file mapped into this process whose name starts with ``name``.
+
+    ``/proc/self/maps``, read once; ``None`` when none is mapped.
+    """
+    text = _read(MAPS, "the mapped files", gone_ok=False)
+    assert text is not None
+    for line in text.splitlines():
+        fields = line.split(None, 5)
+        if len(fields) == 6 and os.path.basename(fields[5]).startswith(name):
+            return fields[5]
+    return None
+
+
 # --------------------------------------------------------------- threads
 
 
@@ -276,3 +468,121 @@ def thread_start_time(tid: int) -> Optional[int]:
     if not (value.isascii() and value.isdigit()):
         raise ProcessStateError(f"malformed starttime {value!r} in {path}", path=path)
     return int(value)
+
+
+# ----------------------------------------------------------------- pages
+
+
+def pagemap(addresses: Sequence[int]) -> List[int]:
+    """The 64-bit ``/proc/self/pagemap`` entry of the page holding each address.
+
+    Bit 63: present (a page the balancer marked for a NUMA-hinting fault is
+    present too); bit 56: mapped by this process only; bits 0-54: the frame
+    number, 0 unless the reader has ``CAP_SYS_ADMIN``.  Reading it faults
+    nothing in.  Runs of consecutive pages are read with one ``pread`` each.
+    A failure is a :class:`~pynumabind.errors.ProcessStateError`.
+    """
+    page = mmap.PAGESIZE
+    wanted = sorted({address // page for address in addresses})
+    found: Dict[int, int] = {}
+    try:
+        fd = os.open(PAGEMAP, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise _failed(PAGEMAP, exc, "where this process's pages are") from exc
+    try:
+        for first, count in runs(wanted):
+            data = os.pread(fd, 8 * count, 8 * first)
+            if len(data) != 8 * count:
+                raise ProcessStateError(
+                    f"short read of {PAGEMAP}: {len(data)} of {8 * count} bytes", path=PAGEMAP
+                )
+            entries = array("Q")
+            entries.frombytes(data)
+            found.update(zip(range(first, first + count), entries))
+    except OSError as exc:
+        raise _failed(PAGEMAP, exc, "where this process's pages are") from exc
+    finally:
+        os.close(fd)
+    return [found[address // page] for address in addresses]
+
+
+def runs(pages: List[int]) -> List[Tuple[int, int]]:
+    """(first, count) of each run of consecutive numbers in the sorted ``pages``."""
+    runs: List[Tuple[int, int]] = []
+    for number in pages:
+        if runs and runs[-1][0] + runs[-1][1] == number:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((number, 1))
+    return runs
+
+
+def mapping_node_pages(start: int, end: int) -> Optional[Dict[int, int]]:
+    """Pages per node of the mappings that make up ``[start, end)`` exactly, or ``None``.
+
+    Each mapping (a line of ``/proc/self/maps``) that overlaps the range must
+    lie inside it, and together they must cover it with no gap: then the
+    ``N<node>=<pages>`` counts of their ``/proc/self/numa_maps`` lines (in
+    pages of this size: a hugetlb mapping counts its huge pages) are the
+    range's.  ``None`` when the mappings stick out of the range, or a mapping
+    is gone from one file to the other (another thread changed them).  The
+    kernel walks every mapping of the process to write ``numa_maps``: a read
+    costs in proportion to the process's memory.  A failure to read is a
+    :class:`~pynumabind.errors.ProcessStateError`.
+    """
+    maps = _read(MAPS, "this process's mappings", gone_ok=False)
+    assert maps is not None
+    starts: List[int] = []
+    covered = start
+    for line in maps.splitlines():
+        low, high = _extent(line)
+        if high <= start or low >= end:
+            continue
+        if low != covered or high > end:
+            return None  # sticks out of the range, or leaves a gap
+        starts.append(low)
+        covered = high
+    if covered != end:
+        return None
+    numa = _read(NUMA_MAPS, "this process's pages per node", gone_ok=False)
+    assert numa is not None
+    return _numa_counts(numa, starts)
+
+
+def _extent(line: str) -> Tuple[int, int]:
+    """(start, end) of one ``/proc/self/maps`` line (``7f0000-7f1000 rw-p ...``)."""
+    low, _, high = line.split(" ", 1)[0].partition("-")
+    try:
+        return int(low, 16), int(high, 16)
+    except ValueError:
+        raise ProcessStateError(f"malformed line in {MAPS}: {line[:80]!r}", path=MAPS) from None
+
+
+def _numa_counts(text: str, starts: List[int]) -> Optional[Dict[int, int]]:
+    """The summed ``N<node>=`` page counts of the ``numa_maps`` lines starting at ``starts``."""
+    wanted = set(starts)
+    counts: Dict[int, int] = {}
+    seen = 0
+    for line in text.splitlines():
+        fields = line.split()
+        if not fields or _hex(fields[0]) not in wanted:
+            continue
+        seen += 1
+        scale = 1
+        for field in fields:
+            size = field[len("kernelpagesize_kB=") :]
+            if field.startswith("kernelpagesize_kB=") and size.isascii() and size.isdigit():
+                scale = max(1, int(size) * 1024 // mmap.PAGESIZE)
+        for field in fields:
+            name, _, value = field.partition("=")
+            if name[:1] == "N" and name[1:].isdigit() and value.isdigit():
+                counts[int(name[1:])] = counts.get(int(name[1:]), 0) + int(value) * scale
+    return counts if seen == len(wanted) else None
+
+
+def _hex(text: str) -> Optional[int]:
+    """A ``numa_maps`` line's start address; None for anything else."""
+    try:
+        return int(text, 16)
+    except ValueError:
+        return None

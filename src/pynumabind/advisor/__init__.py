@@ -203,8 +203,10 @@ def _virtualization_note(sysfs_root: str) -> List[str]:
     import os
 
     from .._os import cpuinfo as _cpuinfo
+    from ..options import ASCII_SPACE, environ_value
 
-    if _cpuinfo.hypervisor() or os.environ.get("PYNUMABIND_IN_GUEST") == "1":
+    guest = environ_value(os.environ, "PYNUMABIND_IN_GUEST")  # blank is unset (the one rule)
+    if _cpuinfo.hypervisor() or (guest is not None and guest.strip(ASCII_SPACE) == "1"):
         return [
             "this is a virtual machine: its NUMA nodes need not be the host's, "
             "so a measured difference (or its absence) is the VM's"

@@ -33,6 +33,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from ..errors import PynumabindError
@@ -40,7 +41,15 @@ from ..model import Topology
 from ..records.values import CopyCell, GpuCopies, Spread
 from ._harness import Stop, Stopped, on_node, placement, run_bound
 
-__all__ = ["Backend", "CudartBackend", "TorchBackend", "find_backend", "measure_gpus"]
+__all__ = [
+    "Backend",
+    "CudaRuntime",
+    "CudartBackend",
+    "TorchBackend",
+    "cuda_runtime",
+    "find_backend",
+    "measure_gpus",
+]
 
 CUDART_NAMES = ("libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0")
 H2D, D2H = 1, 2  # cudaMemcpyKind
@@ -232,6 +241,62 @@ def find_backend(
         return backend, ""
     reasons.append(why)
     return None, "CUDA is not usable from this process: " + "; ".join(reasons)
+
+
+@dataclass(frozen=True)
+class CudaRuntime:
+    """The CUDA runtime as ctypes finds it (never through torch): what ``pynumabind report`` shows.
+
+    ``library`` is the name that loaded (``None``: none did); ``runtime`` and
+    ``driver`` are ``cudaRuntimeGetVersion``'s and ``cudaDriverGetVersion``'s
+    answers (``12.4``); ``devices`` each CUDA ordinal's PCI bus id, in CUDA's
+    order (after ``CUDA_VISIBLE_DEVICES``); ``reason`` why something is missing.
+    """
+
+    library: Optional[str] = None
+    runtime: Optional[str] = None
+    driver: Optional[str] = None
+    devices: Tuple[Tuple[int, Optional[str]], ...] = ()
+    reason: Optional[str] = None
+
+
+def _version_of(lib: Any, symbol: str) -> Optional[str]:
+    function = getattr(lib, symbol, None)
+    if function is None:
+        return None
+    function.argtypes = [ctypes.POINTER(ctypes.c_int)]
+    function.restype = ctypes.c_int
+    value = ctypes.c_int(0)
+    if function(ctypes.byref(value)) != 0 or value.value <= 0:
+        return None
+    return f"{value.value // 1000}.{value.value % 1000 // 10}"
+
+
+def cuda_runtime(names: Sequence[str] = CUDART_NAMES) -> CudaRuntime:
+    """Load the CUDA runtime (the first of ``names``), read its versions and devices.
+
+    Asking for the devices initialises CUDA in this process.  Never raises
+    for CUDA's sake: a library that does not load or cannot count devices is
+    the ``reason``.
+    """
+    errors: List[str] = []
+    for name in names:
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError as exc:
+            errors.append(str(exc).split(":")[-1].strip() or name)
+            continue
+        runtime = _version_of(lib, "cudaRuntimeGetVersion")
+        driver = _version_of(lib, "cudaDriverGetVersion")
+        try:
+            backend = CudartBackend(lib, name)
+            devices = tuple((o, bus) for o, _name, bus in backend.devices())
+        except (AttributeError, PynumabindError) as exc:
+            return CudaRuntime(name, runtime, driver, reason=f"{name} cannot list devices ({exc})")
+        return CudaRuntime(name, runtime, driver, devices)
+    return CudaRuntime(
+        reason=f"the CUDA runtime library is not loadable ({'; '.join(dict.fromkeys(errors))})"
+    )
 
 
 # ------------------------------------------------------------- measuring

@@ -21,7 +21,16 @@ fresh threads, so nothing here changes the caller's own binding:
   places them.  Where each buffer really landed is then asked of the kernel
   (:func:`placement`: ``move_pages`` on up to :data:`PLACEMENT_SAMPLES`
   evenly spaced pages) and reported beside the number: a measurement whose
-  buffer is not where it should be says so.
+  buffer is not where it should be says so.  The buffers live for seconds,
+  long enough for automatic NUMA balancing to mark their pages for a
+  hinting fault, and Linux 6.1 to 6.4's ``move_pages`` then reports them as
+  not present: a sampled page it misses is looked up in the page table
+  (:func:`pynumabind._os.pages.locate`, which faults nothing in: its node
+  from its frame, to ``CAP_SYS_ADMIN``), and when some still have no node,
+  the buffer's pages per node are read from ``/proc/self/numa_maps`` (a
+  whole mapping of its own; then the placement counts every page of it, not
+  a sample).  A sampled page left without a node keeps ``move_pages``'
+  status: it counts against the buffer, never for it.
 * **Interrupts.**  Ctrl-C (KeyboardInterrupt) reaches the caller within
   milliseconds, wherever it lands: the main thread never waits on a
   barrier or a long timeout, only on conditions a signal interrupts; a
@@ -45,7 +54,7 @@ import time
 from collections import Counter
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, TypeVar
 
-from ..errors import NumaSyscallError
+from ..errors import NumaSyscallError, PynumabindError
 from ..model import Topology
 from ..records.values import Placement
 
@@ -249,12 +258,28 @@ def placement(
 ) -> Placement:
     """Where ``samples`` evenly spaced pages of ``[address, address + length)`` are.
 
-    ``move_pages`` with no target nodes only reports; it moves nothing.
+    ``move_pages`` with no target nodes only reports; it moves nothing.  The
+    pages it misses are looked up without faulting them in (see the module
+    docstring).
     """
     from .._os import libnuma as _libnuma
+    from .._os import pages as _pages
+    from .._os import proc as _proc
 
     first = address - address % PAGE
     count = max(1, (address + length - first + PAGE - 1) // PAGE)
     step = max(1, count // max(1, samples), -(-count // _libnuma.MOVE_PAGES_CHUNK))
-    _, status = _libnuma.move_pages_status([first + i * PAGE for i in range(0, count, step)])
-    return Placement(wanted, dict(Counter(int(s) for s in status)))
+    sampled = [first + i * PAGE for i in range(0, count, step)]
+    _, status = _libnuma.move_pages_status(sampled)
+    located = _pages.locate(sampled, status).status
+    if any(_pages.unknown(where) for where in located):
+        try:
+            whole = _proc.mapping_node_pages(first, first + count * PAGE)
+        except PynumabindError:
+            whole = None
+        if whole:
+            return Placement(wanted, whole)
+        located = tuple(
+            was if _pages.unknown(now) else now for was, now in zip(status, located)
+        )
+    return Placement(wanted, dict(Counter(int(s) for s in located)))

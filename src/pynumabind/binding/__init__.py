@@ -106,9 +106,13 @@ ON_ERROR_CHOICES: Tuple[str, ...] = ("warn", "raise")
 # inherits a half-done bind or import; the child gets a fresh one.
 
 
-@record(frozen=True, eq=False)
+@record(frozen=True, eq=False, repr=False)
 class Binding:
     """The outcome of applying a plan, read back from the kernel.
+
+    ``str(binding)`` (``print(binding)``) is :meth:`summary`, one line;
+    ``repr(binding)`` is that line in angle brackets.  :attr:`cpu_count` is
+    the number of CPUs the worker now runs on, for sizing thread pools.
 
     * ``plan``: what was asked (``None`` when binding was disabled).
     * ``applied``: whether anything was changed (CPUs, policy or pages).
@@ -127,9 +131,24 @@ class Binding:
     * ``pages_not_moved``: with ``migrate=True``, the kernel's count of pages
       it could not move (``None`` when no migration ran).
     * ``thread_id``: the thread that bound; the memory policy is its own.
-    * ``not_bound``: left unbound on purpose, and why: mode ``advised`` and an
-      advice record that says binding makes no measurable difference here
-      (the reason quotes the record); nothing was changed.
+    * ``not_bound``: left unbound on purpose, and why; nothing was changed.
+      The two deliberate no-ops, shown the same way everywhere (``check``
+      lists both under "Not bound, on purpose"): ``PYNUMABIND_DISABLE=1``
+      (``"disabled by PYNUMABIND_DISABLE=1"``; ``disabled`` is true and
+      ``plan`` ``None``), and mode ``advised`` with an advice record that
+      says binding makes no measurable difference here (the reason quotes
+      the record).
+    * ``kernel_weights``: under weighted interleave, the kernel's system-wide
+      weight of each of the policy's nodes when it bound (the weights a
+      process's policy follows: Linux has no per-task ones); ``None``
+      otherwise or where they could not be read.
+    * ``weights_mismatch``: the plan's requested weights split pages otherwise
+      than the kernel's, and how to make them the same (also a note, and
+      logged once as a warning); ``None`` when they agree or none were asked.
+    * ``system_weights_before``: with ``set_system_weights=True``, the
+      kernel's weights of those nodes before this bind wrote the requested
+      ones; :meth:`restore` does not put them back (see
+      :func:`apply_plan`).
     """
 
     plan: Optional[Plan]
@@ -150,7 +169,12 @@ class Binding:
     notes: Tuple[str, ...] = ()
     thread_id: int = 0
     not_bound: Optional[str] = None
-    _undo: Optional[Journal] = field(default=None, repr=False, compare=False)
+    kernel_weights: Optional[Mapping[int, int]] = field(default=None, hash=False)
+    weights_mismatch: Optional[str] = None
+    system_weights_before: Optional[Mapping[int, int]] = field(default=None, hash=False)
+    # The undo journal: private, never an argument (set by _journaled), so the
+    # reference's signature shows only the public fields.
+    _undo: Optional[Journal] = field(default=None, init=False, repr=False, compare=False)
 
     def __init__(  # noqa: PLR0917 - positional, as the dataclass's fields
         self,
@@ -172,7 +196,9 @@ class Binding:
         notes: Tuple[str, ...] = (),
         thread_id: int = 0,
         not_bound: Optional[str] = None,
-        _undo: Optional[Journal] = None,
+        kernel_weights: Optional[Mapping[int, int]] = None,
+        weights_mismatch: Optional[str] = None,
+        system_weights_before: Optional[Mapping[int, int]] = None,
     ) -> None:
         self.__dict__.update(
             plan=plan,
@@ -193,8 +219,24 @@ class Binding:
             notes=notes,
             thread_id=thread_id,
             not_bound=not_bound,
-            _undo=_undo,
+            kernel_weights=kernel_weights,
+            weights_mismatch=weights_mismatch,
+            system_weights_before=system_weights_before,
+            _undo=None,  # init=False: _journaled sets it
         )
+
+    @classmethod
+    def _journaled(cls, journal: Journal, **fields: Any) -> Binding:
+        """A Binding made by :func:`apply_plan`, holding the journal :meth:`restore` undoes."""
+        binding = cls(**fields)
+        object.__setattr__(binding, "_undo", journal)  # frozen: set once, here
+        return binding
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    def __repr__(self) -> str:
+        return f"<Binding {self.summary()[len('pynumabind: ') :]}>"
 
     # ------------------------------------------------------------ queries
 
@@ -205,6 +247,25 @@ class Binding:
     @property
     def threads_left_pinned(self) -> Tuple[int, ...]:
         return tuple(t.tid for t in self.threads if t.action is ThreadAction.LEFT_PINNED)
+
+    @property
+    def cpu_count(self) -> int:
+        """How many CPUs the worker now runs on: the number to size its thread pools by.
+
+        The plan's CPUs that the calling thread may run on after the bind
+        (:attr:`cpus`, read back from the kernel); where the plan leaves CPUs
+        alone (mode ``none``, ``PYNUMABIND_DISABLE=1``, mode ``advised``'s
+        deliberate no-op), every CPU the thread may run on.  These are the
+        CPUs the worker *may* use, not CPUs it has to itself: in mode
+        ``node`` every rank on a node gets all of the node's CPUs, so ranks
+        sharing a node should divide them (the exclusive modes give each
+        rank its own slice).  Docs: "Sizing thread pools" in Binding a worker.
+        """
+        current = self.cpus if self.cpus is not None else _proc.process_affinity()
+        plan = self.plan
+        if plan is not None and plan.cpus is not None:
+            return len(plan.cpus & current)
+        return len(current)
 
     @property
     def restored(self) -> bool:
@@ -273,6 +334,9 @@ class Binding:
             "pages_not_moved": self.pages_not_moved,
             "notes": list(self.notes),
             "not_bound": self.not_bound,
+            "kernel_weights": _weights_dict(self.kernel_weights),
+            "weights_mismatch": self.weights_mismatch,
+            "system_weights_before": _weights_dict(self.system_weights_before),
             "thread_id": self.thread_id,
             "restored": self.restored,
             "threads_exited_at_restore": list(self.threads_exited_at_restore),
@@ -345,6 +409,11 @@ class Binding:
         self.restore()
 
 
+def _weights_dict(weights: Optional[Mapping[int, int]]) -> Optional[Dict[str, int]]:
+    """Weights as JSON: node ids as keys (strings), as ``Plan.to_dict`` writes them."""
+    return None if weights is None else {str(n): w for n, w in sorted(weights.items())}
+
+
 if not TYPE_CHECKING:  # type checkers see the import above, and no catch-all
 
     def __getattr__(name: str) -> Any:
@@ -379,7 +448,22 @@ def _check_on_error(on_error: str) -> None:
         )
 
 
-def apply_plan(plan: Plan, *, migrate: bool = False, on_error: str = "warn") -> Binding:
+def _check_system_weights(plan: Plan, set_system_weights: object) -> None:
+    """``set_system_weights`` is a bool, and True only for a plan with weights to set."""
+    if not isinstance(set_system_weights, bool):
+        raise ConfigError(f"set_system_weights must be True or False, not {set_system_weights!r}")
+    if set_system_weights and plan.weights is None:
+        which = "has no weights" if plan.policy.value == "weighted-interleave" else "has policy"
+        raise ConfigError(
+            "set_system_weights=True writes the requested weights as the kernel's: it needs "
+            f"policy 'weighted-interleave' with weights= (this plan {which}"
+            f"{'' if which.endswith('weights') else ' ' + repr(plan.policy.value)})"
+        )
+
+
+def apply_plan(
+    plan: Plan, *, migrate: bool = False, on_error: str = "warn", set_system_weights: bool = False
+) -> Binding:
     """Apply ``plan`` to this process and read the result back.
 
     CPU affinity goes to every thread not pinned elsewhere; the memory
@@ -387,6 +471,19 @@ def apply_plan(plan: Plan, *, migrate: bool = False, on_error: str = "warn") -> 
     ``migrate=True`` also moves pages already allocated onto the plan's
     nodes.  See the module docstring for ``on_error``, and :mod:`._apply`
     for the steps and their undo journal.
+
+    Weighted interleave: a process's (and its threads') policy follows the
+    kernel's system-wide weights (Linux has no per-task weights).  The bind
+    reads them (:attr:`Binding.kernel_weights`); where the plan's requested
+    weights split pages otherwise, it says so once (a warning, a note and
+    :attr:`Binding.weights_mismatch`) and binds all the same.
+    ``set_system_weights=True`` (root only) writes the requested weights as
+    the kernel's instead, as the last step: that changes every process's
+    weighted interleave on the machine, so it is never done unasked, and
+    :meth:`Binding.restore` does not undo it (the job's other processes
+    follow the same weights; :attr:`Binding.system_weights_before` says what
+    they were).  A failed write is handled as a failed memory-policy step
+    (``on_error``), with what it wrote put back.
 
     Args:
         plan: The plan to apply (from :func:`~pynumabind.plan`).
@@ -396,6 +493,8 @@ def apply_plan(plan: Plan, *, migrate: bool = False, on_error: str = "warn") -> 
         on_error: What a denied memory-policy step does: ``"warn"`` (keep the
             CPU binding, log one warning, return a partial binding) or
             ``"raise"`` (roll everything back and raise).
+        set_system_weights: Write the plan's weights as the kernel's
+            system-wide weighted-interleave weights (root; see above).
 
     Returns:
         The :class:`Binding`, read back from the kernel; ``partial`` when
@@ -407,19 +506,22 @@ def apply_plan(plan: Plan, *, migrate: bool = False, on_error: str = "warn") -> 
             back: the CPU side always, the memory policy with
             ``on_error="raise"``.
         PlanError: the plan has an empty CPU set.
-        ConfigError: ``on_error`` is neither ``"warn"`` nor ``"raise"``.
+        ConfigError: ``on_error`` is neither ``"warn"`` nor ``"raise"``, or
+            ``set_system_weights=True`` for a plan without weights.
 
     A memory-policy step that fails because ``libnuma.so.1`` is missing is
     handled as a denied one: skipped with a warning, or rolled back.
     """
     _check_on_error(on_error)
+    _check_system_weights(plan, set_system_weights)
     if plan.cpus is not None and not plan.cpus:
         raise PlanError(f"plan for {_who(plan)} has an empty CPU set")
     bind_lock = _forksafe.lock()
     journal: Optional[Journal] = None
     try:  # outside the lock's with: an interrupt as it releases must roll back too
         with bind_lock:
-            request = _apply.policy_request(plan)  # may load libnuma: under the lock
+            # May load libnuma and read the kernel's weights: under the lock.
+            request = _apply.policy_request(plan, set_system_weights=set_system_weights)
             journal = Journal()
             return _apply_steps(plan, request, journal, migrate=migrate, on_error=on_error)
     except BaseException:
@@ -437,20 +539,12 @@ def _apply_steps(
     migrate: bool,
     on_error: str,
 ) -> Binding:
-    """CPUs, memory policy, migration, read back; a failure may raise from here."""
-    notes: List[str] = [request.note] if request.note else []
+    """CPUs, memory policy, migration, the kernel's weights, read back; may raise from here."""
+    notes: List[str] = [n for n in (request.note, request.weights_note, request.mismatch) if n]
     skipped: List[Skipped] = []
     caller = journal.thread_id
     before = _proc.process_affinity()
-    scan: Optional[_threads.ThreadScan] = None
-    if plan.cpus is not None:
-        scan = _apply.bind_cpus(plan.cpus, before, journal)
-        if not scan.converged:
-            churn = _apply.ThreadChurn(
-                f"threads kept appearing after {scan.passes} scans; a thread the scan missed "
-                "keeps its old CPUs, and so do the threads it starts"
-            )
-            _settle("CPU affinity of late threads", churn, journal, on_error, skipped)
+    scan = _cpu_step(plan, before, journal, on_error, skipped)
     memory_applied = False
     if request.mode is not None:
         failure = _apply.set_policy(request, journal)
@@ -461,17 +555,15 @@ def _apply_steps(
         migration = _apply.migrate_pages(plan)
         _settle("page migration", migration.failure, journal, on_error, skipped)
         notes.extend([migration.note] if migration.note else [])
-    threads_keeping: Tuple[int, ...] = ()
-    if memory_applied:
-        threads_keeping = _apply.threads_keeping_policy(scan, caller)
-    if threads_keeping:
-        notes.append(
-            f"{len(threads_keeping)} thread(s) that already existed keep their memory policy "
-            "(only the calling thread's can be set; threads it starts inherit it)"
-        )
+    kernel_weights: Optional[Mapping[int, int]] = request.kernel_weights
+    weights_before: Optional[Mapping[int, int]] = None
+    if request.write_weights is not None and memory_applied:
+        kernel_weights, weights_before = _weights_step(request, journal, on_error, skipped, notes)
+    threads_keeping = _threads_keeping(scan, caller, memory_applied, notes)
     readback, readback_note = _apply.read_back_policy(request, memory_applied)
     notes.extend([readback_note] if readback_note else [])
-    binding = Binding(
+    binding = Binding._journaled(
+        journal,
         plan=plan,
         applied=scan is not None or memory_applied or migration.migrated,
         threads=scan.results if scan is not None else (),
@@ -488,10 +580,59 @@ def _apply_steps(
         pages_not_moved=migration.pages_not_moved,
         notes=tuple(notes),
         thread_id=caller,
-        _undo=journal,
+        kernel_weights=kernel_weights,
+        weights_mismatch=request.mismatch,
+        system_weights_before=weights_before,
     )
     _log_outcome(binding)
     return binding
+
+
+def _threads_keeping(
+    scan: Optional[_threads.ThreadScan], caller: int, memory_applied: bool, notes: List[str]
+) -> Tuple[int, ...]:
+    """The threads that keep their own memory policy (a note when there are some)."""
+    if not memory_applied:
+        return ()
+    threads_keeping = _apply.threads_keeping_policy(scan, caller)
+    if threads_keeping:
+        notes.append(
+            f"{len(threads_keeping)} thread(s) that already existed keep their memory policy "
+            "(only the calling thread's can be set; threads it starts inherit it)"
+        )
+    return threads_keeping
+
+
+def _cpu_step(
+    plan: Plan, before: frozenset[int], journal: Journal, on_error: str, skipped: List[Skipped]
+) -> Optional[_threads.ThreadScan]:
+    """Step 1: every thread's CPUs (None: the plan leaves them alone)."""
+    if plan.cpus is None:
+        return None
+    scan = _apply.bind_cpus(plan.cpus, before, journal)
+    if not scan.converged:
+        churn = _apply.ThreadChurn(
+            f"threads kept appearing after {scan.passes} scans; a thread the scan missed "
+            "keeps its old CPUs, and so do the threads it starts"
+        )
+        _settle("CPU affinity of late threads", churn, journal, on_error, skipped)
+    return scan
+
+
+def _weights_step(
+    request: _apply.PolicyRequest,
+    journal: Journal,
+    on_error: str,
+    skipped: List[Skipped],
+    notes: List[str],
+) -> Tuple[Optional[Mapping[int, int]], Optional[Mapping[int, int]]]:
+    """Step 4, ``set_system_weights``: the kernel's weights now, and what they were."""
+    failure, written, weights_before = _apply.write_system_weights(request)
+    _settle(_apply.SYSTEM_WEIGHTS, failure, journal, on_error, skipped)
+    if written is None:
+        return request.kernel_weights, None
+    notes.append(written)
+    return request.write_weights, weights_before
 
 
 def _settle(
@@ -513,8 +654,9 @@ def _settle(
 
 
 def _log_outcome(binding: Binding) -> None:
-    """One WARNING when partial (with the fix), left unbound by an unknown GPU node, or
-    bound by ``fallback="nearest"`` away from its GPU's node (naming the cpuset); one INFO.
+    """One WARNING when partial (with the fix), left unbound by an unknown GPU node, bound
+    by ``fallback="nearest"`` away from its GPU's node (naming the cpuset), or with
+    requested interleave weights the kernel's do not match; one INFO.
 
     The INFO line names the GPU (index and PCI bus id), the CPUs and their
     node, and the memory policy as read back.
@@ -530,6 +672,8 @@ def _log_outcome(binding: Binding) -> None:
     for warning in plan.warnings if plan is not None else ():
         if warning.startswith(FALLBACK_WARNING):
             log.warning("pynumabind: %s", warning)
+    if binding.weights_mismatch is not None and plan is not None:
+        log.warning("pynumabind: %s: %s", _who(plan), binding.weights_mismatch)
     if (
         plan is not None
         and plan.gpu_info is not None
@@ -572,6 +716,7 @@ def bind_current_process(
     migrate: bool = False,
     on_error: str = "warn",
     environ: Optional[Mapping[str, str]] = None,
+    set_system_weights: bool = False,
     **keywords: Unpack[OptionKeywords],
 ) -> Binding:
     """Detect, plan and apply this worker's binding; read it back.
@@ -579,7 +724,11 @@ def bind_current_process(
     ``rank`` defaults to the launcher's local rank (``LOCAL_RANK``,
     ``OMPI_COMM_WORLD_LOCAL_RANK``, ``SLURM_LOCALID``); options default to
     ``PYNUMABIND_*`` variables; explicit arguments win.  With no rank from
-    either, the process is bound to the GPUs it sees (a Ray actor, a process
+    either, a ``nodes`` or ``cpus`` override of one entry is this process's
+    placement (as numactl's, ``pynumabind exec --nodes 1``); one of several
+    entries needs a rank to choose it (the ConfigError "no local rank" says
+    so).  With no rank and no override, the process is bound to the GPUs it
+    sees (a Ray actor, a process
     started with ``CUDA_VISIBLE_DEVICES=3``): one GPU's node, or the union of
     several (:func:`~pynumabind.planner.plan_gpus_for`); seeing none is
     the ConfigError "no local rank".  ``gpus=[i, j]`` (visible GPU
@@ -592,7 +741,16 @@ def bind_current_process(
     :func:`~pynumabind.planner.plan` takes them.  Every variable, visibility
     included, comes from ``environ`` (default ``os.environ``), and the
     machine from :func:`~pynumabind.discovery.resolve_topology`.  See
-    :func:`apply_plan` for ``migrate`` and ``on_error``.
+    :func:`apply_plan` for ``migrate``, ``on_error`` and
+    ``set_system_weights``.
+
+    ``policy="weighted-interleave"`` (``PYNUMABIND_POLICY``) with
+    ``weights={0: 3, 2: 1}`` (``PYNUMABIND_WEIGHTS=0:3,2:1``) spreads pages
+    over those nodes; the process's policy follows the kernel's system-wide
+    weights, which the bind reads and compares with these (one warning when
+    they differ; ``set_system_weights=True`` writes them instead, as root).
+    Without weights it follows the kernel's for the plan's nodes.  Before
+    Linux 6.9 it is plain interleave over the same nodes, with one note.
 
     ``mode="advised"`` (``PYNUMABIND_MODE=advised``) follows this machine's
     advice record (:mod:`pynumabind.advisor.record`): the measured mode,
@@ -616,9 +774,11 @@ def bind_current_process(
             :func:`apply_plan`).
         on_error: ``"warn"`` or ``"raise"`` (see :func:`apply_plan`).
         environ: Where every variable comes from (default ``os.environ``).
+        set_system_weights: Write the requested weights as the kernel's
+            system-wide ones (root; see :func:`apply_plan`).
         **keywords: the rest of :class:`~pynumabind.Options`'s settings, by
             name: ``nodes``, ``cpus``, ``gpu``, ``gpus``, ``rank_gpus``,
-            ``gpu_memory``, ``interleave_nodes``, ``require_node``,
+            ``gpu_memory``, ``interleave_nodes``, ``weights``, ``require_node``,
             ``local_gpus``, ``priority_cores`` (each described there).
 
     Returns:
@@ -629,8 +789,8 @@ def bind_current_process(
         (:attr:`Binding.not_bound`).
 
     Raises:
-        ConfigError: a bad argument or variable (named), or no rank and no
-            visible GPU ("no local rank").
+        ConfigError: a bad argument or variable (named), or no rank and
+            neither a one-entry override nor a visible GPU ("no local rank").
         PlanError: the plan cannot be made here, for instance the CPUs it
             needs are outside this process's cpuset or affinity mask (the
             message names the CPUs wanted and allowed).
@@ -640,6 +800,8 @@ def bind_current_process(
             :func:`apply_plan`).
     """
     _check_on_error(on_error)
+    if not isinstance(set_system_weights, bool):
+        raise ConfigError(f"set_system_weights must be True or False, not {set_system_weights!r}")
     given = union_front(options, dict(keywords, rank=rank, nprocs=nprocs, mode=mode, policy=policy))
     with _forksafe.lock():  # a fork waits for these first-use imports (see _os.forksafe)
         from ..discovery import _environ
@@ -669,7 +831,9 @@ def bind_current_process(
                 plan = advised.finish(plan)
                 if advised.not_bound is not None:
                     return _not_bound(plan, advised.not_bound)
-            binding = apply_plan(plan, migrate=migrate, on_error=on_error)
+            binding = apply_plan(
+                plan, migrate=migrate, on_error=on_error, set_system_weights=set_system_weights
+            )
     except BaseException:
         if binding is not None and binding._undo is not None:  # interrupted as the lock went
             with _forksafe.lock():
@@ -687,6 +851,9 @@ def _plan(topology: Topology, options: Options) -> Plan:
         return planner.plan_gpus_for(topology, options, options.gpus)
     if options.rank is not None:
         return planner.plan_for(topology, options)
+    placed = _given_placement(topology, options)
+    if placed is not None:
+        return placed
     from ..discovery import ray_gpus  # never imports Ray itself
 
     given = ray_gpus(topology)
@@ -712,6 +879,35 @@ def _plan(topology: Topology, options: Options) -> Plan:
     return replace(plan, reasons=(rule, *plan.reasons))
 
 
+def _given_placement(topology: Topology, options: Options) -> Optional[Plan]:
+    """No rank, and a ``nodes`` or ``cpus`` override with one entry: that placement, as numactl.
+
+    One entry is one rank's placement, so it is this process's (rank 0 of
+    1) whatever GPUs it sees.  Several entries are several ranks'
+    placements: which is this process's needs a rank, and saying so is
+    better than guessing.  ``None``: no override given (the GPU rules decide).
+    """
+    from .. import planner
+    from ..discovery import _environ
+
+    given = [name for name in ("nodes", "cpus") if getattr(options, name) is not None]
+    if not given:
+        return None
+    count = planner.local_ranks(topology, options)
+    spelled = " and ".join(
+        options.from_environment(name) or options.spelled(name) for name in given
+    )
+    if count != 1:
+        raise ConfigError(
+            f"{_environ.no_rank(options)}: {spelled} {'give' if len(given) > 1 else 'gives'} "
+            f"the placements of {count} ranks, and the rank chooses this process's; give "
+            "one placement (one entry) to bind without a rank"
+        )
+    plan = planner.plan_for(topology, replace(options, rank=0))
+    rule = f"no launcher rank: {spelled} {'give' if len(given) > 1 else 'gives'} one placement"
+    return replace(plan, reasons=(f"{rule}, this process's (as numactl)", *plan.reasons))
+
+
 def _not_bound(plan: Plan, why: str) -> Binding:
     """Mode advised and a record that says do not bind: a logged Binding that changed nothing."""
     binding = Binding(
@@ -732,8 +928,10 @@ def _disabled(options: Options) -> Binding:
         plan=None,
         applied=False,
         disabled=True,
+        cpus=_proc.process_affinity(),  # unchanged: what cpu_count counts
         notes=(f"disabled by {options.disabled_by}",),
         thread_id=threading.get_native_id(),
+        not_bound=f"disabled by {options.disabled_by}",  # a deliberate no-op, as advised's
     )
     log.info("%s", binding.summary())
     return binding

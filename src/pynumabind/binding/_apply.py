@@ -35,15 +35,23 @@ import itertools
 import os
 import threading
 import weakref
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from .._mempolicy import POLICIES
 from .._os import libnuma as _libnuma
 from .._os import proc as _proc
 from .._os import threads as _threads
 from .._record import record as _record
-from .._text import format_ids
-from ..errors import BindError, LibnumaUnavailableError, PlanError, PynumabindError
+from .._record import replace
+from .._text import format_ids, named
+from .._weights import format_weights, kernel_difference
+from ..errors import (
+    BindError,
+    LibnumaUnavailableError,
+    NumaSyscallError,
+    PlanError,
+    PynumabindError,
+)
 from ..model import Plan
 
 __all__ = [
@@ -64,6 +72,7 @@ __all__ = [
     "read_back_policy",
     "set_policy",
     "threads_keeping_policy",
+    "write_system_weights",
 ]
 
 _SECCOMP_FIX = (
@@ -73,6 +82,21 @@ _SECCOMP_FIX = (
     "securityContext.capabilities.add: [SYS_NICE]) or with a seccomp profile that allows "
     "set_mempolicy, get_mempolicy, mbind, migrate_pages and move_pages"
 )
+#: The step that writes the kernel's weights (``set_system_weights=True``), as skips name it.
+SYSTEM_WEIGHTS = "system interleave weights"
+_WEIGHTS_ROOT_FIX = (
+    "writing the kernel's interleave weights needs root: they are system-wide, every "
+    "process's weighted interleave follows them; run as root, have an administrator set "
+    "them, or place buffers with bind_memory(weights=...), which needs no system weights"
+)
+_WEIGHTS_FIXES = {
+    errno.EACCES: _WEIGHTS_ROOT_FIX,
+    errno.EPERM: _WEIGHTS_ROOT_FIX,
+    errno.EROFS: "sysfs is mounted read-only here (a container); set the weights on the host",
+    errno.ENOENT: "this kernel shows no weight for one of these nodes (Linux < 6.9, or a node "
+    "without memory)",
+    errno.EINVAL: "the kernel refused the value (weights are 1 to 255)",
+}
 _SECCOMP_MIGRATE_FIX = (
     "EPERM from migrate_pages usually means a container seccomp profile (Docker's default "
     "profile denies migrate_pages and move_pages even with CAP_SYS_NICE); fix: use a seccomp "
@@ -434,25 +458,59 @@ os.register_at_fork(after_in_child=_STACK.clear)
 
 @_record(frozen=True)
 class PolicyRequest:
-    """The ``MPOL_*`` mode and nodes for a plan (``mode`` None: leave it)."""
+    """The ``MPOL_*`` mode and nodes for a plan (``mode`` None: leave it).
+
+    For weighted interleave, also how its weights take effect: ``kernel_weights``
+    (the kernel's system-wide weights for ``nodes``, as read; None where not
+    read), ``weights_note`` (which weights the policy follows),
+    ``mismatch`` (the requested weights split pages otherwise than the
+    kernel's), and ``write_weights`` (the weights to write, with
+    ``set_system_weights=True``).
+    """
 
     mode: Optional[int]
     nodes: frozenset[int]
     note: Optional[str] = None
+    kernel_weights: Optional[Dict[int, int]] = None
+    weights_note: Optional[str] = None
+    mismatch: Optional[str] = None
+    write_weights: Optional[Dict[int, int]] = None
 
-    def __init__(
-        self, mode: Optional[int], nodes: frozenset[int], note: Optional[str] = None
+    def __init__(  # noqa: PLR0917 - positional, as the dataclass's fields
+        self,
+        mode: Optional[int],
+        nodes: frozenset[int],
+        note: Optional[str] = None,
+        kernel_weights: Optional[Dict[int, int]] = None,
+        weights_note: Optional[str] = None,
+        mismatch: Optional[str] = None,
+        write_weights: Optional[Dict[int, int]] = None,
     ) -> None:
-        self.__dict__.update(mode=mode, nodes=nodes, note=note)
+        self.__dict__.update(
+            mode=mode,
+            nodes=nodes,
+            note=note,
+            kernel_weights=kernel_weights,
+            weights_note=weights_note,
+            mismatch=mismatch,
+            write_weights=write_weights,
+        )
 
 
-def policy_request(plan: Plan) -> PolicyRequest:
+def _kernel_release() -> str:
+    from .._os.sysfs import kernel_release
+
+    return kernel_release()
+
+
+def policy_request(plan: Plan, *, set_system_weights: bool = False) -> PolicyRequest:
     """The MPOL mode and nodes for ``plan``, and a note when they differ from it.
 
     The policy's row in the policy table says which (see
     :meth:`pynumabind._mempolicy.PolicyRow.kernel_request`): a mode newer
     than the rest is probed first, and its fallback set where the kernel
-    lacks it.
+    lacks it.  Weighted interleave in force reads the kernel's weights
+    (:func:`_weighted`).
     """
     row = POLICIES[plan.policy]
     if row.takes_nodes and not plan.mems:
@@ -460,8 +518,89 @@ def policy_request(plan: Plan) -> PolicyRequest:
             f"plan for rank {plan.rank} asks for memory policy {plan.policy.value} "
             "but names no memory nodes"
         )
-    mode, nodes, note = row.kernel_request(plan.mems, _libnuma.supports_mode)
-    return PolicyRequest(mode, nodes, note)
+    mode, nodes, note = row.kernel_request(plan.mems, _libnuma.supports_mode, _kernel_release)
+    request = PolicyRequest(mode, nodes, note)
+    if mode == _libnuma.MPOL_WEIGHTED_INTERLEAVE:
+        return _weighted(request, plan.weights, set_system_weights)
+    if set_system_weights and row.weighted:
+        return replace(
+            request,
+            weights_note="set_system_weights: nothing written (no weighted interleave here)",
+        )
+    return request
+
+
+def _weighted(
+    request: PolicyRequest, weights: Optional[Mapping[int, int]], set_system_weights: bool
+) -> PolicyRequest:
+    """How weighted interleave's weights take effect here: the kernel's, read now.
+
+    A process's (and a thread's) weighted interleave follows the kernel's
+    system-wide weights (:mod:`pynumabind._os.weights`): without requested
+    weights that is a note saying which; with them, a ``mismatch`` when they
+    split pages otherwise, unless ``set_system_weights`` is to write them.
+    """
+    from .._os import weights as _system
+
+    nodes = request.nodes
+    try:
+        found = _system.read_weights()
+    except PynumabindError as exc:
+        return replace(request, weights_note=f"the kernel's interleave weights unreadable: {exc}")
+    if set_system_weights and weights is not None:
+        kernel = None if found is None else found.for_nodes(nodes)
+        return replace(request, kernel_weights=kernel, write_weights=dict(weights))
+    if found is None:
+        return replace(
+            request,
+            weights_note="the kernel shows no interleave weights (no weighted_interleave in "
+            "sysfs): it uses 1 for every node",
+        )
+    kernel = found.for_nodes(nodes)
+    note = (
+        f"weighted interleave over {named('node', nodes)} follows {found.described()}: "
+        f"{format_weights(kernel)}"
+    )
+    difference = None if weights is None else kernel_difference(weights, kernel)
+    mismatch = None
+    if difference is not None:
+        mismatch = (
+            f"{difference}: a process's (or a thread's) weighted interleave follows the kernel's "
+            "(Linux has no per-task weights); set them with set_system_weights=True "
+            "(--set-system-weights; root, and it changes every process on the machine), or "
+            "place buffers with bind_memory(weights=...), which honours weights exactly"
+        )
+    return replace(request, kernel_weights=kernel, weights_note=note, mismatch=mismatch)
+
+
+def write_system_weights(
+    request: PolicyRequest,
+) -> Tuple[Optional[Exception], Optional[str], Optional[Dict[int, int]]]:
+    """Step 4, ``set_system_weights=True``: the kernel's weights; (failure, note, weights before).
+
+    The last step: nothing after it can fail and roll the bind back, and
+    :meth:`Binding.restore() <pynumabind.binding.Binding.restore>` leaves the
+    weights as written (they are the machine's, and the job's other processes
+    follow them too).  A failed write puts back what it wrote
+    (:func:`pynumabind._os.weights.write_weights`).
+    """
+    from .._os import weights as _system
+
+    wanted = request.write_weights
+    assert wanted is not None
+    try:
+        before = _system.write_weights(wanted)
+    except NumaSyscallError as exc:
+        return exc, None, None
+    was = before.for_nodes(frozenset(wanted))
+    auto = "; the kernel's auto mode is now off" if before.auto else ""
+    note = (
+        f"set the kernel's system-wide interleave weights of {named('node', frozenset(wanted))} "
+        f"to {format_weights(wanted)} (were {format_weights(was)}){auto}: every process's "
+        "weighted interleave on this machine follows them; restore() leaves them as set "
+        "(Binding.system_weights_before holds what they were)"
+    )
+    return None, note, was
 
 
 def bind_cpus(
@@ -649,6 +788,8 @@ def fix_for(exc: BaseException, what: str, allowed_mems: Optional[frozenset[int]
     err = getattr(exc, "errno", None)
     if isinstance(exc, ThreadChurn):
         return _CHURN_FIX
+    if what == SYSTEM_WEIGHTS:
+        return _WEIGHTS_FIXES.get(err or 0, "see the error")
     if isinstance(exc, LibnumaUnavailableError):
         return "install the libnuma runtime package (see the error)"
     if err == errno.EPERM:

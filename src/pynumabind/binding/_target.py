@@ -14,6 +14,17 @@ The machine is the one given, else the one plans use
 (:func:`~pynumabind.discovery.resolve_topology`: the nodes only, and NVML
 only when a GPU is named).
 
+Weights (``weighted-interleave`` only): ``weights=`` names the nodes, alone
+or with a ``node=`` naming the same ones (not with ``gpu=``), checked by the
+same rule.  For :func:`~pynumabind.bind_memory` they are honoured exactly:
+the target is *exact* (``Target.exact``), placed in runs of one node each
+(``MPOL_BIND``, laid out by :func:`pynumabind._weights.weighted_runs`), and
+the kernel's weights play no part.  For :func:`~pynumabind.memory_on` (a
+thread's policy) the kernel's system-wide weights rule: they are read and
+compared, and a mismatch is a reason and one :class:`RuntimeWarning`.
+Without weights, weighted interleave is the kernel's mode with the kernel's
+weights, read for the census to judge the split by (``Target.weights``).
+
 :func:`refused` turns a syscall the kernel refused into a
 :class:`~pynumabind.errors.PlacementSyscallError` that says what to do
 (:func:`fix`): the same words for both tools and for the census's read-back.
@@ -23,13 +34,22 @@ from __future__ import annotations
 
 import errno
 import operator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, AbstractSet, Iterable, Optional, Tuple, Union
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, AbstractSet, Dict, Iterable, Mapping, Optional, Tuple, Union
 
 from .._mempolicy import POLICIES, placing_policies
 from .._os import libnuma as _libnuma
-from .._text import format_ids
-from ..errors import ConfigError, NumaSyscallError, PlacementSyscallError, PlanError, UnknownIdError
+from .._text import format_ids, named
+from .._weights import check_weights, format_weights, kernel_difference
+from ..errors import (
+    ConfigError,
+    ListParseError,
+    NumaSyscallError,
+    PlacementSyscallError,
+    PlanError,
+    PynumabindError,
+    UnknownIdError,
+)
 from ..model import MemoryPolicy
 from ..planner._memory import choose_mems
 from ..planner._place import RankState, place_gpu
@@ -43,12 +63,23 @@ __all__ = ["Target", "fix", "refused", "resolve"]
 
 @dataclass(frozen=True)
 class Target:
-    """Where memory goes: the ``MPOL_*`` mode and nodes, and why."""
+    """Where memory goes: the ``MPOL_*`` mode and nodes, and why.
+
+    ``weights``: what the split of the pages is judged against (the
+    requested weights, or the kernel's for its own weighted interleave;
+    ``None``: not judged); ``exact``: the requested weights are laid out in
+    runs of ``MPOL_BIND`` (``bind_memory``), ``mode`` being ``MPOL_BIND``;
+    ``mismatch``: a thread's weighted interleave follows kernel weights that
+    split pages otherwise than the requested ones (``memory_on``).
+    """
 
     policy: MemoryPolicy
     mode: int
     nodes: frozenset[int]
     reasons: Tuple[str, ...]
+    weights: Optional[Mapping[int, int]] = field(default=None, hash=False)
+    exact: bool = False
+    mismatch: Optional[str] = None
 
 
 def _parse_policy(policy: Union[str, MemoryPolicy]) -> MemoryPolicy:
@@ -130,32 +161,120 @@ def _machine(topology: Optional[Topology], gpus: bool) -> Topology:
     return resolve_topology(detail=Detail.NODES, reuse=True, use_nvml=gpus)
 
 
+def _weights(
+    weights: Union[str, Mapping[int, int], None],
+    node: Union[int, str, Iterable[int], None],
+    gpu: Optional[int],
+    policy: MemoryPolicy,
+) -> Optional[Dict[int, int]]:
+    """The weights checked against the other arguments (see the module docstring)."""
+    if weights is None:
+        return None
+    try:
+        checked = check_weights(weights, "weights")
+    except ListParseError as exc:
+        raise ConfigError(f"weights: {exc}") from exc
+    if not POLICIES[policy].weighted:
+        raise ConfigError(
+            f"weights= go with policy='weighted-interleave', not {policy.value!r}: pass that "
+            "policy too, or leave the weights out"
+        )
+    if gpu is not None:
+        raise ConfigError(
+            "give weights= alone (their nodes are the nodes) or with node= naming the same "
+            f"nodes, not with gpu= (gpu={gpu!r})"
+        )
+    if node is not None and _parse_nodes(node) != frozenset(checked):
+        raise ConfigError(
+            f"weights= name nodes {format_ids(frozenset(checked))} but node= names "
+            f"{format_ids(_parse_nodes(node))}: give the same nodes, or weights= alone"
+        )
+    return checked
+
+
+def _kernel_weights(nodes: frozenset[int]) -> Tuple[Optional[Dict[int, int]], Optional[str]]:
+    """The kernel's weights for ``nodes`` (1 where it shows none), or None and why not."""
+    from .._os import weights as _system
+
+    try:
+        found = _system.read_weights()
+    except PynumabindError as exc:
+        return None, f"the kernel's interleave weights unreadable: {exc}"
+    if found is None:
+        return {n: 1 for n in nodes}, None
+    return found.for_nodes(nodes), None
+
+
+def _where(
+    node: Union[int, str, Iterable[int], None],
+    gpu: Optional[int],
+    parsed: MemoryPolicy,
+    weights: Optional[Dict[int, int]],
+    topology: Optional[Topology],
+) -> Tuple[frozenset[int], Tuple[str, ...]]:
+    """The nodes named (by weights, node or gpu), checked, and the reason."""
+    if weights is not None:
+        nodes = frozenset(weights)
+        check_memory_nodes(_machine(topology, gpus=False), nodes, "weights=")
+        return nodes, (f"{named('node', nodes)} (the weights {format_weights(weights)})",)
+    if node is not None:
+        nodes = _parse_nodes(node)
+        check_memory_nodes(_machine(topology, gpus=False), nodes, "node=")
+        return nodes, (f"node {format_ids(nodes)} (given)",)
+    assert gpu is not None
+    return _gpu_nodes(_machine(topology, gpus=True), gpu, parsed)
+
+
 def resolve(
     node: Union[int, str, Iterable[int], None],
     gpu: Optional[int],
     policy: Union[str, MemoryPolicy],
     topology: Optional[Topology],
+    weights: Union[str, Mapping[int, int], None] = None,
+    *,
+    exact: bool = False,
 ) -> Target:
-    """Check the arguments and resolve them to a mode and nodes (see the module docstring)."""
+    """Check the arguments and resolve them to a mode and nodes (see the module docstring).
+
+    ``exact``: requested weights are to be laid out in runs (``bind_memory``),
+    not left to the kernel's weights (``memory_on``).
+    """
     if node is not None and gpu is not None:
         raise ConfigError(f"give node= or gpu=, not both (node={node!r}, gpu={gpu!r})")
-    if node is None and gpu is None:
-        raise ConfigError("give node= (a NUMA node) or gpu= (place by that GPU's node)")
     parsed = _parse_policy(policy)
-    if node is not None:
-        nodes = _parse_nodes(node)
-        check_memory_nodes(_machine(topology, gpus=False), nodes, "node=")
-        reasons: Tuple[str, ...] = (f"node {format_ids(nodes)} (given)",)
-    else:
-        assert gpu is not None
-        nodes, reasons = _gpu_nodes(_machine(topology, gpus=True), gpu, parsed)
+    checked = _weights(weights, node, gpu, parsed)
+    if node is None and gpu is None and checked is None:
+        raise ConfigError("give node= (a NUMA node) or gpu= (place by that GPU's node)")
+    nodes, reasons = _where(node, gpu, parsed, checked, topology)
+    if exact and checked is not None:
+        runs = "in runs of pages, each bound to one node (MPOL_BIND), in proportion to them"
+        return Target(parsed, _libnuma.MPOL_BIND, nodes, (*reasons, runs), checked, True)
     # The mode is the policy table's, as for a bind (preferred on several nodes
     # needs MPOL_PREFERRED_MANY, probed; its fallback where the kernel lacks it).
-    mode, kept, note = POLICIES[parsed].kernel_request(nodes, _libnuma.supports_mode)
+    mode, kept, note = POLICIES[parsed].kernel_request(nodes, _libnuma.supports_mode, _release)
     assert mode is not None
     if note:
         reasons = (*reasons, note)
-    return Target(parsed, mode, kept, reasons)
+    if mode != _libnuma.MPOL_WEIGHTED_INTERLEAVE:
+        return Target(parsed, mode, kept, reasons)
+    kernel, unreadable = _kernel_weights(kept)
+    if kernel is None:
+        return Target(parsed, mode, kept, (*reasons, str(unreadable)), checked)
+    reasons = (*reasons, f"the kernel's system-wide weights: {format_weights(kernel)}")
+    difference = None if checked is None else kernel_difference(checked, kernel)
+    if difference is None:
+        return Target(parsed, mode, kept, reasons, kernel)
+    mismatch = (
+        f"{difference}: a thread's weighted interleave follows the kernel's (Linux has no "
+        "per-task weights); bind_memory(buffer, weights=...) places a buffer by them exactly"
+    )
+    return Target(parsed, mode, kept, (*reasons, mismatch), checked, mismatch=mismatch)
+
+
+def _release() -> str:
+    from .._os.sysfs import kernel_release
+
+    return kernel_release()
 
 
 # ------------------------------------------------------------------ errors

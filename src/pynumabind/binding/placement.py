@@ -45,10 +45,41 @@ the result (``reasons``).
 **Which policy.**  ``"bind"`` (``MPOL_BIND``: only these nodes, the kernel
 reclaims or fails rather than spill), ``"preferred"`` (``MPOL_PREFERRED``,
 ``MPOL_PREFERRED_MANY`` for several nodes where the kernel has it: these
-nodes first, spill over instead of failing) or ``"interleave"``
-(``MPOL_INTERLEAVE``, page by page over the nodes).  ``local`` and ``none``
-place nothing and are a ConfigError here.  Which policies place a buffer, and
-the mode each sets, is the policy table's (:mod:`pynumabind._mempolicy`).
+nodes first, spill over instead of failing), ``"interleave"``
+(``MPOL_INTERLEAVE``, page by page over the nodes) or
+``"weighted-interleave"`` (below).  ``local`` and ``none`` place nothing and
+are a ConfigError here.  Which policies place a buffer, and the mode each
+sets, is the policy table's (:mod:`pynumabind._mempolicy`).
+
+**Weights.**  ``policy="weighted-interleave"`` spreads the pages over the
+nodes in proportion to a weight per node.  ``weights={0: 3, 2: 1}`` (or
+``"0:3,2:1"``; 1 to 255) names the nodes itself: give it alone, or with a
+``node=`` naming the same nodes, never with ``gpu=``.  How the weights take
+effect differs between the two tools, because the kernel's weights are
+system-wide (``/sys/kernel/mm/mempolicy/weighted_interleave``; Linux has no
+per-task ones):
+
+* :func:`bind_memory` honours requested weights *exactly*, without the
+  kernel's weights and on any kernel: the range is laid out in runs, each
+  bound to one node with ``MPOL_BIND`` (:func:`pynumabind._weights.weighted_runs`:
+  each node gets its exact share of the pages, within one page; runs of
+  ``w`` points per node of weight ``w``, a point one page or more, at most
+  256 runs, each a mapping of its own; where the range holds at least four
+  cycles of huge-page runs the runs are whole transparent huge pages, so no
+  huge page is split between nodes).  ``kernel_policy`` is ``MPOL_BIND``,
+  ``runs`` counts the runs, and every page is judged against its own run's
+  node.  Without weights it is the kernel's own ``MPOL_WEIGHTED_INTERLEAVE``
+  by the kernel's weights (read, and judged against), and before Linux 6.9
+  plain interleave, with a reason that says so.
+* :func:`memory_on` sets a thread's policy, which follows the kernel's
+  weights whatever is requested: requested weights that split pages
+  otherwise are a reason and one :class:`RuntimeWarning`.
+
+The split of the present pages over the nodes is judged against the weights
+(the census's ``WEIGHTED`` judgement, as ``verify()``'s): each node's share
+within 5 percentage points of its weight's share, or within one run of its
+pages where a run is more; ``split_problems`` names each node off by more,
+and ``in_proportion`` says whether none is.
 
 **Which pages.**  ``mbind`` works on whole pages, so the range is aligned
 *outward*: from the start of the page holding the buffer's first byte to the
@@ -82,7 +113,8 @@ outside the range moved (``moved_outside``, from the neighbours' nodes
 before and after, by ``move_pages``; a note says why).  ``complete`` is
 about the range only.  Tested on a real kernel in the QEMU guest (Linux
 6.1): the 8 KiB range, the two halves, and an ``mlock``-ed huge page that
-moves whole and is counted.  ``hugetlbfs`` mappings need huge-page-aligned
+moves whole and is counted; with automatic NUMA balancing on too (see "Where
+the pages are").  ``hugetlbfs`` mappings need huge-page-aligned
 ranges and are not supported.  (The edges: :mod:`pynumabind.binding._census`.)
 
 **Moving.**  ``move=True`` passes ``MPOL_MF_MOVE``: pages mapped only by this
@@ -106,6 +138,24 @@ though asked again (it was written, so it is never "not present").  A page
 caught mid-migration, or in a huge page being split, reads as not present
 for a moment, so such a page is asked for again before it counts as not
 present.  (How: :mod:`pynumabind.binding._census`.)
+
+**Where the pages are.**  ``move_pages`` with no target reports each page's
+node, and under automatic NUMA balancing (on by default on multi-node
+machines) Linux 6.1 to 6.4 report a written page the balancer has marked
+for a hinting fault as *not present*.  Touching the page would fault it and
+let the balancer migrate it, so the census asks the page table instead
+(``/proc/self/pagemap``, which faults nothing in): a page it shows present
+is counted on its node when its frame can be read (``CAP_SYS_ADMIN``), else
+by ``/proc/self/numa_maps`` when the range is a run of whole mappings (after
+``mbind`` it is, unless it merged with a neighbour bound the same way; the
+runs of a weighted layout are whole mappings too, and such pages count in
+the split by their node, their run unknown), else as ``not_located``:
+present, node unknown.  The neighbours of the huge-page
+edges are found the same way, so a marked huge page is split too.  Where
+the truth cannot be had the result says so: ``not_located`` counts the
+pages, ``complete`` is False, and a note says why; never "not present" for
+a page that is there.  (How: :mod:`pynumabind._os.pages`.)
+
 **Page-locked (pinned) memory cannot be moved**; the result says so and
 points to :func:`memory_on`.  ``mlock`` alone does not prevent migration
 (Linux migrates locked pages); pinning for DMA does.  Both are tested on a
@@ -203,11 +253,13 @@ and keep it.
 from __future__ import annotations
 
 import mmap
+import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, Iterable, Mapping, Optional, Tuple, Union
 
 from .._os import libnuma as _libnuma
 from .._text import format_ids
+from .._weights import format_weights, weighted_runs
 from ..errors import (
     ConfigError,
     NotABufferError,
@@ -224,9 +276,13 @@ from ._census import (
     PINNED_REASONS,
     REASONS,
     VANISHED,
+    Segment,
     count_pages,
+    cut_huge_pages,
     neighbours_before,
     page_count,
+    reread,
+    split_at,
     split_edges,
 )
 from ._memory_on import MemoryOn
@@ -269,6 +325,15 @@ class MemoryPlacement:
     profile denying ``move_pages``); ``notes`` then say so.  ``moved_outside``
     counts the pages outside the range that moved with it because they shared
     a transparent huge page the kernel could not split (see "Huge pages").
+
+    Weighted interleave (see "Weights"): ``weights`` are what the split is
+    judged against (the requested ones, or the kernel's), ``runs`` how many
+    runs of one node each the range was bound in (1: one ``mbind`` for all of
+    it), and ``split_problems`` each node whose share of the present pages is
+    off its weight's share beyond the tolerance.
+
+    ``not_located`` counts present pages whose node could not be read (see
+    "Where the pages are"): neither in ``pages_per_node`` nor ``not_present``.
     """
 
     address: int
@@ -286,6 +351,17 @@ class MemoryPlacement:
     reasons: Tuple[str, ...] = ()
     notes: Tuple[str, ...] = ()
     moved_outside: int = 0
+    not_located: int = 0
+    weights: Optional[Mapping[int, int]] = field(default=None, hash=False)
+    runs: int = 1
+    split_problems: Tuple[str, ...] = ()
+
+    @property
+    def in_proportion(self) -> Optional[bool]:
+        """Under weights: whether the present pages' split is theirs (None: nothing to judge)."""
+        if self.weights is None or self.pages_per_node is None:
+            return None
+        return not self.split_problems
 
     @property
     def on_nodes(self) -> Optional[int]:
@@ -296,8 +372,11 @@ class MemoryPlacement:
 
     @property
     def complete(self) -> bool:
-        """Every present page is on the target nodes, as the kernel reports it."""
-        return self.pages_per_node is not None and not self.not_moved
+        """Every present page is on the target nodes, as the kernel reports it.
+
+        False when some page's node is unknown (``not_located``).
+        """
+        return self.pages_per_node is not None and not self.not_moved and not self.not_located
 
     @property
     def pinned(self) -> bool:
@@ -306,6 +385,10 @@ class MemoryPlacement:
 
     def summary(self) -> str:
         where = f"{self.kernel_policy} on node {format_ids(self.nodes)}"
+        if self.runs > 1:
+            where = f"{self.kernel_policy} in {self.runs} runs over nodes {format_ids(self.nodes)}"
+        if self.weights is not None:
+            where += f" by weights {format_weights(self.weights)}"
         head = f"{self.size} bytes at {self.address:#x} ({page_count(self.pages)}): {where}"
         if self.pages_per_node is None:
             return f"{head}; page locations unknown"
@@ -313,10 +396,13 @@ class MemoryPlacement:
         parts = [head, f"pages present: {counts or 'none'}"]
         if self.not_present:
             parts.append(f"{self.not_present} not present yet")
+        if self.not_located:
+            parts.append(f"{self.not_located} present, node unknown")
         for reason, count in sorted(self.not_moved.items()):
             parts.append(f"{count} not moved ({reason}: {REASONS.get(reason, reason)})")
         if self.moved_outside:
             parts.append(f"{page_count(self.moved_outside)} outside the range moved with it")
+        parts.extend(self.split_problems)
         return "; ".join(parts)
 
     def to_dict(self) -> Dict[str, Any]:
@@ -339,20 +425,64 @@ class MemoryPlacement:
             "reasons": list(self.reasons),
             "notes": list(self.notes),
             "moved_outside": self.moved_outside,
+            "not_located": self.not_located,
+            "weights": None
+            if self.weights is None
+            else {str(n): w for n, w in sorted(self.weights.items())},
+            "runs": self.runs,
+            "split_problems": list(self.split_problems),
+            "in_proportion": self.in_proportion,
         }
+
+
+def _segments(start: int, length: int, target: Target) -> Tuple[Segment, ...]:
+    """The parts of the range and their nodes: its runs under exact weights, else all of it."""
+    if not target.exact or target.weights is None:
+        return ((start, length, target.nodes),)
+    layout = weighted_runs(
+        start, length, target.weights, page=mmap.PAGESIZE, huge=_libnuma.huge_page_size()
+    )
+    return tuple((r.start, r.length, frozenset({r.node})) for r in layout.runs)
+
+
+def _run_pages(segments: Tuple[Segment, ...], target: Target) -> Dict[int, int]:
+    """The pages of one run of each node: the tolerance's slack for the split.
+
+    Pynumabind's runs: the longest of each node's.  The kernel's own weighted
+    interleave: ``w`` pages a node, or ``w`` huge pages where the range holds
+    a whole one (transparent huge pages are interleaved whole).
+    """
+    weights = target.weights or {}
+    if target.exact:
+        longest: Dict[int, int] = {}
+        for _, seg_length, nodes in segments:
+            node = next(iter(nodes))
+            longest[node] = max(longest.get(node, 0), seg_length // mmap.PAGESIZE)
+        return longest
+    huge, page = _libnuma.huge_page_size(), mmap.PAGESIZE
+    _, length, _ = segments[0]
+    unit = huge // page if huge > page and length >= 2 * huge else 1
+    return {n: w * unit for n, w in weights.items()}
 
 
 def _report(
     span: Span,
-    start: int,
-    length: int,
+    segments: Tuple[Segment, ...],
     target: Target,
     move: bool,
     *,
     neighbours: Mapping[int, int],
 ) -> MemoryPlacement:
     """The result: the range and target, and the census of its pages (``_census.count_pages``)."""
-    counted = count_pages(start, length, target, move, neighbours)
+    start = segments[0][0]
+    length = segments[-1][0] + segments[-1][1] - start
+    counted = count_pages(
+        segments,
+        move,
+        neighbours,
+        weights=target.weights,
+        run_pages=None if target.weights is None else _run_pages(segments, target),
+    )
     return MemoryPlacement(
         address=span.address,
         size=span.length,
@@ -369,6 +499,10 @@ def _report(
         reasons=target.reasons,
         notes=counted.notes,
         moved_outside=counted.moved_outside,
+        not_located=counted.not_located,
+        weights=target.weights,
+        runs=len(segments),
+        split_problems=counted.split_problems,
     )
 
 
@@ -383,6 +517,7 @@ def bind_memory(
     policy: Union[str, MemoryPolicy] = "bind",
     move: bool = True,
     topology: Optional[Topology] = None,
+    weights: Union[str, Mapping[int, int], None] = None,
 ) -> MemoryPlacement:
     """Put ``buffer``'s pages on ``node`` (or GPU ``gpu``'s memory node); report where they are.
 
@@ -390,8 +525,14 @@ def bind_memory(
     array, array.array, memoryview), a CPU tensor (duck-typed by
     ``data_ptr()``/``numel()``/``element_size()``) or ``(address, length)``.
     The pages it covers, aligned outward, get ``policy`` (``"bind"``,
-    ``"preferred"``, ``"interleave"``) with ``mbind``; with ``move=True``
-    the pages that exist already are moved (``MPOL_MF_MOVE``).  Returns a
+    ``"preferred"``, ``"interleave"``, ``"weighted-interleave"``) with
+    ``mbind``; with ``move=True`` the pages that exist already are moved
+    (``MPOL_MF_MOVE``).  ``weights={0: 3, 2: 1}`` with
+    ``policy="weighted-interleave"`` (the weights name the nodes) are
+    honoured exactly, in runs of pages bound to one node each, whatever the
+    kernel's system-wide weights (see "Weights" in the module docstring):
+    ``bind_memory(buf, policy="weighted-interleave", weights={0: 3, 2: 1})``
+    leaves three quarters of its pages on node 0.  Returns a
     :class:`MemoryPlacement`: pages per node as ``move_pages`` reports them
     afterwards, and each page not moved with its reason.  Page-locked
     (pinned) memory cannot be moved: allocate it inside :func:`memory_on`.
@@ -404,22 +545,29 @@ def bind_memory(
     Args:
         buffer: The memory to place: a writable buffer, a CPU tensor or
             ``(address, length)``.
-        node: The node (or, for ``interleave``, the nodes) to place it on.
+        node: The node (or, for the interleave policies, the nodes) to place
+            it on.
         gpu: Instead of ``node``: the GPU index whose memory node it goes to.
-        policy: ``"bind"``, ``"preferred"`` or ``"interleave"``.
+        policy: ``"bind"``, ``"preferred"``, ``"interleave"`` or
+            ``"weighted-interleave"``.
         move: Also move the pages that exist already.
         topology: The machine ``node`` and ``gpu`` are checked against.
+        weights: For ``"weighted-interleave"``: node -> weight (1 to 255),
+            honoured exactly; the nodes are theirs.
 
     Returns:
         A :class:`MemoryPlacement`: the nodes and policy applied, the pages
-        per node, and each page not moved with its reason.
+        per node, and each page not moved with its reason; under weights,
+        the runs and whether the split is in proportion.
 
     Raises:
         NotABufferError: ``buffer`` has no memory to address (not a buffer,
             not contiguous, a GPU tensor).
         ReadOnlyBufferError: ``buffer`` is read-only.
-        ConfigError: both or neither of ``node`` and ``gpu``, a bad policy,
-            a zero length, ``move`` not a bool.
+        ConfigError: both or neither of ``node`` and ``gpu`` (or weights
+            with ``gpu``, or with a ``node`` naming other nodes, or with
+            another policy), a bad policy or weight, a zero length, ``move``
+            not a bool.
         PlanError: a node that does not exist, has no memory or is not
             allowed, or a GPU that is unknown or on an unknown node
             (:class:`~pynumabind.errors.UnknownIdError` for a wrong id).
@@ -430,26 +578,38 @@ def bind_memory(
         raise ConfigError(f"move must be True or False, not {move!r}")
     span, exported = open_buffer(buffer)
     try:
-        target = resolve(node, gpu, policy, topology)
+        target = resolve(node, gpu, policy, topology, weights, exact=True)
         start, length = outward(span)
-        flags = _libnuma.MPOL_MF_MOVE if move else 0
-        mode = _libnuma.MODE_NAMES.get(target.mode, str(target.mode))
-        operation = f"mbind({mode}) of {length} bytes at {start:#x}"
+        segments = _segments(start, length, target)
         neighbours = neighbours_before(start, length) if move else {}
-        try:
-            if neighbours:
-                # Huge pages: see "Which pages".  The policy first, without moving: the
-                # mapping is split at the range's ends, so no huge page can form across
-                # them again; then the edges' huge pages are split; then the move.
-                _libnuma.mbind_range(start, length, target.mode, target.nodes, 0)
-                split_edges(start, length, neighbours)
-            _libnuma.mbind_range(start, length, target.mode, target.nodes, flags)
-        except NumaSyscallError as exc:
-            raise refused(exc, operation, target.nodes) from None
-        return _report(span, start, length, target, move, neighbours=neighbours)
+        cuts = cut_huge_pages(segments) if move else []
+        if neighbours or cuts:
+            # Huge pages: see "Which pages".  The policy first, without moving: the
+            # mapping is split at the range's ends (and its runs'), so no huge page can
+            # form across them again; then the huge pages those ends cut are split;
+            # then the neighbours are asked where they are once more (nothing has
+            # moved yet, and a huge page the balancer marked reads again once split);
+            # then the move.
+            _mbind(segments, target.mode, 0)
+            split_edges(start, length, neighbours)
+            split_at(cuts)
+            neighbours = reread(neighbours)
+        _mbind(segments, target.mode, _libnuma.MPOL_MF_MOVE if move else 0)
+        return _report(span, segments, target, move, neighbours=neighbours)
     finally:
         if exported is not None:
             exported.close()
+
+
+def _mbind(segments: Tuple[Segment, ...], mode: int, flags: int) -> None:
+    """``mbind`` each segment to its nodes; a refusal names the segment."""
+    name = _libnuma.MODE_NAMES.get(mode, str(mode))
+    for start, length, nodes in segments:
+        try:
+            _libnuma.mbind_range(start, length, mode, nodes, flags)
+        except NumaSyscallError as exc:
+            operation = f"mbind({name}) of {length} bytes at {start:#x}"
+            raise refused(exc, operation, nodes) from None
 
 
 # ---------------------------------------------------------------- memory_on
@@ -461,6 +621,7 @@ def memory_on(
     gpu: Optional[int] = None,
     policy: Union[str, MemoryPolicy] = "bind",
     topology: Optional[Topology] = None,
+    weights: Union[str, Mapping[int, int], None] = None,
 ) -> MemoryOn:
     """Allocate on ``node`` (or GPU ``gpu``'s memory node) inside a ``with`` block.
 
@@ -497,12 +658,22 @@ def memory_on(
     For memory pinned by registration (``cudaHostRegister``) the order is
     the same idea: :func:`bind_memory` the buffer first, register it after.
 
+    ``policy="weighted-interleave"`` is a thread's policy: it follows the
+    kernel's system-wide weights.  ``weights=`` names the nodes; where the
+    kernel's weights split pages otherwise, the block's ``reasons`` say so
+    and one :class:`RuntimeWarning` is issued (:func:`bind_memory` places a
+    buffer by requested weights exactly).
+
     Args:
-        node: The node (or, for ``interleave``, the nodes) to allocate on.
+        node: The node (or, for the interleave policies, the nodes) to
+            allocate on.
         gpu: Instead of ``node``: the GPU index whose memory node to allocate
             on.
-        policy: ``"bind"``, ``"preferred"`` or ``"interleave"``.
+        policy: ``"bind"``, ``"preferred"``, ``"interleave"`` or
+            ``"weighted-interleave"``.
         topology: The machine ``node`` and ``gpu`` are checked against.
+        weights: For ``"weighted-interleave"``: node -> weight, compared
+            with the kernel's (which the thread follows); the nodes are theirs.
 
     Returns:
         The context manager; entering it sets the policy, leaving it puts
@@ -517,4 +688,7 @@ def memory_on(
         PlacementSyscallError: on entering or leaving the block, the kernel
             refused ``set_mempolicy`` or ``get_mempolicy``.
     """
-    return MemoryOn(resolve(node, gpu, policy, topology))
+    target = resolve(node, gpu, policy, topology, weights)
+    if target.mismatch is not None:
+        warnings.warn(f"memory_on: {target.mismatch}", RuntimeWarning, stacklevel=2)
+    return MemoryOn(target)

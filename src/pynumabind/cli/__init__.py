@@ -1,4 +1,4 @@
-"""The ``pynumabind`` command line: show, plan, exec, check, snapshot, advise.
+"""The ``pynumabind`` command line: show, plan, exec, check, snapshot, advise, records, report.
 
 Every command reads the machine the same way (this one, a ``--sysfs-root``
 tree, or a ``--topology`` snapshot), prints aligned tables or, with
@@ -7,10 +7,13 @@ tree, or a ``--topology`` snapshot), prints aligned tables or, with
 * 0: success;
 * 1: failure (an unreadable topology, an impossible plan, a worker not
   bound as planned);
-* 2: usage error (bad options or option values, bad environment variables,
-  and any value naming something this machine lacks: a CPU, a NUMA node, a
-  rank beyond the local ranks, a topology file that does not exist or is
-  not a snapshot);
+* 2: usage error (an unknown option, named wherever it stands -- before
+  the command too --, bad option values, bad environment variables, and any
+  value naming something this machine lacks or the wrong kind of thing: a
+  CPU, a NUMA node, a rank beyond the local ranks, a topology file that does
+  not exist or is not a snapshot, a ``--sysfs-root`` that is not a sysfs
+  tree, a ``snapshot -o`` that is a directory or in one that does not
+  exist; ``snapshot --json`` too: a snapshot is JSON already);
 * 126/127: ``exec`` could not run the command (not executable / not found).
 
 Errors are one line on stderr, never a traceback, and name the option of the
@@ -18,7 +21,8 @@ command line (``--rank``, ``--nprocs``) or the variable the value came from.
 ``plan`` and ``check -v`` write reasons every rank shares once ("all ranks:"),
 then each rank's own; ``check`` shows the plan's warnings too (text and JSON),
 explains its columns, and on a machine with no GPU and one NUMA node says in
-one line what it did and why.  A bare ``pynumabind`` lists the commands.  ``exec`` replaces the
+one line what it did and why.  A bare ``pynumabind`` lists the commands; ``--help``
+describes each command and shows examples.  ``exec`` replaces the
 process with ``os.execvp``: no shell is involved, so no argument is ever
 re-interpreted.
 """
@@ -26,12 +30,14 @@ re-interpreted.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import json
 import logging
 import math
 import os
 import sys
-from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, NoReturn, Optional, Sequence, Tuple, Union
 
 from .. import discovery
 from .._os import SYSFS_ROOT
@@ -39,10 +45,15 @@ from .._text import counted, format_ids, human_bytes, table
 from .._version import __version__
 from ..cpulist import format_cpulist, parse_cpulist, parse_nodelist
 from ..errors import ConfigError, ListParseError, PynumabindError, TopologyError
-from ..model import SCHEMA_VERSION, CpuMode, MemoryPolicy, Plan, Topology
+from ..model import SCHEMA_VERSION, CpuMode, Gpu, MemoryPolicy, Plan, Topology
 from ..options import Options
 from ._advise import add_parser as _add_advise_parser
 from ._advise import cmd_advise
+from ._records import add_parser as _add_records_parser
+from ._records import cmd_records as _cmd_records
+from ._report import Layout as _ReportLayout
+from ._report import add_parser as _add_report_parser
+from ._report import cmd_report as _cmd_report
 from ._tables import by_rank
 
 log = logging.getLogger("pynumabind.cli")
@@ -72,7 +83,8 @@ class _Parser(argparse.ArgumentParser):
 # ------------------------------------------------------------------ parsing
 
 
-def _common_options() -> _Parser:
+def _common_options(*, json_output: bool = True) -> _Parser:
+    """The options every command but advise takes; ``json_output``: with ``--json``."""
     common = _Parser(add_help=False)
     source = common.add_argument_group("machine")
     where = source.add_mutually_exclusive_group()
@@ -101,9 +113,16 @@ def _common_options() -> _Parser:
     source.add_argument(
         "--no-nvml", action="store_true", help="do not ask NVML (use sysfs PCI scanning only)"
     )
-    common.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    if json_output:
+        common.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    else:  # snapshot: its output is JSON already; --json is refused, not ignored
+        common.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     common.add_argument(
-        "-v", "--verbose", action="count", default=0, help="log more (repeat for debug)"
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="log more: -v says what discovery tried (sysfs, NVML, KFD), -vv each source's details",
     )
     return common
 
@@ -145,9 +164,51 @@ def _plan_options(parser: argparse.ArgumentParser, *, with_nprocs: bool = True) 
         help="a rank whose GPU's node has no allowed CPU (cpuset): %(choices)s "
         "(default: error; nearest binds it to the nearest node with allowed CPUs)",
     )
+    group.add_argument(
+        "--interleave-nodes",
+        metavar="LIST",
+        help="the nodes --policy interleave or weighted-interleave spreads pages over, for "
+        'every rank, e.g. "0,2" (default: each rank\'s own nodes)',
+    )
+    group.add_argument(
+        "--weights",
+        metavar="LIST",
+        help="--policy weighted-interleave: NODE:WEIGHT items, a weight (1-255) per node, "
+        'e.g. "0:3,2:1"; the nodes are these (default: the kernel\'s system-wide weights, '
+        "which a process's policy follows; a bind says so when they differ from these)",
+    )
 
 
 _MAX_TIMEOUT = 1e6  # seconds; larger values overflow the poll() the check waits in
+
+
+def _system_weights_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--set-system-weights",
+        action="store_true",
+        help="write --weights as the kernel's system-wide weighted-interleave weights "
+        "(root; it changes every process on the machine, and stays after the command)",
+    )
+
+
+def _check_system_weights(
+    args: argparse.Namespace, environ: Optional[Mapping[str, str]] = None
+) -> None:
+    """``--set-system-weights`` writes requested weights: some must be given.
+
+    A blank ``PYNUMABIND_WEIGHTS`` gives none: it is unset, by the one rule
+    (:func:`pynumabind.options.environ_value`).
+    """
+    from ..discovery._environ import WEIGHTS_VARIABLE
+    from ..options import environ_value
+
+    env = os.environ if environ is None else environ
+    given = args.weights is not None or environ_value(env, WEIGHTS_VARIABLE) is not None
+    if args.set_system_weights and not given:
+        raise UsageError(
+            "--set-system-weights writes the requested weights as the kernel's: give them "
+            f"(--weights NODE:WEIGHT,... or {WEIGHTS_VARIABLE}), with --policy weighted-interleave"
+        )
 
 
 def _timeout_seconds(text: str) -> float:
@@ -163,34 +224,65 @@ def _timeout_seconds(text: str) -> float:
     return value
 
 
+#: The top-level help's examples (its epilog).
+EXAMPLES = """\
+examples:
+  pynumabind check                     bind one worker per GPU (or NUMA node), verify each
+  pynumabind show -v                   this machine, and what discovery tried to find GPUs
+  pynumabind plan --nprocs 8           each rank's CPUs, memory nodes and why
+  pynumabind exec --nodes 1 -- CMD     run CMD on node 1's CPUs and memory (as numactl)
+  pynumabind advise --quick            measure whether binding helps on this machine
+
+'pynumabind COMMAND --help' describes each command's options.
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _common_options()
     parser = _Parser(
         prog="pynumabind",
         description="Bind GPU workers' CPUs and memory to the right NUMA node, in-process.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"pynumabind {__version__}")
+    # Not required here: _main names a stray argument before it says a command is missing.
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    commands.required = True
 
     commands.add_parser(
-        "show", parents=[common], help="show NUMA nodes, GPUs and this process's allowed sets"
+        "show",
+        parents=[common],
+        help="show NUMA nodes, GPUs and this process's allowed sets",
+        description="Show this machine (or a recorded one) as pynumabind sees it: NUMA nodes "
+        "with their CPUs, memory and distances, the GPUs this process sees with their nodes, "
+        "and this process's allowed CPUs and memory nodes, with warnings.",
     )
-    plan = commands.add_parser("plan", parents=[common], help="print the per-rank plan")
+    plan = commands.add_parser(
+        "plan",
+        parents=[common],
+        help="print the per-rank plan",
+        description="Print each local rank's plan -- its GPU, node, CPUs, memory nodes and "
+        "policy -- and the reasons for it, without binding anything.",
+    )
     _plan_options(plan)
 
     exec_ = commands.add_parser(
         "exec",
         parents=[common],
         help="bind this process, then exec a command (replaces numactl wrappers)",
+        description="Bind this process as planned, then replace it with CMD (execvp, no "
+        "shell), which inherits the CPUs and the memory policy: what numactl does.",
     )
     exec_.add_argument(
         "--rank",
         type=int,
         metavar="N",
-        help="local rank (default: LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID)",
+        help="local rank (default: LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID). "
+        "Not needed when --nodes or --cpus gives one placement (as numactl), nor when this "
+        "process sees GPUs (it is bound to them); needed to choose among several placements",
     )
     _plan_options(exec_)
+    _system_weights_option(exec_)
     exec_.add_argument(
         "--on-error",
         choices=["warn", "raise"],
@@ -204,9 +296,16 @@ def build_parser() -> argparse.ArgumentParser:
     exec_.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
 
     check = commands.add_parser(
-        "check", parents=[common], help="spawn workers, bind and verify each, print a report"
+        "check",
+        parents=[common],
+        help="spawn workers, bind and verify each, print a report",
+        description="Start one fresh worker process per local rank; each binds itself as a "
+        "real worker would and verifies the result (every thread's CPUs, the memory policy, "
+        "where new pages land). Exit 0 when every worker is bound as planned or left "
+        "unbound on purpose.",
     )
     _plan_options(check)
+    _system_weights_option(check)
     check.add_argument(
         "--timeout",
         type=_timeout_seconds,
@@ -216,12 +315,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     snapshot = commands.add_parser(
-        "snapshot", parents=[common], help="write the topology as JSON (for --topology)"
+        "snapshot",
+        parents=[_common_options(json_output=False)],
+        help="write the topology as JSON (for --topology)",
+        description="Record this machine as a JSON snapshot -- every GPU, whatever "
+        "CUDA_VISIBLE_DEVICES says -- for 'plan --topology FILE' here or anywhere else. "
+        "The output is JSON always.",
     )
     snapshot.add_argument(
         "-o", "--output", metavar="FILE", help="write to FILE instead of standard output"
     )
     _add_advise_parser(commands)
+    _add_records_parser(commands, common)
+    _add_report_parser(commands)
     return parser
 
 
@@ -273,13 +379,22 @@ def machine_topology(
     # --sysfs-root, else PYNUMABIND_TOPOLOGY (the machine the library binds
     # for, so check spawns, and show and plan print, what its workers will
     # see), else this machine: decided in one place, for the library too.
-    topology = discovery.resolve_topology(
-        snapshot=args.topology,
-        sysfs_root=args.sysfs_root,
-        use_nvml=not args.no_nvml,
-        bind_here=bind_here,
-        visible_only=visible_only,
-    )
+    try:
+        topology = discovery.resolve_topology(
+            snapshot=args.topology,
+            sysfs_root=args.sysfs_root,
+            use_nvml=not args.no_nvml,
+            bind_here=bind_here,
+            visible_only=visible_only,
+        )
+    except TopologyError as exc:
+        if args.sysfs_root is None or isinstance(exc, ConfigError):
+            raise
+        # A tree that is not a sysfs tree is a bad value, as a file that is not a
+        # snapshot is (SnapshotFileError): a usage error naming the option.
+        raise UsageError(
+            f"--sysfs-root: {args.sysfs_root!r} is not a usable sysfs tree: {exc}"
+        ) from exc
     changes: Dict[str, Any] = {}
     if allowed_cpus is not None:
         unknown = allowed_cpus - topology.online_cpus
@@ -300,6 +415,22 @@ def machine_topology(
     return topology.replace(**changes) if changes else topology
 
 
+def _visibility(args: argparse.Namespace, topology: Topology, *, bind_here: bool) -> Optional[str]:
+    """What was done with the visible-device variables, or None when none is set.
+
+    A recorded machine planned as recorded (show and plan with ``--topology``,
+    any command with ``--sysfs-root``) keeps all its GPUs: the variables name
+    this machine's devices.  Everywhere else they were applied.
+    """
+    from ..discovery._visible import visibility_note
+
+    if args.sysfs_root is not None:
+        return visibility_note(topology, os.environ, applied=False, recorded_by="--sysfs-root")
+    recorded = args.topology is not None and not bind_here
+    by = "--topology" if recorded else None
+    return visibility_note(topology, os.environ, applied=not recorded, recorded_by=by)
+
+
 def _options(args: argparse.Namespace) -> Options:
     """The plan options given on the command line, validated once (:mod:`pynumabind.options`)."""
     return Options.from_arguments(
@@ -310,6 +441,8 @@ def _options(args: argparse.Namespace) -> Options:
         nodes=args.nodes,
         cpus=args.cpus,
         fallback=getattr(args, "fallback", None),
+        interleave_nodes=getattr(args, "interleave_nodes", None),
+        weights=getattr(args, "weights", None),
         flags=True,
     )
 
@@ -320,9 +453,67 @@ def _machine_given(args: argparse.Namespace) -> bool:
     return any(value is not None for value in given) or args.no_nvml
 
 
+class _Held(logging.Filter):
+    """Warnings held back while a command runs, then printed unless its output said them.
+
+    Each warning once per command: ``plan --mode advised`` without a record
+    logged its ~300-character warning, then printed it under Reasons and
+    under Warnings.  A command whose output lists warnings (show, plan,
+    check) holds the ``pynumabind`` logger's WARNING records on the stderr
+    handler; :meth:`release` prints, after the output, only those the output
+    did not contain (as text, or as a JSON string).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: List[logging.LogRecord] = []
+        self.printed: List[str] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING:
+            self.records.append(record)
+            return False
+        return True
+
+    def said(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        text = text[len("pynumabind: ") :] if text.startswith("pynumabind: ") else text
+        out = "".join(self.printed)
+        return text in out or json.dumps(text)[1:-1] in out
+
+    def release(self, handlers: Sequence[logging.Handler]) -> None:
+        for record in self.records:
+            if not self.said(record):
+                for handler in handlers:
+                    handler.handle(record)
+        self.records.clear()
+
+
+_HELD: List[_Held] = []  # the command's, while it holds warnings (one at a time)
+
+
+@contextlib.contextmanager
+def _warnings_held() -> Iterator[None]:
+    """Hold the command's warnings until its output is written (see :class:`_Held`)."""
+    held = _Held()
+    handlers = list(logging.getLogger("pynumabind").handlers)
+    for handler in handlers:
+        handler.addFilter(held)
+    _HELD.append(held)
+    try:
+        yield
+    finally:
+        _HELD.remove(held)
+        for handler in handlers:
+            handler.removeFilter(held)
+        held.release(handlers)
+
+
 def _write_stdout(text: str) -> None:
     if sys.stdout is None:  # started with fd 1 closed
         raise PynumabindError("standard output is closed")
+    for held in _HELD:
+        held.printed.append(text)
     sys.stdout.write(text)
 
 
@@ -405,9 +596,16 @@ def _node_tables(topology: Topology) -> List[str]:
     ]
 
 
-def _gpu_table(topology: Topology) -> List[str]:
+def _gpu_table(topology: Topology, *, verbose: int = 0) -> List[str]:
     if not topology.gpus:
-        return ["GPUs: none visible"]
+        if topology.visibility:  # hidden by the variables: Warnings names them
+            return ["GPUs: none visible: the visible-device variables hide every GPU"]
+        told = (
+            "what discovery tried (PCI, NVML, KFD) is logged on stderr"
+            if verbose
+            else "`pynumabind show -v` says what discovery tried (PCI, NVML, KFD) and why"
+        )
+        return [f"GPUs: none visible; {told}"]
     rows = [
         [
             str(g.index),
@@ -427,14 +625,17 @@ def _gpu_table(topology: Topology) -> List[str]:
 def cmd_show(args: argparse.Namespace) -> int:
     topology = machine_topology(args)
     warnings = topology_warnings(topology)
+    visibility = _visibility(args, topology, bind_here=False)
     if args.json:
-        _emit_json({"topology": topology.to_dict(), "warnings": warnings})
+        _emit_json({"topology": topology.to_dict(), "warnings": warnings, "visibility": visibility})
         return EXIT_OK
     allowed = [
         ["cpus", format_cpulist(topology.allowed_cpus) or "-"],
         ["mems", format_cpulist(topology.allowed_mems) or "-"],
     ]
-    parts = [*_node_tables(topology), "", *_gpu_table(topology)]
+    parts = [*_node_tables(topology), "", *_gpu_table(topology, verbose=args.verbose)]
+    if visibility is not None:
+        parts += ["", "Visible devices", f"  {visibility}"]
     parts += ["", "This process", table(["allowed", "set"], allowed)]
     if warnings:
         parts += ["", "Warnings", *[f"  - {w}" for w in warnings]]
@@ -442,14 +643,21 @@ def cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _plan_rows(results: Sequence[Union[Plan, PynumabindError]]) -> List[List[str]]:
+def _gpu_cell(gpu: Optional[Gpu]) -> str:
+    return "none" if gpu is None else f"{gpu.index} {gpu.pci_bus_id}"
+
+
+def _plan_rows(
+    results: Sequence[Union[Plan, PynumabindError]], gpus: Sequence[Optional[Gpu]] = ()
+) -> List[List[str]]:
+    """The table's rows; a rank that cannot be planned names its GPU (``gpus``) all the same."""
     rows = []
     for rank, plan in enumerate(results):
         if not isinstance(plan, Plan):
-            rows.append([str(rank), "-", "-", "error", "-", "-"])
+            gpu = _gpu_cell(gpus[rank]) if rank < len(gpus) else "-"
+            rows.append([str(rank), gpu, "-", "error", "-", "-"])
             continue
-        info = plan.gpu_info
-        gpu = "none" if info is None else f"{info.index} {info.pci_bus_id}"
+        gpu = _gpu_cell(plan.gpu_info)
         rows.append(
             [
                 str(plan.rank),
@@ -466,17 +674,19 @@ def _plan_rows(results: Sequence[Union[Plan, PynumabindError]]) -> List[List[str
 def cmd_plan(args: argparse.Namespace) -> int:
     """The per-rank table; a rank that cannot be planned shows its error, the others their plan."""
     from ..discovery._environ import resolve
-    from ..planner import plan_each_for
+    from ..planner import gpus_by_rank, plan_each_for
 
     # Flags win; PYNUMABIND_* and the launcher's process count fill the
     # rest, as they do for the workers that exec and check start.
     options = resolve(os.environ, _options(args), need_rank=False)
     topology = machine_topology(args)
+    visibility = _visibility(args, topology, bind_here=False)
     advised = None
     if options.cpu_mode is CpuMode.ADVISED:  # what each worker will follow: the record
         from ..records.store import resolve_advised
 
-        advised = resolve_advised(options, topology)
+        machine, name = _planned_machine(args)
+        advised = resolve_advised(options, topology, machine=machine, machine_name=name)
         options, topology = advised.options, advised.topology
     results = plan_each_for(topology, options)
     if advised is not None:
@@ -485,27 +695,59 @@ def cmd_plan(args: argparse.Namespace) -> int:
     errors = [(rank, r) for rank, r in enumerate(results) if not isinstance(r, Plan)]
     if not plans:
         raise errors[0][1]  # no rank can be planned: the first error says why
+    gpus = gpus_by_rank(topology, options) if errors else ()
     if args.json:
         _emit_json(
             {
                 "ranks": [
                     r.to_dict() if isinstance(r, Plan) else {"rank": rank, "error": str(r)}
                     for rank, r in enumerate(results)
-                ]
+                ],
+                "visibility": visibility,
             }
         )
     else:
-        _emit("\n".join(_plan_text(results)))
+        _emit("\n".join(_plan_text(results, visibility, gpus)))
     if errors:
         _error(f"{len(errors)} of {len(results)} ranks cannot be planned (see the table)")
         return EXIT_FAILURE
     return EXIT_OK
 
 
-def _plan_text(results: Sequence[Union[Plan, PynumabindError]]) -> List[str]:
+def _not_warned(reasons: Sequence[str], warnings: Sequence[str]) -> List[str]:
+    """The reasons that are not also warnings: the Warnings section says those, once."""
+    warned = set(warnings)
+    return [r for r in reasons if r not in warned]
+
+
+def _planned_machine(args: argparse.Namespace) -> Tuple[Any, Optional[str]]:
+    """The fingerprint mode ``advised`` matches records with, and what messages call it.
+
+    ``--topology`` or ``--sysfs-root``: another machine, whose record is the
+    one to follow (its snapshot's fingerprint, every GPU it lists; see
+    :mod:`pynumabind.records.store`); otherwise (None, None): this machine,
+    as a worker here reads it (``PYNUMABIND_TOPOLOGY`` binds here).
+    """
+    if args.topology is None and args.sysfs_root is None:
+        return None, None
+    from ..records.store import snapshot_machine
+
+    every_gpu = machine_topology(args, visible_only=False)
+    if args.topology is not None:
+        name = f"the machine of snapshot {args.topology}"
+    else:
+        name = f"the machine of sysfs tree {args.sysfs_root}"
+    return snapshot_machine(every_gpu), name
+
+
+def _plan_text(
+    results: Sequence[Union[Plan, PynumabindError]],
+    visibility: Optional[str] = None,
+    gpus: Sequence[Optional[Gpu]] = (),
+) -> List[str]:
     plans = [r for r in results if isinstance(r, Plan)]
-    text = table(["rank", "gpu", "node", "cpus", "mems", "policy"], _plan_rows(results))
-    notes = by_rank([(p.rank or 0, p.reasons) for p in plans])
+    text = table(["rank", "gpu", "node", "cpus", "mems", "policy"], _plan_rows(results, gpus))
+    notes = by_rank([(p.rank or 0, _not_warned(p.reasons, p.warnings)) for p in plans])
     warnings = by_rank([(p.rank or 0, p.warnings) for p in plans])
     errors = [
         f"  {r}" if str(r).startswith(f"rank {rank}:") else f"  rank {rank}: {r}"
@@ -513,6 +755,8 @@ def _plan_text(results: Sequence[Union[Plan, PynumabindError]]) -> List[str]:
         if not isinstance(r, Plan)
     ]
     out = [text]
+    if visibility is not None:
+        out += ["", "Visible devices", f"  {visibility}"]
     if notes:
         out += ["", "Reasons", *notes]
     if warnings:
@@ -532,9 +776,15 @@ def cmd_exec(args: argparse.Namespace) -> int:
         raise UsageError("exec needs a command: pynumabind exec [options] -- CMD [ARGS...]")
     if not argv[0]:  # checked before binding: execvp would refuse it only afterwards
         raise UsageError("exec: the command is an empty string")
+    _check_system_weights(args)
     options = _options(args)
     topology = machine_topology(args, bind_here=True) if _machine_given(args) else None
-    binding = bind_current_process(options=options, topology=topology, on_error=args.on_error)
+    binding = bind_current_process(
+        options=options,
+        topology=topology,
+        on_error=args.on_error,
+        set_system_weights=args.set_system_weights,
+    )
     if args.json and sys.stderr is not None:
         # stdout belongs to the command; the report goes to stderr.
         sys.stderr.write(json.dumps({"schema": JSON_SCHEMA_VERSION, **binding.to_dict()}) + "\n")
@@ -607,14 +857,22 @@ def cmd_check(args: argparse.Namespace) -> int:
     from ._check import run_check
 
     # As plan does: flags win, then PYNUMABIND_* and the launcher's process count.
+    _check_system_weights(args)
     options = resolve(os.environ, _options(args), need_rank=False)
     topology = machine_topology(args, bind_here=True)
-    report = run_check(topology, options, timeout=args.timeout, pass_topology=_machine_given(args))
+    visibility = _visibility(args, topology, bind_here=True)
+    report = run_check(
+        topology,
+        options,
+        timeout=args.timeout,
+        pass_topology=_machine_given(args),
+        set_system_weights=args.set_system_weights,
+    )
     if args.json:
-        _emit_json(report.to_dict())
+        _emit_json({**report.to_dict(), "visibility": visibility})
         return EXIT_OK if report.ok else EXIT_FAILURE
-    note = _check_note(topology, options, len(report.workers))
-    _emit(_check_text(report, note, verbose=args.verbose))
+    notes = [n for n in (_check_note(topology, options, len(report.workers)), visibility) if n]
+    _emit(_check_text(report, "\n".join(notes) or None, verbose=args.verbose))
     return EXIT_OK if report.ok else EXIT_FAILURE
 
 
@@ -626,14 +884,19 @@ def _check_text(report: Any, note: Optional[str], *, verbose: bool) -> str:
     for title, body in _check_sections(report.workers, verbose=verbose):
         if body:
             lines += ["", title, *body]
-    ok = sum(w.ok for w in report.workers)
-    lines += ["", f"{ok} of {len(report.workers)} workers bound as planned"]
+    ok = sum(w.ok for w in report.workers if not w.not_bound)
+    on_purpose = sum(w.ok for w in report.workers if w.not_bound)
+    count = f"{ok} of {len(report.workers)} workers bound as planned"
+    if on_purpose:  # PYNUMABIND_DISABLE, or mode advised's record: a success, shown as such
+        count += f", {on_purpose} not bound, on purpose"
+    lines += ["", count]
     return "\n".join(lines)
 
 
 def _check_sections(workers: Sequence[Any], *, verbose: bool) -> List[Tuple[str, List[str]]]:
     """The check report's sections, in order: a title and its lines (none: left out)."""
-    reasons = by_rank([(w.rank, w.reasons) for w in workers]) if verbose else []
+    reasons = by_rank([(w.rank, _not_warned(w.reasons, w.warnings)) for w in workers])
+    reasons = reasons if verbose else []
     unbound = [f"  rank {w.rank}: {w.not_bound}" for w in workers if w.not_bound]
     problems = [
         f"  {p}" if p.startswith(f"rank {w.rank}:") else f"  rank {w.rank}: {p}"
@@ -648,9 +911,25 @@ def _check_sections(workers: Sequence[Any], *, verbose: bool) -> List[Tuple[str,
     ]
 
 
-def cmd_snapshot(args: argparse.Namespace) -> int:
-    if args.output is not None and not args.output:
+#: Errors opening ``-o FILE`` that say the name is wrong (a usage error, 2), not the machine.
+_BAD_PATH_ERRNOS = frozenset({errno.EISDIR, errno.ENOENT, errno.ENOTDIR, errno.ENAMETOOLONG})
+
+
+def _check_output(output: Optional[str]) -> None:
+    """``snapshot -o FILE`` names a file that can be created: checked before discovery."""
+    if output is None:
+        return
+    if not output:
         raise UsageError("snapshot -o: the file name is empty (omit -o to write to stdout)")
+    if os.path.isdir(output):
+        raise UsageError(f"snapshot -o: {output!r} is a directory; name the file to write")
+    parent = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(parent):
+        raise UsageError(f"snapshot -o: {output!r}: the directory {parent!r} does not exist")
+
+
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    _check_output(args.output)
     # Every GPU of the machine, not only those CUDA_VISIBLE_DEVICES shows: the
     # snapshot's users apply their own visibility to it, by physical index.
     topology = machine_topology(args, visible_only=False)
@@ -660,6 +939,10 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
             with open(args.output, "w", encoding="utf-8") as handle:
                 handle.write(text)
         except OSError as exc:
+            if exc.errno in _BAD_PATH_ERRNOS:  # the name, not the machine: as checked above
+                raise UsageError(
+                    f"snapshot -o: cannot write {args.output!r}: {exc.strerror}"
+                ) from exc
             raise PynumabindError(f"cannot write {args.output!r}: {exc.strerror}") from exc
         _emit(
             f"wrote the topology ({counted(len(topology.nodes), 'NUMA node')}, "
@@ -671,6 +954,33 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_records(args: argparse.Namespace) -> int:
+    """``records``: compared with this machine, or with a ``--topology`` snapshot's."""
+    machine, name = _planned_machine(args)
+    return _cmd_records(args, machine, name)
+
+
+def report_layout() -> _ReportLayout:
+    """How show, plan and check print: the report writes its sections with them."""
+    return _ReportLayout(
+        node_tables=_node_tables,
+        gpu_table=_gpu_table,
+        warnings=topology_warnings,
+        plan_text=_plan_text,
+        check_text=lambda report, note: _check_text(report, note, verbose=True),
+        check_note=_check_note,
+    )
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    return _cmd_report(args, report_layout())
+
+
+#: The commands whose output lists warnings: they print each once (see :class:`_Held`).
+#: Not exec (it becomes the command) nor advise (its progress is live).
+_LISTING_WARNINGS = frozenset({"show", "plan", "check"})
+
+
 COMMANDS = {
     "show": cmd_show,
     "plan": cmd_plan,
@@ -678,6 +988,8 @@ COMMANDS = {
     "check": cmd_check,
     "snapshot": cmd_snapshot,
     "advise": cmd_advise,
+    "records": cmd_records,
+    "report": cmd_report,
 }
 
 
@@ -716,6 +1028,26 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         logger.handlers[:], logger.level, logger.propagate = saved[0], saved[1], saved[2]
 
 
+def _parse(parser: argparse.ArgumentParser, argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    """The arguments, every stray one named (``pynumabind --bogus`` once said only that
+    a command was missing)."""
+    args, extras = parser.parse_known_args(argv)
+    commands = ", ".join(COMMANDS)
+    if args.command is None:
+        stray = f"unrecognized arguments: {' '.join(extras)}; " if extras else ""
+        raise UsageError(
+            f"{stray}a command comes first: pynumabind COMMAND [options] (commands: "
+            f"{commands}; pynumabind --help lists them)"
+        )
+    if extras:
+        raise UsageError(f"unrecognized arguments: {' '.join(extras)}")
+    if args.command == "snapshot" and args.json:
+        raise UsageError(
+            "snapshot: --json is not an option here: a snapshot is JSON already (drop --json)"
+        )
+    return args
+
+
 def _main(argv: Optional[Sequence[str]]) -> int:
     parser = build_parser()
     if not (sys.argv[1:] if argv is None else argv):
@@ -724,8 +1056,11 @@ def _main(argv: Optional[Sequence[str]]) -> int:
             sys.stderr.write(parser.format_help())
         return EXIT_USAGE
     try:
-        args = parser.parse_args(argv)
+        args = _parse(parser, argv)
         _configure_logging(args.verbose)
+        if args.command in _LISTING_WARNINGS:
+            with _warnings_held():
+                return COMMANDS[args.command](args)
         return COMMANDS[args.command](args)
     except UsageError as exc:
         _error(str(exc))

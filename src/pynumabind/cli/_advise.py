@@ -15,9 +15,23 @@ which changes nothing, and removing it again if it was new) are usage
 errors (exit 2) naming the problem.  The report is printed before the plot
 is drawn, so a plot that still fails (exit 1) loses no measurement.
 
-So is a ``--save`` path that would overwrite a file that is not an advice
-record.  ``--save`` writes the record mode ``advised`` follows
-(:mod:`pynumabind.records.store`: where, and how).
+``--save [PATH]`` writes the record mode ``advised`` follows
+(:mod:`pynumabind.records.store`: where, and how; PATH, or
+``PYNUMABIND_ADVICE``, may name a directory of records, one per machine
+type).  A measurement is never lost to the save:
+
+* **before measuring**, the target is checked
+  (:func:`pynumabind.records.store.prepare_save`): a path that holds
+  something other than an advice record, or a place that cannot be created
+  or written (a read-only file system, as root too; a directory this account
+  may not write) is a usage error (exit 2) naming the path, with nothing
+  measured.  Missing directories are created then, mode 0755, and each is
+  named on stderr; so is a place other accounts could not read (a note: a
+  private place is right for one's own workers, not for a service's);
+* **after measuring**, the record is saved first, then the report (or the
+  ``--json`` document) is printed whatever happened to the save; if the save
+  failed (the disk filled, the directory went away), the error naming the
+  path follows the report on stderr and the exit status is 1.
 """
 
 from __future__ import annotations
@@ -42,6 +56,9 @@ def add_parser(commands: Any) -> None:
     advise = commands.add_parser(
         "advise",
         help="measure memory and host<->GPU copy bandwidth per NUMA node, then recommend",
+        description="Measure memory bandwidth and latency per CPU node x memory node, and "
+        "pinned host<->GPU copies per GPU x node, on this machine; then say whether binding "
+        "makes a measurable difference here, and how to bind (progress on stderr).",
     )
     advise.add_argument(
         "--quick", action="store_true", help="fewer, smaller measurements (~15 s on two nodes)"
@@ -59,8 +76,9 @@ def add_parser(commands: Any) -> None:
         const="",
         metavar="PATH",
         help="also save the result as this machine's advice record, which mode 'advised' "
-        "follows (default PATH: $PYNUMABIND_ADVICE, else /var/lib/pynumabind/advice.json as "
-        "root, ~/.cache/pynumabind/advice.json otherwise)",
+        "follows. PATH is a record file, or a directory of records (one per machine type) when "
+        "it ends with / or is an existing directory (default: $PYNUMABIND_ADVICE, else "
+        "/var/lib/pynumabind/ as root, ~/.cache/pynumabind/ otherwise)",
     )
     advise.add_argument(
         "--no-copies", action="store_true", help="do not measure pinned host<->GPU copies"
@@ -74,20 +92,23 @@ def add_parser(commands: Any) -> None:
 
 
 def _save_target(save: Optional[str]) -> Optional[str]:
-    """Where ``--save`` writes (None: not saving), checked before anything is measured.
+    """The file ``--save`` writes (None: not saving), checked before anything is measured.
 
-    A path that holds something other than an advice record is refused now,
-    not after a minute of measuring; the path rule's default when no PATH.
+    See the module docstring: refused now, not after a minute of measuring;
+    the directories created and a place other accounts cannot read are said
+    on stderr.  The path rule's place when no PATH.
     """
     if save is None:
         return None
-    import os
+    from ..records.store import others_cannot_read, prepare_save
 
-    from ..records.store import refuse_foreign, save_path
-
-    target = os.path.abspath(save if save else save_path(os.environ))
-    refuse_foreign(target)
-    return target
+    target = prepare_save(save if save else None)
+    for made in target.created:
+        _progress(f"created the directory {made} (mode 0755) for the advice record")
+    hidden = others_cannot_read(target)
+    if hidden is not None:  # a note: a private place is right for one's own workers
+        _progress(f"note: {hidden}")
+    return target.file
 
 
 def _progress(line: str) -> None:
@@ -110,23 +131,33 @@ def cmd_advise(args: argparse.Namespace) -> int:
         latency=not args.no_latency,
         progress=_progress,
     )
+    unsaved: Optional[PynumabindError] = None
     if target is not None:  # the measurement is kept before anything else can fail
-        written = advice.save(target)
-        _progress(
-            f"saved the advice record to {written}; PYNUMABIND_MODE=advised (or --mode advised) "
-            "makes binds on this machine follow it"
-        )
+        try:
+            written = advice.save(target)
+        except PynumabindError as exc:  # reported after the report: nothing measured is lost
+            unsaved = exc
+        else:
+            _progress(
+                f"saved the advice record to {written}; PYNUMABIND_MODE=advised (or --mode "
+                "advised) makes binds on this machine follow it"
+            )
     if sys.stdout is None:
         raise PynumabindError("standard output is closed")
     if args.json:
         sys.stdout.write(json.dumps(advice.to_dict(), indent=2) + "\n")
     else:
         sys.stdout.write(render_text(advice) + "\n")
-    sys.stdout.flush()  # the report is out even if the plot fails
+    sys.stdout.flush()  # the report is out even if the save failed or the plot fails
+    if unsaved is not None:
+        if sys.stderr is not None:
+            sys.stderr.write(
+                f"pynumabind: error: {unsaved} (the report above was measured but not saved)\n"
+            )
     if plot is not None:
         write_plot(advice.to_dict(), plot)
         _progress(f"wrote {plot}")
-    return 0
+    return 0 if unsaved is None else 1
 
 
 def check_plot_path(path: str) -> str:

@@ -33,17 +33,25 @@ Bounds
   the cause.  Whatever way the run ends -- that error, an interrupt, the
   deadline -- every worker it started is killed and reaped before it
   returns: none is left behind to print into the user's terminal.
+* Ctrl-C is the parent's: a terminal sends SIGINT to every process of the
+  foreground group, workers included, and a worker interrupted while its
+  interpreter starts prints a traceback (64 workers: screenfuls).  So each
+  worker starts with SIGINT blocked (inherited across fork and exec) and
+  never sees it; the parent gets the KeyboardInterrupt, stops every worker,
+  and the command says "interrupted" in one line, exit status 130.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import multiprocessing
+import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, wait
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from .._os import PROC_ROOT
 from .._os import proc as _proc
@@ -51,7 +59,7 @@ from ..binding import _verify
 from ..cpulist import format_cpulist
 from ..discovery._environ import SIZE_VARIABLES
 from ..errors import ConfigError, PynumabindError
-from ..model import Topology
+from ..model import Gpu, Topology
 from ..options import CHOSEN_BY_CHECK, Options
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -84,7 +92,7 @@ class WorkerReport:
     problems: Tuple[str, ...] = ()
     reasons: Tuple[str, ...] = ()
     warnings: Tuple[str, ...] = ()  # the plan's, as ``pynumabind plan`` shows them
-    not_bound: Optional[str] = None  # left unbound on purpose (mode advised), and why
+    not_bound: Optional[str] = None  # left unbound on purpose (disabled, mode advised), and why
 
     def to_dict(self) -> Dict[str, Any]:
         return {
@@ -145,58 +153,125 @@ def _completeness_problems(binding: Binding) -> List[str]:
     return problems
 
 
+class _Logged(logging.Handler):
+    """The warnings a worker's pynumabind logs, kept for its report instead of its stderr.
+
+    A worker's stderr is the user's terminal: each worker printing the same
+    warning (mode advised without a record, hidden GPUs) said it once per
+    worker, and then the report said it again.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.texts: List[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        self.texts.append(text[len(_PREFIX) :] if text.startswith(_PREFIX) else text)
+
+
+_PREFIX = "pynumabind: "
+
+
+def _logged_news(logged: Sequence[str], binding: Binding) -> List[str]:
+    """What the worker logged that its report does not say already, each once.
+
+    Left out: a plan warning (logged as it is), and the "bound only partly"
+    line, whose every skipped step is one of the report's problems.
+    """
+    plan = binding.plan
+    said = set(plan.warnings) if plan is not None else set()
+    if binding.weights_mismatch is not None:  # the report's warnings say it
+        said.add(binding.weights_mismatch)
+    skipped = [str(s) for s in binding.skipped]
+    news: List[str] = []
+    for text in logged:
+        if text in said or text in news or (skipped and all(s in text for s in skipped)):
+            continue
+        news.append(text)
+    return news
+
+
 def check_this_process(
-    rank: int, nprocs: int, options: Dict[str, Any], topology_json: Optional[str]
+    rank: int,
+    nprocs: int,
+    options: Dict[str, Any],
+    topology_json: Optional[str],
+    logged: Sequence[str] = (),
+    *,
+    set_system_weights: bool = False,
 ) -> WorkerReport:
-    """Bind the calling process as ``rank`` and verify the result."""
+    """Bind the calling process as ``rank`` and verify the result.
+
+    ``logged``: the warnings logged meanwhile (a live list, read at the end);
+    those the report does not already say are added to its warnings.
+    """
     from ..binding import bind_current_process
 
     topology = Topology.from_json(topology_json) if topology_json else None
     # options may carry nprocs_source: where the parent's count came from.
     given = Options(rank=rank, nprocs=nprocs, **options)
-    binding = bind_current_process(options=given, topology=topology, on_error="warn")
-    plan = binding.plan
-    if plan is None:  # PYNUMABIND_DISABLE=1 made binding a no-op
-        return WorkerReport(
-            rank=rank,
-            ok=False,
-            problems=tuple(binding.notes) or ("binding is disabled (PYNUMABIND_DISABLE)",),
-        )
+    binding = bind_current_process(
+        options=given, topology=topology, on_error="warn", set_system_weights=set_system_weights
+    )
+    plan = binding.plan  # None: PYNUMABIND_DISABLE=1, a deliberate no-op (binding.not_bound)
     verify = binding.verify()
     masks = _proc.thread_status_cpus()
     problems = _completeness_problems(binding) + list(verify.problems)
     problems += _proc_thread_problems(binding, masks)
+    warnings = [] if plan is None else list(plan.warnings)
+    if binding.weights_mismatch is not None:  # the bind's warning, as plan warnings are shown
+        warnings.append(binding.weights_mismatch)
     gpu = None
-    if plan.gpu_info is not None:
+    if plan is not None and plan.gpu_info is not None:
         gpu = f"{plan.gpu_info.index} {plan.gpu_info.pci_bus_id}"
     placed = sorted({n for n in verify.page_nodes if n >= 0})
     return WorkerReport(
         rank=rank,
         ok=not problems and verify.ok,
         gpu=gpu,
-        planned_cpus="unbound" if plan.cpus is None else format_cpulist(plan.cpus),
+        planned_cpus="unbound" if plan is None or plan.cpus is None else format_cpulist(plan.cpus),
         bound_cpus=format_cpulist(frozenset().union(*masks.values())),
-        planned_mems=format_cpulist(plan.mems),
-        policy=plan.policy.value,
+        planned_mems="" if plan is None else format_cpulist(plan.mems),
+        policy="none" if plan is None else plan.policy.value,
         page_nodes=format_cpulist(placed),
         problems=tuple(problems),
-        reasons=tuple(plan.reasons),
-        warnings=tuple(plan.warnings),
+        reasons=() if plan is None else tuple(plan.reasons),
+        warnings=(*warnings, *_logged_news(logged, binding)),
         not_bound=binding.not_bound,
     )
 
 
 def _worker_main(
-    conn: Connection, rank: int, nprocs: int, options: Dict[str, Any], topology_json: Optional[str]
+    conn: Connection,
+    rank: int,
+    nprocs: int,
+    options: Dict[str, Any],
+    topology_json: Optional[str],
+    *,
+    set_system_weights: bool = False,
 ) -> None:
+    logged = _Logged()
+    logger = logging.getLogger("pynumabind")
+    logger.addHandler(logged)
+    logger.propagate = False  # the report carries them; the parent prints each once
     try:
-        report = check_this_process(rank, nprocs, options, topology_json)
+        report = check_this_process(
+            rank,
+            nprocs,
+            options,
+            topology_json,
+            logged.texts,
+            set_system_weights=set_system_weights,
+        )
     except PynumabindError as exc:
         report = WorkerReport(rank=rank, ok=False, problems=(str(exc),))
     except Exception as exc:
         report = WorkerReport(
             rank=rank, ok=False, problems=(f"unexpected {type(exc).__name__}: {exc}",)
         )
+    if not report.warnings and logged.texts:  # it failed before reporting what it logged
+        report = replace(report, warnings=tuple(dict.fromkeys(logged.texts)))
     try:
         conn.send(report.to_dict())
         conn.close()
@@ -235,7 +310,13 @@ def _failed(rank: int, problem: str) -> WorkerReport:
 
 
 def _start(
-    context: Any, rank: int, count: int, options: Dict[str, Any], topology_json: Optional[str]
+    context: Any,
+    rank: int,
+    count: int,
+    options: Dict[str, Any],
+    topology_json: Optional[str],
+    *,
+    set_system_weights: bool = False,
 ) -> _Worker:
     """Start rank ``rank``'s worker; a failure is one error naming the rank and the cause."""
     try:
@@ -246,15 +327,34 @@ def _start(
         process = context.Process(
             target=_worker_main,
             args=(child_end, rank, count, options, topology_json),
+            kwargs={"set_system_weights": set_system_weights},
             name=f"pynumabind-check-{rank}",
         )
-        process.start()
+        with _interrupts_held():
+            process.start()
     except OSError as exc:
         parent_end.close()
         raise _start_error(rank, count, exc) from exc
     finally:
         child_end.close()
     return _Worker(rank, process, parent_end)
+
+
+@contextlib.contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """Start a worker with SIGINT blocked: Ctrl-C is the parent's alone (see the module docstring).
+
+    The signal mask survives fork and exec, so the worker's interpreter never
+    sees the SIGINT a terminal sends the whole process group: no
+    KeyboardInterrupt traceback from a worker half-way through starting up
+    (its site imports, spawn's bootstrap).  One that reaches this thread
+    while it is blocked waits, and is raised here as the block ends.
+    """
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def _start_error(rank: int, count: int, exc: OSError) -> PynumabindError:
@@ -310,6 +410,7 @@ def run_check(
     *,
     timeout: float = 60.0,
     pass_topology: bool = False,
+    set_system_weights: bool = False,
 ) -> CheckReport:
     """Spawn one worker per rank, let each bind and verify itself, collect reports.
 
@@ -318,12 +419,15 @@ def run_check(
     parent's topology to the workers (needed when it came from a snapshot or
     carries allowed-set overrides); otherwise each worker detects the machine
     itself, as a real worker would.  ``timeout`` bounds the whole run (see
-    the module docstring).
+    the module docstring).  ``set_system_weights``: each worker writes the
+    requested weights as the kernel's (see
+    :func:`~pynumabind.binding.apply_plan`).
     """
-    from ..planner import local_ranks
+    from ..planner import gpus_by_rank
 
     deadline = time.monotonic() + timeout
-    count = local_ranks(topology, options)
+    gpus = gpus_by_rank(topology, options)
+    count = len(gpus)
     if count > MAX_WORKERS:
         variable = options.nprocs_source if options.nprocs_source in _LAUNCHER_COUNTS else None
         if options.nprocs is None:
@@ -343,13 +447,28 @@ def run_check(
         CHOSEN_BY_CHECK if options.nprocs is None else options.nprocs_source
     )
     context = multiprocessing.get_context("spawn")
+    # Spawning starts multiprocessing's resource tracker on first use, and
+    # that unblocks SIGINT in this thread as it returns: start it now, before
+    # any worker, so every worker starts with SIGINT blocked (_interrupts_held).
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
     topology_json = topology.to_json(indent=None) if pass_topology else None
     workers: List[_Worker] = []
     try:
         for rank in range(count):
             if time.monotonic() >= deadline:
                 break
-            workers.append(_start(context, rank, count, worker_options, topology_json))
+            workers.append(
+                _start(
+                    context,
+                    rank,
+                    count,
+                    worker_options,
+                    topology_json,
+                    set_system_weights=set_system_weights,
+                )
+            )
         _collect(workers, deadline, timeout)
     except BaseException:
         _stop(workers, 0.0)  # a worker that failed to start, an interrupt: stop them all now
@@ -360,7 +479,18 @@ def run_check(
         _failed(rank, f"not started: the {timeout:g} s timeout ran out while starting workers")
         for rank in range(len(workers), count)
     ]
-    return CheckReport(tuple(reports))
+    return CheckReport(tuple(_with_gpu(r, gpus[r.rank]) for r in reports))
+
+
+def _with_gpu(report: WorkerReport, gpu: Optional[Gpu]) -> WorkerReport:
+    """A report without a plan (a failed or disabled worker) names the rank's GPU all the same.
+
+    The parent's rule is the planner's (:func:`~pynumabind.planner.gpus_by_rank`),
+    so a worker that did plan shows the same GPU.
+    """
+    if report.gpu is not None or gpu is None:
+        return report
+    return replace(report, gpu=f"{gpu.index} {gpu.pci_bus_id}")
 
 
 def _judged(worker: _Worker) -> WorkerReport:

@@ -103,6 +103,7 @@ from .._record import replace as _replace
 from .._text import format_ids
 from ..errors import SnapshotFileError, TopologyError
 from ..model import CpuMode, Detail, Gpu, Topology
+from . import _trace
 
 if TYPE_CHECKING:  # pragma: no cover
     from .._os.nvml import NvmlDevice, NvmlReport
@@ -374,21 +375,70 @@ def detect_topology(
     env = os.environ if environ is None else environ
     keep = reuse and detail is not Detail.FULL and gpu_vendors is None and pci_classes is None
     layout = _KEPT.get(sysfs_root, detail) if keep else None
+    kept = layout is not None
     if layout is None:
         layout = _sysfs.read_layout(
             sysfs_root, detail=detail, gpu_vendors=gpu_vendors, pci_classes=pci_classes
         )
         if keep:
             _KEPT.keep(sysfs_root, layout)
+    _trace.pci(layout, sysfs_root, kept=kept)
     base = _sysfs.with_allowed(
         layout, sysfs_root, allowed_cpus=allowed_cpus, allowed_mems=allowed_mems
     )
     topology, mig_parents = _with_nvml(base, env, use_nvml=use_nvml, sysfs_root=sysfs_root)
-    if not visible_only or not topology.gpus:  # no GPU: none to hide or renumber
+    if not visible_only:
+        _trace.visibility(env, topology.gpus, topology, applied=False)
+        return topology
+    if not topology.gpus:  # no GPU: none to hide or renumber
+        _trace.visibility(env, topology.gpus, topology)
         return topology
     from . import _visible
 
-    return _visible.apply_visibility(topology, env, mig_parents=mig_parents)
+    seen = _visible.apply_visibility(topology, env, mig_parents=mig_parents)
+    _trace.visibility(env, topology.gpus, seen)
+    return seen
+
+
+def nvml_asked(topology: Topology, *, use_nvml: bool, sysfs_root: str) -> Tuple[bool, str]:
+    """Whether :func:`detect_topology` asks NVML about ``topology`` (sysfs's), and why.
+
+    NVML is asked when ``use_nvml`` and sysfs shows an NVIDIA GPU, or shows
+    no PCI function at all (a container that masks ``bus/pci``: sysfs cannot
+    tell).  The one rule, for discovery and for ``pynumabind report``, which
+    says why NVML was asked or not.
+    """
+    if not use_nvml:
+        return False, "not asked: use_nvml=False (--no-nvml)"
+    nvidia = sum(g.vendor == "nvidia" for g in topology.gpus)
+    if nvidia:
+        return True, f"asked: sysfs shows {nvidia} NVIDIA GPU(s)"
+    from .._os import pci as _pci
+
+    if _pci.lists_functions(sysfs_root):
+        return False, "not asked: sysfs lists PCI functions and no NVIDIA GPU among them"
+    return True, "asked: sysfs lists no PCI function at all (masked?), so it cannot tell"
+
+
+def ask_nvml(topology: Topology, environ: Mapping[str, str]) -> NvmlReport:
+    """NVML's report for sysfs's ``topology``: its masks sized for it, the MIG UUIDs resolved.
+
+    What :func:`detect_topology` merges, and ``pynumabind report`` compares
+    with sysfs (the same question, so NVML answers it once per process).
+
+    Raises:
+        NvmlUnavailable: NVML cannot be used (the reason says why).
+    """
+    from .._os import nvml as _nvml
+    from . import _visible
+
+    max_cpu = max(topology.cpus) if topology.cpus else 0
+    max_node = max(topology.nodes) if topology.nodes else 0
+    return _nvml.query(
+        cpu_words=max_cpu // 64 + 1,
+        node_words=max_node // 64 + 1,
+        mig_uuids=_visible.mig_uuids(environ.get("CUDA_VISIBLE_DEVICES")),
+    )
 
 
 def _with_nvml(
@@ -397,30 +447,28 @@ def _with_nvml(
     """``base`` with NVML's GPUs merged in, and NVML's MIG parents (None without NVML)."""
     notes = list(base.notes)
     has_nvidia = any(g.vendor == "nvidia" for g in base.gpus)
-    if not use_nvml:
-        if has_nvidia:
+    asked, _ = nvml_asked(base, use_nvml=use_nvml, sysfs_root=sysfs_root)  # the one rule
+    if not asked:
+        if not use_nvml:
+            _trace.nvml(asked=False, why="use_nvml=False (the CLI's --no-nvml)")
+        else:
+            _trace.nvml(asked=False, why="sysfs lists no NVIDIA GPU, so NVML has none to add")
+        if has_nvidia:  # without NVIDIA GPUs, not asking NVML changes nothing worth a note
             notes.append("NVML not used (use_nvml=False); GPU NUMA nodes from sysfs PCI")
         return base.replace(notes=tuple(notes)), None
+    why = f"sysfs lists {sum(g.vendor == 'nvidia' for g in base.gpus)} NVIDIA GPU(s)"
     if not has_nvidia:
-        from .._os import pci as _pci
-
-        if _pci.lists_functions(sysfs_root):  # no NVIDIA GPU among them: NVML adds nothing
-            return base, None
+        why = "sysfs lists no PCI bus, so only NVML can tell"
     from .._os import nvml as _nvml
-    from . import _visible
 
-    max_cpu = max(base.cpus) if base.cpus else 0
-    max_node = max(base.nodes) if base.nodes else 0
     try:
-        report = _nvml.query(
-            cpu_words=max_cpu // 64 + 1,
-            node_words=max_node // 64 + 1,
-            mig_uuids=_visible.mig_uuids(env.get("CUDA_VISIBLE_DEVICES")),
-        )
+        report = ask_nvml(base, env)
     except _nvml.NvmlUnavailable as exc:
+        _trace.nvml(asked=True, why=why, unavailable=exc.reason)
         if has_nvidia:
             notes.append(f"NVML unavailable ({exc.reason}); GPU NUMA nodes from sysfs PCI")
         return base.replace(notes=tuple(notes)), None
+    _trace.nvml(asked=True, why=why, report=report)
     gpus, merge_notes = merge_nvml(base, report)
     merged = base.replace(
         gpus=tuple(gpus), notes=(*notes, *merge_notes), denied_gpus=frozenset(report.denied)
@@ -484,6 +532,8 @@ def topology_from_sysfs(
     layout = _sysfs.read_layout(
         root, detail=detail, gpu_vendors=gpu_vendors, pci_classes=pci_classes
     )
+    _trace.pci(layout, root)
+    _trace.nvml(asked=False, why="a sysfs tree is read without NVML")
     topology = _sysfs.with_allowed(
         layout, root, allowed_cpus=allowed_cpus, allowed_mems=allowed_mems
     )
@@ -636,18 +686,25 @@ def resolve_topology(
     """
     env = os.environ if environ is None else environ
     if snapshot is not None and not bind_here:
+        _trace.machine(f"the snapshot {snapshot!r} (--topology), as recorded: no source is read")
         return load_topology(snapshot)
     if snapshot is not None:
+        _trace.machine(f"the snapshot {snapshot!r} (--topology), with this process's view of it")
         topology = process_topology(snapshot, env, visible_only=visible_only, given_by="--topology")
     elif sysfs_root is not None:
+        _trace.machine(f"the sysfs tree {sysfs_root!r} (--sysfs-root), as recorded, without NVML")
         return topology_from_sysfs(sysfs_root)
     else:
-        from ._environ import topology_file
+        from ._environ import TOPOLOGY_VARIABLE, topology_file
 
         path = topology_file(env)
         if path is not None:
+            _trace.machine(
+                f"{TOPOLOGY_VARIABLE}={path!r}: that snapshot, with this process's view of it"
+            )
             topology = process_topology(path, env, visible_only=visible_only)
         else:
+            _trace.machine("this machine: sysfs, then NVML, KFD and the visibility variables")
             topology = detect_topology(
                 environ=env,
                 use_nvml=use_nvml,

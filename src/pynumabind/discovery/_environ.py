@@ -25,13 +25,15 @@ Rules
   ``PYNUMABIND_NODES``/``PYNUMABIND_CPUS`` the planner's per-rank overrides
   (``0,0,1,1``, ``0-3;4-7``, or vLLM's space-separated ``1 1 0 0``), read by
   :func:`override_text` (the framework hooks use it too) and parsed by the
-  planner's one reader (:mod:`pynumabind.planner._overrides`) against the topology.  An empty value
-  counts as unset (``PYNUMABIND_MODE= cmd`` clears it), and so does one of only ASCII
+  planner's one reader (:mod:`pynumabind.planner._overrides`) against the topology.
+* Every ``PYNUMABIND_*`` variable is read through the one rule for blank
+  values (:func:`pynumabind.options.environ_value`): an empty value counts as
+  unset (``PYNUMABIND_MODE= cmd`` clears it), and so does one of only ASCII
   whitespace.  Only ASCII whitespace is trimmed: any other character, a no-break space
   (U+00A0) included, is part of the value, so a value of only such characters is a
   :class:`~pynumabind.errors.ConfigError` naming the variable, never "unset".
 * ``PYNUMABIND_DISABLE``: ``1/true/yes/on`` disables binding (a logged
-  no-op); ``0/false/no/off`` or empty leave it enabled.
+  no-op); ``0/false/no/off``, blank or unset leave it enabled.
   ``PYNUMABIND_REQUIRE_NODE`` takes the same values: a GPU whose NUMA node
   is unknown then fails the plan instead of leaving the rank unbound.
 * ``PYNUMABIND_LOCAL_GPUS``: the visible GPU indices the job's processes
@@ -44,6 +46,12 @@ Rules
   gets when its GPU's node has no CPU in the process's cpuset
   (:mod:`pynumabind.planner._fallback`); the framework hooks default to
   ``nearest`` and read this variable to be told ``error``.
+* ``PYNUMABIND_WEIGHTS``: the interleave weights of ``weighted-interleave``
+  (``0:3,2:1``: ``NODE:WEIGHT`` items, weights 1 to 255; read by
+  :func:`pynumabind._weights.parse_weights`, and a bad value is a
+  :class:`~pynumabind.errors.ConfigError` naming the variable); blank counts
+  as unset.  That they go with that policy and name allowed nodes with memory
+  is the planner's check, which names the variable too.
 * ``PYNUMABIND_TOPOLOGY=FILE``: plan from that snapshot (``pynumabind
   snapshot``) instead of this machine; only the file name is read here
   (:func:`~pynumabind.discovery.resolve_topology` loads it, and a missing or
@@ -65,7 +73,14 @@ from .._record import replace
 from .._text import Pattern, shown
 from ..errors import ConfigError
 from ..model import CpuMode, MemoryPolicy
-from ..options import ASCII_SPACE, Options, check_nprocs, parse_choice, parse_fallback
+from ..options import (
+    ASCII_SPACE,
+    Options,
+    check_nprocs,
+    environ_value,
+    parse_choice,
+    parse_fallback,
+)
 
 __all__ = [
     "CPUS_VARIABLE",
@@ -80,6 +95,7 @@ __all__ = [
     "PRIORITY_VARIABLE",
     "RANK_VARIABLES",
     "TOPOLOGY_VARIABLE",
+    "WEIGHTS_VARIABLE",
     "override_text",
     "parse_flag",
     "resolve",
@@ -105,6 +121,7 @@ TOPOLOGY_VARIABLE = "PYNUMABIND_TOPOLOGY"
 LOCAL_GPUS_VARIABLE = "PYNUMABIND_LOCAL_GPUS"
 PRIORITY_VARIABLE = "PYNUMABIND_PRIORITY_CORES"
 FALLBACK_VARIABLE = "PYNUMABIND_FALLBACK"
+WEIGHTS_VARIABLE = "PYNUMABIND_WEIGHTS"
 
 NO_RANK = (
     "no local rank: pass rank= or set one of "
@@ -186,10 +203,7 @@ def _local_size(
 
 
 def _option(environ: Mapping[str, str], name: str) -> Optional[str]:
-    value = environ.get(name)
-    if value is None or not value.strip(_ASCII_SPACE):
-        return None
-    return value
+    return environ_value(environ, name)  # blank is unset (the one rule)
 
 
 def override_text(environ: Mapping[str, str], variable: str) -> Optional[str]:
@@ -279,7 +293,7 @@ def _peers_and_priority(
             ) from exc
         out["local_gpus"] = tuple(sorted(ids))
         sources["local_gpus"] = LOCAL_GPUS_VARIABLE
-    flag = environ.get(PRIORITY_VARIABLE)
+    flag = _option(environ, PRIORITY_VARIABLE)
     if not given.priority_cores and flag is not None and parse_flag(PRIORITY_VARIABLE, flag):
         out["priority_cores"] = True
         sources["priority_cores"] = PRIORITY_VARIABLE
@@ -287,6 +301,16 @@ def _peers_and_priority(
     if given.fallback is None and fallback is not None:
         out["fallback"] = parse_fallback(fallback, variable=FALLBACK_VARIABLE)
         sources["fallback"] = FALLBACK_VARIABLE
+    weights = _option(environ, WEIGHTS_VARIABLE)
+    if given.weights is None and weights is not None:
+        from .._weights import invalid_variable, parse_weights
+        from ..errors import ListParseError
+
+        try:
+            out["weights"] = parse_weights(weights)
+        except ListParseError as exc:
+            raise invalid_variable(WEIGHTS_VARIABLE, weights, exc) from exc
+        sources["weights"] = WEIGHTS_VARIABLE
     return out
 
 
@@ -305,7 +329,7 @@ def resolve(
     """
     if given is None:
         given = Options()
-    disable_value = environ.get(DISABLE_VARIABLE)
+    disable_value = _option(environ, DISABLE_VARIABLE)
     disabled = disable_value is not None and parse_flag(DISABLE_VARIABLE, disable_value)
     rank, rank_source = _rank(environ, given)
     if rank is None and not disabled and need_rank:
@@ -318,7 +342,7 @@ def resolve(
         )
     sources = dict(given.sources)
     require_node = given.require_node
-    require_value = environ.get(REQUIRE_NODE_VARIABLE)
+    require_value = _option(environ, REQUIRE_NODE_VARIABLE)
     if not require_node and require_value is not None:
         require_node = parse_flag(REQUIRE_NODE_VARIABLE, require_value)
         if require_node:

@@ -20,7 +20,7 @@ CUDA rules implemented (NVIDIA, and any non-AMD accelerator):
   names when no device has a known UUID, i.e. without NVML or KFD);
 * the first entry that names no device (out of range, unknown UUID,
   ambiguous prefix, ``-1``, garbage) ends the list, as CUDA does; a device
-  named twice also ends it (assumption: CUDA does not expose one GPU twice);
+  named twice is a :class:`ConfigError` (see "A device named twice" below);
 * ``CUDA_DEVICE_ORDER``: ``PCI_BUS_ID`` sorts by PCI address;
   ``FASTEST_FIRST`` (the default) makes CUDA rank devices by compute
   capability and SM count, which needs the CUDA runtime.  pynumabind
@@ -31,7 +31,8 @@ CUDA rules implemented (NVIDIA, and any non-AMD accelerator):
 AMD rules: ``ROCR_VISIBLE_DEVICES`` (indices into KFD order, or UUIDs)
 selects first; ``HIP_VISIBLE_DEVICES`` (or ``CUDA_VISIBLE_DEVICES``, which HIP
 honours when HIP's own variable is unset) then indexes into what ROCr left.
-The same truncation rule is applied (assumption, documented).
+An entry that names no device ends the list, as in CUDA (ROCr and HIP both
+stop there).
 
 Index entries count the GPUs this process can open, in the runtime's order,
 as CUDA and ROCr do.  Under a device cgroup (Slurm's ``ConstrainDevices``)
@@ -59,10 +60,45 @@ Intel GPUs (Level Zero): ``ZE_AFFINITY_MASK`` selects first, then
 what it left.  Entries are card indices in PCI address order (assumption:
 Level Zero's default order on Intel data-center GPUs, and
 ``ZE_ENABLE_PCI_ID_DEVICE_ORDER=1`` makes it certain), or ``card.tile``:
-one device, the tile's card (a tile shares its card's NUMA node).
-``ONEAPI_DEVICE_SELECTOR`` also takes ``*`` and ``gpu`` (every device) and
-``card.*``; a discard term (``!``) is a :class:`ConfigError`, and terms for
-other backends are left out with a note.
+one device, the tile's card (a tile shares its card's NUMA node).  An index
+counts cards, as in Level Zero's ``COMPOSITE`` device hierarchy
+(assumption: under ``ZE_FLAT_DEVICE_HIERARCHY=FLAT``, the driver's default
+on Data Center GPU Max, an index counts tiles and the driver ignores
+``card.tile`` entries, which pynumabind cannot follow: it does not know how
+many tiles a card has).  ``ZE_AFFINITY_MASK`` is a mask, not a list: the
+devices it keeps come in the driver's order, whatever the order of its
+entries (the Level Zero specification says so, and the driver keeps a bit
+per card and tile), so ``5,0`` is cards 0 and 5, in that order.
+``ONEAPI_DEVICE_SELECTOR`` keeps the order of its entries (assumption).  It
+also takes ``*`` and ``gpu`` (every device) and ``card.*``; a discard term
+(``!``) is a :class:`ConfigError`, and terms for other backends are left out
+with a note.
+
+A device named twice -- one rule for every variable: a device is never
+listed twice, and an entry that names a device already listed does what the
+runtime that reads the variable does with it (read in each runtime's source,
+or where that is closed, in the closest public model of it):
+
+* **CUDA** (``CUDA_VISIBLE_DEVICES`` read by CUDA): a :class:`ConfigError`
+  naming both entries.  NVIDIA does not document it; PyTorch's device count,
+  which models CUDA's parsing of the variable (``torch.cuda``'s
+  ``_parse_visible_devices``: "Repeated ordinal results in empty set"),
+  sees no GPU at all, so no rank could be placed.  The same GPU named by an
+  index and by its UUID is a repeat too; two MIG instances of one GPU are
+  two devices, one MIG name given twice is a repeat.
+* **ROCr** (``ROCR_VISIBLE_DEVICES``): the repeat ends the list, with a note
+  naming the entries left out (ROCr reads a repeated index as a
+  terminator: ``RvdFilter::BuildUsrDeviceList``).
+* **HIP** (``HIP_VISIBLE_DEVICES``, or ``CUDA_VISIBLE_DEVICES`` read by
+  HIP): the repeat is skipped and the list goes on (ROCclr keeps a set of
+  the indices it took: ``roc::Device::init``).
+* **Level Zero** (``ZE_AFFINITY_MASK``, ``ONEAPI_DEVICE_SELECTOR``): the
+  repeat is skipped and the list goes on, since the driver keeps one bit per
+  card and tile.  A card named whole covers its tiles: ``0,0.1`` and
+  ``0.1,0`` are one device, card 0; ``0.0,0.0,2.0`` is two, tiles 0.0 and
+  2.0 (device 1 on card 2's node).  Two tiles of one card named apart stay
+  two devices here, both on the card's node (``0.0,0.1``; the driver shows
+  one device there, the card, with the two tiles as its sub-devices).
 
 Applied once, never twice: a topology whose GPUs visibility has filtered
 records the variables that did it (``Topology.visibility``).  Applying
@@ -70,6 +106,15 @@ visibility to it again is accepted only under the very same settings (it is
 returned unchanged); any other setting is a :class:`TopologyError`, since the
 GPUs it would need are not in the list.  ``pynumabind snapshot`` records the
 whole machine, so its snapshots take any setting.
+
+What was done with the variables is said in one line wherever a plan is
+shown (:func:`visibility_note`): applied (the GPUs this process sees, by
+physical index), or not applied because a recorded machine is planned as
+recorded (the CLI's ``--topology`` for ``show`` and ``plan``, and
+``--sysfs-root``): the variables describe this machine's devices, not
+another's, so a recorded machine keeps all its GPUs, and
+``PYNUMABIND_TOPOLOGY=FILE`` is the way to plan this process on it, with
+them applied.
 
 When the machine has GPUs and the variables hide every one of them (``-1``,
 ``3x``, an ambiguous UUID prefix, or empty: a CPU-only job), the topology
@@ -81,10 +126,10 @@ PlanError.
 from __future__ import annotations
 
 import os
-from typing import Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from .._record import replace
-from .._text import format_ids
+from .._text import counted, format_ids
 from ..errors import ConfigError, TopologyError
 from ..model import VISIBILITY_VARIABLES, Gpu, Topology
 
@@ -94,9 +139,17 @@ __all__ = [
     "cuda_device_order",
     "mig_uuids",
     "select_visible",
+    "visibility_note",
 ]
 
 CUDA_DEVICE_ORDERS = ("FASTEST_FIRST", "PCI_BUS_ID")
+
+#: What each runtime does with an entry naming a device already listed (see
+#: "A device named twice" in the module docstring): refuse the value, end the
+#: list there, or skip the entry and go on.
+REPEAT_REFUSED = "refused"
+REPEAT_ENDS = "ends the list"
+REPEAT_SKIPPED = "skipped"
 
 
 def cuda_device_order(
@@ -245,6 +298,8 @@ def select_visible(
     mig_parents: Optional[Mapping[str, str]] = None,
     unknown_uuids_fatal: bool = True,
     by_physical: bool = False,
+    repeat: str = REPEAT_REFUSED,
+    runtime: str = "CUDA",
 ) -> Tuple[List[Gpu], List[str]]:
     """Apply one visible-devices variable to ``devices`` (already in order).
 
@@ -255,8 +310,11 @@ def select_visible(
     entry that names no device when there are devices (same exception).
     ``by_physical``: an index entry names the device with that
     ``physical_index`` (see the module docstring), not the one at that
-    position.  An empty value selects nothing and adds no note of its own:
-    :meth:`Topology.hidden_gpus_warning` is the one note.
+    position.  ``repeat`` is what ``runtime``, the one reading the variable,
+    does with an entry naming a device already listed (:data:`REPEAT_REFUSED`,
+    :data:`REPEAT_ENDS` or :data:`REPEAT_SKIPPED`; "A device named twice" in
+    the module docstring).  An empty value selects nothing and adds no note
+    of its own: :meth:`Topology.hidden_gpus_warning` is the one note.
     """
     if value is None:
         return list(devices), []
@@ -264,7 +322,7 @@ def select_visible(
         return [], []
     chosen: List[Gpu] = []
     notes: List[str] = []
-    used: set[int] = set()
+    listed: Dict[object, str] = {}  # a device's identity -> the entry that listed it
     tokens = value.split(",")
     for position, raw in enumerate(tokens):
         token = raw.strip()
@@ -278,18 +336,40 @@ def select_visible(
         )
         if where is None and devices and unknown_uuids_fatal and _is_index(token):
             raise ConfigError(f"{variable}={value!r}: entry {token!r} {why}")
-        if where is not None and where in used and not mig:
-            where, why = None, "names a device already listed"
+        # Two MIG instances of one GPU are two devices: a MIG entry is the same
+        # device only as the same name.
+        identity = ("mig", token.lower()) if mig else where
+        if where is not None and identity in listed:
+            first = listed[identity]
+            if repeat == REPEAT_REFUSED:
+                raise ConfigError(_repeat_refused(variable, value, token, first, runtime))
+            if repeat == REPEAT_SKIPPED:
+                notes.append(
+                    f"{variable}={value!r}: entry {token!r} names the device entry "
+                    f"{first!r} listed already; {runtime} lists it once and goes on"
+                )
+                continue
+            where, why = None, f"names the device entry {first!r} listed already"
         if where is None:
             dropped = ",".join(t.strip() for t in tokens[position:])
             notes.append(
-                f"{variable}={value!r}: entry {token!r} {why}; like CUDA, it and every "
-                f"later entry are ignored ({dropped})"
+                f"{variable}={value!r}: entry {token!r} {why}; like {runtime}, it and "
+                f"every later entry are ignored ({dropped})"
             )
             break
-        used.add(where)
+        listed[identity] = token
         chosen.append(devices[where])
     return chosen, notes
+
+
+def _repeat_refused(variable: str, value: str, token: str, first: str, runtime: str) -> str:
+    """The error for a device named twice where the runtime shows no GPU for it (CUDA)."""
+    again = f"entry {token!r} names the GPU entry {first!r} named already"
+    return (
+        f"{variable}={value!r}: {again}; {runtime} does not show one GPU twice (PyTorch, "
+        "which models its parsing, counts no GPU at all for such a value), so no rank "
+        "could be placed: list each GPU once"
+    )
 
 
 def _is_index(token: str) -> bool:
@@ -354,7 +434,12 @@ def _amd_visible(
     ordered = sorted(amd_side, key=lambda g: (g.physical_index is None, g.physical_index or 0))
     rocr_value = env.get("ROCR_VISIBLE_DEVICES")
     rocr, rocr_notes = select_visible(
-        ordered, rocr_value, variable="ROCR_VISIBLE_DEVICES", by_physical=not denied
+        ordered,
+        rocr_value,
+        variable="ROCR_VISIBLE_DEVICES",
+        by_physical=not denied,
+        repeat=REPEAT_ENDS,
+        runtime="ROCr",
     )
     hip_variable = "HIP_VISIBLE_DEVICES"
     if env.get(hip_variable) is None and env.get("CUDA_VISIBLE_DEVICES") is not None:
@@ -365,16 +450,21 @@ def _amd_visible(
         variable=hip_variable,
         unknown_uuids_fatal=not (cuda_too and hip_variable == "CUDA_VISIBLE_DEVICES"),
         by_physical=rocr_value is None and not denied,  # HIP indexes into what ROCr left
+        repeat=REPEAT_SKIPPED,
+        runtime="HIP",
     )
     return hip, rocr_notes + hip_notes
 
 
 def _level_zero_entry(
     entry: str, devices: Sequence[Gpu], variable: str, value: str, wildcards: bool
-) -> List[int]:
-    """Positions in ``devices`` one Level Zero entry names (``N``, ``N.M``; ``*``, ``gpu``)."""
+) -> Tuple[List[int], Optional[int]]:
+    """Positions in ``devices`` one Level Zero entry names, and its tile (None: whole cards).
+
+    ``N``, ``N.M``; with ``wildcards`` also ``N.*``, ``*`` and ``gpu``.
+    """
     if wildcards and entry.lower() in ("*", "gpu"):
-        return list(range(len(devices)))
+        return list(range(len(devices))), None
     card, dot, tile = entry.partition(".")
     tile_ok = _is_index(tile) or (wildcards and tile == "*")
     if not _is_index(card) or (dot and not tile_ok):
@@ -388,31 +478,56 @@ def _level_zero_entry(
             f"{variable}={value!r}: entry {entry!r} names no GPU "
             f"({_existing(devices, by_physical=False)})"
         )
-    return [int(card)]
+    return [int(card)], (int(tile) if _is_index(tile) else None)
+
+
+def _driver_order(key: Tuple[int, Optional[int]]) -> Tuple[int, int]:
+    """Level Zero's order of a (card, tile) device: by card, a whole card before its tiles."""
+    card, tile = key
+    return card, -1 if tile is None else tile
 
 
 def _level_zero_select(
     devices: Sequence[Gpu], value: str, variable: str, *, wildcards: bool = False
 ) -> Tuple[List[Gpu], List[str]]:
-    """``devices`` as the Level Zero entries of ``value`` select them (see the module)."""
-    chosen: List[Gpu] = []
+    """``devices`` as the Level Zero entries of ``value`` select them (see the module).
+
+    A device is a card (tile None: the whole card) or one tile of one.  An
+    entry naming one already listed -- the same tile, or any part of a card
+    listed whole -- is skipped, as the driver's mask keeps one bit each.
+    ``ZE_AFFINITY_MASK`` (no ``wildcards``) is a mask: what it keeps comes in
+    the driver's order (card, then tile); the selector keeps its entries'
+    order.
+    """
+    picked: Dict[Tuple[int, Optional[int]], str] = {}  # (card, tile) -> the entry
     notes: List[str] = []
-    cards: set[int] = set()
     for raw in value.split(","):
         entry = raw.strip()
-        for position in _level_zero_entry(entry, devices, variable, value, wildcards):
-            tile = "." in entry and not entry.endswith(".*")
-            if position in cards and not tile:
-                continue  # a card named again: Level Zero lists it once
-            if not tile:
-                cards.add(position)
-            chosen.append(devices[position])
-    if any("." in e for e in value.split(",")):
+        positions, tile = _level_zero_entry(entry, devices, variable, value, wildcards)
+        for card in positions:
+            first = picked.get((card, None)) or picked.get((card, tile))
+            if first is None and tile is None:  # a card named whole after some of its tiles
+                first = next((e for (c, _), e in picked.items() if c == card), None)
+            if first is not None:
+                notes.append(
+                    f"{variable}={value!r}: entry {entry!r} names a device entry {first!r} "
+                    "listed already; Level Zero lists it once"
+                )
+                continue
+            picked[(card, tile)] = entry
+    keys = list(picked) if wildcards else sorted(picked, key=_driver_order)
+    if not wildcards and keys != list(picked):
         notes.append(
-            f"{variable}={value!r}: each card.tile entry is counted as one device "
-            "(ZE_FLAT_DEVICE_HIERARCHY=FLAT), placed on its card's NUMA node"
+            f"{variable}={value!r}: Level Zero lists the devices it keeps in its own order "
+            "(cards in PCI address order), not in the order of the entries"
         )
-    return chosen, notes
+    if any(tile is not None for _, tile in picked):
+        notes.append(
+            f"{variable}={value!r}: each card.tile entry is counted as one device, placed "
+            "on its card's NUMA node (an index counting cards, as in Level Zero's COMPOSITE "
+            "hierarchy)"
+        )
+    return [devices[card] for card, _ in keys], notes
 
 
 def _oneapi_entries(value: str) -> Tuple[Optional[str], List[str]]:
@@ -531,3 +646,46 @@ def apply_visibility(
     )
     warning = out.hidden_gpus_warning()
     return out.replace(notes=(*out.notes, warning)) if warning else out
+
+
+def visibility_note(
+    topology: Topology,
+    environ: Mapping[str, str],
+    *,
+    applied: bool,
+    recorded_by: Optional[str] = None,
+) -> Optional[str]:
+    """One line on what was done with the visible-device variables set in ``environ``.
+
+    ``None`` when none is set.  ``applied``: ``topology`` is what this
+    process sees, so the line names those GPUs by physical index, in the
+    process's order.  Otherwise ``topology`` is a recorded machine planned as
+    recorded (``recorded_by``: the option that named it, ``--topology`` or
+    ``--sysfs-root``), and the line says the variables were not applied, and
+    how to apply them.
+    """
+    settings = _settings(environ)
+    if not settings:
+        return None
+    shown = ", ".join(f"{name}={value!r}" for name, value in settings)
+    gpus = len(topology.gpus)
+    if not applied:
+        how = (
+            " (the variables name this machine's devices, not that one's); "
+            "PYNUMABIND_TOPOLOGY=FILE plans this process on that machine, with them applied"
+            if recorded_by == "--topology"
+            else ""
+        )
+        return (
+            f"{shown}: not applied; the machine of {recorded_by or 'the recording'} is planned "
+            f"as recorded, {counted(gpus, 'GPU')}{how}"
+        )
+    if not gpus:
+        return f"{shown}: applied; this process sees no GPU"
+    physical = [g.physical_index for g in topology.gpus]
+    named = ", ".join("?" if p is None else str(p) for p in physical)
+    here = "0" if gpus == 1 else f"0-{gpus - 1}"
+    return (
+        f"{shown}: applied; this process sees {counted(gpus, 'GPU')}: the machine's {named} "
+        f"(driver numbering), numbered {here} here"
+    )

@@ -35,7 +35,9 @@ Rules
   on the GPU's node when allowed, with one warning naming the cpuset,
   instead of failing -- the framework would kill it, and the job, where its
   own binding would have started it unbound.  ``PYNUMABIND_FALLBACK=error``
-  restores the core's error.
+  restores the core's error; blank (``PYNUMABIND_FALLBACK=""`` from a
+  template) is unset, as for every variable
+  (:func:`pynumabind.options.environ_value`).
 * **Which GPU.**  A framework worker has no launcher rank; it knows the index
   of the GPU it drives among the GPUs it can see (vLLM: its parallel
   config's ``get_local_gpu_index``; SGLang: ``gpu_id``).  That index is the
@@ -118,14 +120,15 @@ __all__ = [
 def gate(variable: str, environ: Optional[Mapping[str, str]] = None) -> bool:
     """Whether the opt-in ``variable`` is on (``1``/``true``/``yes``/``on``).
 
-    Unset, empty and ``0``/``false``/``no``/``off`` are off; anything else is
+    Unset, blank and ``0``/``false``/``no``/``off`` are off; anything else is
     a ConfigError naming the variable.
     """
     with _forksafe.lock():  # a fork waits for this first-use import (see _os.forksafe)
         from ..discovery._environ import parse_flag
+        from ..options import environ_value
 
     env = os.environ if environ is None else environ
-    value = env.get(variable)
+    value = environ_value(env, variable)  # blank is unset (the one rule)
     return value is not None and parse_flag(variable, value)
 
 

@@ -332,11 +332,14 @@ def hook_fallback(env: Mapping[str, str]) -> Optional[str]:
     cpuset without the GPU's node binds to the nearest allowed CPUs (one
     warning).  ``PYNUMABIND_FALLBACK=error`` restores the core's error: the
     variable is then left for the core to read (None here), so it is parsed
-    and named in errors as everywhere.
+    and named in errors as everywhere.  Blank (``PYNUMABIND_FALLBACK=""``, as
+    a Kubernetes or Slurm template leaves it) is unset, here as in the core
+    (:func:`pynumabind.options.environ_value`): the hooks' ``nearest``.
     """
     from ..discovery._environ import FALLBACK_VARIABLE
+    from ..options import environ_value
 
-    return None if env.get(FALLBACK_VARIABLE) is not None else "nearest"
+    return None if environ_value(env, FALLBACK_VARIABLE) is not None else "nearest"
 
 
 def _per_gpu_entries(

@@ -102,11 +102,12 @@ def names_our_worker(worker_cls: Any) -> bool:
 def opt_ins(parallel_config: Any, environ: Mapping[str, str]) -> List[Tuple[str, str]]:
     """The pynumabind switches on for this launch, each with how to turn it off."""
     from ..discovery._environ import parse_flag
+    from ..options import environ_value
 
     on = []
     if names_our_worker(getattr(parallel_config, "worker_cls", None)):
         on.append((f"--worker-cls {WORKER_CLS}", "use vLLM's own worker class"))
-    value = environ.get(OPT_IN_VARIABLE)
+    value = environ_value(environ, OPT_IN_VARIABLE)
     if value is not None and parse_flag(OPT_IN_VARIABLE, value):
         on.append((f"{OPT_IN_VARIABLE}=1", f"unset {OPT_IN_VARIABLE}"))
     return on
@@ -127,11 +128,11 @@ def advised(environ: Mapping[str, str]) -> bool:
     """Whether ``PYNUMABIND_MODE`` asks for mode ``advised`` (a bad value: the bind says so)."""
     from ..discovery._environ import MODE_VARIABLE
     from ..model import CpuMode
-    from ..options import parse_choice
+    from ..options import environ_value, parse_choice
 
-    text = environ.get(MODE_VARIABLE, "")
+    text = environ_value(environ, MODE_VARIABLE)  # blank is unset (the one rule)
     try:
-        mode = parse_choice(CpuMode, text, "mode", variable=MODE_VARIABLE) if text.strip() else None
+        mode = parse_choice(CpuMode, text, "mode", variable=MODE_VARIABLE)
     except ConfigError:
         return False
     return mode is CpuMode.ADVISED

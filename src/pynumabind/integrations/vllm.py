@@ -76,6 +76,7 @@ from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple
 from ..discovery import resolve_topology
 from ..discovery._environ import parse_flag
 from ..errors import ConfigError
+from ..options import environ_value
 from ._common import (
     bind_gpu,
     bind_gpus,
@@ -183,7 +184,7 @@ def _switches(worker: Any = None) -> List[Tuple[str, str]]:
     on = []
     if worker is not None and isinstance(worker, Worker):
         on.append((f"--worker-cls {WORKER_CLS}", "use vLLM's own worker class"))
-    value = os.environ.get(OPT_IN_VARIABLE)
+    value = environ_value(os.environ, OPT_IN_VARIABLE)  # blank is unset (the one rule)
     if value is not None and parse_flag(OPT_IN_VARIABLE, value):
         on.append((f"{OPT_IN_VARIABLE}=1", f"unset {OPT_IN_VARIABLE}"))
     return on

@@ -33,7 +33,10 @@ How a rank is placed
    directly); a node without memory (or whose
    memory is outside the allowed mems) is replaced by the nearest node with
    allowed memory.  ``gpu_memory=True`` adds the GPU's own memory node.
-   ``interleave`` uses ``interleave_nodes`` or, by default, these same nodes.
+   ``interleave`` uses ``interleave_nodes`` or, by default, these same nodes;
+   ``weighted-interleave`` too, unless ``weights`` name its nodes (the plan's
+   ``weights``; without them a process follows the kernel's system-wide
+   weights).
 
 A process driving several GPUs
 ------------------------------
@@ -134,7 +137,7 @@ from typing import (
 from .._record import replace
 from .._text import counted, format_ids
 from ..errors import ConfigError, PlanError, PynumabindError, UnknownIdError
-from ..model import CpuMode, MemoryPolicy, Plan, Topology
+from ..model import CpuMode, Gpu, MemoryPolicy, Plan, Topology
 from ..options import MAX_NPROCS, NOT_GPU_LISTS, OptionKeywords, Options, check_int, union_front
 from ._cpus import choose_cpus
 from ._fallback import place_nearest_allowed
@@ -198,9 +201,11 @@ def _finish(topology: Topology, request: Request, state: RankState) -> Union[Pla
             interleave_nodes=request.interleave_nodes,
             gpu_memory=request.gpu_memory,
             nodes_given=request.node_sets is not None,
+            weights=request.weights,
         )
     except PlanError as exc:
         return exc
+    weighted = request.weights is not None and policy is request.policy
     node = state.primary
     if state.cpus is not None:
         nodes = nodes_of(topology, state.cpus)
@@ -218,6 +223,7 @@ def _finish(topology: Topology, request: Request, state: RankState) -> Union[Pla
         node=node,
         reasons=(request.nprocs_reason, *state.reasons),
         warnings=tuple(state.warnings),
+        weights=request.weights if weighted else None,
     )
 
 
@@ -359,6 +365,19 @@ def local_ranks(topology: Topology, options: Options) -> int:
     if options.cpu_mode is CpuMode.ADVISED:
         options = replace(options, mode=None)
     return build_request(topology, options).nprocs
+
+
+def gpus_by_rank(topology: Topology, options: Options) -> Tuple[Optional[Gpu], ...]:
+    """The GPU each local rank drives (``None``: none), by the rule its plan uses.
+
+    For a report about ranks that were not planned (``pynumabind check``
+    names the GPU of a rank whose worker failed); as :func:`local_ranks`, it
+    needs no advice record in mode ``advised``.
+    """
+    if options.cpu_mode is CpuMode.ADVISED:
+        options = replace(options, mode=None)
+    request = build_request(topology, options)
+    return tuple(None if g is None else topology.gpus[g] for g in request.rank_gpus)
 
 
 UNION_MODES = (CpuMode.NODE, CpuMode.SOCKET, CpuMode.NONE)
@@ -533,7 +552,7 @@ def plan(
             the keywords.
         **keywords: the rest of :class:`~pynumabind.Options`'s settings, by
             name: ``nodes``, ``cpus``, ``gpu``, ``gpus``, ``rank_gpus``,
-            ``gpu_memory``, ``interleave_nodes``, ``require_node``,
+            ``gpu_memory``, ``interleave_nodes``, ``weights``, ``require_node``,
             ``local_gpus``, ``priority_cores`` (each described there).
 
     Returns:
@@ -582,7 +601,7 @@ def plan_each(
             the keywords.
         **keywords: the rest of :class:`~pynumabind.Options`'s settings, by
             name: ``nodes``, ``cpus``, ``gpu``, ``gpus``, ``rank_gpus``,
-            ``gpu_memory``, ``interleave_nodes``, ``require_node``,
+            ``gpu_memory``, ``interleave_nodes``, ``weights``, ``require_node``,
             ``local_gpus``, ``priority_cores`` (each described there).
 
     Returns:
@@ -624,7 +643,7 @@ def plan_all(
             the keywords.
         **keywords: the rest of :class:`~pynumabind.Options`'s settings, by
             name: ``nodes``, ``cpus``, ``gpu``, ``gpus``, ``rank_gpus``,
-            ``gpu_memory``, ``interleave_nodes``, ``require_node``,
+            ``gpu_memory``, ``interleave_nodes``, ``weights``, ``require_node``,
             ``local_gpus``, ``priority_cores`` (each described there).
 
     Returns:

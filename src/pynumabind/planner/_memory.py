@@ -6,22 +6,27 @@ them directly; ``fallback="nearest"`` names the GPU's node(s), see
 allowed mems, is replaced by the nearest allowed node with memory (ties: CPU
 nodes first, then the lowest id).  ``gpu_memory=True`` adds the GPU's own
 memory node.  ``interleave`` uses ``interleave_nodes`` or, by default, these
-same nodes.  A policy that takes no nodes (``local``, ``none``) gets none.
-Whether a policy takes nodes, and how a reason names it, is its row in the
-policy table (:mod:`pynumabind._mempolicy`); the rules here pick the nodes.
+same nodes; so does ``weighted-interleave``, whose ``weights`` (when given)
+name its nodes instead, for every rank (checked against ``interleave_nodes``
+and the machine in :mod:`._request`).  A policy that takes no nodes
+(``local``, ``none``) gets none.  Whether a policy takes nodes, spreads or
+takes weights, and how a reason names it, is its row in the policy table
+(:mod:`pynumabind._mempolicy`); the rules here pick the nodes.
 """
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import List, Mapping, Optional, Tuple
 
-from .._mempolicy import POLICIES
+from .._mempolicy import POLICIES, PolicyRow
 from .._text import format_ids, named
+from .._weights import format_weights
 from ..errors import PlanError
 from ..model import MemoryPolicy, Topology
 from ._place import RankState, nodes_of
 
 __all__ = ["choose_mems"]
+
 
 def _nearest_memory_nodes(topology: Topology, node: int) -> List[Tuple[int, Optional[int]]]:
     """Allowed nodes with memory by distance from ``node``; ties: CPU nodes, then id."""
@@ -96,6 +101,44 @@ def _gpu_memory_node(topology: Topology, state: RankState) -> Optional[int]:
     return None
 
 
+def _weights_reason(
+    row: PolicyRow, nodes: frozenset[int], weights: Optional[Mapping[int, int]]
+) -> str:
+    """How a weighted policy's weights take effect, for the plan's reasons."""
+    if weights is None:
+        return (
+            f"{row.policy} without weights: a process follows the kernel's system-wide "
+            f"weights for {named('node', nodes)} (read when it binds)"
+        )
+    return (
+        f"weights {format_weights(weights)} (given): a buffer (bind_memory) is placed by "
+        "them exactly; a process's policy follows the kernel's system-wide weights, which "
+        "the bind compares with them and reports when they differ"
+    )
+
+
+def _given_nodes(
+    row: PolicyRow,
+    interleave_nodes: Optional[frozenset[int]],
+    weights: Optional[Mapping[int, int]],
+) -> Optional[frozenset[int]]:
+    """The nodes the options name for the policy (weights, else interleave_nodes), or None."""
+    if row.weighted and weights is not None:
+        return frozenset(weights)
+    if row.spreads and interleave_nodes is not None:
+        return interleave_nodes
+    return None
+
+
+def _base_nodes(topology: Topology, state: RankState, nodes_given: bool) -> frozenset[int]:
+    """The nodes the rank's memory nodes start from (before substitutes and gpu_memory)."""
+    if nodes_given or state.cpus is None:
+        return state.nodes  # a nodes override names the memory nodes too
+    if state.memory_nodes is not None:
+        return state.memory_nodes  # fallback nearest: the GPU's node(s), when allowed
+    return nodes_of(topology, state.cpus)
+
+
 def choose_mems(
     topology: Topology,
     state: RankState,
@@ -104,23 +147,22 @@ def choose_mems(
     interleave_nodes: Optional[frozenset[int]],
     gpu_memory: bool,
     nodes_given: bool,
+    weights: Optional[Mapping[int, int]] = None,
 ) -> Tuple[frozenset[int], MemoryPolicy]:
     """The rank's memory nodes and the policy actually planned (``none`` when no node is known)."""
     row = POLICIES[policy]
     if not row.takes_nodes:
         state.reasons.append(f"memory policy {row.described}")
         return frozenset(), policy
-    if policy is MemoryPolicy.INTERLEAVE and interleave_nodes is not None:
+    given = _given_nodes(row, interleave_nodes, weights)
+    if given is not None:
         state.reasons.append(
-            f"memory policy interleave across the given nodes {format_ids(interleave_nodes)}"
+            f"memory policy {policy.value} across the given nodes {format_ids(given)}"
         )
-        return interleave_nodes, policy
-    if nodes_given or state.cpus is None:
-        base = state.nodes  # a nodes override names the memory nodes too
-    elif state.memory_nodes is not None:
-        base = state.memory_nodes  # fallback nearest: the GPU's node(s), when allowed
-    else:
-        base = nodes_of(topology, state.cpus)
+        if row.weighted:
+            state.reasons.append(_weights_reason(row, given, weights))
+        return given, policy
+    base = _base_nodes(topology, state, nodes_given)
     if not base:
         state.warn(
             f"rank {state.rank} has no known node: memory policy left alone instead of "
@@ -139,4 +181,6 @@ def choose_mems(
         )
     frozen = frozenset(chosen)
     state.reasons.append(f"memory policy {row.described}: {named('node', frozen)}")
+    if row.weighted:
+        state.reasons.append(_weights_reason(row, frozen, None))
     return frozen, policy

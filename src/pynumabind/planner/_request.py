@@ -3,7 +3,16 @@
 Everything that needs the topology to be checked is checked here, once, for
 all ranks: override ids must exist (nodes on the machine, CPUs online), a
 rank's GPU must be a visible one, ``interleave_nodes`` must name allowed
-nodes with memory.
+nodes with memory, and so must ``weights``.
+
+Weights (``weighted-interleave`` only, the policy table's ``weighted``) name
+the policy's nodes, for every rank as ``interleave_nodes`` does: their nodes
+must exist, have memory and be allowed (the one rule,
+:func:`check_memory_nodes`), and ``interleave_nodes``, when given too, must
+name exactly the same nodes (a weight for a node the policy leaves out, or a
+node without a weight, has no one meaning).  Without weights,
+``weighted-interleave`` takes the plan's nodes (or ``interleave_nodes``) and
+a process follows the kernel's system-wide weights for them.
 
 The number of local ranks, when not given, has one owner,
 :func:`default_nprocs`: one per entry of a per-rank override, else one per
@@ -12,9 +21,10 @@ visible GPU, else one per NUMA node with allowed CPUs.
 
 from __future__ import annotations
 
-from typing import Callable, Dict, Optional, Tuple, Union
+from typing import Callable, Dict, Mapping, Optional, Tuple, Union
 
-from .._record import record
+from .._mempolicy import POLICIES
+from .._record import field, record
 from .._text import counted, format_ids, shown
 from ..cpulist import parse_nodelist
 from ..errors import ConfigError, ListParseError, PlanError, UnknownIdError
@@ -62,6 +72,7 @@ class Request:
     running: Optional[frozenset[int]] = None
     priority_cores: bool = False
     fallback: str = "error"  # "nearest": see ._fallback
+    weights: Optional[Mapping[int, int]] = field(default=None, hash=False)
 
     def __init__(  # noqa: PLR0917 - positional, as the dataclass's fields
         self,
@@ -80,6 +91,7 @@ class Request:
         running: Optional[frozenset[int]] = None,
         priority_cores: bool = False,
         fallback: str = "error",
+        weights: Optional[Mapping[int, int]] = None,
     ) -> None:
         self.__dict__.update(
             nprocs=nprocs,
@@ -97,6 +109,7 @@ class Request:
             running=running,
             priority_cores=priority_cores,
             fallback=fallback,
+            weights=weights,
         )
 
 
@@ -197,9 +210,10 @@ def _interleave_nodes(
 ) -> Optional[frozenset[int]]:
     if value is None:
         return None
-    if policy is not MemoryPolicy.INTERLEAVE:
+    if not POLICIES[policy].spreads:
+        spreading = " or ".join(repr(name) for name, row in POLICIES.items() if row.spreads)
         raise ConfigError(
-            f"interleave_nodes is only meaningful with policy='interleave', not {policy.value!r}"
+            f"interleave_nodes is only meaningful with policy {spreading}, not {policy.value!r}"
         )
     if isinstance(value, str):
         try:
@@ -218,6 +232,33 @@ def _check_interleave_nodes(topology: Topology, wanted: frozenset[int]) -> None:
     if not wanted:
         raise ConfigError("interleave_nodes names no node")
     check_memory_nodes(topology, wanted, "interleave_nodes")
+
+
+def _weights(
+    topology: Topology, options: Options, interleave: Optional[frozenset[int]]
+) -> Optional[Mapping[int, int]]:
+    """The weights, checked against the policy and the machine (see the module docstring)."""
+    weights = options.weights
+    if weights is None:
+        return None
+    what = options.from_environment("weights") or options.spelled("weights")
+    policy = options.effective_policy
+    if not POLICIES[policy].weighted:
+        weighted = ", ".join(repr(name) for name, row in POLICIES.items() if row.weighted)
+        how = "--policy weighted-interleave" if options.flags else "policy='weighted-interleave'"
+        raise ConfigError(
+            f"{what} go with policy {weighted}, not {policy.value!r}: give that policy too "
+            f"({how}) or leave the weights out"
+        )
+    nodes = frozenset(weights)
+    check_memory_nodes(topology, nodes, what)
+    if interleave is not None and interleave != nodes:
+        raise ConfigError(
+            f"{what} name nodes {format_ids(nodes)} but interleave_nodes names "
+            f"{format_ids(interleave)}: weights name the policy's nodes, so give the same "
+            "nodes or only one of the two"
+        )
+    return weights
 
 
 def check_memory_nodes(topology: Topology, nodes: frozenset[int], subject: str) -> None:
@@ -342,6 +383,7 @@ def build_request(topology: Topology, options: Options) -> Request:
     }
     count, reason = _nprocs(topology, options.nprocs, lengths, options.nprocs_source)
     per_rank, explicit = _rank_gpus(topology, options.rank_gpus, count)
+    interleave = _interleave_nodes(topology, options.effective_policy, options.interleave_nodes)
     return Request(
         nprocs=count,
         mode=options.cpu_mode,
@@ -351,9 +393,8 @@ def build_request(topology: Topology, options: Options) -> Request:
         node_sets=node_sets,
         cpu_sets=cpu_sets,
         gpu_memory=options.gpu_memory,
-        interleave_nodes=_interleave_nodes(
-            topology, options.effective_policy, options.interleave_nodes
-        ),
+        interleave_nodes=interleave,
+        weights=_weights(topology, options, interleave),
         nprocs_reason=reason,
         require_node=options.require_node,
         nprocs_option=options.spelled("nprocs"),

@@ -11,18 +11,25 @@ The folder's rules:
   (the store reads this machine's fingerprint through them) and itself;
   never the planner, the binding or anything above
   (``tests/package/test_layers.py``).
-* The values, the machine fingerprint, the record's JSON and the report are
-  pure -- values in, values out, no I/O, importing only the values floor and
-  each other -- so that the pure rule (:mod:`pynumabind.advisor.rule`) can
-  build on them: :mod:`~pynumabind.records.values`,
-  :mod:`~pynumabind.records._machine`, :mod:`~pynumabind.records._json` and
-  :mod:`~pynumabind.records.report`.
-* The files and the machine are read and written by three private modules
-  only: :mod:`~pynumabind.records._paths` (where the record lives),
-  :mod:`~pynumabind.records._file` (reading and writing it) and
-  :mod:`~pynumabind.records._host` (this machine's fingerprint).
-  :mod:`~pynumabind.records.store` follows the record with them, and
-  :meth:`Advice.save <pynumabind.Advice.save>` writes it with them.
+* The values, the machine fingerprint, the record's JSON, the rules a record
+  must keep and the report are pure -- values in, values out, no I/O,
+  importing only the values floor and each other -- so that the pure rule
+  (:mod:`pynumabind.advisor.rule`) can build on them:
+  :mod:`~pynumabind.records.values`, :mod:`~pynumabind.records._machine`,
+  :mod:`~pynumabind.records._json`, :mod:`~pynumabind.records._validate`
+  and :mod:`~pynumabind.records.report`.
+* A record is untrusted input: it is bounded before it is parsed, read key
+  by key, its text escaped as it is read, and checked against the machine
+  before anything in it is followed (:mod:`~pynumabind.records._validate`).
+* The files and the machine are read and written by four private modules
+  only: :mod:`~pynumabind.records._paths` (where the records live: a record
+  file, or a directory of records, one per machine type),
+  :mod:`~pynumabind.records._file` (reading a record, and the checked,
+  atomic save), :mod:`~pynumabind.records._directory` (which record of a
+  directory a machine follows) and :mod:`~pynumabind.records._host` (this
+  machine's fingerprint).  :mod:`~pynumabind.records.store` follows the
+  record with them, and :meth:`Advice.save <pynumabind.Advice.save>` writes
+  it with them.
 * This package's ``__init__`` imports nothing, so importing a pure module
   here loads no other.
 

@@ -21,16 +21,25 @@ advice's fields, its machine, when and by which version it was saved
 (:func:`pynumabind.records.advice.parse_record` makes the
 :class:`~pynumabind.records.advice.Record` of them; this module does not
 import the :class:`~pynumabind.Advice` class, whose ``save`` writes files).
-The text is untrusted: its size is bounded (:data:`MAX_RECORD_BYTES`), every
-key is checked for its type, a mode or policy must be one the rule can
-recommend, and anything wrong is an :class:`~pynumabind.AdviceRecordError`
-naming the file and the key.
+The text is untrusted: it is bounded before it is parsed (:data:`MAX_RECORD_BYTES`,
+and a number of JSON values), its shape before the typed read, every key is
+checked for its type (an integer within 64 bits, a finite number, a string of
+at most :data:`~pynumabind.records._validate.MAX_TEXT` characters), a mode or
+policy must be one the rule can recommend, and anything wrong is an
+:class:`~pynumabind.AdviceRecordError` naming the file and the key by its JSON
+path (``machine.nodes[0].id``).  The rules beyond types, and why, are
+:mod:`pynumabind.records._validate`'s.
+
+Every string read from a record is escaped as it is read
+(:func:`pynumabind._text.escaped`): this reader is where record text enters
+the program, so no verdict, reason, CPU model or kernel release taken from a
+record can forge a line of ``plan``, ``check``, a report or a log warning.
 """
 
 from __future__ import annotations
 
 import json
-import math
+import re
 from dataclasses import dataclass
 from typing import (
     TYPE_CHECKING,
@@ -43,13 +52,15 @@ from typing import (
     Tuple,
     Type,
     TypeVar,
+    Union,
     cast,
 )
 
-from .._text import clipped
+from .._text import clipped, escaped
 from ..cpulist import parse_cpulist
 from ..errors import AdviceRecordError, ListParseError
 from ..model import SCHEMA_VERSION
+from . import _validate
 from ._machine import Machine, MachineGpu, MachineNode
 from .values import (
     DEFAULT_MIN_EFFECT,
@@ -84,6 +95,10 @@ RECORD_KIND = "pynumabind advice"
 MAX_RECORD_BYTES = 16 << 20
 
 _T = TypeVar("_T")
+#: A key of a JSON path: an object's key, a list's index, or a grid's indices.
+Key = Union[str, int, Tuple[int, ...]]
+#: JSON integers outside 64 bits are no count, size or id a record holds.
+_INT_LIMIT = 1 << 63
 _KINDS: Dict[type, str] = {
     int: "an integer",
     float: "a finite number",
@@ -126,18 +141,19 @@ def read_record(text: str, path: Optional[str] = None) -> Found:
     """The record in ``text``.
 
     Not a record, or a corrupt one: an :class:`~pynumabind.AdviceRecordError`
-    naming ``path`` and the key.
+    naming ``path`` (escaped: a file name is text from outside too) and the key.
     """
-    where = f"advice record {path}" if path else "advice record"
-    if len(text) > MAX_RECORD_BYTES:
-        raise AdviceRecordError(f"{where} is larger than {MAX_RECORD_BYTES} bytes")
+    where = f"advice record {escaped(path)}" if path else "advice record"
+    problem = _validate.first(_validate.text_problems(text, MAX_RECORD_BYTES))
+    if problem is not None:  # absurd: refused before any parsing
+        raise AdviceRecordError(f"{where} {problem}")
     try:
         document = json.loads(text)
     except (ValueError, RecursionError) as exc:
-        raise AdviceRecordError(f"{where} is not valid JSON: {exc}") from exc
+        raise AdviceRecordError(f"{where} is not valid JSON: {clipped(str(exc), 200)}") from exc
     if not is_record(document):
         raise AdviceRecordError(
-            f'{path or "the file"} is not an advice record (no "record": {RECORD_KIND!r} '
+            f'{escaped(path or "the file")} is not an advice record (no "record": {RECORD_KIND!r} '
             "key; pynumabind advise --save writes one)"
         )
     reader = _Reader(where)
@@ -147,6 +163,9 @@ def read_record(text: str, path: Optional[str] = None) -> Found:
             f"{where} has schema {schema}; this pynumabind reads schema {SCHEMA_VERSION}: "
             "measure again with pynumabind advise --save"
         )
+    problem = _validate.first(_validate.shape_problems(document))
+    if problem is not None:  # more nodes or GPUs than a machine has: not read further
+        raise AdviceRecordError(f"{where}: {problem}")
     return Found(
         advice=advice_fields(document, reader),
         machine=_read_machine(reader.get(document, "machine", dict), reader.at("machine")),
@@ -158,42 +177,97 @@ def read_record(text: str, path: Optional[str] = None) -> Found:
 # ------------------------------------------------------- checked JSON reads
 
 
+def _join(base: str, key: Key) -> str:
+    """``base`` and ``key`` as a JSON path: ``a.b``, ``a[1]``, ``a[0][1]``."""
+    if isinstance(key, tuple):
+        return base + "".join(f"[{k}]" for k in key)
+    if isinstance(key, int):
+        return f"{base}[{key}]"
+    if not key:
+        return base
+    return f"{base}.{key}" if base else key
+
+
+def _preview(value: object) -> str:
+    """``value`` for an error, in bounded time: a container by its size, a string cut short.
+
+    Never the ``repr`` of a whole container: a record's lists can hold
+    millions of values, or nest deeper than ``repr`` may recurse.
+    """
+    if isinstance(value, list):
+        return f"a list of {len(value)} item{'' if len(value) == 1 else 's'}"
+    if isinstance(value, dict):
+        return f"an object of {len(value)} key{'' if len(value) == 1 else 's'}"
+    if isinstance(value, str):
+        return clipped(repr(value[:60]), 60)
+    return clipped(repr(value), 60)
+
+
+def _number(value: object) -> bool:
+    """A JSON number a record may hold: an int or a finite float, below 2**63 either way."""
+    kind = type(value)
+    if kind is float:
+        return -_INT_LIMIT < value < _INT_LIMIT  # type: ignore[operator]  # NaN compares False
+    return kind is int and -_INT_LIMIT < value < _INT_LIMIT  # type: ignore[operator]
+
+
+def _integer(value: object) -> bool:
+    return type(value) is int and -_INT_LIMIT < value < _INT_LIMIT
+
+
 class _Reader:
-    """Typed reads from parsed JSON; every error names the record and the key path."""
+    """Typed reads from parsed JSON; every error names the record and the key's JSON path.
 
-    def __init__(self, where: str, key: str = "") -> None:
+    A reader knows its parent and its own key; the path is only written out
+    for an error, so reading a large record builds no strings.
+    """
+
+    __slots__ = ("_key", "_parent", "where")
+
+    def __init__(self, where: str, key: Key = "", parent: Optional[_Reader] = None) -> None:
         self.where = where
-        self.key = key
+        self._key = key
+        self._parent = parent
 
-    def at(self, key: str) -> _Reader:
-        return _Reader(self.where, f"{self.key}.{key}" if self.key else key)
+    @property
+    def key(self) -> str:
+        return _join(self._parent.key if self._parent is not None else "", self._key)
 
-    def fail(self, key: str, expected: str, value: object) -> AdviceRecordError:
-        name = self.at(key).key if key else self.key
+    def at(self, key: Key) -> _Reader:
+        return _Reader(self.where, key, self)
+
+    def fail(self, key: Key, expected: str, value: object) -> AdviceRecordError:
         return AdviceRecordError(
-            f"{self.where}: {name}: expected {expected}, not {clipped(repr(value), 60)}"
+            f"{self.where}: {_join(self.key, key)}: expected {expected}, not {_preview(value)}"
         )
 
     def get(self, data: Mapping[str, Any], key: str, kind: Type[_T]) -> _T:
         if key not in data:
-            raise AdviceRecordError(f"{self.where}: {self.at(key).key} is missing")
+            raise AdviceRecordError(f"{self.where}: {_join(self.key, key)} is missing")
         return self.check(data[key], key, kind)
 
     def optional(self, data: Mapping[str, Any], key: str, kind: Type[_T]) -> Optional[_T]:
         value = data.get(key)
         return None if value is None else self.check(value, key, kind)
 
-    def check(self, value: object, key: str, kind: Type[_T]) -> _T:
+    def check(self, value: object, key: Key, kind: Type[_T]) -> _T:
+        """``value`` as ``kind``: an int within 64 bits, a finite number, an escaped string.
+
+        Strings come back escaped (:func:`pynumabind._text.escaped`), at
+        most :data:`~pynumabind.records._validate.MAX_TEXT` characters long.
+        """
         if kind is float:
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-            ok = ok and math.isfinite(value)  # type: ignore[arg-type]
+            if _number(value):
+                return cast(_T, float(value))  # type: ignore[arg-type]
         elif kind is int:
-            ok = isinstance(value, int) and not isinstance(value, bool)
-        else:
-            ok = isinstance(value, kind)
-        if not ok:
-            raise self.fail(key, _KINDS.get(kind, kind.__name__), value)
-        return cast(_T, float(value) if kind is float else value)  # type: ignore[arg-type]
+            if _integer(value):
+                return cast(_T, value)
+        elif kind is str:
+            if isinstance(value, str) and len(value) <= _validate.MAX_TEXT:
+                return cast(_T, escaped(value))
+        elif isinstance(value, kind):
+            return value
+        raise self.fail(key, _expected(kind), value)
 
     def objects(self, data: Mapping[str, Any], key: str) -> List[Tuple[_Reader, Dict[str, Any]]]:
         """The list ``data[key]`` of JSON objects, each with its own reader."""
@@ -202,17 +276,50 @@ class _Reader:
     def items(self, data: Mapping[str, Any], key: str) -> List[Tuple[_Reader, Any]]:
         values = self.get(data, key, list)
         child = self.at(key)
-        return [(child.at(str(i)), value) for i, value in enumerate(values)]
+        return [(child.at(i), value) for i, value in enumerate(values)]
+
+
+def _expected(kind: type) -> str:
+    if kind is int:
+        return "an integer within 64 bits"
+    if kind is float:
+        return "a finite number below 2**63"
+    if kind is str:
+        return f"a string of at most {_validate.MAX_TEXT} characters"
+    return _KINDS.get(kind, kind.__name__)
 
 
 def _ints(reader: _Reader, data: Mapping[str, Any], key: str) -> Tuple[int, ...]:
     values = reader.get(data, key, list)
-    return tuple(reader.at(key).check(v, str(i), int) for i, v in enumerate(values))
+    if all(map(_integer, values)):
+        return tuple(values)  # the common case, checked at once
+    here = reader.at(key)
+    return tuple(here.check(v, i, int) for i, v in enumerate(values))
 
 
-def _spread(reader: _Reader, value: object, key: str) -> Optional[Spread]:
+def _distance_rows(reader: _Reader, rows: List[List[Any]]) -> Tuple[Tuple[Optional[int], ...], ...]:
+    """A grid of distances, ints or null (checked row by row at once; a bad one named)."""
+    out = []
+    for i, row in enumerate(rows):
+        if not all(v is None or _integer(v) for v in row):
+            for j, v in enumerate(row):
+                if v is not None:
+                    reader.check(v, (i, j), int)
+        out.append(tuple(row))
+    return tuple(out)
+
+
+_SPREAD = ("median", "q1", "q3", "min", "max")
+
+
+def _spread(reader: _Reader, value: object, key: Key) -> Optional[Spread]:
     if value is None:
         return None
+    if type(value) is dict:  # the common case, checked at once
+        n = value.get("n")
+        figures = [value.get(name) for name in _SPREAD]
+        if _integer(n) and n >= 1 and all(map(_number, figures)):  # type: ignore[operator]
+            return Spread(n, *map(float, figures))  # type: ignore[arg-type]
     data = reader.check(value, key, dict)
     here = reader.at(key)
     spread = Spread(
@@ -228,7 +335,7 @@ def _spread(reader: _Reader, value: object, key: str) -> Optional[Spread]:
     return spread
 
 
-def _placement(reader: _Reader, value: object, key: str) -> Optional[Placement]:
+def _placement(reader: _Reader, value: object, key: Key) -> Optional[Placement]:
     if value is None:
         return None
     data = reader.check(value, key, dict)
@@ -236,12 +343,13 @@ def _placement(reader: _Reader, value: object, key: str) -> Optional[Placement]:
     pages = here.get(data, "pages", dict)
     counts: Dict[int, int] = {}
     for name, count in pages.items():
-        try:
-            node = int(name)
-        except ValueError:
-            raise here.fail("pages", "node ids as keys", name) from None
-        counts[node] = here.at("pages").check(count, name, int)
+        if _PAGE_KEY.match(name) is None:  # not int(): it takes "1_0", " 1" and other digits
+            raise here.fail("pages", "node ids or -errno as keys", name)
+        counts[int(name)] = here.at("pages").check(count, name, int)
     return Placement(wanted=here.get(data, "wanted", int), pages=counts)
+
+
+_PAGE_KEY = re.compile(r"-?[0-9]{1,6}\Z")
 
 
 def _grid(
@@ -263,18 +371,20 @@ def _memory(reader: _Reader, data: Mapping[str, Any]) -> MemoryMatrix:
     threads = _grid(reader, data, "threads", *shape)
     errors = _grid(reader, data, "errors", *shape)
     cells = []
+    at = {name: reader.at(name) for name in ("bandwidth_spread", "latency_spread", "placement")}
+    at.update(threads=reader.at("threads"), errors=reader.at("errors"))
     for i in range(shape[0]):
         row = []
         for j in range(shape[1]):
-            key = f"{i}.{j}"
+            key = (i, j)
             error = errors[i][j]
             row.append(
                 MemoryCell(
-                    bandwidth=_spread(reader.at("bandwidth_spread"), bandwidth[i][j], key),
-                    latency=_spread(reader.at("latency_spread"), latency[i][j], key),
-                    placement=_placement(reader.at("placement"), placement[i][j], key),
-                    threads=reader.at("threads").check(threads[i][j], key, int),
-                    error=None if error is None else reader.at("errors").check(error, key, str),
+                    bandwidth=_spread(at["bandwidth_spread"], bandwidth[i][j], key),
+                    latency=_spread(at["latency_spread"], latency[i][j], key),
+                    placement=_placement(at["placement"], placement[i][j], key),
+                    threads=at["threads"].check(threads[i][j], key, int),
+                    error=None if error is None else at["errors"].check(error, key, str),
                 )
             )
         cells.append(tuple(row))
@@ -287,7 +397,7 @@ def _memory(reader: _Reader, data: Mapping[str, Any]) -> MemoryMatrix:
         llc_bytes=reader.optional(data, "llc_bytes", int),
         latency_overhead=_spread(reader, data.get("latency_overhead_ns"), "latency_overhead_ns"),
         method=reader.get(data, "method", str),
-        notes=tuple(reader.at("notes").check(n, str(i), str) for i, n in enumerate(notes)),
+        notes=tuple(reader.at("notes").check(n, i, str) for i, n in enumerate(notes)),
     )
 
 
@@ -305,10 +415,10 @@ def _copies(reader: _Reader, data: Mapping[str, Any]) -> GpuCopies:
         cells.append(
             CopyCell(
                 cpu_node=node,
-                h2d=_spread(reader.at("h2d_spread"), columns["h2d_spread"][i], str(i)),
-                d2h=_spread(reader.at("d2h_spread"), columns["d2h_spread"][i], str(i)),
-                placement=_placement(reader.at("placement"), columns["placement"][i], str(i)),
-                error=None if error is None else reader.at("errors").check(error, str(i), str),
+                h2d=_spread(reader.at("h2d_spread"), columns["h2d_spread"][i], i),
+                d2h=_spread(reader.at("d2h_spread"), columns["d2h_spread"][i], i),
+                placement=_placement(reader.at("placement"), columns["placement"][i], i),
+                error=None if error is None else reader.at("errors").check(error, i, str),
             )
         )
     return GpuCopies(
@@ -326,13 +436,7 @@ def _firmware(reader: _Reader, data: Mapping[str, Any]) -> Firmware:
     here = reader.at("slit")
     nodes = _ints(here, slit, "nodes")
     rows = _grid(here, slit, "distances", len(nodes), len(nodes))
-    distances = tuple(
-        tuple(
-            None if v is None else here.at("distances").check(v, f"{i}.{j}", int)
-            for j, v in enumerate(row)
-        )
-        for i, row in enumerate(rows)
-    )
+    distances = _distance_rows(here.at("distances"), rows)
     hmat = []
     for child, entry in reader.objects(data, "hmat"):
         hmat.append(
@@ -359,8 +463,8 @@ def _recommendation(reader: _Reader, data: Mapping[str, Any]) -> Recommendation:
                 gpu=child.get(entry, "gpu", int),
                 bind=child.get(entry, "bind", bool),
                 node=child.optional(entry, "node", int),
-                mode=child.get(entry, "mode", str),
-                policy=child.get(entry, "policy", str),
+                mode=_choice(child, entry, "mode", ("node", "none")),
+                policy=_choice(child, entry, "policy", ("preferred", "none")),
                 reasons=_strings(child, entry, "reasons"),
                 reported_node=child.optional(entry, "reported_node", int),
             )
@@ -401,6 +505,9 @@ def _choice(reader: _Reader, data: Mapping[str, Any], key: str, choices: Sequenc
 
 
 def _strings(reader: _Reader, data: Mapping[str, Any], key: str) -> Tuple[str, ...]:
+    values = reader.get(data, key, list)
+    if all(type(v) is str and len(v) <= _validate.MAX_TEXT for v in values):
+        return tuple(map(escaped, values))  # the common case, checked at once
     return tuple(child.check(v, "", str) for child, v in reader.items(data, key))
 
 
@@ -446,13 +553,7 @@ def _read_machine(data: Mapping[str, Any], reader: _Reader) -> Machine:
             )
         )
     rows = _grid(reader, data, "distances", len(nodes), len(nodes))
-    distances = tuple(
-        tuple(
-            None if v is None else reader.at("distances").check(v, f"{i}.{j}", int)
-            for j, v in enumerate(row)
-        )
-        for i, row in enumerate(rows)
-    )
+    distances = _distance_rows(reader.at("distances"), rows)
     gpus = []
     for child, entry in reader.objects(data, "gpus"):
         gpus.append(

@@ -33,28 +33,77 @@ advised mode falls back to the default plan):
 Not compared: free memory, the process's allowed CPUs and memory nodes (a
 worker in a cpuset is still on the same machine), ``CUDA_VISIBLE_DEVICES``
 (the record holds every GPU; a worker sees some), load, the time since the
-record was saved.
+record was saved.  A fact one side does not know (``None``: a CPU model
+``/proc/cpuinfo`` does not name, a node's memory size, a GPU's model, the
+kernel of a snapshot) is not compared.
+
+Another machine, from a snapshot
+--------------------------------
+``pynumabind plan --topology OTHER.json --mode advised`` plans for the
+snapshot's machine, so it follows that machine's record, not this one's:
+:func:`snapshot_machine` is the fingerprint a snapshot (or a recorded sysfs
+tree) gives.  A snapshot holds the NUMA nodes, their online CPUs and memory
+sizes, the SLIT distances and every GPU by PCI bus id; it holds no CPU model
+and no kernel release, and names a GPU's model as NVML does when NVML was
+asked (``NVIDIA H100 80GB HBM3``), not as the record does (``PCI
+10de:2330``).  So a snapshot's machine has no CPU model, no kernel, and a
+GPU model only where it is in the record's form: those are not compared, the
+rest is, exactly as above.
+
+The machine type, and the record's file name
+--------------------------------------------
+A directory of records holds one record per **machine type**
+(:mod:`pynumabind.records._paths`).  Two machines are of one type when their
+:func:`machine_type` keys are equal: everything :func:`staleness` compares,
+exactly -- the CPU model, each node's id and online CPUs, the SLIT
+distances, each GPU's PCI bus id and model, the kernel release -- except the
+memory sizes, which count by their class (:func:`memory_class`): classes
+are 1/36 of a doubling wide (1.94%), narrower than
+:data:`MEMORY_TOLERANCE`, so two machines of one type are never stale to
+each other, and a machine of another type never gets the same key.  (Two
+machines whose sizes differ by less than the tolerance but straddle a class
+boundary are of two types: each has its own file, and each file is still
+followed by the other machine, since a reader matches by :func:`staleness`,
+not by name.)
+
+:func:`record_name` is the file name a record of that type gets: a short,
+readable slug of the CPU model, the number of nodes and of GPUs, then 16 hex
+digits (64 bits) of the SHA-256 of the key, which tell the types apart:
+``intel-xeon-platinum-8480c-2n-8gpu-3f9a1c2b7d4e5a60.json``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from .._text import counted
 from ..cpulist import format_cpulist
 from ..model import Topology
 
 __all__ = [
+    "MEMORY_CLASSES_PER_DOUBLING",
     "MEMORY_TOLERANCE",
     "Machine",
     "MachineGpu",
     "MachineNode",
     "machine_of",
+    "machine_type",
+    "memory_class",
+    "record_name",
+    "snapshot_machine",
     "staleness",
 ]
 
 #: A node's memory size may differ by this share of the larger size.
 MEMORY_TOLERANCE = 0.02
+
+#: Memory size classes per doubling: the fewest whose width is within the tolerance.
+MEMORY_CLASSES_PER_DOUBLING = math.ceil(1 / math.log2(1 + MEMORY_TOLERANCE))
 
 
 @dataclass(frozen=True)
@@ -86,7 +135,7 @@ class Machine:
     nodes: Tuple[MachineNode, ...]
     distances: Tuple[Tuple[Optional[int], ...], ...]
     gpus: Tuple[MachineGpu, ...]
-    kernel: str
+    kernel: Optional[str]
 
     def to_dict(self) -> Dict[str, Any]:
         return {
@@ -104,17 +153,21 @@ class Machine:
         """``4 NUMA nodes, 8 GPUs, Intel(R) Xeon(R) ..., kernel 6.8.0``: for messages."""
         cpu = self.cpu_model or "CPU model unknown"
         return (
-            f"{len(self.nodes)} NUMA node{'s' if len(self.nodes) != 1 else ''}, "
-            f"{len(self.gpus)} GPU{'s' if len(self.gpus) != 1 else ''}, {cpu}, "
-            f"kernel {self.kernel}"
+            f"{counted(len(self.nodes), 'NUMA node')}, {counted(len(self.gpus), 'GPU')}, {cpu}, "
+            f"kernel {self.kernel or 'unknown'}"
         )
+
+    def hardware(self) -> str:
+        """``Intel(R) Xeon(R) ..., 2 nodes, 8 GPUs``: the machine without its kernel."""
+        cpu = self.cpu_model or "CPU model unknown"
+        return f"{cpu}, {counted(len(self.nodes), 'node')}, {counted(len(self.gpus), 'GPU')}"
 
 
 def machine_of(
     topology: Topology,
     *,
     cpu_model: Optional[str],
-    kernel: str,
+    kernel: Optional[str],
     memory_bytes: Optional[Mapping[int, Optional[int]]] = None,
 ) -> Machine:
     """The :class:`Machine` of ``topology`` (every GPU it lists, by bus id).
@@ -139,6 +192,88 @@ def machine_of(
             for g in sorted(topology.gpus, key=lambda g: g.pci_bus_id)
         ),
         kernel=kernel,
+    )
+
+
+#: A GPU model as sysfs names it, the form this machine's fingerprint holds.
+_SYSFS_GPU_MODEL = re.compile(r"PCI [0-9a-f]{4}:[0-9a-f]{4}")
+
+
+def snapshot_machine(topology: Topology) -> Machine:
+    """The fingerprint of a snapshot's machine: only what a snapshot holds (module docstring).
+
+    No CPU model, no kernel, and a GPU's model only where it has the form a
+    record holds (``PCI 10de:2330``): the facts a snapshot lacks are unknown,
+    so :func:`staleness` does not compare them.  Pass every GPU of the
+    machine (a topology read with ``visible_only=False``).
+    """
+    found = machine_of(topology, cpu_model=None, kernel=None)
+    gpus = tuple(
+        g if g.model is None or _SYSFS_GPU_MODEL.fullmatch(g.model) else replace(g, model=None)
+        for g in found.gpus
+    )
+    return replace(found, gpus=gpus)
+
+
+# ----------------------------------------------------------- machine type
+
+
+def memory_class(size: Optional[int]) -> Optional[int]:
+    """The class of a memory size: ``floor(36 * log2(size))``, exact, in integers.
+
+    Two sizes in one class differ by less than 2**(1/36) - 1 (1.94%) of the
+    smaller, so by less than :data:`MEMORY_TOLERANCE` of the larger: never
+    stale to each other.  None (unknown) stays None; 0 is class 0.
+    """
+    if size is None:
+        return None
+    if size <= 0:
+        return 0
+    power: int = size**MEMORY_CLASSES_PER_DOUBLING
+    return power.bit_length() - 1
+
+
+def machine_type(machine: Machine) -> str:
+    """The machine type's key, as canonical JSON text (see the module docstring).
+
+    Equal for two machines of one type, never equal for two machines that are
+    stale to each other.
+    """
+    key = {
+        "cpu_model": machine.cpu_model,
+        "nodes": [
+            [n.id, format_cpulist(n.cpus), memory_class(n.memory_bytes)]
+            for n in sorted(machine.nodes, key=lambda n: n.id)
+        ],
+        "distances": [list(row) for row in machine.distances],
+        "gpus": sorted([g.pci_bus_id, g.model or ""] for g in machine.gpus),
+        "kernel": machine.kernel,
+    }
+    return json.dumps(key, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+#: Words of a CPU model that say nothing about which CPU it is.
+_NOISE_WORDS = frozenset({"cpu", "processor"})
+
+
+def _cpu_slug(model: Optional[str]) -> str:
+    """``intel-xeon-platinum-8480c``: the CPU model in lower-case ASCII words, at most 40."""
+    text = re.sub(r"\((?:r|tm|c)\)", " ", (model or "").lower()).split("@")[0]
+    words = [w for w in re.split(r"[^a-z0-9]+", text) if w and w not in _NOISE_WORDS]
+    slug = "-".join(words)[:40].strip("-")
+    return slug or "unknown-cpu"
+
+
+def record_name(machine: Machine) -> str:
+    """The file name of this machine type's record in a directory of records.
+
+    ``<cpu>-<N>n-<G>gpu-<16 hex digits>.json``: a readable slug, then the
+    first 64 bits of the SHA-256 of :func:`machine_type` (module docstring).
+    ASCII letters, digits and ``-`` only, never starting with ``.``.
+    """
+    digest = hashlib.sha256(machine_type(machine).encode("ascii")).hexdigest()[:16]
+    return (
+        f"{_cpu_slug(machine.cpu_model)}-{len(machine.nodes)}n-{len(machine.gpus)}gpu-{digest}.json"
     )
 
 
@@ -198,6 +333,11 @@ def _gpu_differences(recorded: Machine, current: Machine) -> List[str]:
     return out
 
 
+def _known_and_differ(before: Optional[str], now: Optional[str]) -> bool:
+    """Both sides know the fact, and it differs (an unknown one is not compared)."""
+    return before is not None and now is not None and before != now
+
+
 def staleness(recorded: Machine, current: Machine) -> List[str]:
     """Every difference that makes a record of ``recorded`` stale on ``current``; [] if none.
 
@@ -205,11 +345,7 @@ def staleness(recorded: Machine, current: Machine) -> List[str]:
     (see the module docstring for what is compared, and what is not).
     """
     out: List[str] = []
-    if (
-        recorded.cpu_model is not None
-        and current.cpu_model is not None
-        and recorded.cpu_model != current.cpu_model
-    ):
+    if _known_and_differ(recorded.cpu_model, current.cpu_model):
         out.append(f"the CPU was {recorded.cpu_model!r}, now {current.cpu_model!r}")
     out += _node_differences(recorded, current)
     before, now = _distance_map(recorded), _distance_map(current)
@@ -222,6 +358,6 @@ def staleness(recorded: Machine, current: Machine) -> List[str]:
             f"now {now[(a, b)]}{more}"
         )
     out += _gpu_differences(recorded, current)
-    if recorded.kernel != current.kernel:
+    if _known_and_differ(recorded.kernel, current.kernel):
         out.append(f"the kernel was {recorded.kernel}, now {current.kernel}")
     return out

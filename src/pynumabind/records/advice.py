@@ -10,7 +10,8 @@ holds are :mod:`pynumabind.records.values`'.
 :class:`Record` is a saved advice with the machine it was measured on, when,
 and by which version; :func:`parse_record` reads one from a file's text (the
 checks are :mod:`pynumabind.records._json`'s: every key, typed, and an error
-naming the file and the key).
+naming the file and the key; then :mod:`pynumabind.records._validate`'s
+rules on the values).
 
 Nothing here reads or writes on import, but :meth:`Advice.save` writes a
 file (:mod:`pynumabind.records._file`, imported when called), so this module
@@ -23,8 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
+from .._text import escaped
+from ..errors import AdviceRecordError
 from ..model import SCHEMA_VERSION  # one version for every JSON document (see model)
-from . import _json
+from . import _json, _validate
 from ._machine import Machine
 from .values import Firmware, GpuCopies, MemoryMatrix, Recommendation
 
@@ -85,15 +88,22 @@ class Advice:
     def save(self, path: Optional[str] = None) -> str:
         """Write this advice as the machine's advice record; returns the absolute path written.
 
-        ``path`` defaults to the path rule's (``PYNUMABIND_ADVICE``, else the
-        system-wide file as root, the per-user one otherwise: see
-        :mod:`pynumabind.advisor.record`).  The write is atomic (a worker
-        reads the old record or the new one), and never over a file that is
-        not an advice record.
+        ``path`` is a record file, or a directory of records when it ends
+        with ``/`` or is an existing directory: the record is then written
+        under its machine type's file name, replacing the record of this
+        type and no other.  It defaults to the path rule's place
+        (``PYNUMABIND_ADVICE``, else the system-wide directory
+        ``/var/lib/pynumabind/`` as root, the per-user one otherwise: see
+        :mod:`pynumabind.advisor.record`).  Missing directories are created
+        (logged at INFO), directories mode 0755 and the record 0644 whatever
+        the umask, so workers under every account read it.  The write is
+        atomic (a worker reads the old record or the new one), and never
+        over a file that is not an advice record.
 
         Raises:
             AdviceRecordError: the path is not an advice record, or cannot be
-                written (the message names it and how to choose another).
+                created or written (the message names it and how to choose
+                another).
         """
         from ._file import save_record
 
@@ -111,8 +121,12 @@ class Record:
     path: Optional[str] = None
 
     def quoted(self) -> str:
-        """``the advice record /path (saved ...) says "..."``: for reasons and reports."""
-        where = f"the advice record {self.path}" if self.path else "the advice record"
+        """``the advice record /path (saved ...) says "..."``: for reasons and reports.
+
+        The path is escaped as the record's own text is (a file name in a
+        shared directory is text from outside too).
+        """
+        where = f"the advice record {escaped(self.path)}" if self.path else "the advice record"
         return f'{where} (saved {self.saved}) says "{self.advice.recommendation.verdict}"'
 
 
@@ -120,7 +134,14 @@ def parse_record(text: str, path: Optional[str] = None) -> Record:
     """The :class:`Record` in ``text``.
 
     Not a record, or a corrupt one: an :class:`~pynumabind.AdviceRecordError`
-    naming ``path`` and the key (see :mod:`pynumabind.records._json`).
+    naming ``path`` and the key (see :mod:`pynumabind.records._json`); so is
+    one whose values break a rule of :mod:`pynumabind.records._validate` (a
+    negative node id, a node listed twice, a verdict the rule cannot give).
     """
     found = _json.read_record(text, path)
-    return Record(Advice(**found.advice), found.machine, found.saved, found.version, path)
+    record = Record(Advice(**found.advice), found.machine, found.saved, found.version, path)
+    problem = _validate.first(_validate.record_problems(record))  # ids, counts, the verdict
+    if problem is not None:
+        where = f"advice record {path}" if path else "advice record"
+        raise AdviceRecordError(f"{where}: {problem}")
+    return record

@@ -11,14 +11,19 @@ start-up).  Its public names are re-exported by
 
 The pieces, each a function of its own:
 
-* **where** the record lives: the path rule (:mod:`pynumabind.records._paths`:
-  :func:`read_paths`, :func:`save_path`);
-* **reading and writing** its file (:mod:`pynumabind.records._file`: bounded
-  reads, the atomic save, never over a file that is not a record) and its
-  JSON (:mod:`pynumabind.records._json`: every key checked);
-* **whether it applies**: this machine's fingerprint
-  (:func:`this_machine`) against the record's
-  (:mod:`pynumabind.records._machine` lists what makes a record stale);
+* **where** the records live: the path rule (:mod:`pynumabind.records._paths`:
+  :func:`read_paths`, :func:`save_path`; a place is one record file or a
+  directory of records, one per machine type, :func:`names_directory`);
+* **reading and writing** a record's file (:mod:`pynumabind.records._file`:
+  bounded reads, :func:`prepare_save` before measuring, the atomic save,
+  never over a file that is not a record, readable by every account) and
+  its JSON (:mod:`pynumabind.records._json`: every key checked);
+* **which record applies**: this machine's fingerprint
+  (:func:`this_machine`) against the records'
+  (:mod:`pynumabind.records._machine` lists what makes a record stale and
+  what a machine type is; :mod:`pynumabind.records._directory` chooses the
+  record a machine follows in a directory, :func:`list_records` shows them
+  all);
 * **following it**: :func:`load_record`, :func:`load_advice`, and
   :func:`resolve_advised`, here.
 
@@ -36,11 +41,40 @@ measurement moved on its measured node, and reasons:
   :attr:`Advised.not_bound` quoting the record; the binding then leaves the
   process alone and says so.
 * **no record, a stale one, or one that cannot be read**: one WARNING per
-  process naming the file, what differs (or what is wrong) and the command
-  to run (``pynumabind advise --save``), then the default mode's plan.
+  process naming the file, what differs (or what is wrong: the field, by its
+  JSON path) and the command to run (``pynumabind advise --save``), then the
+  default mode's plan.  In a directory, "none" means no record of this
+  machine's type: the warning names the directory, how many records it holds
+  and the closest one's differences; records of other machines are otherwise
+  ignored, silently.
+* **one that cannot be followed here**: a GPU moved to a node that has no
+  CPUs on the machine planned, or none this process may use (its cpuset).
+  Every node the record moves a GPU to is checked before anything is
+  followed (:func:`pynumabind.records._validate.unfollowable`); a problem is
+  one WARNING naming the record, the field and the node, then the default
+  mode's plan, and no reason says the record is followed.
+
+A record is untrusted input: what it must hold to be read at all, and the
+bounds that keep an absurd one cheap to refuse, are
+:mod:`pynumabind.records._validate`'s.
 
 A memory policy given together with mode ``advised`` is a ConfigError: the
-record decides both.
+record decides both.  So are interleave weights (``weights``): the record
+decides them with the policy.  The seam for weights the record recommends
+(advise computing them is a later step) is here: a record whose policy is
+``weighted-interleave`` fills ``Options.weights`` beside the policy, in
+:func:`resolve_advised`, and the planner takes them as given ones.
+
+Planning for another machine
+----------------------------
+``pynumabind plan --topology OTHER.json --mode advised`` (or
+``--sysfs-root``) plans for the snapshot's machine, so
+:func:`resolve_advised` is given that machine's fingerprint
+(:func:`snapshot_machine`) and ``machine_name`` (what the messages call it):
+it follows the record of that machine, found the same way, or warns once
+and plans the default mode -- never this host's record.  A snapshot holds no
+CPU model and no kernel, so those are not compared (the plan's reasons say
+so); when several records match, the newest saved is followed.
 """
 
 from __future__ import annotations
@@ -48,35 +82,78 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import List, Mapping, Optional, Tuple
 
 from ..errors import AdviceRecordError, ConfigError, PynumabindError
 from ..model import CpuMode, Gpu, MemoryPolicy, Plan, Topology
 from ..options import Options
-from ._file import read_text, refuse_foreign, save_record
+from ._directory import (
+    MAX_DIRECTORY_RECORDS,
+    THIS_MACHINE,
+    Listing,
+    RecordEntry,
+    find_in_directory,
+    list_directory,
+    read_entry,
+)
+from ._file import (
+    SaveTarget,
+    others_cannot_read,
+    place_exists,
+    prepare_save,
+    read_text,
+    refuse_foreign,
+    save_record,
+)
 from ._host import this_machine
-from ._machine import Machine, MachineGpu, MachineNode, staleness
-from ._paths import ADVICE_VARIABLE, SYSTEM_PATH, advice_path, find, read_paths, save_path
+from ._machine import (
+    Machine,
+    MachineGpu,
+    MachineNode,
+    record_name,
+    snapshot_machine,
+    staleness,
+)
+from ._paths import (
+    ADVICE_VARIABLE,
+    SYSTEM_PATH,
+    advice_path,
+    names_directory,
+    read_paths,
+    save_path,
+)
+from ._validate import unfollowable
 from .advice import Advice, Record, parse_record  # Advice: pynumabind.Advice
 from .values import GpuAdvice
 
 __all__ = [
     "ADVICE_VARIABLE",
+    "MAX_DIRECTORY_RECORDS",
     "SAVE_COMMAND",
     "SYSTEM_PATH",
     "Advised",
+    "Listing",
     "Machine",
     "MachineGpu",
     "MachineNode",
     "Record",
+    "RecordEntry",
+    "SaveTarget",
     "advice_path",
+    "list_records",
     "load_advice",
     "load_record",
+    "names_directory",
+    "others_cannot_read",
+    "prepare_save",
     "read_paths",
+    "record_name",
     "refuse_foreign",
     "resolve_advised",
     "save_path",
     "save_record",
+    "snapshot_machine",
     "staleness",
     "this_machine",
 ]
@@ -91,23 +168,120 @@ _WARNED: set[str] = set()  # fallback warnings already logged in this process
 # ------------------------------------------------------------------- load
 
 
+def _look(place: str, machine: Machine) -> Optional[Listing]:
+    """What ``place`` holds for ``machine``: None when nothing is there (a missing place).
+
+    A directory: the record ``machine`` follows in it (the fast path first).
+    A file: the record in it, compared.  An unreadable directory is an
+    AdviceRecordError.
+    """
+    if not place_exists(place):
+        return None
+    if names_directory(place):
+        return find_in_directory(place, machine)
+    entry = read_entry(place, machine)
+    return Listing(place, False, (entry,), entry if entry.matches else None)
+
+
+def _search(
+    places: List[str], machine: Machine, machine_name: str = THIS_MACHINE
+) -> Tuple[Optional[Record], str]:
+    """The first record along ``places`` that ``machine`` follows, or why there is none."""
+    problems: List[str] = []
+    for place in places:
+        try:
+            listing = _look(place, machine)
+        except AdviceRecordError as exc:
+            problems.append(str(exc))
+            continue
+        if listing is None:
+            continue
+        if listing.followed is not None and listing.followed.record is not None:
+            return listing.followed.record, ""
+        problems.append(listing.problem(machine_name))
+    if not problems:
+        return None, f"no advice record ({' or '.join(places)})"
+    return None, "; ".join(problems)
+
+
+def _full_listing(place: str, machine: Machine) -> Listing:
+    """Every record of ``place``; a file there that is not a record is an AdviceRecordError."""
+    if names_directory(place):
+        return list_directory(place, machine)
+    entry = read_entry(place, machine)
+    if entry.record is None:
+        raise AdviceRecordError(entry.problem or f"cannot read {place}")
+    return Listing(place, False, (entry,), entry if entry.matches else None)
+
+
+def list_records(
+    path: Optional[str] = None,
+    *,
+    environ: Optional[Mapping[str, str]] = None,
+    machine: Optional[Machine] = None,
+) -> List[Listing]:
+    """What ``path`` (default: the path rule's places) holds, compared with ``machine``.
+
+    One :class:`~pynumabind.records._directory.Listing` per place that
+    exists, every record file read (bounded); the record ``machine``
+    (default: this one) follows is the ``followed`` of one listing at most,
+    the first along the places, as a worker finds it.  This is what
+    ``pynumabind records`` prints.
+
+    Raises:
+        AdviceRecordError: ``path`` is missing, cannot be listed, or is a
+            file that cannot be read as an advice record; with no ``path``,
+            none of the default places exists.
+    """
+    env = os.environ if environ is None else environ
+    if path is not None and (not path or "\0" in path):
+        raise AdviceRecordError(f"invalid advice record path {path!r}")
+    places = read_paths(env) if path is None else [path]
+    machine = this_machine() if machine is None else machine
+    out: List[Listing] = []
+    for place in places:
+        if not place_exists(place):
+            if len(places) == 1:
+                raise AdviceRecordError(f"{place} does not exist; run `{SAVE_COMMAND}`")
+            continue
+        listing = _full_listing(place, machine)
+        if any(earlier.followed is not None for earlier in out):
+            listing = replace(listing, followed=None)  # a worker stops at the first
+        out.append(listing)
+    if not out:
+        raise AdviceRecordError(
+            f"no advice records: none of {', '.join(places)} exists; run `{SAVE_COMMAND}`"
+        )
+    return out
+
+
 def load_record(
-    path: Optional[str] = None, *, environ: Optional[Mapping[str, str]] = None
+    path: Optional[str] = None,
+    *,
+    environ: Optional[Mapping[str, str]] = None,
+    machine: Optional[Machine] = None,
 ) -> Record:
     """The record at ``path`` (default: the path rule's): its advice, machine, when saved.
 
-    Missing, unreadable or not a record: an :class:`~pynumabind.AdviceRecordError` naming
-    the file (or, with no file, every path looked at).
+    A record file is read as it is (whatever machine it was measured on); in
+    a directory, and at the default places, the record is the one
+    ``machine`` (default: this machine) follows.  Missing, unreadable, not a
+    record, or no record of this machine in a directory: an
+    :class:`~pynumabind.AdviceRecordError` naming the file or the directory
+    (or, with nothing there, every place looked at).
     """
     env = os.environ if environ is None else environ
-    if path is None:
-        found, looked = find(env)
-        if found is None:
+    places = read_paths(env) if path is None else [path]
+    if len(places) == 1 and not names_directory(places[0]):
+        if not os.path.lexists(places[0]):
             raise AdviceRecordError(
-                f"no advice record ({' or '.join(looked)}): run `{SAVE_COMMAND}` on this machine"
+                f"no advice record ({places[0]}): run `{SAVE_COMMAND}` on this machine"
             )
-        path = found
-    return parse_record(read_text(path), path)
+        return parse_record(read_text(places[0]), places[0])
+    record, problem = _search(places, this_machine() if machine is None else machine)
+    if record is None:
+        raise AdviceRecordError(f"{problem}: run `{SAVE_COMMAND}` on this machine")
+    return record
 
 
 def load_advice(
@@ -122,11 +296,13 @@ def load_advice(
     :class:`~pynumabind.Options` a bind takes.
 
     Args:
-        path: The record's file (default: the path rule's: ``PYNUMABIND_ADVICE``,
-            else the per-user file, else the system-wide one, the first that
-            exists).
+        path: A record's file, or a directory of records (default: the path
+            rule's: ``PYNUMABIND_ADVICE``, else the per-user directory, else
+            the system-wide one).  In a directory, the record of this
+            machine's type.
         check_machine: Refuse a record of another machine, or of this one
-            before it changed (pass ``False`` to read another machine's).
+            before it changed (pass ``False``, with a record's file, to read
+            another machine's).
         environ: Where ``PYNUMABIND_ADVICE``, ``XDG_CACHE_HOME`` and ``HOME``
             come from (default ``os.environ``).
 
@@ -136,10 +312,19 @@ def load_advice(
     Raises:
         AdviceRecordError: no record, one that cannot be read or is not an
             advice record (naming the file and the key), or, with
-            ``check_machine``, a stale one (listing what differs).
+            ``check_machine``, a stale one (listing what differs);
+            ``check_machine=False`` with a directory (name the file).
     """
-    record = load_record(path, environ=environ)
-    if check_machine:
+    env = os.environ if environ is None else environ
+    places = read_paths(env) if path is None else [path]
+    single_file = len(places) == 1 and not names_directory(places[0])
+    if not check_machine and not single_file:
+        raise AdviceRecordError(
+            f"{' and '.join(places)} hold one record per machine type: name the record's file "
+            "to read another machine's (`pynumabind records` lists them)"
+        )
+    record = load_record(path, environ=env)
+    if check_machine and single_file:
         differences = staleness(record.machine, this_machine())
         if differences:
             raise AdviceRecordError(
@@ -175,23 +360,17 @@ class Advised:
 
 
 def _usable(
-    env: Mapping[str, str], machine: Optional[Machine]
+    env: Mapping[str, str], machine: Optional[Machine], machine_name: str
 ) -> Tuple[Optional[Record], Optional[str]]:
-    """The record, or why there is none to follow (no file, stale, unreadable)."""
+    """The record, or why there is none to follow (none, stale, unreadable)."""
     try:
-        path, looked = find(env)
-        if path is None:
-            return None, f"no advice record ({' or '.join(looked)})"
-        record = load_record(path, environ=env)
-        differences = staleness(record.machine, this_machine() if machine is None else machine)
+        places = read_paths(env)
+        record, problem = _search(
+            places, this_machine() if machine is None else machine, machine_name
+        )
     except PynumabindError as exc:  # AdviceRecordError, or the machine could not be read
         return None, str(exc)
-    if differences:
-        return None, (
-            f"the advice record {path} (saved {record.saved}) is stale, this machine "
-            f"changed or is another one: {'; '.join(differences)}"
-        )
-    return record, None
+    return record, (problem if record is None else None)
 
 
 def _gpu_for(record: Record, gpu: Gpu) -> Optional[GpuAdvice]:
@@ -256,11 +435,15 @@ def resolve_advised(
     environ: Optional[Mapping[str, str]] = None,
     *,
     machine: Optional[Machine] = None,
+    machine_name: Optional[str] = None,
 ) -> Advised:
     """Mode ``advised`` as plain values; any other mode comes back unchanged.
 
-    Reads the record and this machine's fingerprint (``machine``, default
-    :func:`this_machine`); measures nothing.
+    Reads the record and the fingerprint of the machine planned for
+    (``machine``, default :func:`this_machine`); measures nothing.  Planning
+    for another machine, pass its fingerprint (:func:`snapshot_machine`) and
+    ``machine_name``, what the messages call it ("the machine of snapshot
+    x.json"): see the module docstring.
     """
     if options.cpu_mode is not CpuMode.ADVISED:
         return Advised(options, topology)
@@ -270,22 +453,50 @@ def resolve_advised(
             f"mode 'advised' takes the memory policy from the advice record; do not also "
             f"give one ({given})"
         )
+    if options.weights is not None:
+        given = options.from_environment("weights") or options.spelled("weights")
+        raise ConfigError(
+            f"mode 'advised' takes the memory policy and its interleave weights from the advice "
+            f"record; do not also give weights ({given})"
+        )
     env = os.environ if environ is None else environ
-    record, problem = _usable(env, machine)
+    name = THIS_MACHINE if machine_name is None else machine_name
+    record, problem = _usable(env, machine, name)
+    if record is not None:  # every node it moves a GPU to, checked against the machine planned
+        problem = unfollowable(record, topology, partial(_gpu_for, record), _reported_cpu_nodes)
+        if problem is not None:
+            text = f"mode advised: {problem}; the default mode's plan (node) instead"
+            _warn_once(text)
+            return Advised(replace(options, mode=None), topology, (text,), fallback=text)
     if record is None:
+        where = (
+            f"on this machine (as root for every account: {SYSTEM_PATH})"
+            if machine_name is None
+            else f"on {name}"
+        )
         text = (
-            f"mode advised: {problem}; run `{SAVE_COMMAND}` on this machine (as root for "
-            f"every account: {SYSTEM_PATH}); until then, the default mode's plan (node)"
+            f"mode advised: {problem}; run `{SAVE_COMMAND}` {where}; until then, the default "
+            "mode's plan (node)"
         )
         _warn_once(text)
         return Advised(replace(options, mode=None), topology, (text,), fallback=text)
     rec = record.advice.recommendation
+    matched = (
+        ""
+        if machine_name is None
+        else (
+            f" (the record of {name}, matched on its nodes, memory, distances and GPUs; a "
+            "snapshot holds no CPU model or kernel to compare)"
+        )
+    )
     if not rec.bind:
-        why = f"mode advised: not bound, on purpose: {record.quoted()}"
+        why = f"mode advised: not bound, on purpose: {record.quoted()}{matched}"
         # Leave everything alone: a cpus override would contradict mode none.
         unbound = replace(options, mode=CpuMode.NONE, policy=MemoryPolicy.NONE, cpus=None)
         return Advised(unbound, topology, (why,), not_bound=why)
     moved, reasons = _moved(record, topology)
-    first = f"mode advised: {record.quoted()}: mode {rec.mode}, policy {rec.policy}"
+    first = f"mode advised: {record.quoted()}: mode {rec.mode}, policy {rec.policy}{matched}"
+    # Weights, when a record recommends weighted-interleave with them, go in here too
+    # (replace(..., weights=...)): the one seam for advised weights.
     chosen = replace(options, mode=CpuMode(rec.mode), policy=MemoryPolicy(rec.policy))
     return Advised(chosen, moved, (first, *reasons))

@@ -12,13 +12,17 @@ advised`` runs with every CPU and the default policy under a record that
 says "do not bind", on node 0's CPUs with memory preferred there under one
 that says "bind"; the host's record (saved by the host test, a one-node
 machine) is stale here, and a missing one is too: one warning each, naming
-the file and ``pynumabind advise --save``, then the default plan.
+the file and ``pynumabind advise --save``, then the default plan.  A
+directory of records holding the guest's and the host's: the guest follows
+its own and says nothing of the host's; with the host's alone, one warning
+naming the directory and the closest record's differences.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -280,3 +284,25 @@ def test_a_node_short_of_memory_is_skipped_the_others_measured() -> None:
                 assert cell.skipped is None and cell.bandwidth is not None, skipped
     assert memory.buffer_bytes >= floor
     assert "skipped" in str(advice) and memory.cells[0][2].skipped in str(advice)
+
+
+def test_a_directory_of_two_machine_types_the_guest_follows_its_own(tmp_path: Path) -> None:
+    """The guest's record and the host's (one node) side by side, as on a shared file system."""
+    host = os.environ.get(HOST_RECORD_ENV)
+    assert host, f"{HOST_RECORD_ENV} not set: the host test saves the host's record"
+    from pynumabind.advisor.record import record_name, this_machine
+
+    place = tmp_path / "records"
+    place.mkdir()
+    shutil.copy(host, place / "host-machine.json")
+    # Only the host's record: one warning naming the directory, then the default plan.
+    cpus, policies, stderr = _exec_rank0(f"{place}/")
+    _one_warning(stderr, f"no advice record for this machine in {place}/", "1 record")
+    assert (cpus, policies) == ("0-1", "prefer:0"), stderr
+    # The guest's own "do not bind" beside it: followed, the host's ignored without a word.
+    own = _record(place, bind=False)  # an existing directory
+    assert own == str(place / record_name(this_machine()))
+    assert sorted(os.listdir(place)) == sorted(["host-machine.json", os.path.basename(own)])
+    cpus, policies, stderr = _exec_rank0(str(place))
+    assert (cpus, policies) == ("0-3", "default"), stderr
+    assert "WARNING" not in stderr and "host-machine.json" not in stderr, stderr

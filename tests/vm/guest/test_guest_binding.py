@@ -180,6 +180,38 @@ def test_interleave_alternates(topology: Topology, nodes: frozenset[int]) -> Non
 # ------------------------------------------------------------------ migration
 
 
+def test_weighted_interleave_falls_back_to_interleave_with_one_note(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Linux 6.1 has no MPOL_WEIGHTED_INTERLEAVE (6.9): plain interleave over the same nodes."""
+    assert os.uname().release.startswith("6.1.")
+    caplog.set_level("INFO", logger="pynumabind")
+    binding = bind_current_process(
+        0, nprocs=1, mode="none", policy="weighted-interleave", weights={0: 3, 1: 1}, environ={}
+    )
+    try:
+        assert mempolicy() == ("MPOL_INTERLEAVE", [0, 1])
+        assert binding.kernel_policy == "MPOL_INTERLEAVE" and binding.policy_nodes == {0, 1}
+        fallback = (
+            "weighted-interleave on nodes 0-1 needs MPOL_WEIGHTED_INTERLEAVE and this kernel "
+            f"(Linux {os.uname().release}) lacks it (Linux < 6.9); interleaving evenly over "
+            "nodes 0-1 instead, without weights"
+        )
+        assert binding.notes.count(fallback) == 1, binding.notes
+        # The only other note is about this process's other threads, which keep their policy:
+        # pytest's faulthandler_timeout watchdog (tests/vm/test_guest_suite.py) is one.
+        others = [n for n in binding.notes if n != fallback]
+        assert len(os.listdir("/proc/self/task")) > 1 or not others, binding.notes
+        assert all("that already existed keep their memory policy" in n for n in others), others
+        assert binding.kernel_weights is None and binding.weights_mismatch is None
+        assert not [r for r in caplog.records if r.levelname == "WARNING"]
+        check = binding.verify()  # judged as the interleave it is
+        assert check.ok, check
+        assert set(check.page_nodes) == {0, 1}
+    finally:
+        binding.restore()
+
+
 def test_migrate_moves_pages_from_node0_to_node1(topology: Topology) -> None:
     first = apply_plan(plan(topology, 0, nodes="0", policy="bind"), on_error="raise")
     try:

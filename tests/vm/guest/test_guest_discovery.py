@@ -4,9 +4,19 @@ Runs inside the guest booted with ``harness.STANDARD_TOPOLOGY`` (node0 CPUs 0-1,
 2-3, node2 memory only; distances 0-1=21, 0-2=40, 1-2=30; bochs-displays on node 1 at
 0000:21:00.0 and on node 2 at 0000:41:00.0).  Expected values come from the harness's
 ``GuestTopology`` (what QEMU was told), never from the library.
+
+``pynumabind report --json --no-advise`` runs here too, as a user would run it on a
+multi-node machine: its machine section, its check run (one worker per node with CPUs) and
+its cross-checks must agree with the booted guest (advise has its own module).
 """
 
 from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -27,6 +37,7 @@ from ._guestlib import (
     PCI_ADDRESS_NODE2,
     PCI_CLASS,
     PCI_VENDOR,
+    REPO_ROOT,
     fresh_page_nodes,
     mempolicy,
     task_affinities,
@@ -172,3 +183,49 @@ def test_plan_for_pci_device_on_memory_only_node(pristine: None) -> None:
         assert binding.verify().ok
     finally:
         binding.restore()
+
+
+def test_report_in_the_guest(guest_topology: GuestTopology, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
+    # The host's root file system is shared: name a record path of this test's own, so that
+    # a record the host saved is not compared with the guest.
+    env["PYNUMABIND_ADVICE"] = str(tmp_path / "no-record.json")
+    done = subprocess.run(
+        [sys.executable, "-m", "pynumabind", "report", "--json", "--no-advise"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO_ROOT,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    document = json.loads(done.stdout)
+    sections = document["sections"]
+    status = {name: s["status"] for name, s in sections.items()}
+    assert status == {**{name: "ok" for name in status}, "advise": "skipped"}
+    topology = Topology.from_dict(sections["machine"]["data"]["topology"])
+    booted = guest_topology.nodes
+    cpu_nodes = [i for i, n in enumerate(booted) if n.cpu_ids]
+    assert sorted(topology.nodes) == list(range(len(booted)))
+    assert sorted(topology.cpu_nodes) == cpu_nodes
+    assert {i: frozenset(topology.nodes[i].cpus) for i in cpu_nodes} == {
+        i: frozenset(booted[i].cpu_ids) for i in cpu_nodes
+    }
+    everything = frozenset(c for n in booted for c in n.cpu_ids)
+    assert topology.allowed_cpus == everything
+    # One worker per node with CPUs, each bound to its node's CPUs, pages on its node.
+    workers = sections["check"]["data"]["workers"]
+    assert [(w["rank"], w["ok"]) for w in workers] == [(r, True) for r in range(len(cpu_nodes))]
+    verdicts = {(c["name"], c["subject"]): c["verdict"] for c in document["cross_checks"]}
+    assert verdicts[("check-run", "machine")] == "agree"
+    assert [verdicts[("plan-within-limits", f"rank {r}")] for r in range(len(cpu_nodes))] == [
+        "agree"
+    ] * len(cpu_nodes)
+    assert "disagree" not in verdicts.values()
+    kernel = sections["kernel"]["data"]
+    balancing = Path("/proc/sys/kernel/numa_balancing").read_text().strip()
+    assert kernel["numa_balancing"].endswith(f"({balancing})")
+    assert kernel["release"] == os.uname().release
+    sys.stdout.write(done.stdout[:2000])

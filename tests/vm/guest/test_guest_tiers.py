@@ -1,23 +1,36 @@
-"""Memory tiers, HMAT access attributes and weighted-interleave weights as a 6.12 guest shows them.
+"""Memory tiers, HMAT access attributes and weighted interleave as a 6.12 guest shows them.
 
 Runs inside the guest booted with ``harness.HMAT_TOPOLOGY`` on kernel 6.12 (the
 ``6.12-hmat`` session of ``tests/vm/test_guest_suite.py``): node 0 (CPUs 0-1) and node 1
 (CPUs 2-3) with 20480 MiB/s and 100 ns to their own CPUs, node 2 memory only with a quarter
 of that bandwidth at three times the latency from its nearest initiator, node 1.  The
 expectations are derived from the topology the host booted (``guest_topology``), so they say
-what the kernel made of the firmware's figures; no pynumabind code is involved.
+what the kernel made of the firmware's figures; no pynumabind code is involved in those.
+
+The last part is pynumabind's weighted interleave on this kernel, which has
+``MPOL_WEIGHTED_INTERLEAVE``: a buffer placed by exact weights (runs), a worker started by
+``pynumabind exec`` allocating by the kernel's system-wide weights, a worker whose requested
+weights differ from the kernel's saying so once, the kernel's weights written on request, and
+``verify()`` judging the split.  Every test that changes the kernel's weights puts them back.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, Iterator, List, Tuple
 
 import pytest
 
 from ..harness import GuestBoot, GuestTopology, HmatLink, format_cpulist
+from ._guestlib import (
+    check_weights_3_to_1_on_64_mib,
+    exec_split,
+    kernel_weights,
+    set_kernel_weights,
+)
 
 NODE_SYSFS = Path("/sys/devices/system/node")
 TIERS_SYSFS = Path("/sys/devices/virtual/memory_tiering")
@@ -137,3 +150,89 @@ def test_weighted_interleave_weights_can_be_set_by_root() -> None:
     finally:
         path.write_text(before)
     assert read(path) == before
+
+
+# --------------------------------------------------- pynumabind's weighted interleave
+
+
+@pytest.fixture
+def weights_put_back() -> Iterator[Dict[int, int]]:
+    """The kernel's weights as they were (this kernel has no ``auto`` switch); put back after."""
+    before = kernel_weights()
+    try:
+        yield before
+    finally:
+        set_kernel_weights(before)
+    assert kernel_weights() == before
+
+
+def share(counts: Dict[int, int], node: int) -> float:
+    return counts.get(node, 0) / sum(counts.values())
+
+
+def test_bind_memory_by_weights_3_to_1_leaves_three_quarters_on_node_0() -> None:
+    check_weights_3_to_1_on_64_mib()
+
+
+def test_a_worker_allocates_by_the_kernels_weights(weights_put_back: Dict[int, int]) -> None:
+    set_kernel_weights({0: 3, 2: 1})
+    child, stderr = exec_split("--policy", "weighted-interleave", "--interleave-nodes", "0,2")
+    assert child["policy"] == ["MPOL_WEIGHTED_INTERLEAVE", [0, 2]]
+    assert set(child["counts"]) == {0, 2}, child
+    assert 0.70 <= share(child["counts"], 0) <= 0.80, child
+    assert "WARNING" not in stderr, stderr
+
+
+def test_a_worker_whose_weights_differ_from_the_kernels_says_so_once(
+    weights_put_back: Dict[int, int],
+) -> None:
+    set_kernel_weights({0: 3, 2: 1})
+    child, stderr = exec_split("--policy", "weighted-interleave", "--weights", "0:1,2:1")
+    said = "requested weights 0:1,2:1, but the kernel's system-wide weights for these nodes are"
+    assert stderr.count(said) == 1, stderr
+    assert [line for line in stderr.splitlines() if "WARNING" in line] == [
+        line for line in stderr.splitlines() if said in line
+    ]
+    # What the worker allocates follows the kernel's weights, as the warning says.
+    assert 0.70 <= share(child["counts"], 0) <= 0.80, child
+
+
+def test_set_system_weights_writes_them_and_the_worker_follows(
+    weights_put_back: Dict[int, int],
+) -> None:
+    set_kernel_weights({0: 1, 1: 1, 2: 1})
+    child, stderr = exec_split(
+        "--policy", "weighted-interleave", "--weights", "0:3,2:1", "--set-system-weights", "--json"
+    )
+    assert kernel_weights() == {0: 3, 1: 1, 2: 1}  # node 1 untouched
+    report = json.loads(stderr.strip().splitlines()[-1])
+    assert report["system_weights_before"] == {"0": 1, "2": 1}
+    assert report["kernel_weights"] == {"0": 3, "2": 1} and report["weights_mismatch"] is None
+    assert any("restore() leaves them as set" in note for note in report["notes"])
+    assert 0.70 <= share(child["counts"], 0) <= 0.80, child
+
+
+def test_verify_judges_the_split_against_the_requested_weights(
+    weights_put_back: Dict[int, int],
+) -> None:
+    from pynumabind import bind_current_process
+
+    set_kernel_weights({0: 3, 2: 1})
+    kw = {"mode": "none", "policy": "weighted-interleave", "environ": {}}
+    binding = bind_current_process(0, nprocs=1, weights={0: 3, 2: 1}, **kw)
+    try:
+        check = binding.verify()
+        assert check.ok, check
+        assert binding.kernel_weights == {0: 3, 2: 1} and binding.weights_mismatch is None
+        placed = [n for n in check.page_nodes]
+        assert len(placed) >= 80 and 0.70 <= placed.count(0) / len(placed) <= 0.80
+    finally:
+        binding.restore()
+    binding = bind_current_process(0, nprocs=1, weights={0: 1, 2: 1}, **kw)
+    try:
+        check = binding.verify()
+        assert binding.weights_mismatch is not None
+        assert not check.ok and any("its weight 1 of 2 asks for 50.0%" in p for p in check.problems)
+        assert any("the kernel's, which the policy follows, are 0:3,2:1" in n for n in check.notes)
+    finally:
+        binding.restore()

@@ -32,7 +32,10 @@ Knobs (keyword arguments):
   there, the library is older);
 * ``mig``: ``{mig_uuid: parent_gpu_uuid}`` MIG devices known to the driver;
 * ``bytes_strings``: return ``bytes`` for names, UUIDs and bus ids, as
-  nvidia-ml-py releases before 11.515 did.
+  nvidia-ml-py releases before 11.515 did;
+* ``versions``: what the ``nvmlSystemGet*Version`` calls answer (keys
+  ``driver``, ``nvml``, ``cuda``: the driver's CUDA version as NVML's
+  integer, ``12040`` for 12.4); the defaults say ``fake``.
 
 A description GPU whose ``nvml`` has ``"no_permission": true`` is counted
 by ``nvmlDeviceGetCount`` but its handle is refused with
@@ -51,6 +54,9 @@ import pynvml as _real
 from pynumabind.cpulist import parse_cpulist
 
 _CONSTANTS = ("NVML_AFFINITY_SCOPE_NODE", "NVML_AFFINITY_SCOPE_SOCKET")
+
+#: What the fake's version calls answer unless told otherwise.
+FAKE_VERSIONS: Dict[str, Any] = {"driver": "999.0.fake", "nvml": "12.999.0.fake", "cuda": 12040}
 
 
 def _parameters(function: Callable[..., Any]) -> List[str]:
@@ -113,6 +119,7 @@ class FakeNvml:
         driver_lacks: Sequence[str] = (),
         mig: Optional[Dict[str, str]] = None,
         bytes_strings: bool = False,
+        versions: Optional[Dict[str, Any]] = None,
     ) -> None:
         gpus = [g for g in desc.get("gpus", []) if g["vendor"] == "0x10de"]
         self.gpus = [gpus[i] for i in order] if order is not None else gpus
@@ -122,6 +129,7 @@ class FakeNvml:
             self.driver_lacks.add("nvmlDeviceGetCpuAffinityWithinScope")
         self.mig = dict(mig or {})
         self.bytes_strings = bytes_strings
+        self.versions = {**FAKE_VERSIONS, **(versions or {})}
         self.init_count = 0
         self.shutdown_count = 0
         self.calls: List[str] = []
@@ -157,7 +165,11 @@ class FakeNvml:
             if name.startswith(("NVMLError", "NVML_ERROR_")) or name in _CONSTANTS:
                 setattr(module, name, getattr(_real, name))
 
-        for function in (*_session_functions(fake), *_device_functions(fake)):
+        for function in (
+            *_session_functions(fake),
+            *_system_functions(fake),
+            *_device_functions(fake),
+        ):
             name = function.__name__
             if offered(name, function):
                 setattr(module, name, function)
@@ -223,6 +235,33 @@ def _session_functions(fake: FakeNvml) -> List[Callable[..., Any]]:
         nvmlDeviceGetHandleByIndex,
         nvmlDeviceGetHandleByUUID,
         nvmlDeviceGetDeviceHandleFromMigDeviceHandle,
+    ]
+
+
+def _system_functions(fake: FakeNvml) -> List[Callable[..., Any]]:
+    """The fake's version queries (``FakeNvml.versions``), bound to ``fake``."""
+
+    def nvmlSystemGetDriverVersion() -> str:
+        fake._check("nvmlSystemGetDriverVersion")
+        return str(fake.versions["driver"])
+
+    def nvmlSystemGetNVMLVersion() -> str:
+        fake._check("nvmlSystemGetNVMLVersion")
+        return str(fake.versions["nvml"])
+
+    def nvmlSystemGetCudaDriverVersion_v2() -> int:
+        fake._check("nvmlSystemGetCudaDriverVersion_v2")
+        return int(fake.versions["cuda"])
+
+    def nvmlSystemGetCudaDriverVersion() -> int:
+        fake._check("nvmlSystemGetCudaDriverVersion")
+        return int(fake.versions["cuda"])
+
+    return [
+        nvmlSystemGetDriverVersion,
+        nvmlSystemGetNVMLVersion,
+        nvmlSystemGetCudaDriverVersion_v2,
+        nvmlSystemGetCudaDriverVersion,
     ]
 
 

@@ -28,8 +28,9 @@ without the machine is checked here, once, when the object is made
 * ``weights`` a mapping of node id to weight (``{0: 3, 2: 1}``) or its text
   (``"0:3,2:1"``), read by :func:`pynumabind._weights.check_weights` (weights
   1 to 255; a bad text or mapping is a ConfigError naming the setting, the
-  text's with the token and its position), kept as a dict ascending by node.
-  Weights name the nodes of ``weighted-interleave``: that they need that
+  text's with the token and its position), kept as a dict ascending by node
+  (that module is imported only when weights are given: a bind without them
+  never loads it).  Weights name the nodes of ``weighted-interleave``: that they need that
   policy, that their nodes exist, have memory and are allowed, and that
   ``interleave_nodes`` (if given) names the same nodes is checked once the
   environment is merged (``PYNUMABIND_WEIGHTS``, ``--weights``).  Mode
@@ -99,7 +100,6 @@ from typing import (
 
 from ._record import FACTORY, field, field_names, record
 from ._text import shown
-from ._weights import check_weights
 from .errors import ConfigError, ListParseError, PynumabindError
 from .model import CpuMode, MemoryPolicy
 
@@ -243,6 +243,8 @@ def _weights(value: object, what: str) -> Optional[Mapping[int, int]]:
     """Weights checked (see :mod:`pynumabind._weights`); a bad text names the setting."""
     if value is None:
         return None
+    from ._weights import check_weights  # only where weights are given
+
     try:
         return check_weights(value, what)  # type: ignore[arg-type]
     except ListParseError as exc:  # the text: say which setting it was

@@ -23,9 +23,13 @@ from ..support import child_cold
 from ..support.childproc import run_in_child
 
 #: Modules of the package a bind in a plain mode never runs: other commands
-#: (the CLI, advise, the integrations), the advice record (mode ``advised``
-#: only), buffer placement and ``memory_on``, verification (``Binding.verify``
-#: loads it), NVML and KFD (no GPU here), and the OS readers only advise uses.
+#: (the CLI, advise, report, the integrations), the advice record (mode
+#: ``advised`` only), buffer placement and ``memory_on``, verification
+#: (``Binding.verify`` loads it), NVML and KFD (no GPU here), the OS readers
+#: only advise and report use, weighted interleave's values and the kernel's
+#: weights (a weighted policy, or ``weights`` given, only), the page census's
+#: reader (``pynumabind check`` and advise), and discovery's trace (a logger
+#: enabled for INFO only: ``pynumabind show -v``).
 PACKAGE_NOT_NEEDED = (
     "pynumabind.cli",
     "pynumabind.advisor",
@@ -43,6 +47,12 @@ PACKAGE_NOT_NEEDED = (
     "pynumabind._os.cpuinfo",
     "pynumabind._os.caches",
     "pynumabind._os.hmat",
+    "pynumabind._os.kernel",
+    "pynumabind._os.nvidia_smi",
+    "pynumabind._os.pages",
+    "pynumabind._os.weights",
+    "pynumabind._weights",
+    "pynumabind.discovery._trace",
 )
 
 #: Standard-library modules a bind has no use for: JSON (snapshots, records),

@@ -59,9 +59,7 @@ own reader: ``/proc/meminfo`` :mod:`.meminfo`, ``/proc/cpuinfo``
 from __future__ import annotations
 
 import errno
-import mmap
 import os
-from array import array
 from typing import AbstractSet, Dict, List, Optional, Sequence, Tuple
 
 from .._record import record
@@ -473,6 +471,11 @@ def thread_start_time(tid: int) -> Optional[int]:
 # ----------------------------------------------------------------- pages
 
 
+def _page_size() -> int:
+    """The base page size (``mmap.PAGESIZE``, without loading ``mmap`` into every bind)."""
+    return os.sysconf("SC_PAGE_SIZE")
+
+
 def pagemap(addresses: Sequence[int]) -> List[int]:
     """The 64-bit ``/proc/self/pagemap`` entry of the page holding each address.
 
@@ -482,7 +485,7 @@ def pagemap(addresses: Sequence[int]) -> List[int]:
     nothing in.  Runs of consecutive pages are read with one ``pread`` each.
     A failure is a :class:`~pynumabind.errors.ProcessStateError`.
     """
-    page = mmap.PAGESIZE
+    page = _page_size()
     wanted = sorted({address // page for address in addresses})
     found: Dict[int, int] = {}
     try:
@@ -496,9 +499,8 @@ def pagemap(addresses: Sequence[int]) -> List[int]:
                 raise ProcessStateError(
                     f"short read of {PAGEMAP}: {len(data)} of {8 * count} bytes", path=PAGEMAP
                 )
-            entries = array("Q")
-            entries.frombytes(data)
-            found.update(zip(range(first, first + count), entries))
+            entries = memoryview(data).cast("Q")  # native 64-bit words, as the kernel writes
+            found.update(zip(range(first, first + count), entries.tolist()))
     except OSError as exc:
         raise _failed(PAGEMAP, exc, "where this process's pages are") from exc
     finally:
@@ -572,7 +574,7 @@ def _numa_counts(text: str, starts: List[int]) -> Optional[Dict[int, int]]:
         for field in fields:
             size = field[len("kernelpagesize_kB=") :]
             if field.startswith("kernelpagesize_kB=") and size.isascii() and size.isdigit():
-                scale = max(1, int(size) * 1024 // mmap.PAGESIZE)
+                scale = max(1, int(size) * 1024 // _page_size())
         for field in fields:
             name, _, value = field.partition("=")
             if name[:1] == "N" and name[1:].isdigit() and value.isdigit():

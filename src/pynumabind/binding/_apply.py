@@ -44,7 +44,6 @@ from .._os import threads as _threads
 from .._record import record as _record
 from .._record import replace
 from .._text import format_ids, named
-from .._weights import format_weights, kernel_difference
 from ..errors import (
     BindError,
     LibnumaUnavailableError,
@@ -541,6 +540,7 @@ def _weighted(
     split pages otherwise, unless ``set_system_weights`` is to write them.
     """
     from .._os import weights as _system
+    from .._weights import format_weights, kernel_difference
 
     nodes = request.nodes
     try:
@@ -585,6 +585,7 @@ def write_system_weights(
     (:func:`pynumabind._os.weights.write_weights`).
     """
     from .._os import weights as _system
+    from .._weights import format_weights
 
     wanted = request.write_weights
     assert wanted is not None

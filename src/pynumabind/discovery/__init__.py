@@ -82,6 +82,9 @@ re-exported here, its public home: the GPUs a process sees, applied to any
 topology (``pynumabind.apply_visibility`` is this one).  A machine without
 GPUs has none to hide or renumber, so discovery there does not load
 :mod:`._visible` (its first lookup here does, holding the fork lock).
+What discovery tried is logged by :mod:`._trace` (``pynumabind show -v``),
+which is loaded only once the ``pynumabind.discovery`` logger is enabled for
+INFO: below it, no call logs anything.
 
 :func:`ray_gpus` answers which GPUs a process *was given* when that is not
 what it sees: inside a Ray task or actor (``ray`` already imported and
@@ -103,10 +106,10 @@ from .._record import replace as _replace
 from .._text import format_ids
 from ..errors import SnapshotFileError, TopologyError
 from ..model import CpuMode, Detail, Gpu, Topology
-from . import _trace
 
 if TYPE_CHECKING:  # pragma: no cover
     from .._os.nvml import NvmlDevice, NvmlReport
+    from . import _trace
     from ._visible import apply_visibility
 
 log = logging.getLogger("pynumabind.discovery")
@@ -136,7 +139,33 @@ _MODE_DETAIL: Mapping[CpuMode, Detail] = {
 }
 
 
-if not TYPE_CHECKING:  # type checkers see the import above, and no catch-all
+class _LazyTrace:
+    """:mod:`._trace`'s functions, its module loaded only once discovery logs at INFO.
+
+    Each of them logs nothing below INFO, so below it a call here does
+    nothing, and a bind (which logs at WARNING by default) never loads the
+    module.  The first call at INFO imports it holding the fork lock; the
+    import makes the package's ``_trace`` the module itself (the import system
+    sets it on its parent), whose functions check the level again.
+    """
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        if not log.isEnabledFor(logging.INFO):
+            return _no_trace
+        with _forksafe.lock():  # not "from . import _trace": that finds this object
+            from ._trace import machine, nvml, pci, visibility
+
+        return {"machine": machine, "nvml": nvml, "pci": pci, "visibility": visibility}[name]
+
+
+def _no_trace(*args: object, **kwargs: object) -> None:
+    """A :mod:`._trace` function below INFO: nothing to log."""
+
+
+if not TYPE_CHECKING:  # type checkers see the imports above, and no catch-all
+    _trace = _LazyTrace()
 
     def __getattr__(name: str) -> Any:
         """:func:`apply_visibility`, imported on first lookup (holding the fork lock)."""

@@ -18,8 +18,8 @@ from pynumabind.cli import COMMANDS, EXAMPLES, build_parser
 
 from ..support.cli_helpers import assert_one_line_error, run
 
-#: Every command but advise takes the machine options (advise measures this machine only).
-MACHINE_COMMANDS = [c for c in COMMANDS if c != "advise"]
+#: Every command but advise and report takes the machine options (both are of this machine only).
+MACHINE_COMMANDS = [c for c in COMMANDS if c not in ("advise", "report")]
 
 
 def _tail(command: str) -> List[str]:

@@ -14,6 +14,7 @@ the machine is a two-node snapshot over this machine's CPUs 0 and 1
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -136,7 +137,106 @@ def test_ray_is_never_imported_by_pynumabind() -> None:
         """
         import sys
         from pynumabind.discovery import detect_topology, ray_gpus
+        import pynumabind.integrations.ray  # advise_nodes imports Ray when called, not before
         print("ANSWER", ray_gpus(detect_topology()), "ray" in sys.modules)
         """
     )
     assert "ANSWER None False" in result.stdout, result.stderr[-2000:]
+
+
+# --- advise_nodes: one advice record per machine type, measured on every Ray node
+
+
+@pytest.fixture(scope="module")
+def two_node_ray() -> Iterator:
+    """A real Ray cluster of two nodes on this machine, and the driver connected to it.
+
+    Two raylets (``ray.cluster_utils.Cluster``: what ``ray start --head`` and
+    ``ray start --address`` start, each its own node id, object store and
+    worker processes), one CPU each, no dashboard, small object stores.  Both
+    run on this machine, so both are of its machine type.  Started once for
+    the module's tests that use it (about 10 s here), after the tests above.
+    """
+    require_two_cpus()
+    import ray
+    from ray.cluster_utils import Cluster
+
+    temp = Path(tempfile.mkdtemp(prefix="pnb-ray-"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RAY_TMPDIR", str(temp))
+        patch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+        patch.setenv("RAY_AUTH_MODE", "disabled")
+        for name in [k for k in os.environ if k.startswith("PYNUMABIND_")]:
+            patch.delenv(name)
+        node = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024, "include_dashboard": False}
+        cluster = Cluster(initialize_head=True, head_node_args=node)
+        try:
+            cluster.add_node(**node)
+            cluster.wait_for_nodes()
+            ray.init(address=cluster.address, log_to_driver=False)
+            yield ray
+        finally:
+            ray.shutdown()
+            cluster.shutdown()
+            shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_advise_nodes_saves_each_nodes_record_into_the_directory(two_node_ray, tmp_path) -> None:
+    import time
+
+    from pynumabind.integrations.ray import advise_nodes
+    from pynumabind.records._host import this_machine
+    from pynumabind.records._machine import record_name
+
+    ray = two_node_ray
+    alive = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
+    assert len(alive) == 2
+    records = tmp_path / "records"
+    began = time.monotonic()
+    saved = advise_nodes(
+        f"{records}/", quick=True, copies=False, buffer_bytes=4 << 20, repeats=1, timeout=240
+    )
+    print(f"\nadvise_nodes on 2 nodes took {time.monotonic() - began:.1f} s")
+
+    # One result per alive node, each measured on its own node in its own worker process.
+    assert sorted(r.node_id for r in saved) == alive, saved
+    assert all(r.ok for r in saved), saved
+    assert len({r.pid for r in saved}) == 2, saved
+    assert os.getpid() not in {r.pid for r in saved}
+    # Both nodes are this machine's type: the directory holds one record, written twice.
+    expected = records / record_name(this_machine())
+    assert sorted(records.iterdir()) == [expected]
+    assert {r.path for r in saved} == {str(expected)}
+    assert (records.stat().st_mode & 0o777, expected.stat().st_mode & 0o777) == (0o755, 0o644)
+    document = json.loads(expected.read_text())
+    assert {r.verdict for r in saved} == {document["recommendation"]["verdict"]}
+
+
+def test_advise_nodes_reports_each_nodes_failure_and_raises_when_all_failed(
+    two_node_ray, tmp_path
+) -> None:
+    """A place no node can write (a file is in the way): each node refuses before measuring."""
+    from pynumabind.errors import PynumabindError
+    from pynumabind.integrations.ray import advise_nodes
+
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file\n")
+    with pytest.raises(PynumabindError) as caught:
+        advise_nodes(f"{blocker}/records/", quick=True, copies=False, timeout=120)
+    message = str(caught.value)
+    assert message.startswith(f"advise_nodes: no node saved a record into {blocker}/records/: ")
+    alive = [n["NodeID"] for n in two_node_ray.nodes() if n["Alive"]]
+    for node_id in alive:  # each node named, with its own error
+        assert f"node {node_id} (" in message
+    assert message.count("AdviceRecordError: ") == 2, message
+    assert blocker.read_text() == "a file\n"
+
+
+def test_advise_nodes_wants_a_directory(tmp_path) -> None:
+    """Refused before Ray is asked anything: a record file would keep one machine type."""
+    from pynumabind.errors import ConfigError
+    from pynumabind.integrations.ray import advise_nodes
+
+    with pytest.raises(ConfigError, match="name a directory of records"):
+        advise_nodes(str(tmp_path / "advice.json"), quick=True)
+    assert list(tmp_path.iterdir()) == []

@@ -20,14 +20,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import pytest
+
+from pynumabind._text import format_ids
 
 from ..support.recipes import Observed, observe, recipe
 from . import slurm_cluster
@@ -90,25 +93,38 @@ def _srun_command(script: Path, out: Path, *, cpu_bind_none: bool = True) -> Lis
 Report = Dict[str, Any]
 
 
+def _clean_env(extra_env: Dict[str, str]) -> Dict[str, str]:
+    """This environment without launcher or pynumabind settings, plus ``extra_env``."""
+    launchers = ("PYNUMABIND_", "LOCAL_", "OMPI_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(launchers)}
+    env.update(extra_env)
+    return env
+
+
 def _srun(
     cluster: slurm_cluster.Cluster,
     tmp_path: Path,
     extra_env: Dict[str, str],
     *,
     cpu_bind_none: bool = True,
+    command: Optional[Callable[[Path, Path], List[str]]] = None,
 ) -> Tuple[List[Tuple[Report, Observed]], subprocess.CompletedProcess[str]]:
-    """Run the recipe under srun; each task's report and what /proc says about it."""
+    """Run the recipe under srun; each task's report and what /proc says about it.
+
+    ``command(script, out)`` is the srun line (default: the Slurm recipe's).
+    """
     script = tmp_path / "train.py"
     script.write_text(recipe("slurm-worker") + ANNOUNCE)
     out = tmp_path / "out"
     out.mkdir()
-    launchers = ("PYNUMABIND_", "LOCAL_", "OMPI_")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(launchers)}
-    env.update(extra_env)
+    if command is None:
+        words = _srun_command(script, out, cpu_bind_none=cpu_bind_none)
+    else:
+        words = command(script, out)
     srun = subprocess.Popen(
-        _srun_command(script, out, cpu_bind_none=cpu_bind_none),
+        words,
         cwd=tmp_path,
-        env=cluster.env(env),
+        env=cluster.env(_clean_env(extra_env)),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -201,3 +217,124 @@ def test_no_root_setup_starts_and_installs_nothing(
     assert message.startswith("PYNUMABIND_TESTS_NO_ROOT_SETUP=1: not installing"), message
     assert "slurmctld" in message and "munged" in message and "unset it" in message
     assert list(tmp_path.iterdir()) == []
+
+
+# --- the fleet recipe: measure every machine type into a shared directory, then follow it
+
+SHARED = "/shared/pynumabind/"
+"""The shared directory the fleet recipes name; the test puts its own in its place."""
+
+
+def _pynumabind_command() -> List[str]:
+    """The ``pynumabind`` console script of this interpreter (``python -m`` when it has none)."""
+    script = Path(sys.executable).parent / "pynumabind"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "pynumabind"]
+
+
+def _fleet_words(code: str, records: Path, expected: List[str]) -> List[str]:
+    """A fleet recipe's one line, checked word for word, with the test's directory."""
+    words = shlex.split(code.strip())
+    assert words == expected, f"the fleet recipe changed: update this test ({words})"
+    shared = f"{records}{os.sep}"
+    return [w.replace(SHARED, shared) for w in words]
+
+
+def test_srun_fleet_recipe_saves_one_record_per_type_and_a_later_step_follows_it(
+    cluster: slurm_cluster.Cluster, tmp_path: Path
+) -> None:
+    """The two fleet recipes, one after the other, as two job steps.
+
+    The advise step runs the recipe's line (one node, this machine's
+    ``pynumabind``);
+    then the worker step runs the second recipe with 2 tasks, the Slurm
+    recipe's worker as ``train.py``: each task must follow the record the
+    first step wrote, with no warning, and be bound (or left alone) as the
+    record says, read from /proc.
+    """
+    records = tmp_path / "records"  # missing: the recipe's trailing / makes it a directory
+    advise = _fleet_words(
+        recipe("slurm-advise", "sh"),
+        records,
+        ["salloc", "--nodes=4", "--exclusive", "srun", "--ntasks-per-node=1", "--whole",
+         "--cpu-bind=none", "pynumabind", "advise", "--quick", "--save", SHARED],
+    )  # fmt: skip
+    advise[advise.index("--nodes=4")] = "--nodes=1"  # the one node there is
+    at = advise.index("pynumabind")
+    advise[at : at + 1] = _pynumabind_command()
+    began = time.monotonic()
+    step = subprocess.run(
+        advise,
+        cwd=tmp_path,
+        env=cluster.env(_clean_env({})),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    print(f"\nadvise step (srun, --quick) took {time.monotonic() - began:.1f} s")
+    assert step.returncode == 0, f"{step.stderr[-3000:]}\n{cluster.logs()}"
+    # The report is printed (stdout), and it is the record saved.
+    saved = sorted(records.iterdir())
+    assert len(saved) == 1, saved  # one machine type, one record
+    record = saved[0]
+    from pynumabind.records._host import this_machine
+    from pynumabind.records._machine import record_name
+
+    assert record.name == record_name(this_machine())
+    assert (records.stat().st_mode & 0o777, record.stat().st_mode & 0o777) == (0o755, 0o644)
+    assert f"saved the advice record to {record}" in step.stderr
+    verdict = json.loads(record.read_text())["recommendation"]["verdict"]
+    assert verdict in step.stdout, step.stdout
+    # Both CPUs of the node measured (a step of one task gets one CPU unless told otherwise).
+    threads = sum(int(n) for n in re.findall(r"CPU node \d+ \((\d+) threads\)", step.stderr))
+    assert threads >= 2, step.stderr
+
+    def worker_step(script: Path, out: Path) -> List[str]:
+        words = _fleet_words(
+            recipe("slurm-advised", "sh"),
+            records,
+            ["srun", "--cpu-bind=none", "env", "PYNUMABIND_MODE=advised",
+             f"PYNUMABIND_ADVICE={SHARED}", "python", "train.py"],
+        )  # fmt: skip
+        words[1:1] = ["--ntasks-per-node=2"]
+        words[-2:] = [sys.executable, str(script), str(out)]
+        return words
+
+    tasks, srun = _srun(cluster, tmp_path, {}, command=worker_step)
+    assert srun.returncode == 0, f"{srun.stderr}\n{cluster.logs()}"
+    assert len(tasks) == 2, srun.stderr
+    assert "pynumabind" not in srun.stderr, srun.stderr  # no warning, from any task
+    for report, seen in tasks:
+        plan = report["plan"]
+        assert plan["warnings"] == [], plan
+        first = plan["reasons"][0]
+        assert first.startswith("mode advised: "), first
+        assert f"the advice record {record} " in first, first  # followed, and named
+        if "not bound, on purpose" in first:  # one memory node: nothing to gain
+            assert (plan["mode"], plan["policy"]) == ("none", "none")
+            assert seen.cpus == format_ids(os.sched_getaffinity(0)), seen
+            assert seen.policy == "default", seen
+        else:  # a record that says bind: its plan, as the kernel shows it
+            assert seen.cpus == plan["cpus"], (plan, seen)
+            assert seen.thread_cpus == (seen.cpus,), seen
+    _wait_until_no_job(cluster)
+
+
+def _wait_until_no_job(cluster: slurm_cluster.Cluster) -> None:
+    """Let both jobs finish completing (at most 30 s), so stopping the cluster need not wait.
+
+    Measured here: without this, stopping the cluster after this test took
+    20 s (a daemon's whole stop timeout) in 2 runs of 3; with it, in none of 3.
+    """
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        squeue = subprocess.run(
+            ["squeue", "-h", "-o", "%i"],
+            env=cluster.env(dict(os.environ)),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if squeue.returncode == 0 and not squeue.stdout.strip():
+            return
+        time.sleep(0.1)

@@ -727,8 +727,12 @@ def _planned_machine(args: argparse.Namespace) -> Tuple[Any, Optional[str]]:
     one to follow (its snapshot's fingerprint, every GPU it lists; see
     :mod:`pynumabind.records.store`); otherwise (None, None): this machine,
     as a worker here reads it (``PYNUMABIND_TOPOLOGY`` binds here).
+    ``--allowed-cpus`` and ``--allowed-mems`` are checked, as every command
+    checks them, but change no fingerprint: a record is of the machine.
     """
     if args.topology is None and args.sysfs_root is None:
+        if args.allowed_cpus is not None or args.allowed_mems is not None:
+            machine_topology(args)  # checked as every command checks them (a usage error)
         return None, None
     from ..records.store import snapshot_machine
 

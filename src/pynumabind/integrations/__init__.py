@@ -71,6 +71,10 @@ Rules
   imports it), a process without a rank is bound to the GPUs
   ``ray.get_gpu_ids()`` names; none is the ConfigError of a process with
   nothing to bind to.
+* **Measuring a Ray cluster**: :func:`pynumabind.integrations.ray.advise_nodes`
+  runs advise once on every alive Ray node and saves each node's record into
+  one directory of records; :mod:`pynumabind.integrations.ray` imports Ray
+  only when called, as above.
 * **Binding lines** name each GPU by visible index, physical (NVML) index,
   UUID and bus id (:func:`describe_gpus`).
 * **Every mode in framework workers.**  The exclusive modes slice a node

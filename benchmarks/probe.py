@@ -9,7 +9,8 @@ Prints one JSON object on stdout.
 
 * ``import``: ``import pynumabind`` once;
 * ``warm RANK REPS EXTRA_THREADS``: ``apply_plan`` again and again vs the raw syscalls;
-* ``rebind RANK REPS``: ``bind_current_process`` after the first, vs the raw syscalls;
+* ``rebind RANK REPS [EXTRA_THREADS]``: ``bind_current_process`` after the first, vs the
+  raw syscalls, with ``EXTRA_THREADS`` idle threads alive beside the main one;
 * ``sysfs ROOT REPS``: discovery of a sysfs tree, files only;
 * ``scaling ROOT REPS NPROCS MODE...``: discovery + plan of a sysfs tree, per CPU mode.
 
@@ -208,17 +209,19 @@ def probe_warm(rank: int, reps: int, extra_threads: int) -> Dict[str, Any]:
     return out
 
 
-def probe_rebind(rank: int, reps: int) -> Dict[str, Any]:
+def probe_rebind(rank: int, reps: int, extra_threads: int = 0) -> Dict[str, Any]:
     """``bind_current_process(rank)`` after the first call, against the raw syscalls.
 
     The first call (imports, first discovery) is not timed; each timed call
     follows a ``restore()`` of the previous binding, so it binds anew from
     the process's original state.  The raw floor binds the same CPUs and
-    memory nodes in the same process.
+    memory nodes in the same process, with the same ``extra_threads`` idle
+    threads alive (both bind every thread).
     """
     import pynumabind
     from pynumabind.cpulist import format_cpulist
 
+    stop, _ = _idle_threads(extra_threads)
     bind, entry = bind_entry(pynumabind)
     original_cpus = frozenset(os.sched_getaffinity(0))
     first = bind(rank)
@@ -236,6 +239,7 @@ def probe_rebind(rank: int, reps: int) -> Dict[str, Any]:
     raw, raw_undo = raw_syscalls(cpus, mems, policy, original_cpus)
     out["raw"] = {"cpus": format_cpulist(cpus), "mems": format_cpulist(mems), "policy": policy}
     out["raw_us"] = _timed(reps, raw, raw_undo)
+    stop.set()
     return out
 
 
@@ -353,7 +357,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         elif what == "warm":
             result = probe_warm(int(args[1]), int(args[2]), int(args[3]))
         elif what == "rebind":
-            result = probe_rebind(int(args[1]), int(args[2]))
+            result = probe_rebind(int(args[1]), int(args[2]), int(args[3]) if args[3:] else 0)
         elif what == "sysfs":
             result = probe_sysfs(args[1], int(args[2]))
         elif what == "scaling":

@@ -162,9 +162,13 @@ def _targets_md(data: Dict[str, Any], ffi_mode: str) -> List[str]:
                 f" (paired per round; `numactl … true` {_t(also['numactl_true'])}, "
                 f"`true` {_t(also['true'])})"
             )
-        if key in ("first_bind_preloaded", "second_bind") and "reference" in row:
-            name = "anchor" if key == "first_bind_preloaded" else "raw syscalls"
-            now += f"; {name} {_t(row['reference']['summary'])}"
+        if key == "second_bind" and "reference" in row:
+            now += f"; raw syscalls {_t(row['reference']['summary'])}"
+        if key == "exec_start" and "python_pass" in also and "exec_python_pass" in also:
+            now += (
+                f" (paired per round; under `exec` {_t(also['exec_python_pass'])}, "
+                f"`python -c pass` {_t(also['python_pass'])})"
+            )
         if key == "import" and row.get("modules_after_import") is not None:
             forbidden = row.get("forbidden_loaded") or []
             now += "; loads " + (", ".join(forbidden) if forbidden else "none of pynvml/numpy/json")

@@ -51,6 +51,7 @@ __all__ = [
     "POLICIES",
     "SPILL",
     "SPREAD",
+    "VERIFY_PAGES",
     "WEIGHTED",
     "PolicyRow",
     "placing_policies",
@@ -105,6 +106,8 @@ SPREAD = "spread"
 WEIGHTED = "weighted"
 #: Anywhere among the process's allowed memory nodes.
 ALLOWED = "allowed"
+#: Fresh pages the verifier touches, by default, to see where they land.
+VERIFY_PAGES = 16
 
 
 class PolicyRow:

@@ -71,7 +71,7 @@ import reprlib
 from collections.abc import Mapping
 from typing import AbstractSet, Iterable, List, Optional, Sequence, Tuple, Union
 
-from ._text import clipped, format_ids
+from ._text import Pattern, clipped, format_ids
 from .errors import ListParseError
 
 __all__ = [
@@ -89,13 +89,13 @@ DEFAULT_MAX_ID = 65535
 _WHITESPACE = " \t\n\v\f\r"
 
 # [0-9], not \d: \d and int() also accept non-ASCII digits such as U+0663.
-_ITEM = re.compile(r"([0-9]+)(?:-([0-9]+)(?::([0-9]+)/([0-9]+))?)?")
+_ITEM = Pattern(re.compile, r"([0-9]+)(?:-([0-9]+)(?::([0-9]+)/([0-9]+))?)?")
 # One item, with the whitespace around it and the comma after it (group 5).
-_ITEM_AT = re.compile(
-    r"[ \t\n\v\f\r]*([0-9]+)(?:-([0-9]+)(?::([0-9]+)/([0-9]+))?)?[ \t\n\v\f\r]*(,|\Z)"
+_ITEM_AT = Pattern(
+    re.compile, r"[ \t\n\v\f\r]*([0-9]+)(?:-([0-9]+)(?::([0-9]+)/([0-9]+))?)?[ \t\n\v\f\r]*(,|\Z)"
 )
-_SINGLE_WITH_GROUP = re.compile(r"[0-9]+:")
-_HEX_WORD = re.compile(r"[0-9a-fA-F]{1,8}")
+_SINGLE_WITH_GROUP = Pattern(re.compile, r"[0-9]+:")
+_HEX_WORD = Pattern(re.compile, r"[0-9a-fA-F]{1,8}")
 
 # Kernel group parameters are unsigned int; larger ones overflow there too.
 _GROUP_LIMIT = 2**32 - 1

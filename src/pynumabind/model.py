@@ -33,9 +33,10 @@ snapshots are always complete.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Type, TypeVar
 
+from ._record import FACTORY, field, record
+from ._record import replace as _replace
 from .cpulist import DEFAULT_MAX_ID, format_cpulist, parse_cpulist
 from .errors import ConfigError, ListParseError, TopologyError
 
@@ -101,7 +102,7 @@ class Detail(enum.IntEnum):
     FULL = 5  # + dies and node memory sizes: everything show and snapshot print
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NumaNode:
     """One NUMA node.
 
@@ -118,6 +119,24 @@ class NumaNode:
     has_memory: bool = True
     distances: Mapping[int, int] = field(default_factory=dict, hash=False)
 
+    def __init__(  # noqa: PLR0917 - positional, as the dataclass's fields
+        self,
+        id: int,
+        cpus: frozenset[int],
+        memory_total: Optional[int] = None,
+        memory_free: Optional[int] = None,
+        has_memory: bool = True,
+        distances: Mapping[int, int] = FACTORY,
+    ) -> None:
+        self.__dict__.update(
+            id=id,
+            cpus=cpus,
+            memory_total=memory_total,
+            memory_free=memory_free,
+            has_memory=has_memory,
+            distances={} if distances is FACTORY else distances,
+        )
+
     @property
     def has_cpus(self) -> bool:
         return bool(self.cpus)
@@ -127,7 +146,7 @@ class NumaNode:
         return self.has_memory and not self.cpus
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Cpu:
     """One online logical CPU and where it sits.
 
@@ -149,13 +168,35 @@ class Cpu:
     l3: frozenset[int] = frozenset()
     highest_perf: Optional[int] = None
 
+    def __init__(  # noqa: PLR0917 - positional, as the dataclass's fields
+        self,
+        id: int,
+        node: Optional[int],
+        package: int,
+        core: int,
+        die: Optional[int] = None,
+        siblings: frozenset[int] = frozenset(),
+        l3: frozenset[int] = frozenset(),
+        highest_perf: Optional[int] = None,
+    ) -> None:
+        self.__dict__.update(
+            id=id,
+            node=node,
+            package=package,
+            core=core,
+            die=die,
+            siblings=siblings,
+            l3=l3,
+            highest_perf=highest_perf,
+        )
+
     @property
     def core_cpus(self) -> frozenset[int]:
         """The CPUs of this CPU's physical core (at least itself)."""
         return self.siblings or frozenset({self.id})
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Gpu:
     """One accelerator, as this process sees it.
 
@@ -183,8 +224,34 @@ class Gpu:
     physical_index: Optional[int] = None
     source: str = "sysfs"
 
+    def __init__(  # noqa: PLR0917 - positional, as the dataclass's fields
+        self,
+        index: int,
+        pci_bus_id: str,
+        vendor: str,
+        numa_node: Optional[int],
+        local_cpus: frozenset[int] = frozenset(),
+        uuid: Optional[str] = None,
+        model: Optional[str] = None,
+        memory_node: Optional[int] = None,
+        physical_index: Optional[int] = None,
+        source: str = "sysfs",
+    ) -> None:
+        self.__dict__.update(
+            index=index,
+            pci_bus_id=pci_bus_id,
+            vendor=vendor,
+            numa_node=numa_node,
+            local_cpus=local_cpus,
+            uuid=uuid,
+            model=model,
+            memory_node=memory_node,
+            physical_index=physical_index,
+            source=source,
+        )
 
-@dataclass(frozen=True)
+
+@record(frozen=True)
 class Topology:
     """A machine and the process's place in it.
 
@@ -220,6 +287,30 @@ class Topology:
     detail: Detail = Detail.FULL
     visibility: Optional[Tuple[Tuple[str, str], ...]] = None
     denied_gpus: frozenset[int] = frozenset()
+
+    def __init__(  # noqa: PLR0917 - positional, as the dataclass's fields
+        self,
+        nodes: Mapping[int, NumaNode],
+        cpus: Mapping[int, Cpu],
+        gpus: Tuple[Gpu, ...],
+        allowed_cpus: frozenset[int],
+        allowed_mems: frozenset[int],
+        notes: Tuple[str, ...] = (),
+        detail: Detail = Detail.FULL,
+        visibility: Optional[Tuple[Tuple[str, str], ...]] = None,
+        denied_gpus: frozenset[int] = frozenset(),
+    ) -> None:
+        self.__dict__.update(
+            nodes=nodes,
+            cpus=cpus,
+            gpus=gpus,
+            allowed_cpus=allowed_cpus,
+            allowed_mems=allowed_mems,
+            notes=notes,
+            detail=detail,
+            visibility=visibility,
+            denied_gpus=denied_gpus,
+        )
 
     # ------------------------------------------------------------ queries
 
@@ -277,9 +368,7 @@ class Topology:
 
     def replace(self, **changes: Any) -> Topology:
         """A copy with some fields changed (``allowed_cpus=...``)."""
-        from dataclasses import replace
-
-        return replace(self, **changes)
+        return _replace(self, **changes)
 
     # ------------------------------------------------------------- JSON
 
@@ -624,7 +713,7 @@ class MemoryPolicy(str, enum.Enum):
         return _parse_choice(cls, value, source)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Plan:
     """The binding one rank should get, and why.
 
@@ -657,6 +746,34 @@ class Plan:
     warnings: Tuple[str, ...] = field(default=())
     gpus: Tuple[int, ...] = ()
     weights: Optional[Mapping[int, int]] = field(default=None, hash=False)
+
+    def __init__(  # noqa: PLR0917 - positional, as the dataclass's fields
+        self,
+        rank: Optional[int],
+        gpu_info: Optional[Gpu],
+        cpus: Optional[frozenset[int]],
+        mems: frozenset[int],
+        policy: MemoryPolicy,
+        mode: CpuMode = CpuMode.NODE,
+        node: Optional[int] = None,
+        reasons: Tuple[str, ...] = (),
+        warnings: Tuple[str, ...] = (),
+        gpus: Tuple[int, ...] = (),
+        weights: Optional[Mapping[int, int]] = None,
+    ) -> None:
+        self.__dict__.update(
+            rank=rank,
+            gpu_info=gpu_info,
+            cpus=cpus,
+            mems=mems,
+            policy=policy,
+            mode=mode,
+            node=node,
+            reasons=reasons,
+            warnings=warnings,
+            gpus=gpus,
+            weights=weights,
+        )
 
     @property
     def gpu(self) -> Optional[int]:

@@ -28,8 +28,9 @@ without the machine is checked here, once, when the object is made
 * ``weights`` a mapping of node id to weight (``{0: 3, 2: 1}``) or its text
   (``"0:3,2:1"``), read by :func:`pynumabind._weights.check_weights` (weights
   1 to 255; a bad text or mapping is a ConfigError naming the setting, the
-  text's with the token and its position), kept as a dict ascending by node.
-  Weights name the nodes of ``weighted-interleave``: that they need that
+  text's with the token and its position), kept as a dict ascending by node
+  (that module is imported only when weights are given: a bind without them
+  never loads it).  Weights name the nodes of ``weighted-interleave``: that they need that
   policy, that their nodes exist, have memory and are allowed, and that
   ``interleave_nodes`` (if given) names the same nodes is checked once the
   environment is merged (``PYNUMABIND_WEIGHTS``, ``--weights``).  Mode
@@ -83,7 +84,6 @@ no value for, counts as unset.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -98,8 +98,8 @@ from typing import (
     Union,
 )
 
+from ._record import FACTORY, field, field_names, record
 from ._text import shown
-from ._weights import check_weights
 from .errors import ConfigError, ListParseError, PynumabindError
 from .model import CpuMode, MemoryPolicy
 
@@ -234,6 +234,8 @@ def _weights(value: object, what: str) -> Optional[Mapping[int, int]]:
     """Weights checked (see :mod:`pynumabind._weights`); a bad text names the setting."""
     if value is None:
         return None
+    from ._weights import check_weights  # only where weights are given
+
     try:
         return check_weights(value, what)  # type: ignore[arg-type]
     except ListParseError as exc:  # the text: say which setting it was
@@ -274,7 +276,7 @@ def _alone(options: Options, keywords: Dict[str, Any]) -> Options:
     return options
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Options:
     """Every input to planning and binding, validated once (see the module docstring).
 
@@ -349,6 +351,59 @@ class Options:
     disabled_by: Optional[str] = None
     sources: Mapping[str, str] = field(default_factory=dict)
     flags: bool = field(default=False, repr=False, compare=False)  # from the CLI: "--nprocs"
+
+    def __init__(  # noqa: PLR0917 - positional, as the dataclass's fields
+        self,
+        rank: Optional[int] = None,
+        nprocs: Optional[int] = None,
+        mode: Optional[CpuMode] = None,
+        policy: Optional[MemoryPolicy] = None,
+        nodes: Any = None,
+        cpus: Any = None,
+        gpu: Optional[int] = None,
+        rank_gpus: Optional[Tuple[int, ...]] = None,
+        gpus: Optional[Tuple[int, ...]] = None,
+        gpu_memory: bool = False,
+        interleave_nodes: Union[str, frozenset[int], None] = None,
+        weights: Optional[Mapping[int, int]] = None,
+        require_node: bool = False,
+        local_gpus: Optional[Tuple[int, ...]] = None,
+        priority_cores: bool = False,
+        fallback: Optional[str] = None,
+        topology_file: Optional[str] = None,
+        rank_source: Optional[str] = None,
+        nprocs_source: Optional[str] = None,
+        disabled: bool = False,
+        disabled_by: Optional[str] = None,
+        sources: Mapping[str, str] = FACTORY,
+        flags: bool = False,
+    ) -> None:
+        self.__dict__.update(
+            rank=rank,
+            nprocs=nprocs,
+            mode=mode,
+            policy=policy,
+            nodes=nodes,
+            cpus=cpus,
+            gpu=gpu,
+            rank_gpus=rank_gpus,
+            gpus=gpus,
+            gpu_memory=gpu_memory,
+            interleave_nodes=interleave_nodes,
+            weights=weights,
+            require_node=require_node,
+            local_gpus=local_gpus,
+            priority_cores=priority_cores,
+            fallback=fallback,
+            topology_file=topology_file,
+            rank_source=rank_source,
+            nprocs_source=nprocs_source,
+            disabled=disabled,
+            disabled_by=disabled_by,
+            sources={} if sources is FACTORY else sources,
+            flags=flags,
+        )
+        self.__post_init__()
 
     def __post_init__(self) -> None:
         prefix, source = ("--", COMMAND_LINE) if self.flags else ("", ARGUMENT)
@@ -440,7 +495,7 @@ class Options:
         """
         if options is not None:
             return _alone(options, dict(keywords))
-        unknown = set(keywords) - {f.name for f in fields(cls)}
+        unknown = set(keywords) - set(field_names(cls))
         if unknown:
             raise TypeError(f"unexpected keyword argument(s): {', '.join(sorted(unknown))}")
         given: Dict[str, Any] = {k: v for k, v in keywords.items() if v is not None}

@@ -430,11 +430,12 @@ def test_target_rows_judge_each_row_against_its_target() -> None:
         for r in build_rows(
             {
                 "anchor": _samples(1.0),
-                "first_bind_preloaded": _samples(20.0),  # 20x the anchor: missed
-                "import_and_first_bind": _samples(15.0, 0.5),  # straddles 15 ms
-                "import": _samples(5.0),  # fast, but see the modules below
-                "second_bind": _samples(30.0),  # us; 3x of 10 us raw is the limit
+                "first_bind_preloaded": _samples(120.0),  # 20x the 6 ms target: missed
+                "import_and_first_bind": _samples(20.0, 0.5),  # straddles 20 ms
+                "import": _samples(2.0),  # fast, but see the modules below
+                "second_bind": _samples(50.0),  # us; 5x of 20 us raw is the limit
                 "raw": _samples(20.0),
+                "exec_start": _samples(15.0),  # half of 30 ms
                 # from_sysfs_dgx_h100 not measured
             },
             ["json", "dataclasses"],
@@ -451,15 +452,14 @@ def test_target_rows_judge_each_row_against_its_target() -> None:
     assert rows["second_bind"]["ratio"]["value"] == pytest.approx(0.5)
     assert rows["second_bind"]["verdict"] == "met"
     assert rows["second_bind"]["summary"]["unit"] == "us"
+    assert rows["exec_start"]["ratio"]["value"] == pytest.approx(0.5)
+    assert rows["exec_start"]["verdict"] == "met"
     assert rows["from_sysfs_dgx_h100"]["error"] == "no fixture tree"
     # a reference that is not measured cannot judge; one that can be <= 0 judges by median only
     alone = {r["key"]: r for r in build_rows({"second_bind": [5.0]}, None)}
     assert alone["second_bind"]["verdict"] == "no raw measured: cannot judge"
-    noisy = {
-        r["key"]: r
-        for r in build_rows({"anchor": [-1.0, 1.0, 2.0], "first_bind_preloaded": [0.5]}, None)
-    }
-    assert noisy["first_bind_preloaded"]["verdict"] == "met (median only)"
+    noisy = {r["key"]: r for r in build_rows({"raw": [-1.0, 1.0, 2.0], "second_bind": [0.5]}, None)}
+    assert noisy["second_bind"]["verdict"] == "met (median only)"
     assert verdict(0.5, 0.8, 0.9) == "met"
     assert verdict(1.1, 1.2, 1.5) == "missed"
     assert verdict(0.9, 1.0, 1.1) == "borderline"
@@ -490,11 +490,14 @@ def test_targets_suite_reports_every_row(series: dict[str, Any]) -> None:
     for key in measured:
         assert "error" not in rows[key], rows[key]
         assert rows[key]["summary"]["n"] >= 1
-    for key in ("import_and_first_bind", "import", "second_bind", "from_sysfs_dgx_h100"):
+    keys = ("first_bind_preloaded", "import_and_first_bind", "import", "second_bind")
+    for key in (*keys, "exec_start", "from_sysfs_dgx_h100"):
         assert rows[key]["verdict"].split()[0] in ("met", "missed", "borderline")
         assert rows[key]["ratio"]["value"] > 0
     assert rows["second_bind"]["reference"]["name"] == "raw"
     assert rows["second_bind"]["summary"]["n"] == 2  # one process, inner_reps calls
+    assert data["second_bind_threads"] == 4
+    assert rows["exec_start"]["summary"]["n"] == 1  # one pair per round
     assert isinstance(rows["import"]["modules_after_import"], list)
     assert data["bare_loaded_before_import"] == []
     assert data["rounds"] == 1 and data["fixture"] == "dgx_h100"

@@ -118,3 +118,45 @@ def torch_after_placement() -> bool:
     with memory_on(node=0):
         pass
     return "torch" in sys.modules
+
+
+def modules_loaded_by_a_bind(mode: str) -> dict[str, object]:
+    """What ``import pynumabind`` and then a bind in ``mode`` add to ``sys.modules``.
+
+    ``import``: the modules the import added; ``bind``: those the first
+    ``bind_current_process(0, mode=mode)`` added after it; ``gpus``: how many
+    GPUs the bind saw (GPUs bring the visibility rules with them).
+    """
+    import sys
+
+    before = set(sys.modules)
+    import pynumabind
+
+    imported = set(sys.modules)
+    binding = pynumabind.bind_current_process(0, nprocs=1, mode=mode, environ={})
+    bound = set(sys.modules)
+    binding.restore()
+    topology = pynumabind.discovery.detect_topology(environ={})  # after the count: it loads
+    return {
+        "import": sorted(imported - before),
+        "bind": sorted(bound - imported),
+        "gpus": len(topology.gpus),
+        "applied": binding.applied,
+    }
+
+
+def modules_loaded_by_verify() -> dict[str, object]:
+    """Whether the verify rules are loaded before and after ``Binding.verify()``."""
+    import sys
+
+    import pynumabind
+
+    binding = pynumabind.bind_current_process(0, nprocs=1, environ={})
+    try:
+        before = "pynumabind.binding._verify" in sys.modules
+        result = binding.verify()
+        after = "pynumabind.binding._verify" in sys.modules
+        same = type(result) is pynumabind.binding.VerifyResult
+    finally:
+        binding.restore()
+    return {"before": before, "after": after, "ok": bool(result.ok) and same}

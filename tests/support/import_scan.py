@@ -51,15 +51,20 @@ def _resolve(dotted: str, known: Set[str]) -> Optional[str]:
     return "__init__"  # an attribute of the package itself (``from . import __version__``)
 
 
-def package_imports(module: str, modules: Optional[Mapping[str, Path]] = None) -> Set[str]:
-    """Every pynumabind module ``module``'s source imports, at any depth (TYPE_CHECKING aside)."""
+def package_imports(
+    module: str, modules: Optional[Mapping[str, Path]] = None, *, lazy: bool = True
+) -> Set[str]:
+    """Every pynumabind module ``module``'s source imports, at any depth (TYPE_CHECKING aside).
+
+    ``lazy=False``: only those its import runs, not those inside a function's body.
+    """
     modules = all_modules() if modules is None else modules
     known = set(modules) | BUILT
     path = modules[module]
     tree = ast.parse(path.read_text(encoding="utf-8"))
     package = _package_of(module, path)
     found: Set[str] = set()
-    for node in runtime_nodes(tree):
+    for node in runtime_nodes(tree, functions=lazy):
         targets: List[str] = []
         if isinstance(node, ast.ImportFrom) and node.level:
             base = package.split(".") if package else []
@@ -81,8 +86,12 @@ def package_imports(module: str, modules: Optional[Mapping[str, Path]] = None) -
     return found
 
 
-def runtime_nodes(tree: ast.AST) -> List[ast.AST]:
-    """Every node that can run: ``if TYPE_CHECKING:`` bodies (type-only imports) left out."""
+def runtime_nodes(tree: ast.AST, *, functions: bool = True) -> List[ast.AST]:
+    """Every node that can run: ``if TYPE_CHECKING:`` bodies (type-only imports) left out.
+
+    ``functions=False`` leaves out the bodies of functions too: what runs when
+    the module is imported.
+    """
     out: List[ast.AST] = []
     todo = [tree]
     while todo:
@@ -94,6 +103,9 @@ def runtime_nodes(tree: ast.AST) -> List[ast.AST]:
             and node.test.id == "TYPE_CHECKING"
         ):
             todo.extend(node.orelse)
+            continue
+        if not functions and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            todo.extend(node.decorator_list)  # run when the function is made
             continue
         todo.extend(ast.iter_child_nodes(node))
     return out

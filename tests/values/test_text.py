@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 from typing import Dict, FrozenSet, List, Set
 
@@ -147,6 +148,23 @@ def test_each_helper_is_defined_once_in_the_package() -> None:
     where: Dict[str, List[str]] = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.FunctionDef) and node.name in helpers:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in helpers:
                 where.setdefault(node.name, []).append(str(path.relative_to(PACKAGE)))
     assert where == {name: ["_text.py"] for name in helpers}
+
+
+def test_a_pattern_compiles_once_on_first_use_and_acts_as_the_compiled_one() -> None:
+    compiled: List[str] = []
+
+    def compile(source: str, flags: int) -> re.Pattern[str]:
+        compiled.append(source)
+        return re.compile(source, flags)
+
+    pattern = _text.Pattern(compile, r"[0-9]+", re.IGNORECASE)
+    assert compiled == []  # nothing compiled until used
+    match = pattern.match("12ab")
+    assert match is not None and match.group(0) == "12"
+    assert pattern.fullmatch("x") is None
+    assert pattern.compiled() is pattern.compiled()
+    assert compiled == [r"[0-9]+"]
+    assert pattern.compiled().flags & re.IGNORECASE

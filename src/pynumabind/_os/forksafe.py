@@ -75,12 +75,18 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
+
+# _thread, not threading: a bare ``import pynumabind`` loads this module, and
+# threading (with functools, collections and more) would be most of its cost.
+# threading.RLock and threading.local are these very types.
+from _thread import RLock as _RLock
+from _thread import _local
 
 # Not ``from typing import TYPE_CHECKING``: a bare ``import pynumabind``
 # loads this module and must not load typing (several milliseconds).
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
+    import threading
     from typing import Any, Callable, Optional, Tuple, TypeVar
 
     F = TypeVar("F", bound=Callable[..., Any])
@@ -90,8 +96,8 @@ __all__ = ["FORK_WAIT", "guarded", "lock"]
 #: Longest a fork waits for a bind or import in another thread, in seconds.
 FORK_WAIT = 10.0
 
-_lock = threading.RLock()
-_held = threading.local()  # per forking thread: how many times its before-fork handlers took it
+_lock = _RLock()
+_held = _local()  # per forking thread: how many times its before-fork handlers took it
 _registered = False  # the logging-ordered handler (see the module docstring)
 #: Whether ``logging`` was loaded after this module, so that its fork
 #: handlers run before the one registered below (see :func:`_before_fork_first`).
@@ -218,8 +224,8 @@ def _after_fork_in_parent() -> None:
 
 def _after_fork_in_child() -> None:
     global _lock, _held  # noqa: PLW0603 - reset in a fork child, nowhere else
-    _lock = threading.RLock()
-    _held = threading.local()
+    _lock = _RLock()
+    _held = _local()
 
 
 os.register_at_fork(

@@ -16,9 +16,9 @@ and the ASIC name.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
 from typing import Dict, List, Optional
 
+from .._record import record, replace
 from ..errors import TopologyError
 from ..model import Gpu
 from . import SYSFS_ROOT
@@ -29,7 +29,7 @@ __all__ = ["KfdGpu", "apply_kfd", "read_kfd"]
 KFD_TOPOLOGY = os.path.join("class", "kfd", "kfd", "topology", "nodes")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class KfdGpu:
     """One GPU agent of the KFD topology."""
 
@@ -38,6 +38,13 @@ class KfdGpu:
     pci_bus_id: str
     uuid: Optional[str]
     name: Optional[str]
+
+    def __init__(
+        self, kfd_node: int, gpu_id: int, pci_bus_id: str, uuid: Optional[str], name: Optional[str]
+    ) -> None:
+        self.__dict__.update(
+            kfd_node=kfd_node, gpu_id=gpu_id, pci_bus_id=pci_bus_id, uuid=uuid, name=name
+        )
 
 
 def _properties(path: str) -> Dict[str, int]:

@@ -26,10 +26,8 @@ from __future__ import annotations
 
 import errno
 import logging
-import mmap
 import os
 import threading
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 # The memory-policy modes (linux/mempolicy.h) are written once, in the policy
@@ -45,6 +43,7 @@ from .._mempolicy import (
     MPOL_WEIGHTED_INTERLEAVE,
     NODELESS_MODES,
 )
+from .._record import record
 from ..errors import LibnumaUnavailableError, NumaSyscallError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -284,7 +283,7 @@ def node_memory(node: int) -> Tuple[int, int]:
 # ------------------------------------------------------------ mem policy
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class KernelPolicy:
     """A memory policy as the kernel reports it (``get_mempolicy(2)``).
 
@@ -305,6 +304,9 @@ class KernelPolicy:
     mode: int
     nodes: frozenset[int]
     flags: int = 0
+
+    def __init__(self, mode: int, nodes: frozenset[int], flags: int = 0) -> None:
+        self.__dict__.update(mode=mode, nodes=nodes, flags=flags)
 
     @property
     def kernel_policy(self) -> str:
@@ -404,6 +406,8 @@ def page_addresses(buffer: Any) -> Tuple[Any, List[Any]]:
 
     The caller must ``release`` the returned pointer (see :func:`page_nodes`).
     """
+    import mmap  # loaded already: by the placement and verify modules, this one's callers
+
     ffi = _ffi()
     pointer = _buffer_pointer(buffer)
     size = mmap.PAGESIZE
@@ -443,6 +447,8 @@ def _probe_mode(mode: int) -> Optional[bool]:
         return None
     if not nodes:
         return None
+    import mmap  # a bind gets here holding the fork lock; placement has imported mmap
+
     scratch = mmap.mmap(-1, mmap.PAGESIZE)
     try:
         mbind(scratch, mode, nodes)

@@ -35,9 +35,10 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type
 
+from .._record import FACTORY, field, record
+from .._record import replace as _replace
 from ..cpulist import parse_cpumask
 from ..errors import PynumabindError, TopologyError
 from . import forksafe as _forksafe
@@ -75,7 +76,7 @@ class NvmlUnavailable(PynumabindError):
         self.reason = reason
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NvmlDevice:
     """What NVML says about one GPU (``index`` is NVML's).
 
@@ -94,8 +95,32 @@ class NvmlDevice:
     notes: Tuple[str, ...] = ()
     affinity_scope: str = "node"
 
+    def __init__(  # noqa: PLR0917 - positional, as the dataclass's fields
+        self,
+        index: int,
+        pci_bus_id: str,
+        uuid: Optional[str],
+        name: Optional[str],
+        cpu_affinity: frozenset[int],
+        memory_affinity: Optional[frozenset[int]],
+        numa_node_id: Optional[int],
+        notes: Tuple[str, ...] = (),
+        affinity_scope: str = "node",
+    ) -> None:
+        self.__dict__.update(
+            index=index,
+            pci_bus_id=pci_bus_id,
+            uuid=uuid,
+            name=name,
+            cpu_affinity=cpu_affinity,
+            memory_affinity=memory_affinity,
+            numa_node_id=numa_node_id,
+            notes=notes,
+            affinity_scope=affinity_scope,
+        )
 
-@dataclass(frozen=True)
+
+@record(frozen=True)
 class NvmlReport:
     """Every GPU NVML lets this process open, and the indices of those it does not.
 
@@ -108,6 +133,20 @@ class NvmlReport:
     mig_parents: Dict[str, str] = field(default_factory=dict)
     notes: Tuple[str, ...] = ()
     denied: Tuple[int, ...] = ()
+
+    def __init__(
+        self,
+        devices: Tuple[NvmlDevice, ...],
+        mig_parents: Dict[str, str] = FACTORY,
+        notes: Tuple[str, ...] = (),
+        denied: Tuple[int, ...] = (),
+    ) -> None:
+        self.__dict__.update(
+            devices=devices,
+            mig_parents={} if mig_parents is FACTORY else mig_parents,
+            notes=notes,
+            denied=denied,
+        )
 
 
 def _text(value: Any) -> str:
@@ -126,9 +165,9 @@ def _node_id(value: Any) -> Optional[int]:
 # ------------------------------------------------------- once per process
 
 
-@dataclass
+@record(frozen=True)
 class _Answers:
-    """What this process learnt from NVML (or why it cannot use it)."""
+    """What this process learnt from NVML (or why it cannot use it); a new one per change."""
 
     module: Any  # the pynvml module asked: another one (a test's fake) asks again
     failure: Optional[str] = None  # NvmlUnavailable's reason, when NVML cannot be used
@@ -138,6 +177,28 @@ class _Answers:
     mig_parents: Dict[str, str] = field(default_factory=dict)
     mig_notes: Dict[str, str] = field(default_factory=dict)
     denied: Tuple[int, ...] = ()
+
+    def __init__(  # noqa: PLR0917 - positional, as the dataclass's fields
+        self,
+        module: Any,
+        failure: Optional[str] = None,
+        words: Tuple[int, int] = (0, 0),
+        devices: Tuple[NvmlDevice, ...] = (),
+        notes: Tuple[str, ...] = (),
+        mig_parents: Dict[str, str] = FACTORY,
+        mig_notes: Dict[str, str] = FACTORY,
+        denied: Tuple[int, ...] = (),
+    ) -> None:
+        self.__dict__.update(
+            module=module,
+            failure=failure,
+            words=words,
+            devices=devices,
+            notes=notes,
+            mig_parents={} if mig_parents is FACTORY else mig_parents,
+            mig_notes={} if mig_notes is FACTORY else mig_notes,
+            denied=denied,
+        )
 
     def report(self, migs: Sequence[str]) -> NvmlReport:
         return NvmlReport(
@@ -278,12 +339,6 @@ def _ask(
             pynvml.nvmlShutdown()
         except Exception as exc:  # nothing to do about it
             log.debug("nvmlShutdown failed: %s", _say(exc))
-
-
-def _replace(answers: _Answers, **changes: Any) -> _Answers:
-    from dataclasses import replace
-
-    return replace(answers, **changes)
 
 
 def _say(exc: BaseException) -> str:
@@ -448,7 +503,7 @@ def _bus_id(info: Any) -> str:
 # ------------------------------------------------------------- versions
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NvmlVersions:
     """The versions NVML reports: each ``None`` when it gives no answer (``notes`` say why).
 
@@ -461,6 +516,18 @@ class NvmlVersions:
     nvml: Optional[str] = None
     cuda_driver: Optional[str] = None
     notes: Tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        module: str,
+        driver: Optional[str] = None,
+        nvml: Optional[str] = None,
+        cuda_driver: Optional[str] = None,
+        notes: Tuple[str, ...] = (),
+    ) -> None:
+        self.__dict__.update(
+            module=module, driver=driver, nvml=nvml, cuda_driver=cuda_driver, notes=notes
+        )
 
 
 def _cuda_version(value: Any) -> str:

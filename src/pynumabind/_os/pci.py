@@ -19,9 +19,10 @@ from __future__ import annotations
 import operator
 import os
 import re
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
+from .._record import record
+from .._text import Pattern
 from ..errors import TopologyError
 from ..model import Gpu, NumaNode
 from . import PROC_ROOT
@@ -69,7 +70,9 @@ DEFAULT_VENDOR_CLASSES: Mapping[int, Tuple[str, ...]] = {0x8086: ("0x0380", "0x1
 #: device Level Zero can open here.  Applies with the default classes only.
 DEFAULT_VENDOR_DRIVERS: Mapping[int, Tuple[str, ...]] = {0x8086: ("i915", "xe")}
 
-_BDF = re.compile(r"\A(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])\Z")
+_BDF = Pattern(
+    re.compile, r"\A(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])\Z"
+)
 
 
 def normalize_bus_id(bus_id: str) -> str:
@@ -90,7 +93,7 @@ def normalize_bus_id(bus_id: str) -> str:
     return f"{domain:04x}:{bus:02x}:{device:02x}.{function}"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PciFunction:
     """One PCI function taken for an accelerator."""
 
@@ -100,6 +103,24 @@ class PciFunction:
     class_code: int
     numa_node: Optional[int]
     local_cpus: frozenset[int]
+
+    def __init__(  # noqa: PLR0917 - positional, as the dataclass's fields
+        self,
+        bus_id: str,
+        vendor: int,
+        device: int,
+        class_code: int,
+        numa_node: Optional[int],
+        local_cpus: frozenset[int],
+    ) -> None:
+        self.__dict__.update(
+            bus_id=bus_id,
+            vendor=vendor,
+            device=device,
+            class_code=class_code,
+            numa_node=numa_node,
+            local_cpus=local_cpus,
+        )
 
 
 def as_id(value: object) -> Optional[int]:

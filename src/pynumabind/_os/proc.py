@@ -59,12 +59,10 @@ own reader: ``/proc/meminfo`` :mod:`.meminfo`, ``/proc/cpuinfo``
 from __future__ import annotations
 
 import errno
-import mmap
 import os
-from array import array
-from dataclasses import dataclass
 from typing import AbstractSet, Dict, List, Optional, Sequence, Tuple
 
+from .._record import record
 from .._text import format_ids
 from ..cpulist import parse_cpulist
 from ..errors import ListParseError, NumaSyscallError, ProcessStateError
@@ -272,7 +270,7 @@ def cpuset() -> Optional[Tuple[str, frozenset[int]]]:
     return None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DeviceCgroup:
     """What a cgroup v1 device controller lets this process open, as far as GPUs go.
 
@@ -285,8 +283,11 @@ class DeviceCgroup:
     everything: bool
     nvidia_gpus: frozenset[int]
 
+    def __init__(self, path: str, everything: bool, nvidia_gpus: frozenset[int]) -> None:
+        self.__dict__.update(path=path, everything=everything, nvidia_gpus=nvidia_gpus)
 
-@dataclass(frozen=True)
+
+@record(frozen=True)
 class CgroupLimits:
     """This process's cgroups, as the kernel shows them (see :func:`cgroup_limits`).
 
@@ -304,6 +305,24 @@ class CgroupLimits:
     cpuset_mems: Optional[frozenset[int]] = None
     cpuset_file: Optional[str] = None
     devices: Optional[DeviceCgroup] = None
+
+    def __init__(  # noqa: PLR0917 - positional, as the dataclass's fields
+        self,
+        version: str,
+        paths: Dict[str, str],
+        cpuset_cpus: Optional[frozenset[int]] = None,
+        cpuset_mems: Optional[frozenset[int]] = None,
+        cpuset_file: Optional[str] = None,
+        devices: Optional[DeviceCgroup] = None,
+    ) -> None:
+        self.__dict__.update(
+            version=version,
+            paths=paths,
+            cpuset_cpus=cpuset_cpus,
+            cpuset_mems=cpuset_mems,
+            cpuset_file=cpuset_file,
+            devices=devices,
+        )
 
 
 def _cgroup_paths(text: str) -> Dict[str, str]:
@@ -452,6 +471,11 @@ def thread_start_time(tid: int) -> Optional[int]:
 # ----------------------------------------------------------------- pages
 
 
+def _page_size() -> int:
+    """The base page size (``mmap.PAGESIZE``, without loading ``mmap`` into every bind)."""
+    return os.sysconf("SC_PAGE_SIZE")
+
+
 def pagemap(addresses: Sequence[int]) -> List[int]:
     """The 64-bit ``/proc/self/pagemap`` entry of the page holding each address.
 
@@ -461,7 +485,7 @@ def pagemap(addresses: Sequence[int]) -> List[int]:
     nothing in.  Runs of consecutive pages are read with one ``pread`` each.
     A failure is a :class:`~pynumabind.errors.ProcessStateError`.
     """
-    page = mmap.PAGESIZE
+    page = _page_size()
     wanted = sorted({address // page for address in addresses})
     found: Dict[int, int] = {}
     try:
@@ -475,9 +499,8 @@ def pagemap(addresses: Sequence[int]) -> List[int]:
                 raise ProcessStateError(
                     f"short read of {PAGEMAP}: {len(data)} of {8 * count} bytes", path=PAGEMAP
                 )
-            entries = array("Q")
-            entries.frombytes(data)
-            found.update(zip(range(first, first + count), entries))
+            entries = memoryview(data).cast("Q")  # native 64-bit words, as the kernel writes
+            found.update(zip(range(first, first + count), entries.tolist()))
     except OSError as exc:
         raise _failed(PAGEMAP, exc, "where this process's pages are") from exc
     finally:
@@ -551,7 +574,7 @@ def _numa_counts(text: str, starts: List[int]) -> Optional[Dict[int, int]]:
         for field in fields:
             size = field[len("kernelpagesize_kB=") :]
             if field.startswith("kernelpagesize_kB=") and size.isascii() and size.isdigit():
-                scale = max(1, int(size) * 1024 // mmap.PAGESIZE)
+                scale = max(1, int(size) * 1024 // _page_size())
         for field in fields:
             name, _, value = field.partition("=")
             if name[:1] == "N" and name[1:].isdigit() and value.isdigit():

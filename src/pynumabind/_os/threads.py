@@ -28,9 +28,9 @@ import enum
 import errno
 import threading
 import time
-from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
+from .._record import record
 from .._text import format_ids
 from ..cpulist import format_cpulist
 from ..errors import NumaSyscallError
@@ -57,7 +57,7 @@ class ThreadAction(str, enum.Enum):
     EXITED = "exited"  # exited while we were looking at it
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ThreadResult:
     """One thread's affinity before and after binding.
 
@@ -70,6 +70,16 @@ class ThreadResult:
     before: Optional[frozenset[int]]
     after: Optional[frozenset[int]]
     action: ThreadAction
+
+    def __init__(
+        self,
+        tid: int,
+        name: str,
+        before: Optional[frozenset[int]],
+        after: Optional[frozenset[int]],
+        action: ThreadAction,
+    ) -> None:
+        self.__dict__.update(tid=tid, name=name, before=before, after=after, action=action)
 
     def to_dict(self) -> Dict[str, object]:
         return {
@@ -132,7 +142,7 @@ def _roll_back(changed: Dict[int, frozenset[int]]) -> Tuple[List[int], List[int]
     return restored, failed
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ThreadScan:
     """Result of :func:`bind_threads`.
 
@@ -144,6 +154,9 @@ class ThreadScan:
     results: Tuple[ThreadResult, ...]
     passes: int
     converged: bool
+
+    def __init__(self, results: Tuple[ThreadResult, ...], passes: int, converged: bool) -> None:
+        self.__dict__.update(results=results, passes=passes, converged=converged)
 
     def changed(self) -> Dict[int, frozenset[int]]:
         """tid -> previous mask, for every thread whose mask this scan changed."""

@@ -31,7 +31,10 @@ The pieces: :mod:`._apply` holds the three steps (CPUs, memory policy,
 migration) and the undo journal they write before each change;
 :func:`apply_plan` runs them and decides, in one place (``_settle``), whether
 a failed step becomes a :class:`Skipped` or a rollback.  :mod:`._verify`
-holds the rules :meth:`Binding.verify` (and ``pynumabind check``) judge by.
+holds the rules :meth:`Binding.verify` (and ``pynumabind check``) judge by;
+a bind does not load it (nor :class:`VerifyResult`, which it defines): the
+first :meth:`Binding.verify` does, holding the fork lock, and so does the
+first lookup of ``VerifyResult`` here (this module's ``__getattr__``).
 
 This module is the public home of the types a :class:`Binding` holds:
 :class:`Skipped` (defined in :mod:`._apply`), :class:`ThreadResult` and
@@ -45,7 +48,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from dataclasses import dataclass, field, replace
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -57,12 +59,14 @@ from typing import (
     Union,
 )
 
+from .._mempolicy import VERIFY_PAGES
 from .._os import forksafe as _forksafe
 from .._os import libnuma as _libnuma
 from .._os import proc as _proc
 from .._os import threads as _threads
 from .._os.libnuma import KernelPolicy
 from .._os.threads import ThreadAction, ThreadResult
+from .._record import field, record, replace
 from .._text import format_ids
 from ..cpulist import format_cpulist
 from ..errors import BindError, ConfigError, PlanError
@@ -70,13 +74,13 @@ from ..model import FALLBACK_WARNING, CpuMode, MemoryPolicy, Plan
 from ..options import Options, union_front
 from . import _apply
 from ._apply import Journal, Skipped
-from ._verify import VERIFY_PAGES, VerifyResult, verify_binding
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Unpack
 
     from ..model import Topology
     from ..options import OptionKeywords
+    from ._verify import VerifyResult
 
 __all__ = [
     "Binding",
@@ -100,7 +104,7 @@ ON_ERROR_CHOICES: Tuple[str, ...] = ("warn", "raise")
 # inherits a half-done bind or import; the child gets a fresh one.
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record(frozen=True, eq=False, repr=False)
 class Binding:
     """The outcome of applying a plan, read back from the kernel.
 
@@ -169,6 +173,55 @@ class Binding:
     # The undo journal: private, never an argument (set by _journaled), so the
     # reference's signature shows only the public fields.
     _undo: Optional[Journal] = field(default=None, init=False, repr=False, compare=False)
+
+    def __init__(  # noqa: PLR0917 - positional, as the dataclass's fields
+        self,
+        plan: Optional[Plan],
+        applied: bool,
+        disabled: bool = False,
+        threads: Tuple[ThreadResult, ...] = (),
+        threads_converged: bool = True,
+        cpus: Optional[frozenset[int]] = None,
+        kernel_policy: Optional[str] = None,
+        policy_nodes: frozenset[int] = frozenset(),
+        policy_read_back: Optional[KernelPolicy] = None,
+        memory_applied: bool = False,
+        threads_keeping_policy: Tuple[int, ...] = (),
+        partial: bool = False,
+        skipped: Tuple[Skipped, ...] = (),
+        migrated: bool = False,
+        pages_not_moved: Optional[int] = None,
+        notes: Tuple[str, ...] = (),
+        thread_id: int = 0,
+        not_bound: Optional[str] = None,
+        kernel_weights: Optional[Mapping[int, int]] = None,
+        weights_mismatch: Optional[str] = None,
+        system_weights_before: Optional[Mapping[int, int]] = None,
+    ) -> None:
+        self.__dict__.update(
+            plan=plan,
+            applied=applied,
+            disabled=disabled,
+            threads=threads,
+            threads_converged=threads_converged,
+            cpus=cpus,
+            kernel_policy=kernel_policy,
+            policy_nodes=policy_nodes,
+            policy_read_back=policy_read_back,
+            memory_applied=memory_applied,
+            threads_keeping_policy=threads_keeping_policy,
+            partial=partial,
+            skipped=skipped,
+            migrated=migrated,
+            pages_not_moved=pages_not_moved,
+            notes=notes,
+            thread_id=thread_id,
+            not_bound=not_bound,
+            kernel_weights=kernel_weights,
+            weights_mismatch=weights_mismatch,
+            system_weights_before=system_weights_before,
+            _undo=None,  # init=False: _journaled sets it
+        )
 
     @classmethod
     def _journaled(cls, journal: Journal, **fields: Any) -> Binding:
@@ -300,7 +353,9 @@ class Binding:
         Returns:
             A :class:`VerifyResult`: ``ok``, and each finding.
         """
-        with _forksafe.lock():  # it may load libnuma; a fork waits (see _os.forksafe)
+        with _forksafe.lock():  # it imports and may load libnuma; a fork waits (_os.forksafe)
+            from ._verify import verify_binding
+
             return verify_binding(self, pages)
 
     # ------------------------------------------------------------ restore
@@ -355,6 +410,19 @@ class Binding:
 def _weights_dict(weights: Optional[Mapping[int, int]]) -> Optional[Dict[str, int]]:
     """Weights as JSON: node ids as keys (strings), as ``Plan.to_dict`` writes them."""
     return None if weights is None else {str(n): w for n, w in sorted(weights.items())}
+
+
+if not TYPE_CHECKING:  # type checkers see the import above, and no catch-all
+
+    def __getattr__(name: str) -> Any:
+        """:class:`VerifyResult`, imported on first lookup (holding the fork lock)."""
+        if name != "VerifyResult":
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        with _forksafe.lock():
+            from ._verify import VerifyResult
+
+        globals()[name] = VerifyResult
+        return VerifyResult
 
 
 def _who(plan: Plan) -> str:

@@ -35,15 +35,15 @@ import itertools
 import os
 import threading
 import weakref
-from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from .._mempolicy import POLICIES
 from .._os import libnuma as _libnuma
 from .._os import proc as _proc
 from .._os import threads as _threads
+from .._record import record as _record
+from .._record import replace
 from .._text import format_ids, named
-from .._weights import format_weights, kernel_difference
 from ..errors import (
     BindError,
     LibnumaUnavailableError,
@@ -103,7 +103,7 @@ _SECCOMP_MIGRATE_FIX = (
 )
 
 
-@dataclass(frozen=True)
+@_record(frozen=True)
 class Skipped:
     """One part of the plan that was not applied, and why.
 
@@ -116,6 +116,9 @@ class Skipped:
     reason: str
     fix: str
     errno: Optional[int] = None
+
+    def __init__(self, what: str, reason: str, fix: str, errno: Optional[int] = None) -> None:
+        self.__dict__.update(what=what, reason=reason, fix=fix, errno=errno)
 
     def __str__(self) -> str:
         return f"{self.what} not applied: {self.reason}; {self.fix}"
@@ -158,7 +161,6 @@ class ThreadMasks(Dict[int, "frozenset[int]"]):
         super().__setitem__(tid, mask)
 
 
-@dataclass(eq=False)
 class CpuUndo:
     """Thread masks to put back.
 
@@ -176,11 +178,17 @@ class CpuUndo:
     them.
     """
 
-    reference: frozenset[int]
-    bound: frozenset[int]
-    existing: frozenset[int] = frozenset()
-    masks: ThreadMasks = field(default_factory=ThreadMasks)
-    exited: List[int] = field(default_factory=list)
+    def __init__(
+        self,
+        reference: frozenset[int],
+        bound: frozenset[int],
+        existing: frozenset[int] = frozenset(),
+    ) -> None:
+        self.reference = reference
+        self.bound = bound
+        self.existing = existing
+        self.masks = ThreadMasks()
+        self.exited: List[int] = []
 
     def undo(self) -> List[str]:
         targets = {tid: (mask, self.masks.starts.get(tid)) for tid, mask in self.masks.items()}
@@ -222,11 +230,11 @@ def _restore_same_threads(
     return exited, failed
 
 
-@dataclass(eq=False)
 class PolicyUndo:
     """The calling thread's memory policy before (``None``: unreadable, so default)."""
 
-    before: Optional[_libnuma.KernelPolicy]
+    def __init__(self, before: Optional[_libnuma.KernelPolicy]) -> None:
+        self.before = before
 
     def undo(self) -> List[str]:
         try:
@@ -447,7 +455,7 @@ os.register_at_fork(after_in_child=_STACK.clear)
 # -------------------------------------------------------------------- steps
 
 
-@dataclass(frozen=True)
+@_record(frozen=True)
 class PolicyRequest:
     """The ``MPOL_*`` mode and nodes for a plan (``mode`` None: leave it).
 
@@ -466,6 +474,26 @@ class PolicyRequest:
     weights_note: Optional[str] = None
     mismatch: Optional[str] = None
     write_weights: Optional[Dict[int, int]] = None
+
+    def __init__(  # noqa: PLR0917 - positional, as the dataclass's fields
+        self,
+        mode: Optional[int],
+        nodes: frozenset[int],
+        note: Optional[str] = None,
+        kernel_weights: Optional[Dict[int, int]] = None,
+        weights_note: Optional[str] = None,
+        mismatch: Optional[str] = None,
+        write_weights: Optional[Dict[int, int]] = None,
+    ) -> None:
+        self.__dict__.update(
+            mode=mode,
+            nodes=nodes,
+            note=note,
+            kernel_weights=kernel_weights,
+            weights_note=weights_note,
+            mismatch=mismatch,
+            write_weights=write_weights,
+        )
 
 
 def _kernel_release() -> str:
@@ -512,6 +540,7 @@ def _weighted(
     split pages otherwise, unless ``set_system_weights`` is to write them.
     """
     from .._os import weights as _system
+    from .._weights import format_weights, kernel_difference
 
     nodes = request.nodes
     try:
@@ -556,6 +585,7 @@ def write_system_weights(
     (:func:`pynumabind._os.weights.write_weights`).
     """
     from .._os import weights as _system
+    from .._weights import format_weights
 
     wanted = request.write_weights
     assert wanted is not None
@@ -667,7 +697,7 @@ def set_policy(request: PolicyRequest, journal: Journal) -> Optional[Exception]:
     return None
 
 
-@dataclass(frozen=True)
+@_record(frozen=True)
 class MigrationOutcome:
     """Step 3's outcome: pages the kernel could not move, or why it did not run."""
 
@@ -675,6 +705,17 @@ class MigrationOutcome:
     pages_not_moved: Optional[int] = None
     failure: Optional[Exception] = None
     note: Optional[str] = None
+
+    def __init__(
+        self,
+        migrated: bool = False,
+        pages_not_moved: Optional[int] = None,
+        failure: Optional[Exception] = None,
+        note: Optional[str] = None,
+    ) -> None:
+        self.__dict__.update(
+            migrated=migrated, pages_not_moved=pages_not_moved, failure=failure, note=note
+        )
 
 
 def migrate_pages(plan: Plan) -> MigrationOutcome:

@@ -56,7 +56,6 @@ import ctypes
 import mmap
 import threading
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from .._mempolicy import (
@@ -66,6 +65,7 @@ from .._mempolicy import (
     MODE_NUMBERS,
     SPILL,
     SPREAD,
+    VERIFY_PAGES,
     WEIGHTED,
     row_of_mode,
 )
@@ -73,6 +73,7 @@ from .._os import libnuma as _libnuma
 from .._os import pages as _pages
 from .._os import proc as _proc
 from .._os import threads as _threads
+from .._record import record
 from .._text import format_ids
 from .._weights import format_weights, proportional, split_problems
 from ..errors import PynumabindError
@@ -94,7 +95,6 @@ __all__ = [
     "verify_binding",
 ]
 
-VERIFY_PAGES = 16
 #: Under weighted interleave, at least this many cycles of the kernel's weights are touched...
 WEIGHTED_CYCLES = 20
 #: ... but no more than this many pages (16 MiB of 4 KiB pages).
@@ -107,7 +107,7 @@ _SETTLE_TRIES = 5
 _SETTLE_PAUSE = 0.05  # seconds
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class VerifyResult:
     """What :meth:`Binding.verify() <pynumabind.binding.Binding.verify>` found.
 
@@ -124,6 +124,24 @@ class VerifyResult:
     page_nodes: Tuple[int, ...] = ()
     threads_checked: int = 0
     memory_checked: bool = False
+
+    def __init__(  # noqa: PLR0917 - positional, as the dataclass's fields
+        self,
+        ok: bool,
+        problems: Tuple[str, ...] = (),
+        notes: Tuple[str, ...] = (),
+        page_nodes: Tuple[int, ...] = (),
+        threads_checked: int = 0,
+        memory_checked: bool = False,
+    ) -> None:
+        self.__dict__.update(
+            ok=ok,
+            problems=problems,
+            notes=notes,
+            page_nodes=page_nodes,
+            threads_checked=threads_checked,
+            memory_checked=memory_checked,
+        )
 
     def to_dict(self) -> Dict[str, Any]:
         return {

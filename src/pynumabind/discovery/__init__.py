@@ -79,7 +79,12 @@ dropped in a fork child and by :func:`forget_layout`.
 
 :func:`apply_visibility` (defined in the private :mod:`._visible`) is
 re-exported here, its public home: the GPUs a process sees, applied to any
-topology (``pynumabind.apply_visibility`` is this one).
+topology (``pynumabind.apply_visibility`` is this one).  A machine without
+GPUs has none to hide or renumber, so discovery there does not load
+:mod:`._visible` (its first lookup here does, holding the fork lock).
+What discovery tried is logged by :mod:`._trace` (``pynumabind show -v``),
+which is loaded only once the ``pynumabind.discovery`` logger is enabled for
+INFO: below it, no call logs anything.
 
 :func:`ray_gpus` answers which GPUs a process *was given* when that is not
 what it sees: inside a Ray task or actor (``ray`` already imported and
@@ -97,14 +102,15 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, 
 
 from .._os import SYSFS_ROOT
 from .._os import forksafe as _forksafe
+from .._record import replace as _replace
 from .._text import format_ids
 from ..errors import SnapshotFileError, TopologyError
 from ..model import CpuMode, Detail, Gpu, Topology
-from . import _trace
-from ._visible import apply_visibility
 
 if TYPE_CHECKING:  # pragma: no cover
     from .._os.nvml import NvmlDevice, NvmlReport
+    from . import _trace
+    from ._visible import apply_visibility
 
 log = logging.getLogger("pynumabind.discovery")
 
@@ -130,6 +136,45 @@ _MODE_DETAIL: Mapping[CpuMode, Detail] = {
     CpuMode.CORE_COMPLEX: Detail.CACHES,
     CpuMode.ADVISED: Detail.NODES,  # the record says node or none
 }
+
+
+class _LazyTrace:
+    """:mod:`._trace`'s functions, its module loaded only once discovery logs at INFO.
+
+    Each of them logs nothing below INFO, so below it a call here does
+    nothing, and a bind (which logs at WARNING by default) never loads the
+    module.  The first call at INFO imports it holding the fork lock; the
+    import makes the package's ``_trace`` the module itself (the import system
+    sets it on its parent), whose functions check the level again.
+    """
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        if not log.isEnabledFor(logging.INFO):
+            return _no_trace
+        with _forksafe.lock():  # not "from . import _trace": that finds this object
+            from ._trace import machine, nvml, pci, visibility
+
+        return {"machine": machine, "nvml": nvml, "pci": pci, "visibility": visibility}[name]
+
+
+def _no_trace(*args: object, **kwargs: object) -> None:
+    """A :mod:`._trace` function below INFO: nothing to log."""
+
+
+if not TYPE_CHECKING:  # type checkers see the imports above, and no catch-all
+    _trace = _LazyTrace()
+
+    def __getattr__(name: str) -> Any:
+        """:func:`apply_visibility`, imported on first lookup (holding the fork lock)."""
+        if name != "apply_visibility":
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        with _forksafe.lock():
+            from ._visible import apply_visibility
+
+        globals()[name] = apply_visibility
+        return apply_visibility
 
 
 def detail_for(mode: Union[str, CpuMode, None], priority_cores: bool = False) -> Detail:
@@ -300,9 +345,7 @@ def merge_nvml(topology: Topology, report: NvmlReport) -> Tuple[List[Gpu], List[
 
 
 def _with(gpu: Gpu, **changes: Any) -> Gpu:
-    from dataclasses import replace
-
-    return replace(gpu, **changes)
+    return _replace(gpu, **changes)
 
 
 @_forksafe.guarded  # it imports and loads on first use (see _os.forksafe)
@@ -356,7 +399,6 @@ def detect_topology(
             ``CUDA_DEVICE_ORDER`` has a bad value.
     """
     from .._os import sysfs as _sysfs
-    from . import _visible
 
     env = os.environ if environ is None else environ
     keep = reuse and detail is not Detail.FULL and gpu_vendors is None and pci_classes is None
@@ -376,6 +418,11 @@ def detect_topology(
     if not visible_only:
         _trace.visibility(env, topology.gpus, topology, applied=False)
         return topology
+    if not topology.gpus:  # no GPU: none to hide or renumber
+        _trace.visibility(env, topology.gpus, topology)
+        return topology
+    from . import _visible
+
     seen = _visible.apply_visibility(topology, env, mig_parents=mig_parents)
     _trace.visibility(env, topology.gpus, seen)
     return seen
@@ -519,6 +566,8 @@ def topology_from_sysfs(
         layout, root, allowed_cpus=allowed_cpus, allowed_mems=allowed_mems
     )
     if environ is not None:
+        from ._visible import apply_visibility
+
         topology = apply_visibility(topology, environ)
     return topology
 

@@ -67,10 +67,10 @@ Rules
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from .._text import shown
+from .._record import replace
+from .._text import Pattern, shown
 from ..errors import ConfigError
 from ..model import CpuMode, MemoryPolicy
 from ..options import (
@@ -143,8 +143,8 @@ _ASCII_SPACE = ASCII_SPACE  # only ASCII whitespace is trimmed (see options.ASCI
 #: letter case, ASCII whitespace around them ignored (docs/site/frameworks.md lists it).
 FLAG_TRUE = frozenset({"1", "true", "yes", "on"})
 FLAG_FALSE = frozenset({"", "0", "false", "no", "off"})
-_INT = re.compile(r"[0-9]{1,9}\Z")  # no sign, no spaces inside; < 10**9
-_SLURM_TASKS = re.compile(r"([0-9]{1,9})(?:\(x[0-9]{1,9}\))?\Z")
+_INT = Pattern(re.compile, r"[0-9]{1,9}\Z")  # no sign, no spaces inside; < 10**9
+_SLURM_TASKS = Pattern(re.compile, r"([0-9]{1,9})(?:\(x[0-9]{1,9}\))?\Z")
 
 
 def parse_flag(name: str, value: str) -> bool:

@@ -126,9 +126,9 @@ PlanError.
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from .._record import replace
 from .._text import counted, format_ids
 from ..errors import ConfigError, TopologyError
 from ..model import VISIBILITY_VARIABLES, Gpu, Topology

@@ -123,7 +123,6 @@ plans in about half a second (``python -m benchmarks.bench_planner``).
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import (
     TYPE_CHECKING,
     AbstractSet,
@@ -135,6 +134,7 @@ from typing import (
     Union,
 )
 
+from .._record import replace
 from .._text import counted, format_ids
 from ..errors import ConfigError, PlanError, PynumabindError, UnknownIdError
 from ..model import CpuMode, Gpu, MemoryPolicy, Plan, Topology

@@ -20,7 +20,6 @@ from typing import List, Mapping, Optional, Tuple
 
 from .._mempolicy import POLICIES, PolicyRow
 from .._text import format_ids, named
-from .._weights import format_weights
 from ..errors import PlanError
 from ..model import MemoryPolicy, Topology
 from ._place import RankState, nodes_of
@@ -110,6 +109,8 @@ def _weights_reason(
             f"{row.policy} without weights: a process follows the kernel's system-wide "
             f"weights for {named('node', nodes)} (read when it binds)"
         )
+    from .._weights import format_weights  # a weighted plan's only: a bind in mode node never
+
     return (
         f"weights {format_weights(weights)} (given): a buffer (bind_memory) is placed by "
         "them exactly; a process's policy follows the kernel's system-wide weights, which "

@@ -30,9 +30,10 @@ the planner checks the ids exist on the machine.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import AbstractSet, Callable, Iterable, List, Optional, Sequence, Tuple, Union
 
+from .._record import record
+from .._text import Pattern
 from ..cpulist import parse_cpulist, parse_nodelist
 from ..errors import ConfigError, ListParseError
 from ..options import ASCII_SPACE
@@ -53,7 +54,7 @@ NodesOverride = Union[str, Sequence[Union[int, str, AbstractSet[int]]]]
 CpusOverride = Union[str, Sequence[Union[str, AbstractSet[int]]]]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _Kind:
     """What tells the two overrides apart."""
 
@@ -62,6 +63,17 @@ class _Kind:
     comma_separates_ranks: bool  # "0,0,1,1" is one node per rank
     accepts_int: bool  # a bare int item is one id
     items: str  # what a sequence item may be, for the error
+
+    def __init__(
+        self, name: str, noun: str, comma_separates_ranks: bool, accepts_int: bool, items: str
+    ) -> None:
+        self.__dict__.update(
+            name=name,
+            noun=noun,
+            comma_separates_ranks=comma_separates_ranks,
+            accepts_int=accepts_int,
+            items=items,
+        )
 
 
 _NODES = _Kind("nodes", "node", True, True, "a node id, node list or set of node ids")
@@ -78,7 +90,7 @@ def int_set(value: Iterable[object], what: str, index: int) -> frozenset[int]:
     return frozenset(out)
 
 
-_WORD = re.compile(f"[^{re.escape(ASCII_SPACE)}]+")
+_WORD = Pattern(re.compile, f"[^{re.escape(ASCII_SPACE)}]+")
 
 
 def _split_ranks(text: str, what: str, separator: str) -> List[Tuple[str, int]]:

@@ -24,7 +24,6 @@ only that one).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import AbstractSet, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from .._text import counted, format_ids
@@ -41,23 +40,37 @@ __all__ = [
 ]
 
 
-@dataclass
 class RankState:
-    """One rank while it is being planned."""
+    """One rank while it is being planned (mutable: the planner's steps fill it in).
 
-    rank: int
-    gpu: Optional[Gpu] = None
-    nodes: frozenset[int] = frozenset()  # CPU placement nodes; empty = unknown
-    primary: Optional[int] = None
-    derived_multi: bool = False  # nodes came from a GPU affinity spanning nodes
-    affinity: Optional[frozenset[int]] = None  # the GPU's CPU affinity, when placed by it
-    gpu_memory_node: Optional[int] = None
-    cpus: Optional[frozenset[int]] = None
-    #: The nodes memory is placed for, when not those of its CPUs (fallback nearest).
-    memory_nodes: Optional[frozenset[int]] = None
-    reasons: List[str] = field(default_factory=list)
-    warnings: List[str] = field(default_factory=list)
-    error: Optional[PynumabindError] = None
+    * ``gpu``: the rank's GPU, if any;
+    * ``nodes``: its CPU placement nodes (empty: unknown), ``primary`` the
+      one exclusive modes slice; ``derived_multi``: they came from a GPU
+      affinity spanning nodes; ``affinity``: the GPU's CPU affinity, when
+      placed by it;
+    * ``gpu_memory_node``: the GPU's own memory node; ``memory_nodes``: the
+      nodes memory is placed for, when not those of its CPUs (fallback
+      nearest);
+    * ``cpus``, ``reasons``, ``warnings``, ``error``: what the planner found.
+    """
+
+    def __init__(self, rank: int, gpu: Optional[Gpu] = None) -> None:
+        self.rank = rank
+        self.gpu = gpu
+        self.nodes: frozenset[int] = frozenset()
+        self.primary: Optional[int] = None
+        self.derived_multi = False
+        self.affinity: Optional[frozenset[int]] = None
+        self.gpu_memory_node: Optional[int] = None
+        self.cpus: Optional[frozenset[int]] = None
+        self.memory_nodes: Optional[frozenset[int]] = None
+        self.reasons: List[str] = []
+        self.warnings: List[str] = []
+        self.error: Optional[PynumabindError] = None
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={value!r}" for name, value in vars(self).items())
+        return f"RankState({fields})"
 
     def warn(self, message: str) -> None:
         self.reasons.append(message)

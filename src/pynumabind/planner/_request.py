@@ -21,10 +21,10 @@ visible GPU, else one per NUMA node with allowed CPUs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Callable, Dict, Mapping, Optional, Tuple, Union
 
 from .._mempolicy import POLICIES
+from .._record import field, record
 from .._text import counted, format_ids, shown
 from ..cpulist import parse_nodelist
 from ..errors import ConfigError, ListParseError, PlanError, UnknownIdError
@@ -51,7 +51,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Request:
     """Validated inputs shared by all ranks."""
 
@@ -73,6 +73,44 @@ class Request:
     priority_cores: bool = False
     fallback: str = "error"  # "nearest": see ._fallback
     weights: Optional[Mapping[int, int]] = field(default=None, hash=False)
+
+    def __init__(  # noqa: PLR0917 - positional, as the dataclass's fields
+        self,
+        nprocs: int,
+        mode: CpuMode,
+        policy: MemoryPolicy,
+        rank_gpus: Tuple[Optional[int], ...],
+        explicit_gpu: Tuple[bool, ...],
+        node_sets: Optional[Tuple[frozenset[int], ...]],
+        cpu_sets: Optional[Tuple[frozenset[int], ...]],
+        gpu_memory: bool,
+        interleave_nodes: Optional[frozenset[int]],
+        nprocs_reason: str,
+        require_node: bool = False,
+        nprocs_option: str = "nprocs=",
+        running: Optional[frozenset[int]] = None,
+        priority_cores: bool = False,
+        fallback: str = "error",
+        weights: Optional[Mapping[int, int]] = None,
+    ) -> None:
+        self.__dict__.update(
+            nprocs=nprocs,
+            mode=mode,
+            policy=policy,
+            rank_gpus=rank_gpus,
+            explicit_gpu=explicit_gpu,
+            node_sets=node_sets,
+            cpu_sets=cpu_sets,
+            gpu_memory=gpu_memory,
+            interleave_nodes=interleave_nodes,
+            nprocs_reason=nprocs_reason,
+            require_node=require_node,
+            nprocs_option=nprocs_option,
+            running=running,
+            priority_cores=priority_cores,
+            fallback=fallback,
+            weights=weights,
+        )
 
 
 def default_nprocs(topology: Topology, lengths: Optional[Dict[str, int]] = None) -> Tuple[int, str]:

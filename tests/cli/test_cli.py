@@ -681,15 +681,17 @@ def test_exec_on_error_default_is_explained() -> None:
     assert "`exec --on-error` defaults to `raise`" in " ".join(readme.split())
 
 
-def test_show_fills_the_kind_column() -> None:
+def test_show_fills_the_kind_and_tier_columns() -> None:
     result = run("show", "--no-nvml")
     rows = result.stdout.split("NUMA nodes\n", 1)[1].split("\n\n", 1)[0].splitlines()
-    assert rows[0].split()[-1] == "kind"
+    assert rows[0].split()[-2:] == ["kind", "tier"]
+    kinds = [row.rsplit(None, 1)[0] for row in rows[1:]]
     assert all(
-        row.split()[-1] in ("cpus+memory", "memory-only", "cpus", "empty")
-        or row.endswith("cpus only")
-        for row in rows[1:]
+        kind.split()[-1] in ("cpus+memory", "memory-only", "empty") or kind.endswith("cpus only")
+        for kind in kinds
     ), rows
+    # The tier is the kernel's memory_tierN number, or "-" where the kernel shows none.
+    assert all(re.fullmatch(r"\d+|-", row.split()[-1]) for row in rows[1:]), rows
 
 
 def test_metavars_are_nouns_not_destinations() -> None:

@@ -8,10 +8,10 @@ replace the CPU/node facts.  This module reads the CPUs
 (``devices/system/cpu``) and nodes (``devices/system/node``) itself and asks
 one reader per other file: :mod:`.pci` for the PCI functions and the GPUs
 among them, :mod:`.caches` for the L3 groups, :mod:`.meminfo` for the nodes'
-memory, :mod:`.tiers` for their memory tiers.  What belongs to the *process* rather than the machine -- its
-allowed CPUs and memory nodes -- comes from :mod:`.proc`, the one owner of
-those reads (which may ask libnuma for ``get_mempolicy``); this module
-imports neither the apply layer nor libnuma.
+memory, :mod:`.tiers` for their memory tiers.  What belongs to the *process*
+rather than the machine -- its allowed CPUs and memory nodes -- comes from
+:mod:`.proc`, the one owner of those reads (which may ask libnuma for
+``get_mempolicy``); this module imports neither the apply layer nor libnuma.
 
 Policy on bad input: a file that exists but cannot be read or parsed is an
 error (:class:`~pynumabind.errors.TopologyError` naming the file, raised by

@@ -450,7 +450,8 @@ def test_show_hides_placeholder_nodes_and_names_them_once(tmp_path: Path) -> Non
     assert result.returncode == 0, result.stderr
     nodes_table = result.stdout.split("\n\n")[0].splitlines()[2:]
     assert [line.split()[0] for line in nodes_table] == ["0", "1", "2", "10", "18", "26"]
-    assert [line.split()[-1] for line in nodes_table[2:]] == ["memory-only"] * 4
+    # kind, then tier: "-", as the recorded machine has no memory_tiering
+    assert [line.split()[-2:] for line in nodes_table[2:]] == [["memory-only", "-"]] * 4
     distance_header = result.stdout.split("Distances\n")[1].splitlines()[0].split()
     assert distance_header == ["node", "0", "1", "2", "10", "18", "26"]
     assert "nodes 3-9,11-17,19-25,27-33 have neither CPUs nor memory" in result.stdout

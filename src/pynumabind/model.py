@@ -19,6 +19,11 @@ ids all its lists hold together are bounded (see :class:`_Snapshot`), and a
 GPU's ``numa_node``/``memory_node`` must be one of its nodes.  Schema 2 adds
 ``visibility`` (:attr:`Topology.visibility`: which visible-device settings
 filtered the GPU list, null for the whole machine); schema 1 is still read.
+Each node's ``tier`` (:attr:`NumaNode.tier`, the kernel's memory tier) is a
+field added within schema 2, as the rule at :data:`SCHEMA_VERSION` has it: a
+snapshot without it (written before nodes carried a tier) reads with every
+tier unknown (``None``), and one that has it still reads in a pynumabind
+that ignores it.
 An optional ``denied_gpus`` cpulist names the GPUs the driver listed but the
 process could not open (:attr:`Topology.denied_gpus`).
 
@@ -99,7 +104,7 @@ class Detail(enum.IntEnum):
     PACKAGES = 2  # + each CPU's package: mode socket
     CORES = 3  # + SMT siblings, core ids, CPPC highest_perf: mode exclusive, node's priority_cores
     CACHES = 4  # + L3 groups: mode core-complex
-    FULL = 5  # + dies and node memory sizes: everything show and snapshot print
+    FULL = 5  # + dies, node memory sizes and memory tiers: everything show and snapshot print
 
 
 @record(frozen=True)
@@ -110,6 +115,18 @@ class NumaNode:
     memory-only (a Grace GPU-memory node, CXL or HBM); a node without memory
     is a CPU-only node.  ``distances`` is the node's SLIT row, keyed by the
     other node's id.
+
+    ``tier`` is the number ``N`` of the kernel's ``memory_tierN`` holding the
+    node (Linux 6.1+, ``devices/virtual/memory_tiering``).  What a user can
+    rely on: on one machine a lower number is faster memory by the kernel's
+    abstract distance (DRAM is tier 4; CXL, or memory that firmware HMAT
+    calls slower, is higher), and nodes with the same number are one tier.
+    The numbers themselves are the kernel's and may differ across kernel
+    releases for the same hardware; :meth:`Topology.tier_rank` gives the
+    order (0 = fastest).  ``None`` when not known: a node without memory, a
+    kernel without memory tiers, a topology read below ``Detail.FULL``
+    (a bind does not read tiers), or a snapshot written before nodes carried
+    a tier.
     """
 
     id: int
@@ -118,6 +135,7 @@ class NumaNode:
     memory_free: Optional[int] = None  # bytes
     has_memory: bool = True
     distances: Mapping[int, int] = field(default_factory=dict, hash=False)
+    tier: Optional[int] = None
 
     def __init__(  # noqa: PLR0917 - positional, as the dataclass's fields
         self,
@@ -341,6 +359,18 @@ class Topology:
             return 10
         return value
 
+    def tier_rank(self, node: int) -> Optional[int]:
+        """The rank of ``node``'s memory tier among this machine's tiers: 0 is the fastest.
+
+        Ranks count the distinct :attr:`NumaNode.tier` numbers of the
+        topology's nodes, lowest first; ``None`` when the node's tier is not
+        known (see :attr:`NumaNode.tier`).
+        """
+        found = self.nodes.get(node)
+        if found is None or found.tier is None:
+            return None
+        return sorted({n.tier for n in self.nodes.values() if n.tier is not None}).index(found.tier)
+
     def nearest_cpu_nodes(self, node: int) -> List[Tuple[int, Optional[int]]]:
         """CPU-bearing nodes ordered by distance from ``node`` (ties by id).
 
@@ -389,6 +419,7 @@ class Topology:
                     "memory_free": n.memory_free,
                     "has_memory": n.has_memory,
                     "distances": {str(k): v for k, v in sorted(n.distances.items())},
+                    "tier": n.tier,
                 }
                 for n in sorted(self.nodes.values(), key=lambda n: n.id)
             ],
@@ -572,6 +603,7 @@ class _Snapshot:
             memory_free=_opt(entry.get("memory_free"), "memory_free", MAX_BYTES),
             has_memory=_typed(entry.get("has_memory", True), bool, "has_memory"),
             distances=row,
+            tier=_opt(entry.get("tier"), "memory tier", MAX_INT),  # absent: written before tiers
         )
 
     def cpu(self, entry: Mapping[str, Any]) -> Cpu:

@@ -450,7 +450,8 @@ def test_show_hides_placeholder_nodes_and_names_them_once(tmp_path: Path) -> Non
     assert result.returncode == 0, result.stderr
     nodes_table = result.stdout.split("\n\n")[0].splitlines()[2:]
     assert [line.split()[0] for line in nodes_table] == ["0", "1", "2", "10", "18", "26"]
-    assert [line.split()[-1] for line in nodes_table[2:]] == ["memory-only"] * 4
+    # kind, then tier: "-", as the recorded machine has no memory_tiering
+    assert [line.split()[-2:] for line in nodes_table[2:]] == [["memory-only", "-"]] * 4
     distance_header = result.stdout.split("Distances\n")[1].splitlines()[0].split()
     assert distance_header == ["node", "0", "1", "2", "10", "18", "26"]
     assert "nodes 3-9,11-17,19-25,27-33 have neither CPUs nor memory" in result.stdout
@@ -681,15 +682,17 @@ def test_exec_on_error_default_is_explained() -> None:
     assert "`exec --on-error` defaults to `raise`" in " ".join(readme.split())
 
 
-def test_show_fills_the_kind_column() -> None:
+def test_show_fills_the_kind_and_tier_columns() -> None:
     result = run("show", "--no-nvml")
     rows = result.stdout.split("NUMA nodes\n", 1)[1].split("\n\n", 1)[0].splitlines()
-    assert rows[0].split()[-1] == "kind"
+    assert rows[0].split()[-2:] == ["kind", "tier"]
+    kinds = [row.rsplit(None, 1)[0] for row in rows[1:]]
     assert all(
-        row.split()[-1] in ("cpus+memory", "memory-only", "cpus", "empty")
-        or row.endswith("cpus only")
-        for row in rows[1:]
+        kind.split()[-1] in ("cpus+memory", "memory-only", "empty") or kind.endswith("cpus only")
+        for kind in kinds
     ), rows
+    # The tier is the kernel's memory_tierN number, or "-" where the kernel shows none.
+    assert all(re.fullmatch(r"\d+|-", row.split()[-1]) for row in rows[1:]), rows
 
 
 def test_metavars_are_nouns_not_destinations() -> None:

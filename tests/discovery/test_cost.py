@@ -231,6 +231,19 @@ def test_reads_grow_with_the_mode_not_with_the_cpus(dgx, reads: List[str]) -> No
     assert counts[Detail.FULL] < 2 * cpus  # the per-CPU read took 7 files per CPU
 
 
+def test_only_the_full_read_opens_the_memory_tiers(reads: List[str]) -> None:
+    """A bind (modes node and none: ``Detail.NODES``) reads no tier file; show and snapshot
+    (``FULL``) read one ``nodelist`` per tier, here the 6.12 guest's two tiers."""
+    root = str(Path(__file__).resolve().parents[1] / "machines" / "sysfs" / "qemu-6.12-hmat")
+    for detail in Detail:
+        _count(reads, root, detail)
+        tiers = [p for p in reads if "memory_tiering" in p]
+        if detail is Detail.FULL:
+            assert [p.rsplit("/", 2)[1] for p in tiers] == ["memory_tier4", "memory_tier54"]
+        else:
+            assert tiers == [], (detail, tiers)
+
+
 def test_proc_pci_devices_names_the_gpu_vendors_functions() -> None:
     text = (
         "0000\t80860d57\t0\t0\n"

@@ -8,10 +8,10 @@ replace the CPU/node facts.  This module reads the CPUs
 (``devices/system/cpu``) and nodes (``devices/system/node``) itself and asks
 one reader per other file: :mod:`.pci` for the PCI functions and the GPUs
 among them, :mod:`.caches` for the L3 groups, :mod:`.meminfo` for the nodes'
-memory.  What belongs to the *process* rather than the machine -- its
-allowed CPUs and memory nodes -- comes from :mod:`.proc`, the one owner of
-those reads (which may ask libnuma for ``get_mempolicy``); this module
-imports neither the apply layer nor libnuma.
+memory, :mod:`.tiers` for their memory tiers.  What belongs to the *process*
+rather than the machine -- its allowed CPUs and memory nodes -- comes from
+:mod:`.proc`, the one owner of those reads (which may ask libnuma for
+``get_mempolicy``); this module imports neither the apply layer nor libnuma.
 
 Policy on bad input: a file that exists but cannot be read or parsed is an
 error (:class:`~pynumabind.errors.TopologyError` naming the file, raised by
@@ -244,7 +244,8 @@ def kernel_release() -> str:
 def _read_nodes(
     sysfs: SysfsReader, online_cpus: frozenset[int], notes: List[str], sizes: bool = True
 ) -> Dict[int, NumaNode]:
-    """The online nodes; ``sizes=False`` skips ``meminfo`` unless ``has_memory`` is missing."""
+    """The online nodes; ``sizes=False`` skips ``meminfo`` (unless ``has_memory`` is
+    missing) and the memory tiers (:mod:`.tiers`)."""
     base = ("devices", "system", "node")
     names = sysfs.listdir(*base)
     if names is None:
@@ -254,6 +255,11 @@ def _read_nodes(
         online = frozenset(numbered(names, "node"))
         notes.append("devices/system/node/online missing: nodes taken from node* directories")
     has_memory = sysfs.cpulist(*base, "has_memory", required=False)
+    tiers: Dict[int, int] = {}
+    if sizes:  # the memory tiers only at full detail: a bind never reads them
+        from . import tiers as _tiers
+
+        tiers = _tiers.node_tiers(sysfs)
     order = sorted(online)
     nodes: Dict[int, NumaNode] = {}
     for node in order:
@@ -279,6 +285,7 @@ def _read_nodes(
             memory_free=free,
             has_memory=memory,
             distances=distances,
+            tier=tiers.get(node) if memory else None,
         )
     return nodes
 

@@ -118,7 +118,7 @@ class SysfsReader:
 
     The one sysfs file reader of the package: the layout (:mod:`.sysfs`,
     :mod:`.pci`), the nodes' memory (:mod:`.meminfo`), the caches
-    (:mod:`.caches`) and HMAT (:mod:`.hmat`).
+    (:mod:`.caches`), HMAT (:mod:`.hmat`) and the memory tiers (:mod:`.tiers`).
     """
 
     def __init__(self, root: str) -> None:

@@ -582,6 +582,7 @@ def _node_tables(topology: Topology) -> List[str]:
                 human_bytes(node.memory_total if node.has_memory else 0),
                 human_bytes(node.memory_free if node.has_memory else 0),
                 _node_kind(node),
+                "-" if node.tier is None else str(node.tier),
             ]
         )
     distance_rows = [
@@ -589,7 +590,7 @@ def _node_tables(topology: Topology) -> List[str]:
     ]
     return [
         "NUMA nodes",
-        table(["node", "cpus", "memory", "free", "kind"], rows),
+        table(["node", "cpus", "memory", "free", "kind", "tier"], rows),
         "",
         "Distances",
         table(["node", *[str(n) for n in node_ids]], distance_rows),

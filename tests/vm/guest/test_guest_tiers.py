@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Dict, Iterator, List, Tuple
 
@@ -26,6 +28,7 @@ import pytest
 
 from ..harness import GuestBoot, GuestTopology, HmatLink, format_cpulist
 from ._guestlib import (
+    REPO_ROOT,
     check_weights_3_to_1_on_64_mib,
     exec_split,
     kernel_weights,
@@ -131,6 +134,24 @@ def test_tier_ids_follow_the_kernels_abstract_distance(guest_topology: GuestTopo
     }
     assert tiers() == expected
     assert expected == {"memory_tier4": "0-1", "memory_tier54": "2"}
+
+
+def test_show_json_gives_node_2_a_tier_of_its_own() -> None:
+    """``pynumabind show --json`` (this machine, read live) carries each node's tier as the
+    kernel names it: nodes 0-1 share one, node 2 has its own, slower (higher) one -- the same
+    numbers ``memory_tiering`` lists above, and no ranks planned from them here."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pynumabind", "show", "--json", "--no-nvml"],
+        capture_output=True, text=True, timeout=300, cwd=REPO_ROOT, env=env, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    nodes = json.loads(proc.stdout)["topology"]["nodes"]
+    tier = {node["id"]: node["tier"] for node in nodes}
+    assert sorted(tier) == [0, 1, 2], nodes
+    assert tier[0] == tier[1] and tier[2] not in (tier[0], tier[1]) and tier[2] > tier[0], tier
+    assert {f"memory_tier{t}": n for t, n in ((tier[0], "0-1"), (tier[2], "2"))} == tiers()
 
 
 def test_weighted_interleave_has_a_weight_per_memory_node() -> None:

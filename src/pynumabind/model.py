@@ -145,6 +145,7 @@ class NumaNode:
         memory_free: Optional[int] = None,
         has_memory: bool = True,
         distances: Mapping[int, int] = FACTORY,
+        tier: Optional[int] = None,
     ) -> None:
         self.__dict__.update(
             id=id,
@@ -153,6 +154,7 @@ class NumaNode:
             memory_free=memory_free,
             has_memory=has_memory,
             distances={} if distances is FACTORY else distances,
+            tier=tier,
         )
 
     @property

@@ -364,9 +364,9 @@ class Topology:
     def tier_rank(self, node: int) -> Optional[int]:
         """The rank of ``node``'s memory tier among this machine's tiers: 0 is the fastest.
 
-        Ranks count the distinct :attr:`NumaNode.tier` numbers of the
-        topology's nodes, lowest first; ``None`` when the node's tier is not
-        known (see :attr:`NumaNode.tier`).
+        Ranks count the distinct ``tier`` numbers of the topology's nodes
+        (:class:`NumaNode`), lowest first; ``None`` when the node's tier is not
+        known (see :class:`NumaNode`).
         """
         found = self.nodes.get(node)
         if found is None or found.tier is None:

@@ -351,7 +351,7 @@ class Binding:
         only when called from the binding thread, whose policy it is.
 
         Returns:
-            A :class:`VerifyResult`: ``ok``, and each finding.
+            The :class:`VerifyResult` -- ``ok``, and each finding.
         """
         with _forksafe.lock():  # it imports and may load libnuma; a fork waits (_os.forksafe)
             from ._verify import verify_binding

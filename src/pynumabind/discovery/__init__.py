@@ -150,7 +150,15 @@ class _LazyTrace:
 
     __slots__ = ()
 
+    #: What it stands in for; any other name is an AttributeError, as on a
+    #: module: code that inspects objects (``vars()``, ``__dict__``, ``__wrapped__``
+    #: lookups, as vLLM 0.33's Triton dispatcher does over every module) must not
+    #: get a function back.
+    NAMES = frozenset({"machine", "nvml", "pci", "visibility"})
+
     def __getattr__(self, name: str) -> Any:
+        if name not in _LazyTrace.NAMES:
+            raise AttributeError(f"pynumabind.discovery._trace has no attribute {name!r}")
         if not log.isEnabledFor(logging.INFO):
             return _no_trace
         with _forksafe.lock():  # not "from . import _trace": that finds this object

@@ -39,7 +39,9 @@ def _session(args: List[str], env: Dict[str, str]) -> subprocess.CompletedProces
     }
     environ.update(env)
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs", *args],
+        # A child test stuck past 60 s prints its stacks (once seen hanging under CI's load).
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs",
+         "-o", "faulthandler_timeout=60", *args],
         cwd=REPO,
         env=environ,
         capture_output=True,

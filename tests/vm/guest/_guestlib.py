@@ -125,21 +125,29 @@ def nodes_at(addresses: List[int]) -> List[int]:
     return found
 
 
-def _page_table_node(address: int, was: int) -> int:
-    """The node of the present page at ``address`` by its frame (root); ``was`` if not present."""
-    page = mmap.PAGESIZE
+def _frame(address: int) -> Optional[int]:
+    """The frame of the present page at ``address`` (``/proc/self/pagemap``, root), or None."""
     with open("/proc/self/pagemap", "rb") as pagemap:
-        pagemap.seek(address // page * 8)
+        pagemap.seek(address // mmap.PAGESIZE * 8)
         entry = int.from_bytes(pagemap.read(8), "little")
     frame = entry & ((1 << 55) - 1)
-    if not entry >> 63 or not frame:
-        return was
+    return frame if entry >> 63 and frame else None
+
+
+def _page_flags(frame: int) -> int:
+    """The ``/proc/kpageflags`` word of ``frame`` (root)."""
     with open("/proc/kpageflags", "rb") as flags:
         flags.seek(frame * 8)
-        if int.from_bytes(flags.read(8), "little") >> 24 & 1:  # KPF_ZERO_PAGE
-            return was
+        return int.from_bytes(flags.read(8), "little")
+
+
+def _page_table_node(address: int, was: int) -> int:
+    """The node of the present page at ``address`` by its frame (root); ``was`` if not present."""
+    frame = _frame(address)
+    if frame is None or _page_flags(frame) >> 24 & 1:  # KPF_ZERO_PAGE
+        return was
     with open("/sys/devices/system/memory/block_size_bytes", encoding="ascii") as handle:
-        block = frame * page // int(handle.read(), 16)
+        block = frame * mmap.PAGESIZE // int(handle.read(), 16)
     nodes = "/sys/devices/system/node"
     for name in os.listdir(nodes):
         if name.startswith("node") and os.path.exists(f"{nodes}/{name}/memory{block}"):
@@ -286,16 +294,8 @@ def is_thp(address: int) -> Optional[bool]:
     Read from ``/proc/self/pagemap`` (its frame) and ``/proc/kpageflags`` (``KPF_THP``), both
     root-only; None when the page is not present.
     """
-    page = mmap.PAGESIZE
-    with open("/proc/self/pagemap", "rb") as pagemap:
-        pagemap.seek(address // page * 8)
-        entry = int.from_bytes(pagemap.read(8), "little")
-    frame = entry & ((1 << 55) - 1)
-    if not entry >> 63 or not frame:
-        return None
-    with open("/proc/kpageflags", "rb") as flags:
-        flags.seek(frame * 8)
-        return bool(int.from_bytes(flags.read(8), "little") >> 22 & 1)
+    frame = _frame(address)
+    return None if frame is None else bool(_page_flags(frame) >> 22 & 1)  # KPF_THP
 
 
 # ---------------------------------------------------------------- weighted interleave

@@ -12,8 +12,10 @@ are real pytest runs in a child, on tests that skip before doing anything.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Dict, List
 
@@ -32,23 +34,40 @@ CGROUP_TESTS = [
 
 
 def _session(args: List[str], env: Dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """A child pytest session, its output read from files once it exits.
+
+    Files, not pipes: a process the child leaves behind (a worker, a
+    multiprocessing helper) would hold a pipe open, and reading to its end
+    would wait for that process, not for the session.  The session runs in a
+    process group of its own, killed whole if it outlives 300 s; then the test
+    fails with what it printed, the stacks faulthandler dumps at 60 s included
+    (one such session was once seen stuck under CI's load, with nothing shown).
+    """
     environ = {
         k: v
         for k, v in os.environ.items()
         if k != VARIABLE and k not in root_setup.REQUIRED_VARIABLES
     }
     environ.update(env)
-    return subprocess.run(
-        # A child test stuck past 60 s prints its stacks (once seen hanging under CI's load).
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs",
-         "-o", "faulthandler_timeout=60", *args],
-        cwd=REPO,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs",
+            "-o", "faulthandler_timeout=60", *args]
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        child = subprocess.Popen(
+            argv, cwd=REPO, env=environ, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+            text=True, start_new_session=True,
+        )
+        try:
+            returncode = child.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+            returncode = None
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if returncode is None:
+        pytest.fail(f"{argv} still ran after 300 s; what it printed:\n{stdout}\n{stderr}")
+    return subprocess.CompletedProcess(argv, returncode, stdout, stderr)
 
 
 def test_header_names_every_install_and_daemon_as_root() -> None:

@@ -27,7 +27,7 @@ import json
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
-from .._text import clipped, counted, table
+from .._text import clipped, counted, escaped, table
 from ..errors import PynumabindError
 from ..model import SCHEMA_VERSION
 
@@ -53,13 +53,6 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     )
 
 
-def _plain(text: str) -> str:
-    """``text`` with every character that is not printable escaped (``\\x1b``, ``\\n``)."""
-    return "".join(
-        c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text
-    )
-
-
 def _advice(entry: Any) -> str:
     rec = entry.record.advice.recommendation
     return f"bind: {rec.mode}, {rec.policy}" if rec.bind else "do not bind"
@@ -79,17 +72,17 @@ def _status(entry: Any, followed: Any, machine: str) -> str:
 
 def _row(entry: Any, followed: Any, machine: str) -> List[str]:
     mark = _MARK if entry is followed else " "
-    name = f"{mark} {_plain(entry.name)}"
-    status = clipped(_plain(_status(entry, followed, machine)), 160)
+    name = f"{mark} {escaped(entry.name)}"
+    status = clipped(escaped(_status(entry, followed, machine)), 160)
     if entry.record is None:
         return [name, "-", "-", "-", "-", status]
     recorded = entry.record.machine
     return [
         name,
-        clipped(_plain(recorded.hardware()), 60),
+        clipped(escaped(recorded.hardware()), 60),
         _advice(entry),
-        _plain(entry.record.saved),
-        _plain(recorded.kernel or "-"),
+        escaped(entry.record.saved),
+        escaped(recorded.kernel or "-"),
         status,
     ]
 
@@ -97,7 +90,7 @@ def _row(entry: Any, followed: Any, machine: str) -> List[str]:
 def _listing_text(listing: Any, machine: str) -> List[str]:
     kind = "directory" if listing.directory else "record file"
     held = counted(len(listing.entries), "file")
-    lines = [f"{_plain(listing.path)} ({kind}): {held}"]
+    lines = [f"{escaped(listing.path)} ({kind}): {held}"]
     if listing.entries:
         headers = ["  file", "machine", "advice", "saved", "kernel", "here"]
         rows = [_row(e, listing.followed, machine) for e in listing.entries]
@@ -117,7 +110,7 @@ def _text(listings: Sequence[Any], machine: str) -> str:
         followed = followed or listing.followed
     lines.append("")
     if followed is not None:
-        lines.append(f"{_MARK} {machine} follows {_plain(followed.path)}")
+        lines.append(f"{_MARK} {machine} follows {escaped(followed.path)}")
     else:
         lines.append(
             f"{machine} follows none of them: mode advised warns and plans the default mode "
@@ -189,7 +182,7 @@ def cmd_records(
     """
     from ..records.store import list_records, this_machine
 
-    name = "this machine" if machine_name is None else _plain(machine_name)
+    name = "this machine" if machine_name is None else escaped(machine_name)
     listings = list_records(args.path, machine=this_machine() if machine is None else machine)
     if sys.stdout is None:
         raise PynumabindError("standard output is closed")

@@ -85,6 +85,8 @@ def render_markdown(results: Dict[str, Any]) -> str:
         lines += _advise_md(benches["advise"])
     if "jitter" in benches:
         lines += _jitter_md(benches["jitter"])
+    if "firsttouch" in benches:
+        lines += _firsttouch_md(benches["firsttouch"])
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -463,6 +465,42 @@ def _jitter_md(data: Dict[str, Any]) -> List[str]:
         ["Run", "Iteration [IQR]", "p99 (us)", "max (us)", "CV", "Migrations", "CPUs"], rows
     )
     out.append("")
+    return out
+
+
+def _firsttouch_md(data: Dict[str, Any]) -> List[str]:
+    failed = _error_md("### First touch", data)
+    if failed is not None:
+        return failed
+    summaries = data["summaries"]
+    out = [
+        "### First touch",
+        "",
+        f"{data['bytes'] >> 20} MiB on node {data['node']}, {data['rounds']} rounds; the prefault "
+        f"ran {data['threads']} thread(s) on CPUs {','.join(map(str, data['cpus']))}. "
+        f"{data.get('note', '')}.",
+        "",
+    ]
+    rows = [
+        [
+            "plain touch (one thread, one write per page)",
+            _s(summaries["plain"]),
+            _range(summaries["plain"]),
+        ],
+        [
+            "bound, parallel prefault (mbind + prefault)",
+            _s(summaries["prefault"]),
+            _range(summaries["prefault"]),
+        ],
+        [
+            "host_buffer end to end (+ mapping, census)",
+            _s(summaries["host_buffer"]),
+            _range(summaries["host_buffer"]),
+        ],
+    ]
+    out += _table(["Touch", "Time [IQR]", "min–max"], rows)
+    verdict = "a clear difference" if data.get("clear") else "not clearly different"
+    out += ["", f"Plain / prefault: {_ratio_text(data['ratio'])} ({verdict}).", ""]
     return out
 
 

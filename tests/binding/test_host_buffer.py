@@ -404,6 +404,27 @@ def test_pin_registers_the_placed_buffer_and_unregisters_before_unmapping(
     assert fake_cudart.calls[1:] == [("unregister", (address, True))]  # still mapped then
 
 
+def _vm_flags(address: int) -> List[str]:
+    """The ``VmFlags`` of the mapping holding ``address`` (``/proc/self/smaps``)."""
+    inside = False
+    with open("/proc/self/smaps", encoding="ascii") as smaps:
+        for line in smaps:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                low, high = (int(x, 16) for x in head.split("-"))
+                inside = low <= address < high
+            elif inside and head == "VmFlags:":
+                return line.split()[1:]
+    raise AssertionError(f"no mapping at {address:#x}")
+
+
+def test_a_pinned_buffer_is_not_copied_on_fork(fake_cudart: FakeCudart) -> None:
+    with pynumabind.host_buffer(MIB, node=0, pin=True) as pinned:
+        assert "dc" in _vm_flags(pinned.address)  # MADV_DONTFORK (VM_DONTCOPY): not in a child
+    with pynumabind.host_buffer(MIB, node=0) as plain:
+        assert "dc" not in _vm_flags(plain.address)
+
+
 def test_close_with_views_keeps_the_pin(fake_cudart: FakeCudart) -> None:
     buf = pynumabind.host_buffer(MIB, node=0, pin=True)
     view = memoryview(buf)

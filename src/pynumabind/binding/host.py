@@ -52,9 +52,9 @@ and pinned again if it was: release the views (``del`` the arrays,
 exception lets that exception through instead, and the buffer is unmapped
 when its views go.  A buffer never closed is unmapped when the last
 reference goes (a pin unregistered first).  After a
-``fork`` the child sees the buffer copy-on-write; its pinning is the
-parent's.  ``len(buf)`` is ``nbytes`` (rounded up to a whole number of huge
-pages with ``huge=True``).
+``fork`` the child sees an unpinned buffer copy-on-write; a pinned one it
+does not see at all (see "Pinning").  ``len(buf)`` is ``nbytes`` (rounded
+up to a whole number of huge pages with ``huge=True``).
 
 **Huge pages.**  ``huge=True`` asks for transparent huge pages
 (``madvise(MADV_HUGEPAGE)`` before the touch) on the huge-page-aligned part
@@ -80,7 +80,11 @@ registration, the same error with CUDA's.  Registration pins the pages for
 DMA (they can no longer be migrated: they stay where they were placed); it
 does not ``mlock`` them and, with NVIDIA's driver, is not charged against
 ``RLIMIT_MEMLOCK`` (``ulimit -l``), which limits ``mlock`` and RDMA
-registrations; :func:`host_buffer` never calls ``mlock``.  (How:
+registrations; :func:`host_buffer` never calls ``mlock``.  A pinned buffer is
+marked ``MADV_DONTFORK`` before it is registered, as RDMA libraries mark
+theirs: a ``fork`` must not make its pages copy-on-write, or the parent's
+next write would move it off the pages the GPU reads; a forked child
+therefore has no such mapping (CUDA cannot be used after a fork anyway).  (How:
 :mod:`pynumabind.binding._pin`.)
 
 **Errors.**  ``nbytes`` not a positive integer, or a bad ``node``/``gpu``/
@@ -362,6 +366,7 @@ def host_buffer(
         buf.placement = placement
         buf._registration = None
         if registrar is not None:
+            buf.madvise(mmap.MADV_DONTFORK)  # see "Pinning": no copy-on-write under a pin
             flags = CUDA_HOST_REGISTER_PORTABLE
             buf._registration = Registration(registrar, span.address, size, flags)
             notes += (f"pinned: cudaHostRegister(Portable) through {registrar.name}",)

@@ -10,10 +10,10 @@ with CUDA (pinned).  The result, a :class:`HostBuffer`, is the memory
 itself: ``memoryview(buf)``, ``numpy.frombuffer(buf, dtype=...)`` and
 ``torch.frombuffer(buf, dtype=...)`` read and write its bytes in place.
 
-Rules
------
+Rules of host buffers
+---------------------
 **Which node, which policy, which weights.**  Exactly those of
-:func:`~pynumabind.bind_memory` (see :mod:`pynumabind.binding.placement`),
+:func:`~pynumabind.bind_memory` (see ``pynumabind.binding.placement``),
 through the same code: ``node=`` or ``gpu=`` (``gpu=i`` is the memory node a
 plan for a rank on GPU ``i`` binds to), ``policy`` one of ``"bind"``,
 ``"preferred"``, ``"interleave"`` and ``"weighted-interleave"``, and
@@ -308,7 +308,8 @@ def host_buffer(
             ...
             del staging  # views first; then the block's end unpins and unmaps
 
-    See :mod:`pynumabind.binding.host` for every rule.
+    Every rule is in the ``pynumabind.binding.host`` module docstring
+    ("Placing buffers" in the documentation).
 
     Args:
         nbytes: The size in bytes (a positive integer).

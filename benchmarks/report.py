@@ -472,7 +472,6 @@ def _firsttouch_md(data: Dict[str, Any]) -> List[str]:
     failed = _error_md("### First touch", data)
     if failed is not None:
         return failed
-    summaries = data["summaries"]
     out = [
         "### First touch",
         "",
@@ -481,23 +480,17 @@ def _firsttouch_md(data: Dict[str, Any]) -> List[str]:
         f"{data.get('note', '')}.",
         "",
     ]
-    rows = [
-        [
-            "plain touch (one thread, one write per page)",
-            _s(summaries["plain"]),
-            _range(summaries["plain"]),
-        ],
-        [
-            "bound, parallel prefault (mbind + prefault)",
-            _s(summaries["prefault"]),
-            _range(summaries["prefault"]),
-        ],
-        [
-            "host_buffer end to end (+ mapping, census)",
-            _s(summaries["host_buffer"]),
-            _range(summaries["host_buffer"]),
-        ],
-    ]
+    rows = []
+    for key, label in (
+        ("plain", "plain touch (one thread, one write per page)"),
+        ("prefault", "bound, parallel prefault (mbind + prefault)"),
+        ("host_buffer", "host_buffer end to end (+ mapping, census)"),
+    ):
+        summary = Summary.from_dict(data["summaries"][key])
+        if summary.median >= 1000:  # ms -> s
+            summary = summary.scaled(1e-3, "s")
+        spread = f"{summary.min:.3g}–{summary.max:.3g}"
+        rows.append([label, summary.text(3), spread])
     out += _table(["Touch", "Time [IQR]", "min–max"], rows)
     verdict = "a clear difference" if data.get("clear") else "not clearly different"
     out += ["", f"Plain / prefault: {_ratio_text(data['ratio'])} ({verdict}).", ""]

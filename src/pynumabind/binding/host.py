@@ -326,8 +326,8 @@ def host_buffer(
             default the one plans use).
 
     Returns:
-        The :class:`HostBuffer`: the mapping itself (the buffer protocol),
-        its ``placement`` census and ``notes``; :meth:`HostBuffer.close`
+        The :class:`HostBuffer` -- the mapping itself (the buffer protocol),
+        with its ``placement`` census and ``notes``; :meth:`HostBuffer.close`
         (or a ``with`` block) unpins and unmaps it.
 
     Raises:

@@ -116,6 +116,24 @@ def test_weighted_interleave_goes_through_bind_memorys_runs() -> None:
         assert placement.pages_per_node == {0: 3 * MIB // PAGE}
 
 
+def test_weighted_interleave_without_weights_is_the_kernels_own() -> None:
+    """No weights: the kernel's own MPOL_WEIGHTED_INTERLEAVE (Linux 6.9+), as bind_memory."""
+    if not _libnuma.supports_mode(_libnuma.MPOL_WEIGHTED_INTERLEAVE):
+        pytest.skip("this kernel has no weighted interleave (before 6.9)")
+    with pynumabind.host_buffer(MIB, node=0, policy="weighted-interleave") as buf:
+        assert buf.placement.kernel_policy == "MPOL_WEIGHTED_INTERLEAVE"
+        assert _libnuma.address_policy(buf.address).mode == _libnuma.MPOL_WEIGHTED_INTERLEAVE
+        assert buf.placement.pages_per_node == {0: MIB // PAGE} and buf.placement.runs == 1
+
+
+def test_a_buffer_made_directly_is_said_to_be_unplaced() -> None:
+    raw = host.HostBuffer(-1, PAGE)
+    try:
+        assert "not placed" in repr(raw) and not raw.pinned
+    finally:
+        raw.close()
+
+
 def test_without_populate_write_every_page_is_written_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """A kernel before 5.14 refuses MADV_POPULATE_WRITE with EINVAL: one write per page."""
     real = _libnuma.madvise

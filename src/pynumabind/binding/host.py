@@ -199,6 +199,8 @@ class HostBuffer(mmap.mmap):
     def __repr__(self) -> str:
         if self.closed:
             return "<HostBuffer closed>"
+        if getattr(self, "placement", None) is None:  # constructed directly: never placed
+            return f"<HostBuffer {len(self)} bytes, not placed (make it with host_buffer())>"
         state = ", pinned" if self.pinned else ""
         where = self.placement.summary()
         return f"<HostBuffer {len(self)} bytes at {self.address:#x}: {where}{state}>"

@@ -257,6 +257,22 @@ def test_huge_pages_round_the_size_and_are_asked_for(monkeypatch: pytest.MonkeyP
         assert any("MADV_HUGEPAGE" in note for note in buf.notes)
 
 
+def test_huge_pages_are_what_the_kernel_gives_the_touch() -> None:
+    """With THP at ``madvise`` (or ``always``) the prefault gets huge pages: smaps counts them."""
+    mode = host._thp_mode()
+    if mode not in ("madvise", "always") or not _libnuma.huge_page_size():
+        pytest.skip(f"transparent huge pages are {mode} here")
+    huge = _libnuma.huge_page_size()
+    with pynumabind.host_buffer(4 * huge, node=0, huge=True) as buf:
+        fields = _smaps(buf.address)
+        assert "hg" in fields["VmFlags"]  # MADV_HUGEPAGE on the mapping
+        assert int(fields["AnonHugePages"][0]) * 1024 >= huge  # at least one huge page
+        assert buf.placement.pages_per_node == {0: 4 * huge // PAGE}
+    if mode == "madvise":
+        with pynumabind.host_buffer(4 * huge, node=0) as plain:
+            assert int(_smaps(plain.address)["AnonHugePages"][0]) == 0
+
+
 def test_huge_pages_off_is_a_note_not_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(host, "_thp_mode", lambda: "never")
     with pynumabind.host_buffer(MIB, node=0, huge=True) as buf:
@@ -422,18 +438,27 @@ def test_pin_registers_the_placed_buffer_and_unregisters_before_unmapping(
     assert fake_cudart.calls[1:] == [("unregister", (address, True))]  # still mapped then
 
 
-def _vm_flags(address: int) -> List[str]:
-    """The ``VmFlags`` of the mapping holding ``address`` (``/proc/self/smaps``)."""
+def _smaps(address: int) -> Dict[str, List[str]]:
+    """The ``/proc/self/smaps`` fields of the mapping holding ``address`` (name -> words)."""
+    fields: Dict[str, List[str]] = {}
     inside = False
     with open("/proc/self/smaps", encoding="ascii") as smaps:
         for line in smaps:
             head = line.split()[0]
             if "-" in head and not head.endswith(":"):
+                if inside:
+                    return fields
                 low, high = (int(x, 16) for x in head.split("-"))
                 inside = low <= address < high
-            elif inside and head == "VmFlags:":
-                return line.split()[1:]
-    raise AssertionError(f"no mapping at {address:#x}")
+            elif inside:
+                fields[head.rstrip(":")] = line.split()[1:]
+    if not fields:
+        raise AssertionError(f"no mapping at {address:#x}")
+    return fields
+
+
+def _vm_flags(address: int) -> List[str]:
+    return _smaps(address)["VmFlags"]
 
 
 def test_a_pinned_buffer_is_not_copied_on_fork(fake_cudart: FakeCudart) -> None:

@@ -28,7 +28,7 @@ from .report import write_reports
 
 SCHEMA_VERSION = 1
 DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-SUITES = ("targets", "scaling", "threads", "overhead", "advise", "jitter")
+SUITES = ("targets", "scaling", "threads", "overhead", "advise", "jitter", "firsttouch")
 
 
 def _runner(name: str) -> Callable[[Settings], Dict[str, Any]]:
@@ -52,6 +52,10 @@ def _runner(name: str) -> Callable[[Settings], Dict[str, Any]]:
         from .advising import run_advise
 
         return run_advise
+    if name == "firsttouch":
+        from .firsttouch import run_firsttouch
+
+        return run_firsttouch
     from .jitter import run_jitter
 
     return run_jitter

@@ -101,6 +101,15 @@ class Settings:
         """Repetitions at ``threads`` threads: fewer as each apply gets longer."""
         return max(10, self.apply_reps // max(1, threads // 10))
 
+    # first touch: a 1 GiB buffer (128 MiB with --quick), rounds of each touch
+    @property
+    def firsttouch_bytes(self) -> int:
+        return (128 << 20) if self.quick else (1 << 30)
+
+    @property
+    def firsttouch_rounds(self) -> int:
+        return 3 if self.quick else 7
+
     # jitter
     @property
     def jitter_iterations(self) -> int:

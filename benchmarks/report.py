@@ -85,6 +85,8 @@ def render_markdown(results: Dict[str, Any]) -> str:
         lines += _advise_md(benches["advise"])
     if "jitter" in benches:
         lines += _jitter_md(benches["jitter"])
+    if "firsttouch" in benches:
+        lines += _firsttouch_md(benches["firsttouch"])
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -463,6 +465,35 @@ def _jitter_md(data: Dict[str, Any]) -> List[str]:
         ["Run", "Iteration [IQR]", "p99 (us)", "max (us)", "CV", "Migrations", "CPUs"], rows
     )
     out.append("")
+    return out
+
+
+def _firsttouch_md(data: Dict[str, Any]) -> List[str]:
+    failed = _error_md("### First touch", data)
+    if failed is not None:
+        return failed
+    out = [
+        "### First touch",
+        "",
+        f"{data['bytes'] >> 20} MiB on node {data['node']}, {data['rounds']} rounds; the prefault "
+        f"ran {data['threads']} thread(s) on CPUs {','.join(map(str, data['cpus']))}. "
+        f"{data.get('note', '')}.",
+        "",
+    ]
+    rows = []
+    for key, label in (
+        ("plain", "plain touch (one thread, one write per page)"),
+        ("prefault", "bound, parallel prefault (mbind + prefault)"),
+        ("host_buffer", "host_buffer end to end (+ mapping, census)"),
+    ):
+        summary = Summary.from_dict(data["summaries"][key])
+        if summary.median >= 1000:  # ms -> s
+            summary = summary.scaled(1e-3, "s")
+        spread = f"{summary.min:.3g}–{summary.max:.3g}"
+        rows.append([label, summary.text(3), spread])
+    out += _table(["Touch", "Time [IQR]", "min–max"], rows)
+    verdict = "a clear difference" if data.get("clear") else "not clearly different"
+    out += ["", f"Plain / prefault: {_ratio_text(data['ratio'])} ({verdict}).", ""]
     return out
 
 

@@ -50,6 +50,7 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "ReadOnlyBufferError": ("errors", "ReadOnlyBufferError"),
     "PlacementSyscallError": ("errors", "PlacementSyscallError"),
     "AdviceRecordError": ("errors", "AdviceRecordError"),
+    "PinError": ("errors", "PinError"),
     # id lists (the override syntax)
     "parse_cpulist": ("cpulist", "parse_cpulist"),
     "parse_nodelist": ("cpulist", "parse_nodelist"),
@@ -88,6 +89,8 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "bind_memory": ("binding.placement", "bind_memory"),
     "memory_on": ("binding.placement", "memory_on"),
     "MemoryOn": ("binding.placement", "MemoryOn"),
+    "host_buffer": ("binding.host", "host_buffer"),
+    "HostBuffer": ("binding.host", "HostBuffer"),
     # measuring before binding
     "advise": ("advisor", "advise"),
     "Advice": ("records.advice", "Advice"),
@@ -111,6 +114,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .binding import VerifyResult as VerifyResult
     from .binding import apply_plan as apply_plan
     from .binding import bind_current_process as bind_current_process
+    from .binding.host import HostBuffer as HostBuffer
+    from .binding.host import host_buffer as host_buffer
     from .binding.placement import MemoryOn as MemoryOn
     from .binding.placement import MemoryPlacement as MemoryPlacement
     from .binding.placement import bind_memory as bind_memory
@@ -130,6 +135,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .errors import ListParseError as ListParseError
     from .errors import NotABufferError as NotABufferError
     from .errors import NumaSyscallError as NumaSyscallError
+    from .errors import PinError as PinError
     from .errors import PlacementSyscallError as PlacementSyscallError
     from .errors import PlanError as PlanError
     from .errors import ProcessStateError as ProcessStateError

@@ -25,6 +25,7 @@ __all__ = [
     "ListParseError",
     "NotABufferError",
     "NumaSyscallError",
+    "PinError",
     "PlacementSyscallError",
     "PlanError",
     "ProcessStateError",
@@ -151,6 +152,15 @@ class PlacementSyscallError(NumaSyscallError):
         super().__init__(err, operation, nodes)
         self.fix = fix
         self.strerror = f"{self.strerror}; {fix}"
+
+
+class PinError(PynumabindError):
+    """``host_buffer(pin=True)`` could not register the buffer with CUDA.
+
+    No CUDA runtime usable from this process (the message names why: torch
+    not imported, ``libcudart`` not loadable, no device), or
+    ``cudaHostRegister`` failed (the message names CUDA's error).
+    """
 
 
 class BindError(PynumabindError):

@@ -58,6 +58,8 @@ MAY_CATCH_OSERROR: Dict[str, str] = {
     "cli._check": "starting the check command's workers and reading their pipes",
     # advise's measurement
     "advisor._copies": "dlopen of the CUDA runtime library (libcudart)",
+    "_os.cudart": "dlopen of the CUDA runtime library (libcudart), for pinning host buffers",
+    "binding.host": "mmap of a new host buffer (MemoryError naming the size)",
     "cli._advise": "the --plot file the user names",
     "records._file": "the advice record file (read, and written atomically) and its directory",
 }

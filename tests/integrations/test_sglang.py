@@ -102,6 +102,40 @@ PROBE_HOOKS = """
 """
 
 
+# The host KV pool recipe of docs/site/placement.md, run as written but for its GPU: node 0
+# stands for torch.cuda.current_device()'s node (no GPU here).  SGLang's own
+# alloc_with_host_register then allocates through it; pin_memory=False stops it short of
+# cudaHostRegister, the GPU boundary.  Read back: the range's policy and where its pages are.
+HOST_POOL = """
+    import json, re
+    from pathlib import Path
+    import torch
+    text = Path(PLACEMENT).read_text(encoding="utf-8")
+    found = re.findall(r"```python\\n(.*?)```", text, re.S)
+    blocks = [b for b in found if "HostTensorAllocator" in b]
+    assert len(blocks) == 1, len(blocks)
+    assert blocks[0].count("gpu=torch.cuda.current_device()") == 1
+    exec(blocks[0].replace("gpu=torch.cuda.current_device()", "node=0"), {"__name__": "recipe"})
+    from sglang.srt.mem_cache.pool_host import common
+    from pynumabind._os import libnuma
+    dims = (64, 2, 4096)
+    pool = common.alloc_with_host_register(
+        dims, torch.bfloat16, "cpu", False, common.HostTensorAllocator()
+    )
+    pool[1, 1, 7] = 3.5
+    start, size = pool.data_ptr(), pool.numel() * pool.element_size()
+    _, status = libnuma.move_pages_status(list(range(start, start + size, 4096)))
+    print(json.dumps({
+        "shape": list(pool.shape),
+        "dtype": str(pool.dtype),
+        "value": float(pool[1, 1, 7]),
+        "policy": libnuma.address_policy(start).kernel_policy,
+        "nodes": sorted(set(status)),
+        "pages": len(status),
+    }))
+""".replace("PLACEMENT", repr(str(HERE.parents[1] / "docs" / "site" / "placement.md")))
+
+
 # Each probe needs a process in which SGLang's plugin loader has not run and
 # pynumabind is not imported yet: one interpreter imports torch and SGLang's
 # plugin modules once (not the scheduler, whose import applies the hooks) and
@@ -119,8 +153,22 @@ def probes(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, subprocess.Com
         "without opt-in": (PROBE_HOOKS, {}),
         "with opt-in": (PROBE_HOOKS, {"PYNUMABIND_SGLANG": "1"}),
         "with a bad opt-in": (PROBE_HOOKS, {"PYNUMABIND_SGLANG": "maybe"}),
+        "host pool recipe": (HOST_POOL, {}),
     }
     return run_forked(tmp_path_factory.mktemp("probes"), PRELUDE, cases)
+
+
+def test_the_host_pool_recipe_places_sglangs_pool_before_its_first_touch(probes) -> None:
+    result = probes["host pool recipe"]
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert json.loads(result.stdout.splitlines()[-1]) == {
+        "shape": [64, 2, 4096],
+        "dtype": "torch.bfloat16",
+        "value": 3.5,
+        "policy": "MPOL_BIND",  # host_buffer's, set before SGLang's tensor existed
+        "nodes": [0],  # every page present (prefaulted), on node 0
+        "pages": 64 * 2 * 4096 * 2 // 4096,
+    }
 
 
 def test_plugin_changes_nothing_without_opt_in(probes) -> None:

@@ -28,6 +28,7 @@ from benchmarks.common import (
     run_worker,
     worker_env,
 )
+from benchmarks.firsttouch import run_firsttouch
 from benchmarks.jitter import count_migrations
 from benchmarks.machine import NodeInfo, detect_virtualization, read_nodes
 from benchmarks.overhead import importtime_descendants, parse_importtime, startup_commands
@@ -278,6 +279,23 @@ def test_write_and_render_round_trip(tmp_path: Path) -> None:
     assert (tmp_path / "rendered/results.md").read_text() == report.render_markdown(_document())
     pytest.importorskip("matplotlib")
     assert (tmp_path / "rendered/advise.png").stat().st_size > 1000
+
+
+def test_first_touch_times_each_touch_every_round_and_renders() -> None:
+    """8 MiB, two rounds: the shape of the result and its section; no timing is judged."""
+    data = run_firsttouch(Settings(quick=True), size=8 << 20, rounds=2)
+    assert data["bytes"] == 8 << 20 and data["rounds"] == 2 and data["threads"] >= 1
+    assert {name: len(v) for name, v in data["samples_ms"].items()} == {
+        "plain": 2,
+        "prefault": 2,
+        "host_buffer": 2,
+    }
+    assert all(v > 0 for values in data["samples_ms"].values() for v in values)
+    plain, prefault = data["summaries"]["plain"], data["summaries"]["prefault"]
+    assert data["ratio"]["value"] == pytest.approx(plain["median"] / prefault["median"])
+    text = report.render_markdown({"benchmarks": {"firsttouch": data}})
+    assert "### First touch" in text and "Plain / prefault: ×" in text
+    assert "| host_buffer end to end (+ mapping, census) |" in text
 
 
 def test_importtime_descendants_are_the_deeper_lines_above() -> None:

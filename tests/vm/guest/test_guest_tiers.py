@@ -11,12 +11,14 @@ The last part is pynumabind's weighted interleave on this kernel, which has
 ``MPOL_WEIGHTED_INTERLEAVE``: a buffer placed by exact weights (runs), a worker started by
 ``pynumabind exec`` allocating by the kernel's system-wide weights, a worker whose requested
 weights differ from the kernel's saying so once, the kernel's weights written on request, and
-``verify()`` judging the split.  Every test that changes the kernel's weights puts them back.
+``verify()`` judging the split; and ``host_buffer``: one on the memory-only node, all of its
+pages there, and one by exact weights.  Every test that changes the kernel's weights puts them back.
 """
 
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import re
 import subprocess
@@ -32,6 +34,7 @@ from ._guestlib import (
     check_weights_3_to_1_on_64_mib,
     exec_split,
     kernel_weights,
+    page_counts,
     set_kernel_weights,
 )
 
@@ -193,6 +196,45 @@ def share(counts: Dict[int, int], node: int) -> float:
 
 def test_bind_memory_by_weights_3_to_1_leaves_three_quarters_on_node_0() -> None:
     check_weights_3_to_1_on_64_mib()
+
+
+def test_a_host_buffer_on_the_memory_only_node_has_every_page_there() -> None:
+    """``host_buffer(64 MiB, node=2)``: a writable buffer whose pages are all on node 2.
+
+    Node 2 has memory and no CPUs: the buffer is bound before its first touch and prefaulted
+    from the nearest CPU node's CPUs (node 1's, 2-3, by the SLIT).  Where its pages are is
+    read back page by page (``move_pages``, else the page table), not taken from the
+    library's census; and again after every page is written.
+    """
+    from pynumabind.binding.host import host_buffer
+
+    size = 64 << 20
+    pages = size // mmap.PAGESIZE
+    with host_buffer(size, node=2) as buf:
+        before = page_counts(buf)
+        assert before == {2: pages}, before  # every page exists already, all on node 2
+        view = memoryview(buf)
+        assert not view.readonly and view.nbytes == size
+        view.release()
+        buf[:: mmap.PAGESIZE] = b"\2" * pages  # one byte a page, one C loop (TCG)
+        assert page_counts(buf) == {2: pages}
+        assert buf.placement.pages_per_node == {2: pages} and buf.placement.complete
+        assert any(n.startswith("prefaulted") and "node 2: " in n for n in buf.notes), buf.notes
+        assert any("on CPUs 2-3" in n for n in buf.notes), buf.notes
+
+
+def test_a_host_buffer_by_weights_3_to_1_puts_three_quarters_on_node_0() -> None:
+    """``host_buffer`` places by exact weights through ``bind_memory``'s runs, before the touch."""
+    from pynumabind.binding.host import host_buffer
+
+    size = 64 << 20
+    pages = size // mmap.PAGESIZE
+    with host_buffer(size, policy="weighted-interleave", weights={0: 3, 2: 1}) as buf:
+        counts = page_counts(buf)
+        assert set(counts) == {0, 2} and sum(counts.values()) == pages, counts
+        assert 0.70 <= counts[0] / pages <= 0.80, counts
+        assert buf.placement.runs > 1 and buf.placement.in_proportion is True
+        assert buf.placement.pages_per_node == counts, buf.placement.summary()
 
 
 def test_a_worker_allocates_by_the_kernels_weights(weights_put_back: Dict[int, int]) -> None:

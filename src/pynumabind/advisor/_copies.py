@@ -3,7 +3,7 @@
 CUDA is never a dependency.  A backend is found in this order:
 
 1. **torch**, when it is importable and ``torch.cuda.is_available()``;
-2. **the CUDA runtime** (``libcudart.so*``) loaded with ctypes, when it
+2. **the CUDA runtime** (``libcudart.so*``, found by :mod:`pynumabind._os.cudart`), when it
    loads and reports at least one device.
 
 Otherwise :func:`find_backend` returns ``None`` and the reason, which the
@@ -36,6 +36,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
+from .._os.cudart import CUDART_NAMES, load_cudart
 from ..errors import PynumabindError
 from ..model import Topology
 from ..records.values import CopyCell, GpuCopies, Spread
@@ -51,7 +52,6 @@ __all__ = [
     "measure_gpus",
 ]
 
-CUDART_NAMES = ("libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0")
 H2D, D2H = 1, 2  # cudaMemcpyKind
 
 
@@ -208,22 +208,17 @@ def _torch_backend() -> Tuple[Optional[Backend], str]:
 
 
 def _cudart_backend(names: Sequence[str]) -> Tuple[Optional[Backend], str]:
-    errors: List[str] = []
-    for name in names:
-        try:
-            lib = ctypes.CDLL(name)
-        except OSError as exc:
-            errors.append(str(exc).split(":")[-1].strip() or name)
-            continue
-        try:
-            backend = CudartBackend(lib, name)
-            count = backend.count()
-        except (AttributeError, PynumabindError) as exc:
-            return None, f"{name} loads but cannot be used ({exc})"
-        if count < 1:
-            return None, f"{name} reports no CUDA device"
-        return backend, ""
-    return None, f"the CUDA runtime library is not loadable ({'; '.join(dict.fromkeys(errors))})"
+    lib, name = load_cudart(names)
+    if lib is None:
+        return None, name  # why none loads
+    try:
+        backend = CudartBackend(lib, name)
+        count = backend.count()
+    except (AttributeError, PynumabindError) as exc:
+        return None, f"{name} loads but cannot be used ({exc})"
+    if count < 1:
+        return None, f"{name} reports no CUDA device"
+    return backend, ""
 
 
 def find_backend(
@@ -279,24 +274,17 @@ def cuda_runtime(names: Sequence[str] = CUDART_NAMES) -> CudaRuntime:
     for CUDA's sake: a library that does not load or cannot count devices is
     the ``reason``.
     """
-    errors: List[str] = []
-    for name in names:
-        try:
-            lib = ctypes.CDLL(name)
-        except OSError as exc:
-            errors.append(str(exc).split(":")[-1].strip() or name)
-            continue
-        runtime = _version_of(lib, "cudaRuntimeGetVersion")
-        driver = _version_of(lib, "cudaDriverGetVersion")
-        try:
-            backend = CudartBackend(lib, name)
-            devices = tuple((o, bus) for o, _name, bus in backend.devices())
-        except (AttributeError, PynumabindError) as exc:
-            return CudaRuntime(name, runtime, driver, reason=f"{name} cannot list devices ({exc})")
-        return CudaRuntime(name, runtime, driver, devices)
-    return CudaRuntime(
-        reason=f"the CUDA runtime library is not loadable ({'; '.join(dict.fromkeys(errors))})"
-    )
+    lib, name = load_cudart(names)
+    if lib is None:
+        return CudaRuntime(reason=name)  # why none loads
+    runtime = _version_of(lib, "cudaRuntimeGetVersion")
+    driver = _version_of(lib, "cudaDriverGetVersion")
+    try:
+        backend = CudartBackend(lib, name)
+        devices = tuple((o, bus) for o, _name, bus in backend.devices())
+    except (AttributeError, PynumabindError) as exc:
+        return CudaRuntime(name, runtime, driver, reason=f"{name} cannot list devices ({exc})")
+    return CudaRuntime(name, runtime, driver, devices)
 
 
 # ------------------------------------------------------------- measuring

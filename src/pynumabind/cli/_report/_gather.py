@@ -229,9 +229,10 @@ class _Gatherer:
                 "devices": [],
                 "reason": reason,
             }
+        from ..._os.cudart import CUDART_NAMES
         from ...advisor import _copies
 
-        names = self.settings.cuda_libraries or _copies.CUDART_NAMES
+        names = self.settings.cuda_libraries or CUDART_NAMES
         cuda = _copies.cuda_runtime(names)
         self.facts.cuda = cuda
         return {

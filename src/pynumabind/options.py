@@ -140,7 +140,6 @@ def environ_value(environ: Mapping[str, str], name: str) -> Optional[str]:
         return None
     return value
 
-
 _E = TypeVar("_E", CpuMode, MemoryPolicy)
 
 

@@ -42,7 +42,9 @@ to what it guards, and each problem names the field by its JSON path
    allowed CPUs -- not the record's own fingerprint.  Each GPU of that
    topology which the record moves to another node must be moved to a node
    with CPUs on that machine, and with CPUs this process may use (its
-   affinity or cpuset).  A node id that is valid on its own (99) but not a
+   affinity or cpuset); each node of the recommended interleave weights
+   must have memory on that machine and be one this process may allocate
+   on (``allowed_mems``).  A node id that is valid on its own (99) but not a
    CPU node here, or a node the job's cpuset leaves out, does not make the
    file unreadable (:func:`~pynumabind.load_advice` returns it); the store
    (:func:`~pynumabind.records.store.resolve_advised`) follows nothing of

@@ -45,12 +45,23 @@ that needs no machine is here, once, for every layer:
   boundaries (the first run is shortened to reach one), so no huge page is
   cut between two nodes; only the last runs, where each node's exact share
   is met, may end elsewhere.
+* **Weights from bandwidth** (:func:`from_bandwidth`, what ``advise``
+  recommends): weights proportional to each node's measured bandwidth, as
+  the smallest integers that say so.  For ``top`` = 1, 2, ... 255 in turn,
+  each node's weight is ``round(top * bandwidth / fastest)`` (halves
+  rounded up), at least 1; the first ``top`` whose every node's share of
+  the weights is within :data:`BANDWIDTH_POINTS` percentage points of its
+  share of the bandwidth is taken, else ``top`` = 255 (the finest the
+  kernel's range allows), and the weights are divided by their greatest
+  common divisor.  Equal bandwidths give 1 each; 4:1 gives 4:1; 3.1:1 gives
+  3:1 (75.0% for 75.6%).
 
 A value module: nothing here reads or writes anything.
 """
 
 from __future__ import annotations
 
+import math
 import operator
 from typing import Dict, List, Mapping, Optional, Tuple, Union
 
@@ -59,6 +70,7 @@ from .errors import ConfigError, ListParseError
 from .model import MAX_NODE_ID
 
 __all__ = [
+    "BANDWIDTH_POINTS",
     "MAX_RUNS",
     "MAX_WEIGHT",
     "MIN_HUGE_CYCLES",
@@ -71,6 +83,7 @@ __all__ = [
     "described",
     "exact_shares",
     "format_weights",
+    "from_bandwidth",
     "invalid_variable",
     "kernel_difference",
     "parse_weights",
@@ -89,6 +102,9 @@ TOLERANCE_POINTS = 5
 MAX_RUNS = 256
 #: Cycles of huge-page runs a range must hold for its runs to be whole huge pages.
 MIN_HUGE_CYCLES = 4
+#: How far a node's share of weights from bandwidth may be from its share of the
+#: bandwidth, in percentage points, for :func:`from_bandwidth` to stop at smaller weights.
+BANDWIDTH_POINTS = 1
 
 #: Node id -> weight, ascending by node.
 Weights = Mapping[int, int]
@@ -248,6 +264,42 @@ def exact_shares(total: int, weights: Weights) -> Dict[int, int]:
     for node in by_remainder[:left]:
         floors[node] += 1
     return floors
+
+
+def _rounded(value: float) -> int:
+    """``value`` to the nearest integer, halves up (not Python's halves to even)."""
+    whole = int(value)
+    return whole + 1 if value - whole >= 0.5 else whole
+
+
+def from_bandwidth(bandwidth: Mapping[int, float]) -> Dict[int, int]:
+    """Weights proportional to ``bandwidth`` (node -> GB/s, each > 0): see the module docstring.
+
+    ``{0: 40.0, 2: 10.0}`` -> ``{0: 4, 2: 1}``; ascending by node, each from
+    :data:`MIN_WEIGHT` to :data:`MAX_WEIGHT`, with no common divisor above 1.
+    """
+    if not bandwidth:
+        raise ValueError("weights from bandwidth need at least one node")
+    if any(not (value > 0) or value == float("inf") for value in bandwidth.values()):
+        raise ValueError(f"bandwidths must be finite and positive: {dict(bandwidth)}")
+    fastest = max(bandwidth.values())
+    total = sum(bandwidth.values())
+    nodes = sorted(bandwidth)
+    weights: Dict[int, int] = {}
+    for top in range(MIN_WEIGHT, MAX_WEIGHT + 1):
+        weights = {
+            n: min(MAX_WEIGHT, max(MIN_WEIGHT, _rounded(top * bandwidth[n] / fastest)))
+            for n in nodes
+        }
+        whole = sum(weights.values())
+        if all(
+            abs(weights[n] / whole - bandwidth[n] / total) * 100 <= BANDWIDTH_POINTS for n in nodes
+        ):
+            break
+    divisor = 0
+    for weight in weights.values():
+        divisor = math.gcd(divisor, weight)
+    return {n: w // divisor for n, w in weights.items()}
 
 
 # ------------------------------------------------------------------ judging

@@ -64,7 +64,9 @@ __all__ = [
 #: those documents changes incompatibly (a field removed or renamed, or its
 #: meaning changed); a new field does not change it.  2: "device"/"devices"
 #: became "gpu"/"gpus" in plans and check workers, the snapshot gained
-#: ``visibility``, and advise (1 until then) joined the one number.
+#: ``visibility``, and advise (1 until then) joined the one number.  Since then
+#: ``advise --json`` and the advice record count on their own (3: weighted
+#: interleave weights; :data:`pynumabind.records._json.RECORD_SCHEMA`).
 SCHEMA_VERSION = 2
 
 #: How a plan's warning starts when ``fallback="nearest"`` placed the rank away

@@ -33,7 +33,8 @@ from pynumabind._os import libnuma as _libnuma
 from pynumabind.advisor import _copies, _firmware, _harness, _memory, rule
 from pynumabind.advisor.rule import NO_DIFFERENCE
 from pynumabind.errors import ConfigError, NumaSyscallError
-from pynumabind.model import SCHEMA_VERSION, NumaNode, Topology
+from pynumabind.model import NumaNode, Topology
+from pynumabind.records._json import RECORD_SCHEMA
 
 SMALL = 4 << 20  # bytes per buffer: enough for real copies, quick on two shared cores
 
@@ -56,7 +57,7 @@ def advice() -> pynumabind.Advice:
 
 def test_one_node_json_shape_and_verdict(advice: pynumabind.Advice) -> None:
     data = json.loads(json.dumps(advice.to_dict()))
-    assert data["schema"] == SCHEMA_VERSION
+    assert data["schema"] == RECORD_SCHEMA  # the advice's own number (weights came with 3)
     memory = data["memory"]
     assert memory["cpu_nodes"] == [0] and memory["memory_nodes"] == [0]
     (row,) = memory["bandwidth_gbs"]
@@ -81,6 +82,46 @@ def test_every_buffer_was_checked_on_its_node(advice: pynumabind.Advice) -> None
     assert where is not None and where.wanted == 0
     assert where.checked == SMALL // _harness.PAGE  # fewer pages than samples: every page
     assert where.fraction == 1.0
+
+
+def test_one_node_no_set_to_interleave_over_no_weights(advice: pynumabind.Advice) -> None:
+    """This machine's one node: nothing to interleave its memory with, and advise says so."""
+    assert advice.memory is not None and advice.memory.interleave == ()
+    rec = advice.recommendation
+    assert rec.weights is None and rec.policy == "none"
+    (note,) = [n for n in advice.notes if n.startswith("weighted interleave:")]
+    assert "no set to interleave over and no weights are recommended" in note
+    assert "memory nodes 0, CPU nodes 0" in note
+    data = advice.to_dict()
+    assert data["memory"]["interleave"] == [] and data["recommendation"]["weights"] is None
+    assert note in str(advice)
+
+
+def test_weighted_interleave_is_measured_with_bind_memorys_placement_on_this_kernel() -> None:
+    """The measuring path on the real kernel, over the one set this machine allows: node 0 alone.
+
+    The buffers are laid out by ``bind_memory``'s weighted runs, copied by
+    threads bound to CPU node 0, sampled in turn with the local node's; a
+    multi-node set is the 6.12-hmat guest's (tests/vm/guest/test_guest_tiers.py).
+    """
+    from pynumabind.records.values import InterleaveCell, MemoryMatrix
+
+    topology = pynumabind.discovery.detect_topology(use_nvml=False)
+    memory = MemoryMatrix((0,), (0,), ((pynumabind.advisor.MemoryCell(),),), buffer_bytes=SMALL)
+    cell = InterleaveCell(0, 0, {0: 1}, 1.0)
+    lines: List[str] = []
+    settings = _memory.Settings(quick=True, buffer_bytes=SMALL, repeats=3, latency=False)
+    done_matrix = _memory.measure_interleave(topology, memory, [cell], settings, lines.append)
+    (done,) = done_matrix.interleave
+    assert done.error is None, done.error
+    assert done.bandwidth is not None and done.bandwidth.n == 3 and done.bandwidth.min > 0
+    assert done.local_bandwidth is not None and done.local_bandwidth.n == 3
+    assert done.placement is not None and done.placement.pages == {0: SMALL // _harness.PAGE}
+    assert done.threads == min(len(topology.nodes[0].cpus & topology.allowed_cpus), 32)
+    assert any("weighted interleave 0:1" in line for line in lines)
+    skipped = InterleaveCell(0, 0, {0: 1}, 1.0, skipped="not measured: test")
+    (kept,) = _memory.measure_interleave(topology, memory, [skipped], settings, print).interleave
+    assert kept == skipped
 
 
 def test_no_gpu_here_the_gpu_section_is_empty_and_says_why(advice: pynumabind.Advice) -> None:
@@ -296,7 +337,7 @@ def test_cli_json_and_progress_on_stderr() -> None:
     done = cli("--quick", "--json", "--no-latency")
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
-    assert data["schema"] == SCHEMA_VERSION  # the number every command's JSON carries
+    assert data["schema"] == RECORD_SCHEMA  # the advice's own; the other commands' is 2
     assert data["memory"]["cpu_nodes"] == [0]
     assert data["recommendation"]["bind"] is False
     assert data["memory"]["latency_ns"] == [[None]]

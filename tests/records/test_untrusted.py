@@ -207,7 +207,11 @@ BROKEN = [
     ("recommendation.per_gpu[0].bind", False, "says do not bind, but mode 'node'"),
     ("recommendation.bind", False, "says do not bind, but mode 'node', policy 'preferred'"),
     ("recommendation.mode", "none", "says bind, but mode 'none' binds nothing"),
-    ("recommendation.policy", "bind", "expected 'preferred' or 'none', not 'bind'"),
+    (
+        "recommendation.policy",
+        "bind",
+        "expected 'preferred', 'weighted-interleave' or 'none', not 'bind'",
+    ),
     ("recommendation.comparisons[0].ratio", -1.5, "expected 0 or more, not -1.5"),
     ("recommendation.comparisons[0].n", 0, "expected 1 or more, not 0"),
     ("recommendation.min_effect", -0.1, "expected 0 or more, not -0.1"),

@@ -14,6 +14,7 @@ import pytest
 
 from pynumabind.advisor.rule import decide
 from pynumabind.model import SCHEMA_VERSION
+from pynumabind.records._json import RECORD_SCHEMA
 from pynumabind.records.advice import Advice
 from pynumabind.records.report import render_text
 from pynumabind.records.values import Placement, Spread
@@ -43,7 +44,7 @@ def test_advice_json_has_the_documented_fields() -> None:
     gpus = (gpu(0, 0, [28, 28], [28, 28]),)
     advice = Advice(memory, gpus, "measured with test", "test", None, decide(memory, gpus))
     data = json.loads(json.dumps(advice.to_dict()))
-    assert data["schema"] == SCHEMA_VERSION  # the package's one JSON version
+    assert data["schema"] == RECORD_SCHEMA == SCHEMA_VERSION + 1  # the advice's own number
     assert data["memory"]["cpu_nodes"] == [0, 1]
     assert data["memory"]["memory_nodes"] == [0, 1]
     assert data["memory"]["bandwidth_gbs"] == [[100, 50], [50, 100]]

@@ -5,12 +5,16 @@ machine slows them down on another.  ``advise`` measures instead of
 assuming, in this process and without changing its binding:
 
 1. memory bandwidth (and latency) for every CPU node this process may run
-   on x every memory node it may use (:mod:`pynumabind.advisor._memory`);
+   on x every memory node it may use (:mod:`pynumabind.advisor._memory`),
+   and, where interleaving a CPU node's own memory with the memory-only
+   nodes could beat it, weighted interleave over them, measured, with
+   weights from those bandwidths (rule 3 of :mod:`pynumabind.advisor.rule`);
 2. pinned host<->GPU copy bandwidth, per GPU x CPU node, when CUDA is
    usable from this process (:mod:`pynumabind.advisor._copies`); otherwise the GPU
    section is empty and says why;
 3. what the firmware claims (SLIT distances, HMAT attributes), for
-   comparison only (:mod:`pynumabind.advisor._firmware`);
+   comparison only (:mod:`pynumabind.advisor._firmware`), with a note
+   wherever HMAT's bandwidth figures and the measurement disagree;
 
 and applies the documented rule of :func:`pynumabind.advisor.rule.decide`.
 ``quick=True`` takes about 15 s on a two-node server, the default about a
@@ -43,9 +47,10 @@ function would replace ``pynumabind.advise`` with itself once imported.
 from __future__ import annotations
 
 import time
-from typing import Callable, List, Optional
+from typing import TYPE_CHECKING, Callable, List, Optional, Tuple
 
 from .._os import SYSFS_ROOT
+from .._text import format_ids
 from ..errors import ConfigError
 from ..model import Topology
 from ..records.advice import Advice
@@ -57,12 +62,16 @@ from ..records.values import (
     GpuAdvice,
     GpuCopies,
     HmatEntry,
+    InterleaveCell,
     MemoryCell,
     MemoryMatrix,
     Placement,
     Recommendation,
     Spread,
 )
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._memory import Settings as _memory_settings
 
 # The values an Advice holds, defined in records (below the binding), are
 # public here, the home of advise()'s results (see the module docstring).
@@ -74,6 +83,7 @@ __all__ = [
     "GpuAdvice",
     "GpuCopies",
     "HmatEntry",
+    "InterleaveCell",
     "MemoryCell",
     "MemoryMatrix",
     "Placement",
@@ -138,7 +148,7 @@ def advise(
             running copy (see :mod:`pynumabind.advisor._harness`).
     """
     from . import _copies, _firmware, _harness, _memory
-    from .rule import decide
+    from .rule import decide, hmat_disagreements
 
     if buffer_bytes is not None and buffer_bytes < _harness.PAGE:
         raise ConfigError(f"buffer_bytes={buffer_bytes} is smaller than a page")
@@ -159,6 +169,8 @@ def advise(
     )
     notes: List[str] = list(_virtualization_note(sysfs_root))
     memory = _memory.measure_memory(topology, settings, say, sysfs_root)
+    memory, interleave_note = _interleave(memory, topology, settings, say, min_effect)
+    notes += interleave_note
     measured: List[GpuCopies] = []
     backend_name: Optional[str] = None
     if not copies:
@@ -180,6 +192,7 @@ def advise(
         else:
             say(status)
     firmware = _firmware.firmware(topology, sysfs_root)
+    notes += hmat_disagreements(memory, firmware, min_effect)
     recommendation = decide(memory, measured, min_effect=min_effect)
     return Advice(
         memory=memory,
@@ -192,6 +205,43 @@ def advise(
         seconds=time.monotonic() - began,
         notes=tuple(notes),
     )
+
+
+def _memory_only_nodes(topology: Topology) -> frozenset[int]:
+    """The nodes that may join a CPU node's own memory in weighted interleave (rule 3).
+
+    Memory and no CPUs, and not a GPU's memory (HBM shown as a node): a CXL
+    expander or another memory-only tier.
+    """
+    gpu_memory = {g.memory_node for g in topology.gpus if g.memory_node is not None}
+    gpu_memory |= {g.numa_node for g in topology.gpus if g.numa_node is not None}
+    return frozenset(
+        n.id
+        for n in topology.nodes.values()
+        if n.has_memory and not n.cpus and n.id not in gpu_memory
+    )
+
+
+def _interleave(
+    memory: MemoryMatrix,
+    topology: Topology,
+    settings: _memory_settings,
+    say: Callable[[str], None],
+    min_effect: float,
+) -> Tuple[MemoryMatrix, List[str]]:
+    """The matrix with its weighted interleave measured where the rule says; or a note why not."""
+    from . import _memory
+    from .rule import interleave_cells
+
+    cells = interleave_cells(memory, _memory_only_nodes(topology), min_effect)
+    if not cells:
+        return memory, [
+            "weighted interleave: no CPU node has its own memory and a memory-only node "
+            f"measured beside it (memory nodes {format_ids(memory.memory_nodes)}, CPU nodes "
+            f"{format_ids(memory.cpu_nodes)}), so there is no set to interleave over and no "
+            "weights are recommended"
+        ]
+    return _memory.measure_interleave(topology, memory, cells, settings, say), []
 
 
 def _virtualization_note(sysfs_root: str) -> List[str]:

@@ -18,7 +18,10 @@ fresh threads, so nothing here changes the caller's own binding:
   towards the node of the threads touching them, so a remote cell's buffer
   would drift to the CPU node mid-measurement (seen in the QEMU guest).
   Where ``mbind`` is refused (a seccomp profile) the thread's policy alone
-  places them.  Where each buffer really landed is then asked of the kernel
+  places them.  A buffer for weighted interleave (:func:`weighted_buffers`)
+  is placed before its first touch by :func:`pynumabind.bind_memory` itself
+  with the weights (its runs, each bound to one node: the placement a
+  caller's buffer gets), then touched.  Where each buffer really landed is then asked of the kernel
   (:func:`placement`: ``move_pages`` on up to :data:`PLACEMENT_SAMPLES`
   evenly spaced pages) and reported beside the number: a measurement whose
   buffer is not where it should be says so.  The buffers live for seconds,
@@ -253,6 +256,33 @@ def buffers_on(node: int, sizes: Sequence[int], topology: Topology) -> Iterator[
             buffer.close()
 
 
+@contextlib.contextmanager
+def weighted_buffers(
+    weights: Dict[int, int], sizes: Sequence[int], topology: Topology
+) -> Iterator[List[Buffer]]:
+    """Buffers laid out by ``weights`` as :func:`pynumabind.bind_memory` lays one, then touched."""
+    from ..binding.placement import bind_memory
+
+    made: List[Buffer] = []
+    try:
+        for size in sizes:
+            buffer = Buffer(size)
+            made.append(buffer)
+            bind_memory(
+                (buffer.address, size),
+                policy="weighted-interleave",
+                weights=weights,
+                move=False,
+                topology=topology,
+            )
+            for offset in range(0, size, TOUCH_CHUNK):  # an interrupt lands between chunks
+                ctypes.memset(buffer.address + offset, 1, min(TOUCH_CHUNK, size - offset))
+        yield made
+    finally:
+        for buffer in made:
+            buffer.close()
+
+
 def placement(
     address: int, length: int, wanted: int, samples: int = PLACEMENT_SAMPLES
 ) -> Placement:
@@ -279,7 +309,5 @@ def placement(
             whole = None
         if whole:
             return Placement(wanted, whole)
-        located = tuple(
-            was if _pages.unknown(now) else now for was, now in zip(status, located)
-        )
+        located = tuple(was if _pages.unknown(now) else now for was, now in zip(status, located))
     return Placement(wanted, dict(Counter(int(s) for s in located)))

@@ -41,6 +41,19 @@ and the memory each node can give (:mod:`pynumabind._os.meminfo`).
   jitter is not reported at all.  The chain continues across samples, so
   no sample re-reads lines the previous one left in the cache; the first
   round is a warm-up.
+* **Weighted interleave** (:func:`measure_interleave`).  For each set the
+  rule chose to measure (:func:`pynumabind.advisor.rule.interleave_cells`:
+  a CPU node's own memory and the memory-only nodes, with weights from the
+  matrix's bandwidths), a source and a destination of the matrix's buffer
+  size are laid out by those weights with :func:`pynumabind.bind_memory`
+  (its runs, each bound to one node) before their first touch, and copied
+  by the same crew of threads bound to the CPU node, calibrated and sampled
+  as a matrix cell is.  Where the source's sampled pages landed is reported
+  (pages per node), and each sample is taken in turn with one of the
+  local node (buffers on the CPU node's own memory, as its matrix cell), so
+  that the two are compared under the same load: the cell keeps both
+  (``bandwidth``, ``local_bandwidth``), and the matrix's own cells are
+  left as they were measured.
 
 Nothing here runs a shell, a subprocess or a compiler.
 """
@@ -63,7 +76,7 @@ from .._os import caches as _caches
 from .._os import meminfo as _meminfo
 from ..errors import PynumabindError
 from ..model import Topology
-from ..records.values import MemoryCell, MemoryMatrix, Placement, Spread
+from ..records.values import InterleaveCell, MemoryCell, MemoryMatrix, Placement, Spread
 from ._harness import (
     PAGE,
     STOP_WAIT,
@@ -73,6 +86,7 @@ from ._harness import (
     buffers_on,
     placement,
     run_bound,
+    weighted_buffers,
 )
 
 __all__ = [
@@ -82,6 +96,7 @@ __all__ = [
     "buffer_size",
     "chase_chain",
     "chase_overhead",
+    "measure_interleave",
     "measure_memory",
     "memory_available",
 ]
@@ -543,6 +558,84 @@ def measure_memory(
         method=_method(size, settings.latency),
         notes=tuple(notes),
     )
+
+
+# ------------------------------------------------------- weighted interleave
+
+
+def _interleave_one(
+    cell: InterleaveCell,
+    topology: Topology,
+    size: int,
+    settings: Settings,
+    progress: Progress,
+) -> InterleaveCell:
+    """``cell`` measured, with the local node's figure taken in turn (or with its error)."""
+    from dataclasses import replace
+
+    from .._weights import format_weights
+
+    plan = _node_plan(topology)
+    cpus = plan.cpus[cell.cpu_node]
+    threads = min(len(cpus), MAX_THREADS)
+    progress(
+        f"memory: CPU node {cell.cpu_node} ({threads} threads) x weighted interleave "
+        f"{format_weights(cell.weights)} ({size >> 20} MiB buffers)"
+    )
+    crew: Optional[_CopyCrew] = None
+    try:
+        with contextlib.ExitStack() as stack:
+            mixed = stack.enter_context(
+                weighted_buffers(dict(cell.weights), [size, size], topology)
+            )
+            local = stack.enter_context(buffers_on(cell.local, [size, size], topology))
+            where = placement(mixed[0].address, size, cell.local)
+            crew = _CopyCrew(cpus, threads)
+            passes = []
+            for src, dst in (mixed, local):
+                warm = crew.round(src, dst, 1)
+                seconds = 2 * src.size / (warm * 1e9)
+                passes.append(max(1, math.ceil(settings.sample_seconds / max(seconds, 1e-6))))
+            weighted: List[float] = []
+            alone: List[float] = []
+            for _ in range(settings.samples):  # the two in turn: the same load on both
+                weighted.append(crew.round(mixed[0], mixed[1], passes[0]))
+                alone.append(crew.round(local[0], local[1], passes[1]))
+    except _MEASURED_ERRORS as exc:
+        return replace(cell, threads=threads, error=f"{type(exc).__name__}: {exc}")
+    finally:
+        if crew is not None:
+            crew.close()
+    return replace(
+        cell,
+        bandwidth=Spread.of(weighted),
+        local_bandwidth=Spread.of(alone),
+        placement=where,
+        threads=threads,
+    )
+
+
+def measure_interleave(
+    topology: Topology,
+    memory: MemoryMatrix,
+    cells: Sequence[InterleaveCell],
+    settings: Settings,
+    progress: Progress,
+) -> MemoryMatrix:
+    """``memory`` with its :attr:`~pynumabind.records.values.MemoryMatrix.interleave` cells.
+
+    Each cell not ``skipped`` is measured (see the module docstring), with
+    the matrix's buffer size; a skipped one is kept as the rule gave it.
+    """
+    from dataclasses import replace
+
+    done: List[InterleaveCell] = []
+    for cell in cells:
+        if cell.skipped is not None or cell.cpu_node not in _node_plan(topology).cpus:
+            done.append(cell)
+            continue
+        done.append(_interleave_one(cell, topology, memory.buffer_bytes, settings, progress))
+    return replace(memory, interleave=tuple(done))
 
 
 def _sizes(

@@ -47,7 +47,29 @@ Then:
    node (mode ``node``, memory ``preferred``, so its pinned buffers are
    allocated there); if that is not the node the GPU reports, the reasons
    say so, since plans follow the reported node.
-3. **Overall.**  Bind when memory or any GPU's copies matter: CPU mode
+3. **Weighted interleave.**  For each CPU node with its own memory, the
+   *set* is that node plus every memory-only node measured from it (a node
+   with memory, no CPUs, and no GPU's memory: a CXL expander or another
+   slower tier; never another socket's memory, which is its own workers',
+   nor a GPU's HBM).  Its weights are proportional to the bandwidth each
+   node of the set gave the CPU node (:func:`pynumabind._weights.from_bandwidth`:
+   integers 1 to 255, reduced; the rounding is documented there).  When the
+   set's bandwidths add up to at least ``1 + min_effect`` times the local
+   one's (:func:`interleave_cells`: what interleaving could gain at best),
+   weighted interleave over the set is *measured* (``advise`` lays a buffer
+   out by the weights, as :func:`~pynumabind.bind_memory` does, and copies
+   it with the CPU node's threads), never inferred, and compared with the
+   local node by the test above.  Where every CPU node measured gains
+   measurably, with the same weights (one set for the whole machine: one
+   CPU node, or CPU nodes sharing every node of it), the recommendation is
+   policy ``weighted-interleave`` with those weights, which mode
+   ``advised`` binds with; where CPU nodes gain with different sets, the
+   reasons give each one's weights (one process-wide policy cannot carry
+   them: place buffers with ``bind_memory(..., weights=...)``; when
+   nothing else counts, the verdict is then not to bind, and says that
+   weighted interleave would help where buffers are placed).  Every CPU
+   node's weights are in the advice either way.
+4. **Overall.**  Bind when memory or any GPU's copies matter: CPU mode
    ``node`` and memory policy ``preferred`` (local first, spill over rather
    than fail).  Otherwise do not bind (mode ``none``, memory ``none``), and
    say so plainly: "binding makes no measurable difference to memory or
@@ -56,19 +78,29 @@ Then:
    is then False and :attr:`Recommendation.basis <pynumabind.Recommendation.basis>` tells why.
 
 SLIT and HMAT are shown beside the measurements but do not enter the rule:
-firmware tables are claims, the copies are what happened.
+firmware tables are claims, the copies are what happened.  Where HMAT's
+bandwidth figures and the measurement disagree, the advice says so with both
+figures (:func:`hmat_disagreements`): HMAT gives a CPU node's bandwidth to a
+node as a ratio of its local node's, and so does the measurement (with its
+noise range, ``other.min / local.max`` to ``other.max / local.min``); they
+disagree when HMAT's ratio lies outside that range widened by
+``1 + min_effect`` on each side.  A QEMU guest whose HMAT gives a node a
+quarter of the bandwidth disagrees: TCG makes no node slower.
 """
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from typing import Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from .._weights import format_weights, from_bandwidth
 from ..records.values import (
     DEFAULT_MIN_EFFECT,
     Comparison,
     CopyCell,
+    Firmware,
     GpuAdvice,
     GpuCopies,
+    InterleaveCell,
     MemoryMatrix,
     Recommendation,
     Spread,
@@ -76,6 +108,8 @@ from ..records.values import (
 
 __all__ = [
     "decide",
+    "hmat_disagreements",
+    "interleave_cells",
 ]
 
 NO_DIFFERENCE = "binding makes no measurable difference to memory or copies here"
@@ -129,6 +163,153 @@ def _memory_comparisons(matrix: MemoryMatrix, min_effect: float) -> List[Compari
                 )
             )
     return found
+
+
+# ------------------------------------------------------- weighted interleave
+
+
+def _no_gain_text(predicted: float, min_effect: float) -> str:
+    """Why a set's weighted interleave is not measured: it cannot gain ``min_effect``."""
+    return (
+        f"not measured: the set's bandwidths add up to {predicted:.2f}x the local node's, "
+        f"below the {1 + min_effect:.2f}x that would count"
+    )
+
+
+def interleave_cells(
+    matrix: MemoryMatrix,
+    memory_only: Collection[int],
+    min_effect: float = DEFAULT_MIN_EFFECT,
+) -> Tuple[InterleaveCell, ...]:
+    """Each CPU node's set, weights and predicted gain (rule 3), nothing measured yet.
+
+    ``memory_only``: the nodes that may join a CPU node's own in a set (the
+    caller's: memory, no CPUs, no GPU's memory).  A CPU node without its
+    own memory measured, or without a memory-only node measured from it,
+    has no set.  A set that cannot gain ``min_effect`` comes back
+    ``skipped`` (with why); the others are for ``advise`` to measure.
+    """
+    cells: List[InterleaveCell] = []
+    for cpu in matrix.cpu_nodes:
+        if cpu not in matrix.memory_nodes:
+            continue
+        local = matrix.bandwidth(cpu, cpu)
+        if local is None or local.median <= 0:
+            continue
+        measured: Dict[int, float] = {cpu: local.median}
+        for mem in matrix.memory_nodes:
+            spread = matrix.bandwidth(cpu, mem)
+            if mem in memory_only and mem != cpu and spread is not None and spread.median > 0:
+                measured[mem] = spread.median
+        if len(measured) < 2:
+            continue
+        predicted = sum(measured.values()) / local.median
+        skipped = None if predicted >= 1 + min_effect else _no_gain_text(predicted, min_effect)
+        cells.append(InterleaveCell(cpu, cpu, from_bandwidth(measured), predicted, skipped=skipped))
+    return tuple(cells)
+
+
+def _interleave_comparisons(
+    matrix: MemoryMatrix, min_effect: float
+) -> List[Tuple[InterleaveCell, Comparison]]:
+    """Each measured set against its CPU node's local memory, sampled in turn with it."""
+    found: List[Tuple[InterleaveCell, Comparison]] = []
+    for cell in matrix.interleave:
+        local = cell.local_bandwidth  # taken in turn with it; a recorded one may lack it
+        if local is None and cell.local in matrix.memory_nodes:
+            local = matrix.bandwidth(cell.cpu_node, cell.local)
+        if cell.bandwidth is None or local is None:
+            continue
+        comparison = compare(
+            f"memory bandwidth from CPU node {cell.cpu_node}",
+            (f"weighted interleave {format_weights(cell.weights)}", cell.bandwidth),
+            (f"node {cell.local} (local)", local),
+            min_effect,
+        )
+        found.append((cell, comparison))
+    return found
+
+
+def _interleave_verdict(
+    matrix: Optional[MemoryMatrix], min_effect: float
+) -> Tuple[Optional[Mapping[int, int]], List[Comparison], List[str]]:
+    """(the weights to recommend, or None; the comparisons; the reasons about interleave)."""
+    if matrix is None:
+        return None, [], []
+    pairs = _interleave_comparisons(matrix, min_effect)
+    comparisons = [c for _, c in pairs]
+    winners = [(cell, c) for cell, c in pairs if c.measurable]
+    reasons = [c.text() for c in comparisons]
+    if not winners:
+        return None, comparisons, reasons
+    with_memory = [c for c in matrix.cpu_nodes if c in matrix.memory_nodes]
+    first = dict(winners[0][0].weights)
+    if {cell.cpu_node for cell, _ in winners} == set(with_memory) and all(
+        dict(cell.weights) == first for cell, _ in winners
+    ):
+        reasons.append(
+            f"weighted interleave with weights {format_weights(first)} beats local memory "
+            "from every CPU node: policy weighted-interleave with these weights"
+        )
+        return first, comparisons, reasons
+    for cell, _ in winners:
+        reasons.append(
+            f"CPU node {cell.cpu_node}: weighted interleave with weights "
+            f"{format_weights(cell.weights)} beats its local memory, but not every CPU node "
+            "gains with the same weights, so no one process-wide policy is recommended: place "
+            f"its buffers with bind_memory(..., policy='weighted-interleave', "
+            f"weights='{format_weights(cell.weights)}')"
+        )
+    return None, comparisons, reasons
+
+
+def _hmat_bandwidth(firmware: Firmware, initiator: int, target: int) -> Optional[int]:
+    """HMAT's read bandwidth (MB/s) from ``initiator`` to ``target``: class 1 (CPUs), else 0."""
+    for access in (1, 0):
+        for entry in firmware.hmat:
+            if (
+                entry.target == target
+                and entry.access == access
+                and initiator in entry.initiators
+                and entry.read_bandwidth_mbs
+            ):
+                return entry.read_bandwidth_mbs
+    return None
+
+
+def hmat_disagreements(
+    matrix: Optional[MemoryMatrix],
+    firmware: Optional[Firmware],
+    min_effect: float = DEFAULT_MIN_EFFECT,
+) -> Tuple[str, ...]:
+    """Where HMAT's bandwidth figures and the measurement disagree (module docstring), with both."""
+    if matrix is None or firmware is None or not firmware.hmat:
+        return ()
+    notes: List[str] = []
+    for cpu in matrix.cpu_nodes:
+        if cpu not in matrix.memory_nodes:
+            continue
+        local = matrix.bandwidth(cpu, cpu)
+        claimed_local = _hmat_bandwidth(firmware, cpu, cpu)
+        if local is None or not claimed_local or local.min <= 0 or local.max <= 0:
+            continue
+        for mem in matrix.memory_nodes:
+            other = matrix.bandwidth(cpu, mem)
+            claimed = _hmat_bandwidth(firmware, cpu, mem)
+            if mem == cpu or other is None or not claimed:
+                continue
+            hmat = claimed / claimed_local
+            low, high = other.min / local.max, other.max / local.min
+            if low / (1 + min_effect) <= hmat <= high * (1 + min_effect):
+                continue
+            notes.append(
+                f"HMAT and the measurement disagree from CPU node {cpu}: HMAT gives node {mem} "
+                f"{hmat:.2f}x the read bandwidth of node {cpu} (local) ({claimed} vs "
+                f"{claimed_local} MB/s), measured {other.median / local.median:.2f}x "
+                f"({other.median:.3g} vs {local.median:.3g} GB/s, noise range "
+                f"{low:.2f}-{high:.2f}x); the weights follow the measurement"
+            )
+    return tuple(notes)
 
 
 def _best_copy_node(gpu: GpuCopies) -> Optional[int]:
@@ -207,42 +388,65 @@ def decide(
     if min_effect < 0:
         raise ValueError("min_effect must not be negative")
     memory_found = _memory_comparisons(memory, min_effect) if memory is not None else []
+    weights, interleave_found, interleave_reasons = _interleave_verdict(memory, min_effect)
     gpu_advice, gpu_found = _all_gpu_advice(gpus, min_effect)
-    comparisons = tuple(memory_found + gpu_found)
+    comparisons = tuple(memory_found + interleave_found + gpu_found)
     memory_matters = [c for c in memory_found if c.measurable]
     bound_gpus = [g for g in gpu_advice if g.bind]
-    if memory_matters or bound_gpus:
+    if weights is not None or memory_matters or bound_gpus:
         return Recommendation(
             True,
             "node",
-            "preferred",
-            "binding makes a measurable difference here: bind each worker to its GPU's node"
-            if bound_gpus
-            else "binding makes a measurable difference to memory here: bind to one node",
-            _bind_reasons(memory_found, memory_matters, bound_gpus),
+            "preferred" if weights is None else "weighted-interleave",
+            _bind_verdict(bool(bound_gpus), weights),
+            _bind_reasons(memory_found, memory_matters, bound_gpus) + tuple(interleave_reasons),
             tuple(gpu_advice),
             comparisons,
             "measured",
             min_effect,
+            weights,
         )
     if not comparisons:
         basis, why = _nothing_compared(memory, gpus)
         return Recommendation(
             False, "none", "none", why, (why,), tuple(gpu_advice), (), basis, min_effect
         )
-    reasons = [c.text() for c in memory_found]
+    reasons = [c.text() for c in memory_found] + interleave_reasons
     for advice in gpu_advice:
         reasons += list(advice.reasons)
     return Recommendation(
         False,
         "none",
         "none",
-        NO_DIFFERENCE,
+        _no_bind_verdict(interleave_found),
         tuple(reasons),
         tuple(gpu_advice),
         comparisons,
         "measured",
         min_effect,
+    )
+
+
+def _bind_verdict(gpus: bool, weights: Optional[Mapping[int, int]]) -> str:
+    if gpus:
+        return "binding makes a measurable difference here: bind each worker to its GPU's node"
+    if weights is not None:
+        return (
+            "weighted interleave makes a measurable difference to memory here: bind to one "
+            f"node, memory weighted-interleaved with weights {format_weights(weights)}"
+        )
+    return "binding makes a measurable difference to memory here: bind to one node"
+
+
+def _no_bind_verdict(interleave_found: Sequence[Comparison]) -> str:
+    """:data:`NO_DIFFERENCE`, and where weighted interleave gains with weights of its own."""
+    gains = [c.subject.rsplit(" ", 1)[-1] for c in interleave_found if c.measurable]
+    if not gains:
+        return NO_DIFFERENCE
+    return NO_DIFFERENCE + (
+        f"; weighted interleave does, from CPU node{'s' if len(gains) > 1 else ''} "
+        f"{', '.join(gains)}, each with weights of its own: place buffers with "
+        "bind_memory (see the reasons)"
     )
 
 

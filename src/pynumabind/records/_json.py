@@ -14,6 +14,14 @@ added (:func:`record_dict`):
   (:mod:`pynumabind.records._machine` says what makes it stale);
 * ``"saved"``: when (UTC, ISO 8601), and ``"pynumabind"``: which version.
 
+The document's ``"schema"`` is :data:`RECORD_SCHEMA`, the advice's own
+number since it went up to 3 on its own: schema 3 may recommend policy
+``weighted-interleave`` with ``recommendation.weights``, and holds
+``memory.interleave`` (each CPU node's weighted interleave, measured), which
+a pynumabind reading schema 2 would refuse or leave out; it still reads
+schema 2 (:data:`READ_RECORD_SCHEMAS`: no weights, no interleave).  Every
+other document keeps :data:`pynumabind.model.SCHEMA_VERSION`.
+
 Reading a record back
 ---------------------
 :func:`read_record` turns the text into the values of a record: the
@@ -59,7 +67,6 @@ from typing import (
 from .._text import clipped, escaped
 from ..cpulist import parse_cpulist
 from ..errors import AdviceRecordError, ListParseError
-from ..model import SCHEMA_VERSION
 from . import _validate
 from ._machine import Machine, MachineGpu, MachineNode
 from .values import (
@@ -70,6 +77,7 @@ from .values import (
     GpuAdvice,
     GpuCopies,
     HmatEntry,
+    InterleaveCell,
     MemoryCell,
     MemoryMatrix,
     Placement,
@@ -82,7 +90,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "MAX_RECORD_BYTES",
+    "READ_RECORD_SCHEMAS",
     "RECORD_KIND",
+    "RECORD_SCHEMA",
     "Found",
     "advice_fields",
     "is_record",
@@ -91,6 +101,10 @@ __all__ = [
 ]
 
 RECORD_KIND = "pynumabind advice"
+#: The schema ``advise --json`` and the record it saves carry (see the module docstring).
+RECORD_SCHEMA = 3
+#: The advice schemas this pynumabind reads: 2 (before weights), 3.
+READ_RECORD_SCHEMAS = (2, 3)
 #: Far more than any record (a 16-node, 16-GPU one is about 1 MB).
 MAX_RECORD_BYTES = 16 << 20
 
@@ -158,10 +172,11 @@ def read_record(text: str, path: Optional[str] = None) -> Found:
         )
     reader = _Reader(where)
     schema = reader.get(document, "schema", int)
-    if schema != SCHEMA_VERSION:
+    if schema not in READ_RECORD_SCHEMAS:
         raise AdviceRecordError(
-            f"{where} has schema {schema}; this pynumabind reads schema {SCHEMA_VERSION}: "
-            "measure again with pynumabind advise --save"
+            f"{where} has schema {schema}; this pynumabind reads schemas "
+            f"{', '.join(map(str, READ_RECORD_SCHEMAS))}: measure again with pynumabind "
+            "advise --save"
         )
     problem = _validate.first(_validate.shape_problems(document))
     if problem is not None:  # more nodes or GPUs than a machine has: not read further
@@ -398,7 +413,54 @@ def _memory(reader: _Reader, data: Mapping[str, Any]) -> MemoryMatrix:
         latency_overhead=_spread(reader, data.get("latency_overhead_ns"), "latency_overhead_ns"),
         method=reader.get(data, "method", str),
         notes=tuple(reader.at("notes").check(n, i, str) for i, n in enumerate(notes)),
+        interleave=_interleave(reader, data),
     )
+
+
+def _weights(reader: _Reader, value: object, key: Key) -> Optional[Dict[int, int]]:
+    """Weights as JSON (``{"0": 3, "2": 1}``): node ids as keys, integers as values.
+
+    Their ranges are :mod:`pynumabind.records._validate`'s.
+    """
+    if value is None:
+        return None
+    data = reader.check(value, key, dict)
+    here = reader.at(key)
+    weights: Dict[int, int] = {}
+    for name, weight in data.items():
+        if _NODE_KEY.match(name) is None:
+            raise reader.fail(key, "node ids as keys", name)
+        weights[int(name)] = here.check(weight, name, int)
+    return dict(sorted(weights.items()))
+
+
+_NODE_KEY = re.compile(r"[0-9]{1,6}\Z")
+
+
+def _interleave(reader: _Reader, data: Mapping[str, Any]) -> Tuple[InterleaveCell, ...]:
+    """``memory.interleave``: each CPU node's weighted interleave (absent in schema 2)."""
+    if data.get("interleave") is None:
+        return ()
+    cells = []
+    for child, entry in reader.objects(data, "interleave"):
+        weights = _weights(child, child.get(entry, "weights", dict), "weights") or {}
+        error = entry.get("error")
+        skipped = entry.get("skipped")
+        cells.append(
+            InterleaveCell(
+                cpu_node=child.get(entry, "cpu_node", int),
+                local=child.get(entry, "local", int),
+                weights=weights,
+                predicted=child.get(entry, "predicted", float),
+                bandwidth=_spread(child, entry.get("bandwidth_spread"), "bandwidth_spread"),
+                placement=_placement(child, entry.get("placement"), "placement"),
+                threads=child.get(entry, "threads", int),
+                error=None if error is None else child.check(error, "error", str),
+                skipped=None if skipped is None else child.check(skipped, "skipped", str),
+                local_bandwidth=_spread(child, entry.get("local_spread"), "local_spread"),
+            )
+        )
+    return tuple(cells)
 
 
 def _copies(reader: _Reader, data: Mapping[str, Any]) -> GpuCopies:
@@ -486,13 +548,14 @@ def _recommendation(reader: _Reader, data: Mapping[str, Any]) -> Recommendation:
     return Recommendation(
         bind=reader.get(data, "bind", bool),
         mode=_choice(reader, data, "mode", ("node", "none")),
-        policy=_choice(reader, data, "policy", ("preferred", "none")),
+        policy=_choice(reader, data, "policy", ("preferred", "weighted-interleave", "none")),
         verdict=reader.get(data, "verdict", str),
         reasons=_strings(reader, data, "reasons"),
         per_gpu=tuple(gpus),
         comparisons=tuple(comparisons),
         basis=reader.get(data, "basis", str),
         min_effect=min_effect,
+        weights=_weights(reader, data.get("weights"), "weights"),
     )
 
 
@@ -500,7 +563,8 @@ def _choice(reader: _Reader, data: Mapping[str, Any], key: str, choices: Sequenc
     """A mode or policy the rule can recommend: nothing else is ever acted on."""
     value = reader.get(data, key, str)
     if value not in choices:
-        raise reader.fail(key, " or ".join(repr(c) for c in choices), value)
+        named = [repr(c) for c in choices]
+        raise reader.fail(key, f"{', '.join(named[:-1])} or {named[-1]}", value)
     return value
 
 

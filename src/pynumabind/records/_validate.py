@@ -42,7 +42,9 @@ to what it guards, and each problem names the field by its JSON path
    allowed CPUs -- not the record's own fingerprint.  Each GPU of that
    topology which the record moves to another node must be moved to a node
    with CPUs on that machine, and with CPUs this process may use (its
-   affinity or cpuset).  A node id that is valid on its own (99) but not a
+   affinity or cpuset); each node of the recommended interleave weights
+   must have memory on that machine and be one this process may allocate
+   on (``allowed_mems``).  A node id that is valid on its own (99) but not a
    CPU node here, or a node the job's cpuset leaves out, does not make the
    file unreadable (:func:`~pynumabind.load_advice` returns it); the store
    (:func:`~pynumabind.records.store.resolve_advised`) follows nothing of
@@ -73,6 +75,7 @@ from typing import (
 )
 
 from .._text import counted, escaped, format_ids
+from .._weights import MAX_WEIGHT, MIN_WEIGHT
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..model import Gpu, Topology
@@ -160,6 +163,7 @@ _SHAPES: Tuple[Tuple[Tuple[str, ...], int, str], ...] = (
     (("machine", "gpus"), MAX_GPUS, "GPU"),
     (("memory", "cpu_nodes"), MAX_NODES, "CPU node"),
     (("memory", "memory_nodes"), MAX_NODES, "memory node"),
+    (("memory", "interleave"), MAX_NODES, "CPU node"),
     (("copies",), MAX_GPUS, "GPU"),
     (("recommendation", "per_gpu"), MAX_GPUS, "GPU"),
     (("firmware", "slit", "nodes"), MAX_NODES, "NUMA node"),
@@ -271,6 +275,40 @@ def _memory(memory: MemoryMatrix) -> Iterator[Problem]:
                 yield from _placement(f"memory.placement[{i}][{j}]", cell.placement)
 
 
+def _weights(
+    field: str, weights: Optional[Mapping[int, int]], machine: Machine
+) -> Iterator[Problem]:
+    """Interleave weights: 1 to 255 each, on nodes of the record's machine."""
+    if weights is None:
+        return
+    if not weights:
+        yield Problem(field, "names no node")
+    known = {n.id for n in machine.nodes}
+    for node, weight in sorted(weights.items()):
+        yield from _node(f"{field}.{node}", node)
+        if not MIN_WEIGHT <= weight <= MAX_WEIGHT:
+            yield Problem(
+                f"{field}.{node}",
+                f"expected a weight from {MIN_WEIGHT} to {MAX_WEIGHT}, not {weight}",
+            )
+        if 0 <= node < MAX_NODES and node not in known:
+            yield Problem(f"{field}.{node}", f"node {node} is not a node of the record's machine")
+
+
+def _interleave(memory: MemoryMatrix, machine: Machine) -> Iterator[Problem]:
+    yield from _nodes("memory.interleave", (c.cpu_node for c in memory.interleave), ".cpu_node")
+    for i, cell in enumerate(memory.interleave):
+        field = f"memory.interleave[{i}]"
+        yield from _node(f"{field}.local", cell.local)
+        yield from _weights(f"{field}.weights", cell.weights, machine)
+        if cell.local not in cell.weights:
+            yield Problem(f"{field}.weights", f"names no weight for the local node {cell.local}")
+        yield from _count(f"{field}.predicted", cell.predicted)
+        yield from _count(f"{field}.threads", cell.threads)
+        if not _placed(cell.placement):
+            yield from _placement(f"{field}.placement", cell.placement)
+
+
 def _copies(copies: Sequence[GpuCopies]) -> Iterator[Problem]:
     indices = set()
     buses = set()
@@ -320,8 +358,16 @@ def _verdict(field: str, bind: bool, mode: str, policy: str) -> Iterator[Problem
         )
 
 
-def _recommendation(rec: Recommendation) -> Iterator[Problem]:
+def _recommendation(rec: Recommendation, machine: Machine) -> Iterator[Problem]:
     yield from _verdict("recommendation", rec.bind, rec.mode, rec.policy)
+    weighted = rec.policy == "weighted-interleave"
+    if weighted and rec.weights is None:
+        yield Problem("recommendation.weights", "policy weighted-interleave, but no weights")
+    if not weighted and rec.weights is not None:
+        yield Problem(
+            "recommendation.weights", f"weights with policy {rec.policy!r}, which takes none"
+        )
+    yield from _weights("recommendation.weights", rec.weights, machine)
     yield from _count("recommendation.min_effect", rec.min_effect)
     seen = set()
     for i, advice in enumerate(rec.per_gpu):
@@ -348,9 +394,10 @@ def record_problems(record: Record) -> List[Problem]:
     problems: List[Problem] = [
         *_machine(record.machine),
         *(_memory(advice.memory) if advice.memory is not None else ()),
+        *(_interleave(advice.memory, record.machine) if advice.memory is not None else ()),
         *_copies(advice.copies),
         *_firmware(record),
-        *_recommendation(advice.recommendation),
+        *_recommendation(advice.recommendation, record.machine),
     ]
     if not (math.isfinite(advice.seconds) and advice.seconds >= 0):
         problems.append(Problem("seconds", f"expected 0 or more, not {advice.seconds}"))
@@ -380,7 +427,7 @@ def follow_problems(
         return []
     per_gpu = rec.per_gpu
     cpu_nodes = topology.cpu_nodes
-    out: List[Problem] = []
+    out: List[Problem] = list(_weights_here(rec, topology))
     for gpu in topology.gpus:
         advice = advice_for(gpu)
         if advice is None or not advice.bind or advice.node is None:
@@ -409,6 +456,26 @@ def follow_problems(
                 )
             )
     return out
+
+
+def _weights_here(rec: Recommendation, topology: Topology) -> Iterator[Problem]:
+    """Each node of the recommended weights: memory on ``topology``, allowed to this process."""
+    for node in sorted(rec.weights or {}):
+        field = f"recommendation.weights.{node}"
+        here = topology.nodes.get(node)
+        if here is None or not here.has_memory:
+            with_memory = [n.id for n in topology.nodes.values() if n.has_memory]
+            yield Problem(
+                field,
+                f"weighted interleave over node {node}, which is not a NUMA node with memory "
+                f"on this machine (its nodes with memory are {format_ids(with_memory)})",
+            )
+        elif node not in topology.allowed_mems:
+            yield Problem(
+                field,
+                f"weighted interleave over node {node}, which this process may not allocate "
+                f"on (it may use nodes {format_ids(topology.allowed_mems)}: its cpuset)",
+            )
 
 
 def unfollowable(

@@ -26,7 +26,6 @@ from typing import Any, Dict, Optional, Tuple
 
 from .._text import escaped
 from ..errors import AdviceRecordError
-from ..model import SCHEMA_VERSION  # one version for every JSON document (see model)
 from . import _json, _validate
 from ._machine import Machine
 from .values import Firmware, GpuCopies, MemoryMatrix, Recommendation
@@ -72,7 +71,7 @@ class Advice:
     def to_dict(self) -> Dict[str, Any]:
         """The documented JSON form (``pynumabind advise --json``)."""
         return {
-            "schema": SCHEMA_VERSION,
+            "schema": _json.RECORD_SCHEMA,  # the advice's own (see records._json)
             "quick": self.quick,
             "seconds": round(self.seconds, 2),
             "memory": None if self.memory is None else self.memory.to_dict(),

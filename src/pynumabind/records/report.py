@@ -5,9 +5,10 @@ Advice in, text out, no I/O, so a program that calls
 :func:`pynumabind.advise` prints what the command prints (``print(advice)``,
 or :func:`render_text`).  It sits beside the values, not with the advisor,
 because ``str(advice)`` must not import a floor above the advice.  The
-order: the memory matrix (bandwidth, latency, where each buffer landed, the
-method), the GPU copies (or why there are none), the firmware's claims,
-notes, then the recommendation and its reasons.  A reason that only repeats
+order: the memory matrix (bandwidth, latency, where each buffer landed,
+weighted interleave where it was measured, the method), the GPU copies (or
+why there are none), the firmware's claims, notes (HMAT's disagreements with
+the measurement among them), then the recommendation and its reasons.  A reason that only repeats
 the verdict is not printed twice.
 
 Its tables are the package's one aligned-table format
@@ -22,7 +23,7 @@ from .._text import table
 
 if TYPE_CHECKING:  # for annotations only: Advice imports this module (str(advice)), and saves
     from .advice import Advice
-    from .values import GpuCopies, MemoryMatrix, Spread
+    from .values import GpuCopies, InterleaveCell, MemoryMatrix, Spread
 
 __all__: list[str] = []  # nothing here is public API: the names are the package's own
 
@@ -80,7 +81,46 @@ def _memory_lines(memory: MemoryMatrix) -> List[str]:
         ]
     lines += ["Where each buffer landed (move_pages on sampled pages)", table(heads, where)]
     lines += [f"  {e}" for e in errors]
+    lines += _interleave_lines(memory)
     lines += ["", f"Method: {memory.method}", *(f"Note: {n}" for n in memory.notes)]
+    return lines
+
+
+def _interleave_row(memory: MemoryMatrix, cell: InterleaveCell) -> List[str]:
+    weights = ",".join(f"{n}:{w}" for n, w in sorted(cell.weights.items()))
+    if cell.bandwidth is not None:
+        measured = cell.bandwidth.text()
+    else:
+        measured = "skipped" if cell.skipped else "error" if cell.error else "-"
+    local = cell.local_bandwidth or memory.bandwidth(cell.cpu_node, cell.local)
+    pages = cell.placement.pages if cell.placement is not None else {}
+    where = ", ".join(f"{c} on node {n}" for n, c in sorted(pages.items()) if n >= 0)
+    return [
+        f"node {cell.cpu_node}",
+        weights,
+        f"{cell.predicted:.2f}x",
+        measured,
+        "-" if local is None else local.text(),
+        where or "-",
+    ]
+
+
+def _interleave_lines(memory: MemoryMatrix) -> List[str]:
+    """Weighted interleave beside the local node it was sampled in turn with, per CPU node."""
+    if not memory.interleave:
+        return []
+    rows = [_interleave_row(memory, cell) for cell in memory.interleave]
+    heads = ["CPU node", "weights", "predicted", "weighted GB/s", "local GB/s", "pages (sampled)"]
+    lines = [
+        "",
+        "Weighted interleave over the CPU node's memory and the memory-only nodes "
+        "(weights from the bandwidths above; measured in turn with the local node)",
+        table(heads, rows),
+    ]
+    for cell in memory.interleave:
+        why = cell.error or cell.skipped
+        if why:
+            lines.append(f"  CPU node {cell.cpu_node}: {why}")
     return lines
 
 
@@ -163,7 +203,12 @@ def render_text(advice: Advice) -> str:
     lines += [
         f"Recommendation: {rec.verdict}",
         f"  bind: {'yes' if rec.bind else 'no'}   CPU mode: {rec.mode}   "
-        f"memory policy: {rec.policy}",
+        f"memory policy: {rec.policy}"
+        + (
+            ""
+            if rec.weights is None
+            else "   weights: " + ",".join(f"{n}:{w}" for n, w in sorted(rec.weights.items()))
+        ),
     ]
     for gpu in rec.per_gpu:
         where = f"node {gpu.node}" if gpu.node is not None else "no binding"

@@ -60,10 +60,13 @@ bounds that keep an absurd one cheap to refuse, are
 
 A memory policy given together with mode ``advised`` is a ConfigError: the
 record decides both.  So are interleave weights (``weights``): the record
-decides them with the policy.  The seam for weights the record recommends
-(advise computing them is a later step) is here: a record whose policy is
-``weighted-interleave`` fills ``Options.weights`` beside the policy, in
-:func:`resolve_advised`, and the planner takes them as given ones.
+decides them with the policy.  A record whose policy is
+``weighted-interleave`` (``advise`` measured weighted interleave beat local
+memory: :mod:`pynumabind.advisor.rule`, rule 3) fills ``Options.weights``
+with its measured weights beside the policy, in :func:`resolve_advised`, and
+the planner takes them as given ones; every node of them is checked against
+the machine planned first (memory there, allowed to this process), as a
+GPU's node is, and a problem is the same one warning and the default plan.
 
 Planning for another machine
 ----------------------------
@@ -85,6 +88,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import List, Mapping, Optional, Tuple
 
+from .._weights import format_weights
 from ..errors import AdviceRecordError, ConfigError, PynumabindError
 from ..model import CpuMode, Gpu, MemoryPolicy, Plan, Topology
 from ..options import Options
@@ -495,8 +499,22 @@ def resolve_advised(
         unbound = replace(options, mode=CpuMode.NONE, policy=MemoryPolicy.NONE, cpus=None)
         return Advised(unbound, topology, (why,), not_bound=why)
     moved, reasons = _moved(record, topology)
-    first = f"mode advised: {record.quoted()}: mode {rec.mode}, policy {rec.policy}{matched}"
-    # Weights, when a record recommends weighted-interleave with them, go in here too
-    # (replace(..., weights=...)): the one seam for advised weights.
-    chosen = replace(options, mode=CpuMode(rec.mode), policy=MemoryPolicy(rec.policy))
+    chosen, first = _followed(options, record, matched)
     return Advised(chosen, moved, (first, *reasons))
+
+
+def _followed(options: Options, record: Record, matched: str) -> Tuple[Options, str]:
+    """The record's mode, policy and weights in ``options``, and the reason that says so.
+
+    The one seam for advised weights: a record recommending weighted-interleave
+    brings them (checked against the machine planned before); the planner takes
+    them as given ones.
+    """
+    rec = record.advice.recommendation
+    weights = None if rec.weights is None else dict(rec.weights)
+    shown = "" if weights is None else f", weights {format_weights(weights)} (measured)"
+    first = f"mode advised: {record.quoted()}: mode {rec.mode}, policy {rec.policy}{shown}{matched}"
+    chosen = replace(
+        options, mode=CpuMode(rec.mode), policy=MemoryPolicy(rec.policy), weights=weights
+    )
+    return chosen, first

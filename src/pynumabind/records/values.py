@@ -32,6 +32,7 @@ __all__ = [
     "GpuAdvice",
     "GpuCopies",
     "HmatEntry",
+    "InterleaveCell",
     "MemoryCell",
     "MemoryMatrix",
     "Placement",
@@ -166,12 +167,70 @@ class MemoryCell:
     skipped: Optional[str] = None
 
 
+def _weights_dict(weights: Optional[Mapping[int, int]]) -> Optional[Dict[str, int]]:
+    """Weights as JSON: node ids as keys (text, as JSON's keys are), ascending."""
+    return None if weights is None else {str(n): w for n, w in sorted(weights.items())}
+
+
+@dataclass(frozen=True)
+class InterleaveCell:
+    """Weighted interleave from CPU node ``cpu_node`` over its own memory and other nodes.
+
+    ``weights`` (node -> weight, the CPU node's ``local`` memory node among
+    them) are proportional to the bandwidth each node gave this CPU node in
+    the matrix (:func:`pynumabind._weights.from_bandwidth`); ``predicted``
+    is the sum of those bandwidths over the local one's, what interleaving
+    could gain at best.  ``bandwidth`` is weighted interleave itself,
+    measured with buffers laid out by those weights (``bind_memory``'s
+    runs) and copied by the CPU node's threads, and ``local_bandwidth`` the
+    local node's, sampled in turn with it (the same load on both: the rule
+    compares these two); ``placement`` where the
+    source buffer's sampled pages were (``wanted``: the local node);
+    ``skipped`` says why it was not measured (nothing to gain predicted),
+    ``error`` why the measurement failed.
+    """
+
+    cpu_node: int
+    local: int
+    weights: Mapping[int, int]
+    predicted: float
+    bandwidth: Optional[Spread] = None  # GB/s, read + write, as the matrix's
+    placement: Optional[Placement] = None
+    threads: int = 0
+    error: Optional[str] = None
+    skipped: Optional[str] = None
+    local_bandwidth: Optional[Spread] = None  # GB/s, the local node's, taken in turn
+
+    @property
+    def nodes(self) -> Tuple[int, ...]:
+        return tuple(sorted(self.weights))
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "cpu_node": self.cpu_node,
+            "local": self.local,
+            "weights": _weights_dict(self.weights),
+            "predicted": self.predicted,
+            "bandwidth_gbs": None if self.bandwidth is None else self.bandwidth.median,
+            "bandwidth_spread": None if self.bandwidth is None else self.bandwidth.to_dict(),
+            "local_gbs": None if self.local_bandwidth is None else self.local_bandwidth.median,
+            "local_spread": None
+            if self.local_bandwidth is None
+            else self.local_bandwidth.to_dict(),
+            "placement": None if self.placement is None else self.placement.to_dict(),
+            "threads": self.threads,
+            "error": self.error,
+            "skipped": self.skipped,
+        }
+
+
 @dataclass(frozen=True)
 class MemoryMatrix:
     """Bandwidth (and latency) from each CPU node's threads to each memory node's buffer.
 
     ``cells[i][j]`` is CPU node ``cpu_nodes[i]`` against memory node
-    ``memory_nodes[j]``.
+    ``memory_nodes[j]``.  ``interleave``: weighted interleave from each CPU
+    node that has other nodes to interleave with (:class:`InterleaveCell`).
     """
 
     cpu_nodes: Tuple[int, ...]
@@ -182,6 +241,7 @@ class MemoryMatrix:
     latency_overhead: Optional[Spread] = None  # ns per step of the chase loop itself
     method: str = ""
     notes: Tuple[str, ...] = ()
+    interleave: Tuple[InterleaveCell, ...] = ()
 
     def cell(self, cpu_node: int, memory_node: int) -> MemoryCell:
         return self.cells[self.cpu_nodes.index(cpu_node)][self.memory_nodes.index(memory_node)]
@@ -212,6 +272,7 @@ class MemoryMatrix:
             "llc_bytes": self.llc_bytes,
             "method": self.method,
             "notes": list(self.notes),
+            "interleave": [cell.to_dict() for cell in self.interleave],
         }
 
 
@@ -383,6 +444,8 @@ class Recommendation:
     """The verdict.
 
     ``basis`` is ``"measured"``, ``"nothing to compare"`` or ``"no measurements"``.
+    ``weights`` (node -> weight) come with policy ``weighted-interleave`` and
+    only with it: the interleave weights mode ``advised`` binds with.
     """
 
     bind: bool
@@ -394,6 +457,7 @@ class Recommendation:
     comparisons: Tuple[Comparison, ...] = ()
     basis: str = "measured"
     min_effect: float = DEFAULT_MIN_EFFECT
+    weights: Optional[Mapping[int, int]] = None
 
     def gpu(self, index: int) -> Optional[GpuAdvice]:
         """The advice for the GPU the measurement called ``index``, if it was measured."""
@@ -420,8 +484,9 @@ class Recommendation:
         """The :class:`~pynumabind.Options` a bind takes to follow this recommendation.
 
         Bind: the recommended CPU mode and memory policy (``node``,
-        ``preferred``); when some GPU's copies are fastest from a node other
-        than the one it reports, and every GPU measured (indices 0..n-1) is
+        ``preferred``, or ``weighted-interleave`` with its ``weights``);
+        when some GPU's copies are fastest from a node other than the one it
+        reports, and every GPU measured (indices 0..n-1) is
         to be bound, also a ``nodes`` override giving rank ``i`` GPU ``i``'s
         measured node (one rank per GPU, the launchers' default; mode
         ``advised`` maps GPUs by PCI bus id instead and needs no such
@@ -437,7 +502,12 @@ class Recommendation:
         if self.bind and every and any(g.moved for g in self.per_gpu):
             by_index = {g.gpu: g.node for g in self.per_gpu}
             nodes = ",".join(str(by_index[i]) for i in indices)
-        return Options(mode=CpuMode(self.mode), policy=MemoryPolicy(self.policy), nodes=nodes)
+        return Options(
+            mode=CpuMode(self.mode),
+            policy=MemoryPolicy(self.policy),
+            nodes=nodes,
+            weights=None if self.weights is None else dict(self.weights),
+        )
 
     def to_dict(self) -> Dict[str, Any]:
         return {
@@ -450,6 +520,7 @@ class Recommendation:
             "per_gpu": [g.to_dict() for g in self.per_gpu],
             "comparisons": [c.to_dict() for c in self.comparisons],
             "min_effect": self.min_effect,
+            "weights": _weights_dict(self.weights),
             "rule": (
                 f"a difference counts when the median ratio is at least {1 + self.min_effect:.2f}"
                 " and better.min / worse.max > 1 (see pynumabind.advisor.rule)"

@@ -81,7 +81,11 @@ def test_verdict_under_tcg_follows_the_rule(advice: pynumabind.Advice) -> None:
     rec = advice.recommendation
     shown = "\n".join(c.text() for c in rec.comparisons)
     assert rec.basis == "measured"
-    assert len(rec.comparisons) == 2 * 2  # per CPU node: its best node against the other two
+    memory_comparisons = [c for c in rec.comparisons if c.better.startswith("node ")]
+    assert len(memory_comparisons) == 2 * 2  # per CPU node: its best node against the other two
+    assert advice.memory is not None  # and weighted interleave over its own and node 2, measured:
+    measured = [c for c in advice.memory.interleave if c.bandwidth is not None]
+    assert len(rec.comparisons) == 2 * 2 + len(measured)
     assert any("virtual machine" in note for note in advice.notes)
     measurable = [c for c in rec.comparisons if c.measurable]
     if not measurable:

@@ -22,7 +22,7 @@ from pynumabind.errors import ConfigError, PlanError
 from pynumabind.model import MemoryPolicy, NumaNode, Plan, Topology
 from pynumabind.planner import local_ranks, plan, plan_all
 
-from ..support.topology_builders import gb200_tray, make_topology, topologies
+from ..support.topology_builders import gb200_tray, gpu, make_topology, topologies
 
 HMAT_TREE = Path(__file__).resolve().parents[1] / "machines" / "sysfs" / "qemu-6.12-hmat"
 WEIGHTED = MemoryPolicy.WEIGHTED_INTERLEAVE
@@ -64,6 +64,15 @@ def test_given_weights_give_each_rank_its_own_nodes_weights(hmat: Topology) -> N
     assert same == first
     with pytest.raises(PlanError, match=r"rank 1: .* the weights give none for node 1"):
         plan(hmat, 1, nprocs=2, tiers="all", weights={0: 3, 2: 1})
+
+
+def test_a_process_driving_two_gpus_gets_the_union_and_both_nodes_weights(hmat: Topology) -> None:
+    """Two GPUs added to the recorded machine, one on node 0 and one on node 1."""
+    two = hmat.replace(gpus=(gpu(0, 0), gpu(1, 1)))
+    union = plan(two, gpus=[0, 1], tiers="all", weights={0: 3, 1: 3, 2: 1})
+    assert (union.mems, union.policy) == ({0, 1, 2}, WEIGHTED)
+    assert union.weights == {0: 3, 1: 3, 2: 1}
+    assert plan(two, gpus=[0, 1], tiers="all").weights is None
 
 
 @pytest.mark.parametrize("policy", ["bind", "preferred", "interleave", "local", "none"])

@@ -523,10 +523,6 @@ def _union(plans: List[Plan], indices: List[int], count: int) -> Plan:
     if all(p.cpus is not None for p in plans):
         cpus = frozenset().union(*(p.cpus or frozenset() for p in plans))
     placed = frozenset(p.node for p in plans if p.node is not None)
-    weights: Optional[Dict[int, int]] = None
-    if all(p.weights is not None for p in plans):  # tiers="all": each GPU's nodes' weights
-        weights = {n: w for p in plans for n, w in sorted((p.weights or {}).items())}
-        weights = dict(sorted(weights.items()))
     return replace(
         plans[0],
         rank=None,
@@ -537,8 +533,15 @@ def _union(plans: List[Plan], indices: List[int], count: int) -> Plan:
         reasons=_union_reasons(plans, indices, count, placed),
         warnings=tuple(dict.fromkeys(w for p in plans for w in p.warnings)),
         gpus=tuple(indices),
-        weights=weights,
+        weights=_union_weights(plans),
     )
+
+
+def _union_weights(plans: List[Plan]) -> Optional[Dict[int, int]]:
+    """Every plan's weights together (tiers="all": each GPU's own nodes'); None if any has none."""
+    if any(p.weights is None for p in plans):
+        return None
+    return dict(sorted({n: w for p in plans for n, w in (p.weights or {}).items()}.items()))
 
 
 def plan(

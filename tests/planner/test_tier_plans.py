@@ -19,7 +19,7 @@ from pynumabind import Options
 from pynumabind.discovery import topology_from_sysfs
 from pynumabind.discovery._environ import resolve
 from pynumabind.errors import ConfigError, PlanError
-from pynumabind.model import MemoryPolicy, NumaNode, Plan, Topology
+from pynumabind.model import Detail, MemoryPolicy, NumaNode, Plan, Topology
 from pynumabind.planner import local_ranks, plan, plan_all
 
 from ..support.topology_builders import gb200_tray, gpu, make_topology, topologies
@@ -140,6 +140,16 @@ def test_no_known_tier_says_so_and_weights_keep_their_plain_meaning() -> None:
     )
     weighted = plan(tray, 0, tiers="all", weights={0: 3, 1: 1})
     assert (weighted.policy, weighted.mems, weighted.weights) == (WEIGHTED, {0, 1}, {0: 3, 1: 1})
+
+
+def test_a_topology_read_without_tiers_says_so() -> None:
+    """A bind's detail for mode node reads no tier: planned from it, the warning says why."""
+    cheap = topology_from_sysfs(str(HMAT_TREE), detail=Detail.NODES)
+    p = plan(cheap, 0, nprocs=2, tiers="all")
+    assert p.policy is MemoryPolicy.PREFERRED and p.mems == {0}
+    assert p.warnings[-1].endswith(
+        "or a topology read below Detail.FULL): memory planned as without tiers"
+    )
 
 
 def _tiered(topology: Topology, tiers: Dict[int, int]) -> Topology:

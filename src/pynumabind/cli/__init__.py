@@ -168,9 +168,10 @@ def _plan_options(parser: argparse.ArgumentParser, *, with_nprocs: bool = True) 
         "--tiers",
         type=str.lower,
         choices=["local", "all"],
-        metavar="TIERS",
-        help="%(choices)s (default: local); all: weighted interleave over each rank's own "
-        "nodes and the nearest slower memory tier's memory-only nodes",
+        metavar="SCOPE",
+        help="the memory tiers a rank's memory spreads over: %(choices)s (default: local); "
+        "all: weighted interleave over each rank's own nodes and the nearest slower memory "
+        "tier's memory-only nodes",
     )
     group.add_argument(
         "--interleave-nodes",

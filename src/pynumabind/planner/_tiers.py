@@ -51,7 +51,7 @@ from typing import List, Mapping, Optional, Tuple
 
 from .._text import format_ids, named
 from ..errors import PlanError
-from ..model import MemoryPolicy, Topology
+from ..model import Detail, MemoryPolicy, Topology
 from ._memory import own_memory_nodes
 from ._place import RankState
 
@@ -97,9 +97,10 @@ def tier_nodes(topology: Topology, own: frozenset[int]) -> Tuple[frozenset[int],
     Returns the nodes (empty: none) and, for the reasons, why these (or why none).
     """
     if all(info.tier is None for info in topology.nodes.values()):
+        below = "" if topology.detail is Detail.FULL else ", or a topology read below Detail.FULL"
         return frozenset(), (
             "no memory tiers are known here (a kernel without memory tiering, or a "
-            "snapshot written before nodes carried a tier)"
+            f"snapshot written before nodes carried a tier{below})"
         )
     slowest = _slowest_own_tier(topology, own)
     if slowest is None:

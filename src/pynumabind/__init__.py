@@ -58,6 +58,7 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     # the machine
     "Topology": ("model", "Topology"),
     "NumaNode": ("model", "NumaNode"),
+    "MemoryAccess": ("model", "MemoryAccess"),
     "Cpu": ("model", "Cpu"),
     "Gpu": ("model", "Gpu"),
     "Detail": ("model", "Detail"),
@@ -148,6 +149,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .model import CpuMode as CpuMode
     from .model import Detail as Detail
     from .model import Gpu as Gpu
+    from .model import MemoryAccess as MemoryAccess
     from .model import MemoryPolicy as MemoryPolicy
     from .model import NumaNode as NumaNode
     from .model import Plan as Plan

@@ -23,7 +23,9 @@ Each node's ``tier`` (:attr:`NumaNode.tier`, the kernel's memory tier) is a
 field added within schema 2, as the rule at :data:`SCHEMA_VERSION` has it: a
 snapshot without it (written before nodes carried a tier) reads with every
 tier unknown (``None``), and one that has it still reads in a pynumabind
-that ignores it.
+that ignores it.  Each node's ``access`` (:attr:`NumaNode.access`, the
+firmware HMAT's figures from its nearest CPUs) is another such field, written
+only where known: a snapshot without it reads with no figures.
 An optional ``denied_gpus`` cpulist names the GPUs the driver listed but the
 process could not open (:attr:`Topology.denied_gpus`).
 
@@ -51,6 +53,7 @@ __all__ = [
     "CpuMode",
     "Detail",
     "Gpu",
+    "MemoryAccess",
     "MemoryPolicy",
     "NumaNode",
     "Plan",
@@ -106,7 +109,50 @@ class Detail(enum.IntEnum):
     PACKAGES = 2  # + each CPU's package: mode socket
     CORES = 3  # + SMT siblings, core ids, CPPC highest_perf: mode exclusive, node's priority_cores
     CACHES = 4  # + L3 groups: mode core-complex
-    FULL = 5  # + dies, node memory sizes and memory tiers: everything show and snapshot print
+    FULL = 5  # + dies, node memory sizes, memory tiers and HMAT figures: all show prints
+
+
+@record(frozen=True)
+class MemoryAccess:
+    """What the firmware's HMAT says of a memory node, from its nearest CPUs.
+
+    The kernel's access class 1, the one seen from CPUs: the CPU nodes
+    nearest the memory (``initiators``), and the bandwidth (MB/s) and latency
+    (ns) they see, each ``None`` where the kernel shows none.  They
+    are the firmware's claims, not measurements (``pynumabind advise``
+    measures; the kernel ranks memory tiers from them).
+    """
+
+    initiators: frozenset[int]
+    read_bandwidth_mbs: Optional[int] = None
+    write_bandwidth_mbs: Optional[int] = None
+    read_latency_ns: Optional[int] = None
+    write_latency_ns: Optional[int] = None
+
+    def __init__(
+        self,
+        initiators: frozenset[int],
+        read_bandwidth_mbs: Optional[int] = None,
+        write_bandwidth_mbs: Optional[int] = None,
+        read_latency_ns: Optional[int] = None,
+        write_latency_ns: Optional[int] = None,
+    ) -> None:
+        self.__dict__.update(
+            initiators=initiators,
+            read_bandwidth_mbs=read_bandwidth_mbs,
+            write_bandwidth_mbs=write_bandwidth_mbs,
+            read_latency_ns=read_latency_ns,
+            write_latency_ns=write_latency_ns,
+        )
+
+
+#: :class:`MemoryAccess`'s figures, by their snapshot names.
+ACCESS_FIGURES = (
+    "read_bandwidth_mbs",
+    "write_bandwidth_mbs",
+    "read_latency_ns",
+    "write_latency_ns",
+)
 
 
 @record(frozen=True)
@@ -129,6 +175,11 @@ class NumaNode:
     kernel without memory tiers, a topology read below ``Detail.FULL``
     (a bind does not read tiers), or a snapshot written before nodes carried
     a tier.
+
+    ``access`` is what the firmware's HMAT says of the node's memory from its
+    nearest CPUs (:class:`MemoryAccess`); ``None`` for a node without memory,
+    where the firmware has no HMAT (most machines), below ``Detail.FULL``,
+    or in a snapshot written before nodes carried it.
     """
 
     id: int
@@ -138,6 +189,7 @@ class NumaNode:
     has_memory: bool = True
     distances: Mapping[int, int] = field(default_factory=dict, hash=False)
     tier: Optional[int] = None
+    access: Optional[MemoryAccess] = None
 
     def __init__(  # noqa: PLR0917 - positional, as the dataclass's fields
         self,
@@ -148,6 +200,7 @@ class NumaNode:
         has_memory: bool = True,
         distances: Mapping[int, int] = FACTORY,
         tier: Optional[int] = None,
+        access: Optional[MemoryAccess] = None,
     ) -> None:
         self.__dict__.update(
             id=id,
@@ -157,6 +210,7 @@ class NumaNode:
             has_memory=has_memory,
             distances={} if distances is FACTORY else distances,
             tier=tier,
+            access=access,
         )
 
     @property
@@ -424,6 +478,7 @@ class Topology:
                     "has_memory": n.has_memory,
                     "distances": {str(k): v for k, v in sorted(n.distances.items())},
                     "tier": n.tier,
+                    **({} if n.access is None else {"access": _access_dict(n.access)}),
                 }
                 for n in sorted(self.nodes.values(), key=lambda n: n.id)
             ],
@@ -545,6 +600,13 @@ def _opt_str(value: Any, key: str) -> Optional[str]:
     return None if value is None else str(_typed(value, str, key))
 
 
+def _access_dict(access: MemoryAccess) -> Dict[str, Any]:
+    """A node's HMAT figures in the snapshot: its initiators as a node list."""
+    out: Dict[str, Any] = {"initiators": format_cpulist(access.initiators)}
+    out.update((name, getattr(access, name)) for name in ACCESS_FIGURES)
+    return out
+
+
 class _Snapshot:
     """Reads one snapshot dict as untrusted input.
 
@@ -608,7 +670,16 @@ class _Snapshot:
             has_memory=_typed(entry.get("has_memory", True), bool, "has_memory"),
             distances=row,
             tier=_opt(entry.get("tier"), "memory tier", MAX_INT),  # absent: written before tiers
+            access=self.access(entry.get("access")),  # absent: unknown, or written before
         )
+
+    def access(self, entry: Any) -> Optional[MemoryAccess]:
+        if entry is None:
+            return None
+        entry = _typed(entry, dict, "access")
+        figures = {name: _opt(entry.get(name), name, MAX_INT) for name in ACCESS_FIGURES}
+        initiators = self.ids(entry.get("initiators", ""), "access initiators", kind="node")
+        return MemoryAccess(initiators=initiators, **figures)
 
     def cpu(self, entry: Mapping[str, Any]) -> Cpu:
         return Cpu(

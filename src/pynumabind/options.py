@@ -54,6 +54,11 @@ without the machine is checked here, once, when the object is made
   PlanError; ``nearest`` binds it to the nearest node with allowed CPUs
   (``PYNUMABIND_FALLBACK``, ``--fallback``; :mod:`pynumabind.planner._fallback`).
   The framework hooks default to ``nearest``, so a worker always starts.
+* ``tiers`` ``"local"`` or ``"all"`` (case-insensitive; ``None``: not given,
+  ``local``): ``all`` spreads each rank's memory by weighted interleave over
+  its own nodes and the nearest slower memory tier's memory-only nodes
+  (``PYNUMABIND_TIERS``, ``--tiers``; :mod:`pynumabind.planner._tiers`), and
+  makes ``weighted-interleave`` the default policy.
 
 The keywords the public functions take besides ``rank``, ``nprocs``,
 ``mode`` and ``policy`` are written once, as :class:`OptionKeywords`.  One
@@ -158,6 +163,7 @@ class OptionKeywords(TypedDict, total=False):
     local_gpus: Optional[Sequence[int]]
     priority_cores: bool
     fallback: Optional[str]
+    tiers: Optional[str]
 
 
 class ArgumentKeywords(OptionKeywords, total=False):
@@ -319,6 +325,9 @@ class Options:
         fallback: ``"error"`` (the default when ``None``) or ``"nearest"``: a
             rank whose GPU's node has no allowed CPU is bound to the nearest
             node with allowed CPUs instead of failing.
+        tiers: ``"local"`` (the default when ``None``) or ``"all"``: each
+            rank's memory by weighted interleave over its own nodes and the
+            memory-only nodes of the nearest slower memory tier.
 
     The remaining fields are filled in by the environment's reader (where a
     setting came from); a caller leaves them alone.
@@ -344,6 +353,7 @@ class Options:
     local_gpus: Optional[Tuple[int, ...]] = None  # the job's GPUs on this host: the ranks
     priority_cores: bool = False  # mode node: only the node's highest-performance cores
     fallback: Optional[str] = None  # "error" (the default) or "nearest": a cpuset without the node
+    tiers: Optional[str] = None  # "local" (the default) or "all": see pynumabind.planner._tiers
     topology_file: Optional[str] = None  # PYNUMABIND_TOPOLOGY: plan from this snapshot
     rank_source: Optional[str] = None
     nprocs_source: Optional[str] = None
@@ -370,6 +380,7 @@ class Options:
         local_gpus: Optional[Tuple[int, ...]] = None,
         priority_cores: bool = False,
         fallback: Optional[str] = None,
+        tiers: Optional[str] = None,
         topology_file: Optional[str] = None,
         rank_source: Optional[str] = None,
         nprocs_source: Optional[str] = None,
@@ -395,6 +406,7 @@ class Options:
             local_gpus=local_gpus,
             priority_cores=priority_cores,
             fallback=fallback,
+            tiers=tiers,
             topology_file=topology_file,
             rank_source=rank_source,
             nprocs_source=nprocs_source,
@@ -425,6 +437,7 @@ class Options:
             "interleave_nodes": _interleave(self.interleave_nodes),
             "weights": _weights(self.weights, f"{prefix}weights"),
             "fallback": parse_fallback(self.fallback, f"{prefix}fallback"),
+            "tiers": parse_tiers(self.tiers, f"{prefix}tiers"),
         }
         checked.update(self._sources(source))
         for name, value in checked.items():
@@ -511,8 +524,13 @@ class Options:
 
     @property
     def effective_policy(self) -> MemoryPolicy:
-        """The memory policy a plan gets -- :attr:`policy`, else ``preferred``."""
-        return MemoryPolicy.PREFERRED if self.policy is None else self.policy
+        """The memory policy a plan gets -- :attr:`policy`, else ``preferred``
+        (``weighted-interleave`` with ``tiers="all"``)."""
+        if self.policy is not None:
+            return self.policy
+        if self.tiers == "all":
+            return MemoryPolicy.WEIGHTED_INTERLEAVE
+        return MemoryPolicy.PREFERRED
 
     def from_launcher(self, what: str) -> bool:
         """Whether ``rank`` or ``nprocs`` (``what``) came from a launcher's variable."""
@@ -542,6 +560,7 @@ class Options:
                 "priority_cores",
                 "fallback",
                 "weights",
+                "tiers",
             )
             for variable in [self.from_environment(option)]
             if variable is not None
@@ -576,6 +595,8 @@ class Options:
             out["priority_cores"] = True
         if self.fallback is not None:
             out["fallback"] = self.fallback
+        if self.tiers is not None:
+            out["tiers"] = self.tiers
         return out
 
 
@@ -593,4 +614,21 @@ def parse_fallback(
     if text not in FALLBACKS:
         where = f"{variable}={shown(str(value))}" if variable else f"{what} {value!r}"
         raise ConfigError(f"invalid {where}; choose one of: {', '.join(FALLBACKS)}")
+    return text
+
+
+#: The ``tiers`` choices (see :mod:`pynumabind.planner._tiers`).
+TIERS = ("local", "all")
+
+
+def parse_tiers(
+    value: object, what: str = "tiers", variable: Optional[str] = None
+) -> Optional[str]:
+    """``"local"`` or ``"all"`` (any case, ASCII spaces trimmed); None stays None."""
+    if value is None:
+        return None
+    text = value.strip(ASCII_SPACE).lower() if isinstance(value, str) else None
+    if text not in TIERS:
+        where = f"{variable}={shown(str(value))}" if variable else f"{what} {value!r}"
+        raise ConfigError(f"invalid {where}; choose one of: {', '.join(TIERS)}")
     return text

@@ -697,7 +697,7 @@ def test_show_fills_the_kind_and_tier_columns() -> None:
 
 def test_metavars_are_nouns_not_destinations() -> None:
     """Every option's value is named from one vocabulary (N, LIST, FILE...), never RANK/TIMEOUT."""
-    nouns = {"N", "LIST", "LISTS", "FILE", "DIR", "MODE", "POLICY", "SECONDS", "ACTION"}
+    nouns = {"N", "LIST", "LISTS", "FILE", "DIR", "MODE", "POLICY", "SECONDS", "ACTION", "SCOPE"}
     seen = set()
     for command in ("show", "plan", "exec", "check", "snapshot"):
         usage = run(command, "--help").stdout.split("\n\n", 1)[0]

@@ -244,6 +244,39 @@ def test_only_the_full_read_opens_the_memory_tiers(reads: List[str]) -> None:
             assert tiers == [], (detail, tiers)
 
 
+def test_only_tiers_all_makes_a_bind_read_the_tiers(reads: List[str]) -> None:
+    """``tiers="all"`` needs each node's tier: the full read, for every mode; without it the
+    mode's detail is unchanged.  Then real binds on this machine, counting the files they open:
+    without tiers no tier file, with ``tiers="all"`` (argument or ``PYNUMABIND_TIERS``) the
+    kernel's ``memory_tiering`` is read and, one node and one tier here, the plan says so."""
+    for mode in [None, *MODES]:
+        assert discovery.detail_for(mode, tiers="all") is Detail.FULL
+        assert discovery.detail_for(mode, tiers="local") is discovery.detail_for(mode)
+    live_tiers = os.path.isdir("/sys/devices/virtual/memory_tiering")
+    before = os.sched_getaffinity(0)
+    try:
+        for environ, keywords, tiers_read in (
+            ({}, {}, False),
+            ({"PYNUMABIND_TIERS": ""}, {}, False),  # blank: unset
+            ({}, {"tiers": "all"}, True),
+            ({"PYNUMABIND_TIERS": "all"}, {}, True),
+        ):
+            discovery.forget_layout()
+            reads.clear()
+            bound = binding_module.bind_current_process(0, nprocs=1, environ=environ, **keywords)
+            try:
+                opened = [p for p in reads if "memory_tiering" in p]
+                assert reads and bool(opened) == (tiers_read and live_tiers), (environ, opened)
+                assert bound.plan is not None
+                said = [w for w in bound.plan.warnings if w.startswith("tiers all: ")]
+                assert len(said) == (1 if tiers_read else 0), bound.plan.warnings
+                assert bound.plan.policy.value == "preferred"
+            finally:
+                bound.restore()
+    finally:
+        os.sched_setaffinity(0, before)
+
+
 def test_proc_pci_devices_names_the_gpu_vendors_functions() -> None:
     text = (
         "0000\t80860d57\t0\t0\n"

@@ -8,7 +8,9 @@ put every node in one tier.  This machine's own sysfs is read too.
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 from pathlib import Path
 from typing import Any, Dict
 
@@ -166,3 +168,102 @@ def test_show_prints_the_tier_column() -> None:
     rows = result.stdout.split("NUMA nodes\n", 1)[1].split("\n\n", 1)[0].splitlines()
     assert rows[0].split()[-1] == "tier"
     assert {row.split()[0]: row.split()[-1] for row in rows[1:]} == {"0": "4", "1": "4", "2": "54"}
+
+
+# ------------------------------------------------------------------ HMAT's figures per node
+
+
+def _linked(tmp_path: Path) -> Path:
+    """The recorded 6.12 tree with its ``initiators/nodeM`` links made (kept in ``SYMLINKS``)."""
+    root = tmp_path / "sys"
+    shutil.copytree(HMAT_TREE, root)
+    for line in (HMAT_TREE / "SYMLINKS").read_text().splitlines():
+        link, _, target = line.partition(" -> ")
+        if link:
+            os.symlink(target, root / link)
+    return root
+
+
+def test_each_node_carries_the_firmware_s_figures_from_its_nearest_cpus(tmp_path: Path) -> None:
+    """HMAT as the 6.12 guest's kernel showed it: nodes 0 and 1 at 20480 MB/s and 100 ns from
+    their own CPUs, node 2 a quarter of that bandwidth at three times the latency from node 1."""
+    topology = topology_from_sysfs(str(_linked(tmp_path)))
+    figures = {
+        n: (node.access.initiators, node.access.read_bandwidth_mbs, node.access.write_bandwidth_mbs,
+            node.access.read_latency_ns, node.access.write_latency_ns)
+        for n, node in topology.nodes.items()
+        if node.access is not None
+    }  # fmt: skip
+    assert figures == {
+        0: ({0}, 20480, 20480, 100, 100),
+        1: ({1}, 20480, 20480, 100, 100),
+        2: ({1}, 5120, 5120, 300, 300),
+    }
+    below = topology_from_sysfs(str(_linked(tmp_path / "again")), detail=Detail.CACHES)
+    assert all(node.access is None for node in below.nodes.values())  # a bind reads none
+
+
+def test_without_hmat_no_node_has_figures(tmp_path: Path) -> None:
+    topology = topology_from_sysfs(str(_tree(tmp_path, {"memory_tier4": "0-1"})))
+    assert [node.access for node in topology.nodes.values()] == [None, None]
+    assert all("access" not in n for n in topology.to_dict()["nodes"])  # written only if known
+
+
+def test_this_machine_s_figures_are_the_kernel_s() -> None:
+    """Read here independently: ``nodeN/access1/initiators`` (none on most machines)."""
+    topology = topology_from_sysfs("/sys")
+    for n, node in topology.nodes.items():
+        base = Path(f"/sys/devices/system/node/node{n}/access1/initiators")
+        if not base.is_dir() or not node.has_memory:
+            assert node.access is None
+            continue
+        assert node.access is not None
+        assert node.access.read_bandwidth_mbs == int((base / "read_bandwidth").read_text())
+        linked = {int(e.name[4:]) for e in base.iterdir() if re.fullmatch(r"node\d+", e.name)}
+        assert node.access.initiators == linked
+
+
+def test_a_snapshot_keeps_the_figures_and_an_older_one_has_none(tmp_path: Path) -> None:
+    topology = topology_from_sysfs(str(_linked(tmp_path)))
+    data = topology.to_dict()
+    assert data["nodes"][2]["access"] == {
+        "initiators": "1",
+        "read_bandwidth_mbs": 5120,
+        "write_bandwidth_mbs": 5120,
+        "read_latency_ns": 300,
+        "write_latency_ns": 300,
+    }
+    assert Topology.from_json(topology.to_json()) == topology
+    for schema in (1, 2):  # written before nodes carried figures: same schema, none known
+        older = json.loads(topology.to_json())
+        older["schema"] = schema
+        for node in older["nodes"]:
+            del node["access"]
+        assert all(n.access is None for n in Topology.from_dict(older).nodes.values())
+
+
+@pytest.mark.parametrize(
+    ("field", "bad", "words"),
+    [
+        ("read_bandwidth_mbs", "5120", "read_bandwidth_mbs"),
+        ("read_latency_ns", -1, "read_latency_ns"),
+        ("initiators", 1, "access initiators"),
+        (None, [1], "access"),
+    ],
+)
+def test_a_snapshot_s_figures_are_checked(tmp_path: Path, field: Any, bad: Any, words: str) -> None:
+    data = topology_from_sysfs(str(_linked(tmp_path))).to_dict()
+    if field is None:
+        data["nodes"][2]["access"] = bad
+    else:
+        data["nodes"][2]["access"][field] = bad
+    with pytest.raises(TopologyError, match=words):
+        Topology.from_dict(data)
+
+
+def test_show_json_carries_node_2_s_figures(tmp_path: Path) -> None:
+    result = run_cli({}, "show", "--json", "--sysfs-root", str(_linked(tmp_path)))
+    assert result.returncode == 0, result.stderr
+    nodes = {n["id"]: n for n in json.loads(result.stdout)["topology"]["nodes"]}
+    assert nodes[2]["access"]["read_bandwidth_mbs"] * 4 == nodes[0]["access"]["read_bandwidth_mbs"]
+    assert nodes[2]["access"]["initiators"] == "1"

@@ -99,6 +99,7 @@ PROBES: Dict[str, Tuple[str, List[Probe]]] = {
     "PYNUMABIND_REQUIRE_NODE": ("1", [_merged]),
     "PYNUMABIND_FALLBACK": ("error", [_merged, _hook_fallback]),
     "PYNUMABIND_WEIGHTS": ("0:1", [_merged, _set_system_weights]),
+    "PYNUMABIND_TIERS": ("all", [_merged]),
     "PYNUMABIND_DISABLE": ("1", [_merged]),
     "PYNUMABIND_TOPOLOGY": ("/srv/snapshot.json", [_merged, _environ.topology_file]),
     "PYNUMABIND_ADVICE": ("/srv/advice.json", [_advice_paths]),

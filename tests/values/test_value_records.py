@@ -74,6 +74,7 @@ CANDIDATES: Tuple[Any, ...] = (
     "socket",
     "bind",
     "nearest",
+    "all",  # tiers
     (0, 1),
     {0: 1},  # weights
 )

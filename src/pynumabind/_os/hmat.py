@@ -5,7 +5,9 @@ the firmware's HMAT describes: access class 0 from the nearest initiators of
 any kind, class 1 from the nearest CPUs.  It lists those initiators as
 ``nodeM`` links beside ``read_bandwidth``/``write_bandwidth`` (MB/s) and
 ``read_latency``/``write_latency`` (ns).  ``advise`` reports these for
-comparison only; nothing is planned from them.
+comparison only; nothing is planned from them.  Discovery's full read
+(:mod:`.sysfs`) puts class 1 on each node (``NumaNode.access``), for ``show``
+and snapshots.
 
 Every file is optional (most machines and every VM seen so far have none):
 an absent class is ``None`` and an absent value is ``None``; a file that
@@ -21,10 +23,12 @@ from typing import Iterable, List, Optional, Tuple
 from . import SYSFS_ROOT
 from .textfile import SysfsReader, numbered
 
-__all__ = ["ACCESS_CLASSES", "NO_HMAT", "NodeAccess", "node_access", "read_hmat"]
+__all__ = ["ACCESS_CLASSES", "CPU_ACCESS", "NO_HMAT", "NodeAccess", "node_access", "read_hmat"]
 
 #: The access classes the kernel shows: 0 (any initiator) and 1 (CPUs).
 ACCESS_CLASSES = (0, 1)
+#: The class measured from the nearest CPUs: what a process's memory sees.
+CPU_ACCESS = 1
 
 #: Why a machine shows no HMAT attributes, as ``advise`` reports it.
 NO_HMAT = "the kernel exposes no HMAT attributes here (nodeN/access0/initiators absent)"

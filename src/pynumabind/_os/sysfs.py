@@ -29,7 +29,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Tuple, Union
 from .._text import format_ids
 from ..cpulist import parse_cpulist
 from ..errors import ConfigError, ListParseError, PynumabindError, TopologyError
-from ..model import Cpu, Detail, NumaNode, Topology
+from ..model import Cpu, Detail, MemoryAccess, NumaNode, Topology
 from . import SYSFS_ROOT
 from . import pci as _pci
 from . import proc as _proc
@@ -245,7 +245,7 @@ def _read_nodes(
     sysfs: SysfsReader, online_cpus: frozenset[int], notes: List[str], sizes: bool = True
 ) -> Dict[int, NumaNode]:
     """The online nodes; ``sizes=False`` skips ``meminfo`` (unless ``has_memory`` is
-    missing) and the memory tiers (:mod:`.tiers`)."""
+    missing), the memory tiers (:mod:`.tiers`) and the HMAT figures (:mod:`.hmat`)."""
     base = ("devices", "system", "node")
     names = sysfs.listdir(*base)
     if names is None:
@@ -286,8 +286,25 @@ def _read_nodes(
             has_memory=memory,
             distances=distances,
             tier=tiers.get(node) if memory else None,
+            access=_access(sysfs, node) if sizes and memory else None,
         )
     return nodes
+
+
+def _access(sysfs: SysfsReader, node: int) -> Optional[MemoryAccess]:
+    """The firmware HMAT's figures for ``node`` from its nearest CPUs (access class 1)."""
+    from . import hmat as _hmat  # only at full detail
+
+    found = _hmat.node_access(sysfs, node, _hmat.CPU_ACCESS)
+    if found is None:
+        return None
+    return MemoryAccess(
+        initiators=frozenset(found.initiators),
+        read_bandwidth_mbs=found.read_bandwidth_mbs,
+        write_bandwidth_mbs=found.write_bandwidth_mbs,
+        read_latency_ns=found.read_latency_ns,
+        write_latency_ns=found.write_latency_ns,
+    )
 
 
 def _single_node(sysfs: SysfsReader, online_cpus: frozenset[int], notes: List[str]) -> NumaNode:

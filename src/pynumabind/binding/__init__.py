@@ -815,7 +815,7 @@ def bind_current_process(
 
                 topology = resolve_topology(
                     environ=env,
-                    detail=detail_for(resolved.mode, resolved.priority_cores),
+                    detail=detail_for(resolved.mode, resolved.priority_cores, resolved.tiers),
                     reuse=True,
                 )
             advised = None

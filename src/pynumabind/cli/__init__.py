@@ -165,6 +165,15 @@ def _plan_options(parser: argparse.ArgumentParser, *, with_nprocs: bool = True) 
         "(default: error; nearest binds it to the nearest node with allowed CPUs)",
     )
     group.add_argument(
+        "--tiers",
+        type=str.lower,
+        choices=["local", "all"],
+        metavar="SCOPE",
+        help="the memory tiers a rank's memory spreads over: %(choices)s (default: local); "
+        "all: weighted interleave over each rank's own nodes and the nearest slower memory "
+        "tier's memory-only nodes",
+    )
+    group.add_argument(
         "--interleave-nodes",
         metavar="LIST",
         help="the nodes --policy interleave or weighted-interleave spreads pages over, for "
@@ -441,6 +450,7 @@ def _options(args: argparse.Namespace) -> Options:
         nodes=args.nodes,
         cpus=args.cpus,
         fallback=getattr(args, "fallback", None),
+        tiers=getattr(args, "tiers", None),
         interleave_nodes=getattr(args, "interleave_nodes", None),
         weights=getattr(args, "weights", None),
         flags=True,

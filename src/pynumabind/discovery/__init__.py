@@ -185,13 +185,20 @@ if not TYPE_CHECKING:  # type checkers see the imports above, and no catch-all
         return apply_visibility
 
 
-def detail_for(mode: Union[str, CpuMode, None], priority_cores: bool = False) -> Detail:
+def detail_for(
+    mode: Union[str, CpuMode, None], priority_cores: bool = False, tiers: Optional[str] = None
+) -> Detail:
     """The least :class:`~pynumabind.model.Detail` that plans in ``mode`` exactly as a full read.
 
     ``None`` is the planner's default mode, ``node``.  ``priority_cores``
     (mode ``node``) needs each core's highest performance: ``CORES``.
+    ``tiers="all"`` needs each node's memory tier, read only at ``FULL``
+    (with the node sizes and dies: the tier files are few); without it a
+    bind reads no tier file.
     """
     detail = _MODE_DETAIL[CpuMode.NODE if mode is None else CpuMode.parse(mode)]
+    if tiers == "all":
+        return Detail.FULL
     return max(detail, Detail.CORES) if priority_cores else detail
 
 

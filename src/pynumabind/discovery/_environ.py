@@ -46,6 +46,10 @@ Rules
   gets when its GPU's node has no CPU in the process's cpuset
   (:mod:`pynumabind.planner._fallback`); the framework hooks default to
   ``nearest`` and read this variable to be told ``error``.
+* ``PYNUMABIND_TIERS``: ``local`` or ``all`` (any case): ``all`` spreads
+  each rank's memory over its own nodes and the nearest slower memory tier
+  (:mod:`pynumabind.planner._tiers`); a bad value is a
+  :class:`~pynumabind.errors.ConfigError` naming the variable.
 * ``PYNUMABIND_WEIGHTS``: the interleave weights of ``weighted-interleave``
   (``0:3,2:1``: ``NODE:WEIGHT`` items, weights 1 to 255; read by
   :func:`pynumabind._weights.parse_weights`, and a bad value is a
@@ -80,6 +84,7 @@ from ..options import (
     environ_value,
     parse_choice,
     parse_fallback,
+    parse_tiers,
 )
 
 __all__ = [
@@ -94,6 +99,7 @@ __all__ = [
     "POLICY_VARIABLE",
     "PRIORITY_VARIABLE",
     "RANK_VARIABLES",
+    "TIERS_VARIABLE",
     "TOPOLOGY_VARIABLE",
     "WEIGHTS_VARIABLE",
     "override_text",
@@ -122,6 +128,7 @@ LOCAL_GPUS_VARIABLE = "PYNUMABIND_LOCAL_GPUS"
 PRIORITY_VARIABLE = "PYNUMABIND_PRIORITY_CORES"
 FALLBACK_VARIABLE = "PYNUMABIND_FALLBACK"
 WEIGHTS_VARIABLE = "PYNUMABIND_WEIGHTS"
+TIERS_VARIABLE = "PYNUMABIND_TIERS"
 
 NO_RANK = (
     "no local rank: pass rank= or set one of "
@@ -301,6 +308,10 @@ def _peers_and_priority(
     if given.fallback is None and fallback is not None:
         out["fallback"] = parse_fallback(fallback, variable=FALLBACK_VARIABLE)
         sources["fallback"] = FALLBACK_VARIABLE
+    tiers = _option(environ, TIERS_VARIABLE)
+    if given.tiers is None and tiers is not None:
+        out["tiers"] = parse_tiers(tiers, variable=TIERS_VARIABLE)
+        sources["tiers"] = TIERS_VARIABLE
     weights = _option(environ, WEIGHTS_VARIABLE)
     if given.weights is None and weights is not None:
         from .._weights import invalid_variable, parse_weights

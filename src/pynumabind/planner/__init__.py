@@ -36,7 +36,9 @@ How a rank is placed
    ``interleave`` uses ``interleave_nodes`` or, by default, these same nodes;
    ``weighted-interleave`` too, unless ``weights`` name its nodes (the plan's
    ``weights``; without them a process follows the kernel's system-wide
-   weights).
+   weights).  ``tiers="all"`` (:mod:`._tiers`) makes it weighted interleave
+   over these nodes and the memory-only nodes of the nearest slower memory
+   tier.
 
 A process driving several GPUs
 ------------------------------
@@ -105,7 +107,8 @@ Modules
 * :mod:`._cpus`: the CPUs, one function per mode;
 * :mod:`._sets`: cores, balanced slices, L3 groups and D'Hondt seats, on
   plain sets (no Topology);
-* :mod:`._memory`: the memory nodes and policy.
+* :mod:`._memory`: the memory nodes and policy;
+* :mod:`._tiers`: ``tiers="all"``, memory over the nearest slower tier too.
 
 Consistency
 -----------
@@ -128,12 +131,14 @@ from typing import (
     AbstractSet,
     Dict,
     List,
+    Mapping,
     Optional,
     Sequence,
     Tuple,
     Union,
 )
 
+from .._mempolicy import POLICIES
 from .._record import replace
 from .._text import counted, format_ids
 from ..errors import ConfigError, PlanError, PynumabindError, UnknownIdError
@@ -164,6 +169,7 @@ from ._request import (
     default_nprocs,
     gpu_index,
 )
+from ._tiers import choose_tier_mems
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Unpack
@@ -183,18 +189,9 @@ def _finish(topology: Topology, request: Request, state: RankState) -> Union[Pla
     if state.error is not None:
         return state.error
     try:
-        mems, policy = choose_mems(
-            topology,
-            state,
-            policy=request.policy,
-            interleave_nodes=request.interleave_nodes,
-            gpu_memory=request.gpu_memory,
-            nodes_given=request.node_sets is not None,
-            weights=request.weights,
-        )
+        mems, policy, weights = _memory(topology, request, state)
     except PlanError as exc:
         return exc
-    weighted = request.weights is not None and policy is request.policy
     node = state.primary
     if state.cpus is not None:
         nodes = nodes_of(topology, state.cpus)
@@ -212,8 +209,37 @@ def _finish(topology: Topology, request: Request, state: RankState) -> Union[Pla
         node=node,
         reasons=(request.nprocs_reason, *state.reasons),
         warnings=tuple(state.warnings),
-        weights=request.weights if weighted else None,
+        weights=weights,
     )
+
+
+def _memory(
+    topology: Topology, request: Request, state: RankState
+) -> Tuple[frozenset[int], MemoryPolicy, Optional[Mapping[int, int]]]:
+    """The rank's memory nodes, policy and weights: over the tiers (:mod:`._tiers`) or not."""
+    policy = request.policy
+    if request.tiers:
+        spread = choose_tier_mems(
+            topology,
+            state,
+            gpu_memory=request.gpu_memory,
+            nodes_given=request.node_sets is not None,
+            weights=request.weights,
+        )
+        if spread is not None:
+            return spread
+        policy = request.plain_policy
+    mems, planned = choose_mems(
+        topology,
+        state,
+        policy=policy,
+        interleave_nodes=request.interleave_nodes,
+        gpu_memory=request.gpu_memory,
+        nodes_given=request.node_sets is not None,
+        weights=request.weights,
+    )
+    weighted = request.weights is not None and planned is policy and POLICIES[policy].weighted
+    return mems, planned, request.weights if weighted else None
 
 
 def _plan_ranks(
@@ -507,7 +533,15 @@ def _union(plans: List[Plan], indices: List[int], count: int) -> Plan:
         reasons=_union_reasons(plans, indices, count, placed),
         warnings=tuple(dict.fromkeys(w for p in plans for w in p.warnings)),
         gpus=tuple(indices),
+        weights=_union_weights(plans),
     )
+
+
+def _union_weights(plans: List[Plan]) -> Optional[Dict[int, int]]:
+    """Every plan's weights together (tiers="all": each GPU's own nodes'); None if any has none."""
+    if any(p.weights is None for p in plans):
+        return None
+    return dict(sorted({n: w for p in plans for n, w in (p.weights or {}).items()}.items()))
 
 
 def plan(

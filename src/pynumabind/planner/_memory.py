@@ -24,7 +24,7 @@ from ..errors import PlanError
 from ..model import MemoryPolicy, Topology
 from ._place import RankState, nodes_of
 
-__all__ = ["choose_mems"]
+__all__ = ["choose_mems", "own_memory_nodes"]
 
 
 def _nearest_memory_nodes(topology: Topology, node: int) -> List[Tuple[int, Optional[int]]]:
@@ -140,6 +140,39 @@ def _base_nodes(topology: Topology, state: RankState, nodes_given: bool) -> froz
     return nodes_of(topology, state.cpus)
 
 
+def own_memory_nodes(
+    topology: Topology,
+    state: RankState,
+    *,
+    policy: MemoryPolicy,
+    gpu_memory: bool,
+    nodes_given: bool,
+) -> Optional[frozenset[int]]:
+    """The rank's own memory nodes: its nodes' memory (or substitutes), and gpu_memory's node.
+
+    None when the rank has no known node (warned: its ``policy`` is left
+    alone); a PlanError when none of them can be used.
+    """
+    base = _base_nodes(topology, state, nodes_given)
+    if not base:
+        state.warn(
+            f"rank {state.rank} has no known node: memory policy left alone instead of "
+            f"{policy.value}"
+        )
+        return None
+    chosen = set(_memory_nodes(topology, state, base))
+    if gpu_memory:
+        gpu_node = _gpu_memory_node(topology, state)
+        if gpu_node is not None:
+            chosen.add(gpu_node)
+    if not chosen:
+        raise PlanError(
+            f"rank {state.rank}: no allowed memory node for node(s) {format_ids(base)} "
+            f"(allowed mems {format_ids(topology.allowed_mems)})"
+        )
+    return frozenset(chosen)
+
+
 def choose_mems(
     topology: Topology,
     state: RankState,
@@ -163,24 +196,11 @@ def choose_mems(
         if row.weighted:
             state.reasons.append(_weights_reason(row, given, weights))
         return given, policy
-    base = _base_nodes(topology, state, nodes_given)
-    if not base:
-        state.warn(
-            f"rank {state.rank} has no known node: memory policy left alone instead of "
-            f"{policy.value}"
-        )
+    frozen = own_memory_nodes(
+        topology, state, policy=policy, gpu_memory=gpu_memory, nodes_given=nodes_given
+    )
+    if frozen is None:
         return frozenset(), MemoryPolicy.NONE
-    chosen = set(_memory_nodes(topology, state, base))
-    if gpu_memory:
-        gpu_node = _gpu_memory_node(topology, state)
-        if gpu_node is not None:
-            chosen.add(gpu_node)
-    if not chosen:
-        raise PlanError(
-            f"rank {state.rank}: no allowed memory node for node(s) {format_ids(base)} "
-            f"(allowed mems {format_ids(topology.allowed_mems)})"
-        )
-    frozen = frozenset(chosen)
     state.reasons.append(f"memory policy {row.described}: {named('node', frozen)}")
     if row.weighted:
         state.reasons.append(_weights_reason(row, frozen, None))

@@ -14,6 +14,12 @@ node without a weight, has no one meaning).  Without weights,
 ``weighted-interleave`` takes the plan's nodes (or ``interleave_nodes``) and
 a process follows the kernel's system-wide weights for them.
 
+``tiers="all"`` (:mod:`._tiers`) makes ``weighted-interleave`` the policy and
+picks each rank's nodes itself: another policy given explicitly, or
+``interleave_nodes``, is a ConfigError naming both settings, and weights give
+each node's weight (every rank takes its own nodes') instead of naming the
+nodes.
+
 The number of local ranks, when not given, has one owner,
 :func:`default_nprocs`: one per entry of a per-rank override, else one per
 visible GPU, else one per NUMA node with allowed CPUs.
@@ -73,6 +79,10 @@ class Request:
     priority_cores: bool = False
     fallback: str = "error"  # "nearest": see ._fallback
     weights: Optional[Mapping[int, int]] = field(default=None, hash=False)
+    #: ``tiers="all"`` (:mod:`._tiers`); ``plain_policy``: the policy a rank
+    #: gets instead when its tiers give nothing to add.
+    tiers: bool = False
+    plain_policy: MemoryPolicy = MemoryPolicy.PREFERRED
 
     def __init__(  # noqa: PLR0917 - positional, as the dataclass's fields
         self,
@@ -92,6 +102,8 @@ class Request:
         priority_cores: bool = False,
         fallback: str = "error",
         weights: Optional[Mapping[int, int]] = None,
+        tiers: bool = False,
+        plain_policy: MemoryPolicy = MemoryPolicy.PREFERRED,
     ) -> None:
         self.__dict__.update(
             nprocs=nprocs,
@@ -110,6 +122,8 @@ class Request:
             priority_cores=priority_cores,
             fallback=fallback,
             weights=weights,
+            tiers=tiers,
+            plain_policy=plain_policy,
         )
 
 
@@ -252,6 +266,8 @@ def _weights(
         )
     nodes = frozenset(weights)
     check_memory_nodes(topology, nodes, what)
+    if options.tiers == "all":
+        return weights  # each node's weight: the ranks' nodes are the tiers' (._tiers)
     if interleave is not None and interleave != nodes:
         raise ConfigError(
             f"{what} name nodes {format_ids(nodes)} but interleave_nodes names "
@@ -259,6 +275,38 @@ def _weights(
             "nodes or only one of the two"
         )
     return weights
+
+
+def _setting(options: Options, name: str, value: str) -> str:
+    """How the user gave ``name``: ``PYNUMABIND_TIERS=all``, ``--tiers all``, ``tiers='all'``."""
+    variable = options.from_environment(name)
+    if variable is not None:
+        return f"{variable}={value}"
+    return f"--{name} {value}" if options.flags else f"{name}={value!r}"
+
+
+def _tiers(options: Options) -> Tuple[bool, MemoryPolicy]:
+    """Whether ``tiers="all"``, and the policy without it; what does not go with it refused."""
+    plain = options.policy
+    if plain is None:
+        weighted = options.weights is not None
+        plain = MemoryPolicy.WEIGHTED_INTERLEAVE if weighted else MemoryPolicy.PREFERRED
+    if options.tiers != "all":
+        return False, plain
+    what = _setting(options, "tiers", "all")
+    policy = options.policy
+    if policy is not None and policy is not MemoryPolicy.WEIGHTED_INTERLEAVE:
+        raise ConfigError(
+            f"{what} spreads memory by weighted interleave over the tiers, which contradicts "
+            f"{_setting(options, 'policy', policy.value)}: leave the policy out, give "
+            "'weighted-interleave', or leave tiers out"
+        )
+    if options.interleave_nodes is not None:
+        raise ConfigError(
+            f"{what} picks each rank's memory nodes itself, so interleave_nodes cannot name "
+            "them too: give one of the two"
+        )
+    return True, plain
 
 
 def check_memory_nodes(topology: Topology, nodes: frozenset[int], subject: str) -> None:
@@ -383,6 +431,7 @@ def build_request(topology: Topology, options: Options) -> Request:
     }
     count, reason = _nprocs(topology, options.nprocs, lengths, options.nprocs_source)
     per_rank, explicit = _rank_gpus(topology, options.rank_gpus, count)
+    tiers, plain_policy = _tiers(options)
     interleave = _interleave_nodes(topology, options.effective_policy, options.interleave_nodes)
     return Request(
         nprocs=count,
@@ -400,4 +449,6 @@ def build_request(topology: Topology, options: Options) -> Request:
         nprocs_option=options.spelled("nprocs"),
         priority_cores=options.priority_cores,
         fallback=options.fallback or "error",
+        tiers=tiers,
+        plain_policy=plain_policy,
     )

@@ -10,8 +10,9 @@ what the kernel made of the firmware's figures; no pynumabind code is involved i
 The last part is pynumabind's weighted interleave on this kernel, which has
 ``MPOL_WEIGHTED_INTERLEAVE``: a buffer placed by exact weights (runs), a worker started by
 ``pynumabind exec`` allocating by the kernel's system-wide weights, a worker whose requested
-weights differ from the kernel's saying so once, the kernel's weights written on request, and
-``verify()`` judging the split; and ``host_buffer``: one on the memory-only node, all of its
+weights differ from the kernel's saying so once, the kernel's weights written on request,
+``verify()`` judging the split, and a worker started with ``--tiers all`` spreading over its
+node and the slower tier's node 2; and ``host_buffer``: one on the memory-only node, all of its
 pages there, and one by exact weights.  Every test that changes the kernel's weights puts them back.
 """
 
@@ -241,6 +242,20 @@ def test_a_worker_allocates_by_the_kernels_weights(weights_put_back: Dict[int, i
     set_kernel_weights({0: 3, 2: 1})
     child, stderr = exec_split("--policy", "weighted-interleave", "--interleave-nodes", "0,2")
     assert child["policy"] == ["MPOL_WEIGHTED_INTERLEAVE", [0, 2]]
+    assert set(child["counts"]) == {0, 2}, child
+    assert 0.70 <= share(child["counts"], 0) <= 0.80, child
+    assert "WARNING" not in stderr, stderr
+
+
+def test_a_worker_with_tiers_all_on_node_0_interleaves_over_nodes_0_and_2(
+    weights_put_back: Dict[int, int],
+) -> None:
+    """``--tiers all``: rank 0 of 2 (node 0, CPUs 0-1) spreads over its own node and node 2,
+    the memory-only node of the slower tier; its pages follow the kernel's weights 3:1.  The
+    policy is read back with ``get_mempolicy`` in the worker, the pages with ``move_pages``."""
+    set_kernel_weights({0: 3, 2: 1})
+    child, stderr = exec_split("--nprocs", "2", "--mode", "node", "--tiers", "all")
+    assert child["policy"] == ["MPOL_WEIGHTED_INTERLEAVE", [0, 2]], child
     assert set(child["counts"]) == {0, 2}, child
     assert 0.70 <= share(child["counts"], 0) <= 0.80, child
     assert "WARNING" not in stderr, stderr

@@ -221,3 +221,28 @@ def test_weights_this_machine_cannot_follow_warn_once_and_plan_the_default(
     assert "recommendation.weights.1" in advised.fallback
     assert advised.options.weights is None and advised.options.policy is None
     assert len(warnings) == 1 and words in warnings[0]
+
+
+@pytest.mark.parametrize(
+    "given, environ, named",
+    [
+        (Options(mode="advised", rank=0, tiers="all"), {}, "tiers="),
+        (None, {"PYNUMABIND_MODE": "advised", "PYNUMABIND_TIERS": "all", "LOCAL_RANK": "0"},
+         "PYNUMABIND_TIERS"),
+    ],
+    ids=["keyword", "environment"],
+)
+def test_mode_advised_and_tiers_all_both_choosing_the_policy_is_refused(
+    tmp_path: Path, given: Any, environ: Dict[str, str], named: str
+) -> None:
+    from pynumabind.discovery import _environ
+    from pynumabind.errors import ConfigError
+
+    topology = cxl_machine()
+    options = _environ.resolve(environ, given)
+    path = tmp_path / "advice.json"
+    path.write_text(json.dumps(document(weighted_advice(), topology)))
+    with pytest.raises(ConfigError, match="mode 'advised' takes the memory policy") as caught:
+        store.resolve_advised(options, topology, {"PYNUMABIND_ADVICE": str(path)},
+                              machine=fingerprint(topology))
+    assert "tiers 'all'" in str(caught.value) and named in str(caught.value)

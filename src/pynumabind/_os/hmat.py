@@ -9,8 +9,10 @@ comparison only; nothing is planned from them.  Discovery's full read
 (:mod:`.sysfs`) puts class 1 on each node (``NumaNode.access``), for ``show``
 and snapshots.
 
-Every file is optional (most machines and every VM seen so far have none):
-an absent class is ``None`` and an absent value is ``None``; a file that
+Every file is optional: most machines have none, nor does a VM unless its
+firmware describes one (QEMU's ``-machine hmat=on`` with ``-numa hmat-lb``: the
+recorded tree ``tests/machines/sysfs/qemu-6.12-hmat`` and the guest of that name).
+An absent class is ``None`` and an absent value is ``None``; a file that
 exists but cannot be read is a :class:`~pynumabind.errors.TopologyError`
 naming it (:class:`~pynumabind._os.textfile.SysfsReader`).
 """

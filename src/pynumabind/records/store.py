@@ -463,6 +463,13 @@ def resolve_advised(
             f"mode 'advised' takes the memory policy and its interleave weights from the advice "
             f"record; do not also give weights ({given})"
         )
+    if options.tiers == "all":
+        given = options.from_environment("tiers") or options.spelled("tiers")
+        raise ConfigError(
+            f"mode 'advised' takes the memory policy from the advice record, and tiers 'all' "
+            f"would choose it too (weighted interleave over the tiers): give one of the two "
+            f"({given})"
+        )
     env = os.environ if environ is None else environ
     name = THIS_MACHINE if machine_name is None else machine_name
     record, problem = _usable(env, machine, name)

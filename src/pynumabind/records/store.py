@@ -433,24 +433,8 @@ def _warn_once(text: str) -> None:
     log.warning("pynumabind: %s", text)
 
 
-def resolve_advised(
-    options: Options,
-    topology: Topology,
-    environ: Optional[Mapping[str, str]] = None,
-    *,
-    machine: Optional[Machine] = None,
-    machine_name: Optional[str] = None,
-) -> Advised:
-    """Mode ``advised`` as plain values; any other mode comes back unchanged.
-
-    Reads the record and the fingerprint of the machine planned for
-    (``machine``, default :func:`this_machine`); measures nothing.  Planning
-    for another machine, pass its fingerprint (:func:`snapshot_machine`) and
-    ``machine_name``, what the messages call it ("the machine of snapshot
-    x.json"): see the module docstring.
-    """
-    if options.cpu_mode is not CpuMode.ADVISED:
-        return Advised(options, topology)
+def _refuse_what_the_record_chooses(options: Options) -> None:
+    """What mode advised takes from the record (the policy, its weights): given too, an error."""
     if options.policy is not None:
         given = options.from_environment("policy") or options.spelled("policy")
         raise ConfigError(
@@ -470,6 +454,27 @@ def resolve_advised(
             f"would choose it too (weighted interleave over the tiers): give one of the two "
             f"({given})"
         )
+
+
+def resolve_advised(
+    options: Options,
+    topology: Topology,
+    environ: Optional[Mapping[str, str]] = None,
+    *,
+    machine: Optional[Machine] = None,
+    machine_name: Optional[str] = None,
+) -> Advised:
+    """Mode ``advised`` as plain values; any other mode comes back unchanged.
+
+    Reads the record and the fingerprint of the machine planned for
+    (``machine``, default :func:`this_machine`); measures nothing.  Planning
+    for another machine, pass its fingerprint (:func:`snapshot_machine`) and
+    ``machine_name``, what the messages call it ("the machine of snapshot
+    x.json"): see the module docstring.
+    """
+    if options.cpu_mode is not CpuMode.ADVISED:
+        return Advised(options, topology)
+    _refuse_what_the_record_chooses(options)
     env = os.environ if environ is None else environ
     name = THIS_MACHINE if machine_name is None else machine_name
     record, problem = _usable(env, machine, name)

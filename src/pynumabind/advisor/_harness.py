@@ -238,6 +238,12 @@ def _bind_mapping(buffer: Buffer, node: int) -> None:
         pass  # EPERM under seccomp: memory_on's policy still places it, the placement check tells
 
 
+def _touch(buffer: Buffer, size: int) -> None:
+    """Write every page of ``buffer``, a chunk at a time (an interrupt lands between chunks)."""
+    for offset in range(0, size, TOUCH_CHUNK):
+        ctypes.memset(buffer.address + offset, 1, min(TOUCH_CHUNK, size - offset))
+
+
 @contextlib.contextmanager
 def buffers_on(node: int, sizes: Sequence[int], topology: Topology) -> Iterator[List[Buffer]]:
     """Buffers first touched on ``node`` (``ctypes.memset`` inside ``memory_on``)."""
@@ -248,8 +254,7 @@ def buffers_on(node: int, sizes: Sequence[int], topology: Topology) -> Iterator[
                 buffer = Buffer(size)
                 made.append(buffer)
                 _bind_mapping(buffer, node)
-                for offset in range(0, size, TOUCH_CHUNK):  # an interrupt lands between chunks
-                    ctypes.memset(buffer.address + offset, 1, min(TOUCH_CHUNK, size - offset))
+                _touch(buffer, size)
         yield made
     finally:
         for buffer in made:
@@ -275,8 +280,7 @@ def weighted_buffers(
                 move=False,
                 topology=topology,
             )
-            for offset in range(0, size, TOUCH_CHUNK):  # an interrupt lands between chunks
-                ctypes.memset(buffer.address + offset, 1, min(TOUCH_CHUNK, size - offset))
+            _touch(buffer, size)
         yield made
     finally:
         for buffer in made:

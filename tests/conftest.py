@@ -3,6 +3,15 @@
 Hypothesis profiles: ``ci`` (default, fast) and ``fuzz`` (>= 100,000
 examples per property), chosen with ``HYPOTHESIS_PROFILE``.
 
+Temporary directories (``tmp_path``) live in RAM where the machine has room
+(:func:`ram_temproot`): the discovery, report and reader tests write
+recorded machines' sysfs trees, some 5,000 small files each, and on the
+development and CI machines' disk (ext4, ``discard``) creating a file took
+0.3-0.7 ms while other work wrote to it, against 0.02 ms on tmpfs: such a
+test took 5-7 s instead of 0.2 s, and those tests were most of the suite's
+time.  ``--basetemp`` or ``PYTEST_DEBUG_TEMPROOT`` given, or a run inside
+the QEMU guest (its RAM is small), keeps pytest's own choice.
+
 Every session starts by saying what it will install or start as root
 (``tests/support/root_setup.py``; in the header, or on a line of its own
 under ``-q``), and ``PYNUMABIND_TESTS_NO_ROOT_SETUP=1``
@@ -15,7 +24,7 @@ from __future__ import annotations
 
 import os
 import signal
-from typing import List
+from typing import List, Optional
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -40,10 +49,64 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+#: What RAM-backed temporary directories need free, at the least: the
+#: largest session measured peaked at a few hundred MB there.
+RAM_TEMP_MIN_FREE = 4 << 30
+
+
+def ram_temproot(mounts: str = "/proc/self/mounts", path: str = "/dev/shm") -> Optional[str]:
+    """``path`` when it is a writable tmpfs that allows exec and has room, else None."""
+    try:
+        with open(mounts, encoding="utf-8", errors="replace") as handle:
+            entries = [line.split() for line in handle]
+    except OSError:
+        return None
+    found = [e for e in entries if len(e) >= 4 and e[1] == path]
+    if not found or found[-1][2] != "tmpfs" or "noexec" in found[-1][3].split(","):
+        return None
+    try:
+        stat = os.statvfs(path)
+    except OSError:
+        return None
+    if stat.f_bavail * stat.f_frsize < RAM_TEMP_MIN_FREE or not os.access(path, os.W_OK | os.X_OK):
+        return None
+    return path
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's tmpdir plugin made the factory
 def pytest_configure(config: pytest.Config) -> None:
     problem = root_setup.conflict()
     if problem is not None:
         raise pytest.UsageError(problem)
+    _temproot_in_ram(config)
+
+
+def _temproot_in_ram(config: pytest.Config) -> None:
+    """This session's ``tmp_path`` base under :func:`ram_temproot` (the module's docstring).
+
+    pytest reads ``PYTEST_DEBUG_TEMPROOT`` (its documented root for the
+    temporary directories) once, when the base is first made: it is set for
+    that moment only, so no child process of a test inherits it, and pytest's
+    own layout, numbering and clean-up (``pytest-of-USER/pytest-N``, the
+    retention settings in pyproject.toml) are kept.  The factory is pytest's
+    private ``config._tmp_path_factory``; without it, nothing changes.
+    """
+    factory = getattr(config, "_tmp_path_factory", None)
+    if (
+        factory is None
+        or config.option.basetemp
+        or os.environ.get("PYTEST_DEBUG_TEMPROOT")
+        or os.environ.get("PYNUMABIND_IN_GUEST")
+    ):
+        return
+    root = ram_temproot()
+    if root is None:
+        return
+    os.environ["PYTEST_DEBUG_TEMPROOT"] = root
+    try:
+        factory.getbasetemp()
+    finally:
+        del os.environ["PYTEST_DEBUG_TEMPROOT"]
 
 
 def pytest_report_header(config: pytest.Config) -> List[str]:

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -236,9 +238,12 @@ def test_guest_session_passes(
     session: GuestSession,
     vm_tools_for: Callable[[str], VmTools],
     pytestconfig: pytest.Config,
-    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
     tools = vm_tools_for(session.kernel)
+    # The guest sees the host's /tmp, not tmp_path's RAM-backed base (tests/conftest.py).
+    shown_to_the_guest = Path(tempfile.mkdtemp(prefix="pynumabind-host-record-", dir="/tmp"))
+    request.addfinalizer(lambda: shutil.rmtree(shown_to_the_guest, ignore_errors=True))
     addopts = " ".join(str(opt) for opt in pytestconfig.getini("addopts"))
     disabled = [name for name, key in SLOW_UNUSED_PLUGINS.items() if key not in addopts]
     result = run_pytest_in_guest(
@@ -246,7 +251,7 @@ def test_guest_session_passes(
         session.pytest_args(),
         timeout=session.timeout,
         disable_plugins=disabled,
-        env={HOST_RECORD_ENV: host_record(tmp_path)},
+        env={HOST_RECORD_ENV: host_record(shown_to_the_guest)},
         kernel=session.kernel,
         numa_balancing=session.numa_balancing,
     )

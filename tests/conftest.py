@@ -4,7 +4,7 @@ Hypothesis profiles: ``ci`` (default, fast) and ``fuzz`` (>= 100,000
 examples per property), chosen with ``HYPOTHESIS_PROFILE``.
 
 Temporary directories (``tmp_path``) live in RAM where the machine has room
-(:func:`ram_temproot`): the discovery, report and reader tests write
+(``tests/support/temproot.py``): the discovery, report and reader tests write
 recorded machines' sysfs trees, some 5,000 small files each, and on the
 development and CI machines' disk (ext4, ``discard``) creating a file took
 0.3-0.7 ms while other work wrote to it, against 0.02 ms on tmpfs: such a
@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import os
 import signal
-from typing import List, Optional
+from typing import List
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 from .support import root_setup
+from .support.temproot import ram_temproot
 
 settings.register_profile(
     "ci", max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow]
@@ -47,30 +48,6 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # terminal gives it: KeyboardInterrupt here, the default action in children.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
-#: What RAM-backed temporary directories need free, at the least: the
-#: largest session measured peaked at a few hundred MB there.
-RAM_TEMP_MIN_FREE = 4 << 30
-
-
-def ram_temproot(mounts: str = "/proc/self/mounts", path: str = "/dev/shm") -> Optional[str]:
-    """``path`` when it is a writable tmpfs that allows exec and has room, else None."""
-    try:
-        with open(mounts, encoding="utf-8", errors="replace") as handle:
-            entries = [line.split() for line in handle]
-    except OSError:
-        return None
-    found = [e for e in entries if len(e) >= 4 and e[1] == path]
-    if not found or found[-1][2] != "tmpfs" or "noexec" in found[-1][3].split(","):
-        return None
-    try:
-        stat = os.statvfs(path)
-    except OSError:
-        return None
-    if stat.f_bavail * stat.f_frsize < RAM_TEMP_MIN_FREE or not os.access(path, os.W_OK | os.X_OK):
-        return None
-    return path
 
 
 @pytest.hookimpl(trylast=True)  # after pytest's tmpdir plugin made the factory

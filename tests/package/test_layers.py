@@ -358,7 +358,8 @@ def layout_problems(uses: Mapping[str, Set[str]]) -> List[str]:
     """What breaks the tests' layout, given each module of tests/ and what it uses.
 
     A module of :data:`SUPPORT` must serve two test folders or more (through
-    other support modules too) and hold no test; any other module may be
+    other support modules too, or the top ``conftest``, whose hooks serve
+    them all) and hold no test; any other module may be
     used only from its own folder; no module imports ``tests`` absolutely.
     """
     problems = [f"{m} imports tests absolutely" for m in uses if "tests (absolute)" in uses[m]]
@@ -368,6 +369,10 @@ def layout_problems(uses: Mapping[str, Set[str]]) -> List[str]:
             users[target].add(module)
     support = sorted(m for m in uses if folder_of(m) == SUPPORT)
     served = {m: {folder_of(u) for u in users[m]} - {SUPPORT, ""} for m in support}
+    every = {folder_of(m) for m in uses} - {SUPPORT, ""}
+    for module in support:  # the top conftest's hooks act on every folder's tests
+        if "conftest" in users[module]:
+            served[module] |= every
     changed = True
     while changed:  # a support module serves whatever its support importers serve
         changed = False
@@ -435,6 +440,7 @@ def test_the_layout_checks_catch_a_misplaced_helper() -> None:
         "support.childproc": {"support._child"},
         "support._child": set(), "support.lonely": set(), "support.test_x": set(),
         "binding.child_binding": set(), "cli.child_cli": set(),
+        "conftest": {"support.hooks"}, "support.hooks": set(),  # the top conftest serves all
     }
     assert layout_problems(uses) == [
         "planner.test_plans imports tests absolutely",

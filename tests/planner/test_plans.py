@@ -14,13 +14,8 @@ import pytest
 from pynumabind.cpulist import format_cpulist, parse_cpulist
 from pynumabind.errors import ConfigError, PlanError
 from pynumabind.model import CpuMode, MemoryPolicy, Plan
-from pynumabind.planner import (
-    parse_cpus_override,
-    parse_nodes_override,
-    plan,
-    plan_all,
-    plan_each,
-)
+from pynumabind.planner import plan, plan_all, plan_each
+from pynumabind.planner._overrides import parse_cpus_override, parse_nodes_override
 
 from ..support.topology_builders import (
     dgx_a100_nps4,

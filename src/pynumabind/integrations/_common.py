@@ -358,7 +358,7 @@ def _per_gpu_entries(
     """
     from ..cpulist import format_cpulist
     from ..errors import ConfigError
-    from ..planner import parse_cpus_override, parse_nodes_override
+    from ..planner._overrides import parse_cpus_override, parse_nodes_override
 
     value = per_gpu_override(variable, env)
     if value is None or not value.strip():

@@ -118,6 +118,13 @@ Consistency
 only for its own rank's problems (another rank's node may lie outside this
 process's cpuset).
 
+Loaded on use: the rules a plan takes only when asked for -- the overrides'
+parsers (:mod:`._overrides`, ``nodes``/``cpus``), ``fallback="nearest"``
+(:mod:`._fallback`) and ``tiers="all"`` (:mod:`._tiers`) -- are imported by
+the step that needs them, so a worker's first bind does not load them
+(issue 38's bind path); ``OptionKeywords``, a type for checkers, is made by
+:mod:`pynumabind.options` when first asked for.
+
 Cost: every rank is placed (cheap), but only the asked-for rank and the
 ranks it slices a node with get CPUs, memory and reasons, and a list of
 ranks in a message is cut short past 60 characters; one rank of 65,536
@@ -145,15 +152,7 @@ from ..errors import ConfigError, PlanError, PynumabindError, UnknownIdError
 from ..model import CpuMode, Gpu, MemoryPolicy, Plan, Topology
 from ..options import MAX_NPROCS, NOT_GPU_LISTS, OptionKeywords, Options, check_int, union_front
 from ._cpus import choose_cpus
-from ._fallback import place_nearest_allowed
 from ._memory import choose_mems
-from ._overrides import (
-    RANK_SEPARATOR,
-    CpusOverride,
-    NodesOverride,
-    parse_cpus_override,
-    parse_nodes_override,
-)
 from ._place import (
     RankState,
     nodes_of,
@@ -169,7 +168,6 @@ from ._request import (
     default_nprocs,
     gpu_index,
 )
-from ._tiers import choose_tier_mems
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Unpack
@@ -219,6 +217,8 @@ def _memory(
     """The rank's memory nodes, policy and weights: over the tiers (:mod:`._tiers`) or not."""
     policy = request.policy
     if request.tiers:
+        from ._tiers import choose_tier_mems  # tiers="all" only: loaded on use
+
         spread = choose_tier_mems(
             topology,
             state,
@@ -269,6 +269,8 @@ def _plan_ranks(
         for state in states:
             require_known_node(topology, state)
     if _falls_back(request):
+        from ._fallback import place_nearest_allowed  # fallback="nearest" only: loaded on use
+
         for state in states:
             place_nearest_allowed(topology, state, request.mode)
     running = (

@@ -44,7 +44,6 @@ from ..options import (
     check_int,
     check_nprocs,
 )
-from ._overrides import RANK_SEPARATOR, parse_cpus_override, parse_nodes_override
 from ._place import cpu_bearing_nodes
 
 __all__ = [
@@ -182,8 +181,10 @@ def _nprocs(
             )
         return check_nprocs(count), reason
     for name, entries in lengths.items():
-        separators = f"{RANK_SEPARATOR!r}" + (" or ','" if name == "nodes" else "")
         if entries != nprocs:
+            from ._overrides import RANK_SEPARATOR  # loaded with the overrides given
+
+            separators = f"{RANK_SEPARATOR!r}" + (" or ','" if name == "nodes" else "")
             raise ConfigError(
                 f"the {name} override has {entries} entries but there are {nprocs} local "
                 f"ranks; give exactly one entry per rank (ranks separated by {separators})"
@@ -405,6 +406,9 @@ def build_request(topology: Topology, options: Options) -> Request:
             "bind_current_process, the CLI and the framework hooks resolve it first; to plan "
             "with it here, pass options=pynumabind.load_advice().recommendation.options()"
         )
+    if options.nodes is not None or options.cpus is not None:
+        # The overrides' parsers: loaded on use (the planner's docstring).
+        from ._overrides import parse_cpus_override, parse_nodes_override
     node_sets = _override(
         options,
         "nodes",

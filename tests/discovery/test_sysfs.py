@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -12,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as hyp_st
 
 from pynumabind._os import libnuma as _libnuma
+from pynumabind._os import pci as _pci
 from pynumabind._os.pci import normalize_bus_id
 from pynumabind.cpulist import format_cpulist, parse_cpulist
 from pynumabind.discovery import detect_topology, topology_from_sysfs
@@ -58,6 +60,23 @@ def test_bus_ids_are_normalized(raw: str, want: str) -> None:
 def test_malformed_bus_ids_are_rejected(raw: str) -> None:
     with pytest.raises(TopologyError):
         normalize_bus_id(raw)
+
+
+# The grammar the hand-written reader (pci._bdf) replaced, written out here as
+# the regular expression it was: the two must agree on every string.
+BUS_ID_GRAMMAR = re.compile(
+    r"\A(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])\Z"
+)
+
+
+@given(
+    hyp_st.text(alphabet="0123456789abcdefABCDEFgx:.\n ", max_size=20)
+    | hyp_st.from_regex(BUS_ID_GRAMMAR, fullmatch=True)
+)
+def test_the_bus_id_reader_is_the_grammar(text: str) -> None:
+    match = BUS_ID_GRAMMAR.match(text)
+    want = None if match is None else (match.group(1) or "", *match.group(2, 3, 4))
+    assert _pci._bdf(text) == want
 
 
 # --------------------------------------------------------- node details

@@ -437,3 +437,38 @@ def test_long_runs_of_one_character_are_cheap(length: int, char: str, first: boo
     assert work["matches"] <= text.count(",") + 1
     if isinstance(result, ListParseError):
         assert len(result.token) <= 64 and len(str(result)) < 400
+
+
+# The plain lists' fast path (cpulist._plain_items) against the full parser.
+_PLAIN_TEXT = st.text(alphabet="0123456789,-", max_size=24) | st.builds(
+    ",".join,
+    st.lists(
+        st.tuples(st.integers(0, MAX + 5), st.integers(0, MAX + 5)).map(
+            lambda pair: f"{pair[0]}" if pair[0] == pair[1] else f"{pair[0]}-{pair[1]}"
+        ),
+        max_size=8,
+    ),
+)
+
+
+@given(_PLAIN_TEXT)
+def test_the_plain_lists_fast_path_agrees_with_the_full_parser(text: str) -> None:
+    fast = cpulist._plain_items(text, MAX)
+    note(f"fast path: {fast!r}")
+    try:
+        full: Optional[List[int]] = cpulist._parse_items(
+            text, 0, len(text), limit=MAX, limit_message="over"
+        )
+    except ListParseError:
+        full = None
+    if fast is not None:  # what it accepts, the full parser gives the same ids
+        assert fast == full
+    elif full is not None:  # what it leaves and the full parser takes: an id longer than MAX's
+        assert any(len(number) > len(str(MAX)) for number in re.findall("[0-9]+", text)), text
+
+
+def test_the_plain_lists_fast_path_leaves_what_it_cannot_take() -> None:
+    assert cpulist._plain_items("0-3,8-11", MAX) == [0, 1, 2, 3, 8, 9, 10, 11]
+    assert cpulist._plain_items("5,1-2,2", MAX) == [1, 2, 5]
+    for text in ("", "1,,2", "1-", "-1", "3-1", "1-2-3", "0 ,1", "0-7:2/4", f"{MAX + 1}", "٣"):
+        assert cpulist._plain_items(text, MAX) is None, text

@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import operator
 import os
-import re
 from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from .._record import record
-from .._text import Pattern
 from ..errors import TopologyError
 from ..model import Gpu, NumaNode
 from . import PROC_ROOT
@@ -70,9 +68,32 @@ DEFAULT_VENDOR_CLASSES: Mapping[int, Tuple[str, ...]] = {0x8086: ("0x0380", "0x1
 #: device Level Zero can open here.  Applies with the default classes only.
 DEFAULT_VENDOR_DRIVERS: Mapping[int, Tuple[str, ...]] = {0x8086: ("i915", "xe")}
 
-_BDF = Pattern(
-    re.compile, r"\A(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])\Z"
-)
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+
+
+def _hex(text: str, most: int) -> bool:
+    return 0 < len(text) <= most and _HEX_DIGITS.issuperset(text)
+
+
+def _bdf(text: str) -> Optional[Tuple[str, str, str, str]]:
+    """A PCI address ``[domain:]bus:device.function`` split into its hex fields, else None.
+
+    The domain has 1-8 hex digits (``""`` when absent), the bus and the
+    device 1-2, the function one digit 0-7.  Read by hand, not by a regular
+    expression: a bind scans every PCI function's name (:func:`_slot`), and
+    compiling one would be most of what that scan costs.
+    """
+    head, dot, function = text.rpartition(".")
+    parts = head.split(":")
+    if not dot or len(function) != 1 or function not in "01234567" or not 2 <= len(parts) <= 3:
+        return None
+    domain = parts[0] if len(parts) == 3 else ""
+    bus, device = parts[-2], parts[-1]
+    if (domain and not _hex(domain, 8)) or (len(parts) == 3 and not domain):
+        return None
+    if not _hex(bus, 2) or not _hex(device, 2):
+        return None
+    return domain, bus, device, function
 
 
 def normalize_bus_id(bus_id: str) -> str:
@@ -81,13 +102,13 @@ def normalize_bus_id(bus_id: str) -> str:
     NVML prints ``00000000:07:00.0`` in upper case, sysfs ``0000:07:00.0``;
     both name the same function, and GPUs are matched across sources by it.
     """
-    match = _BDF.match(bus_id.strip())
-    if match is None:
+    fields = _bdf(bus_id.strip())
+    if fields is None:
         raise TopologyError(f"malformed PCI bus id {bus_id!r}")
-    domain = int(match.group(1) or "0", 16)
+    domain = int(fields[0] or "0", 16)
     if domain > 0xFFFF:
         raise TopologyError(f"PCI domain of {bus_id!r} exceeds 16 bits")
-    bus, device, function = (int(match.group(i), 16) for i in (2, 3, 4))
+    bus, device, function = (int(field, 16) for field in fields[1:])
     if device > 0x1F:
         raise TopologyError(f"PCI device number of {bus_id!r} exceeds 0x1f")
     return f"{domain:04x}:{bus:02x}:{device:02x}.{function}"
@@ -190,10 +211,10 @@ PROC_PCI_DEVICES = f"{PROC_ROOT}/bus/pci/devices"
 
 def _slot(name: str) -> Optional[Tuple[int, int]]:
     """(bus, devfn) of a ``bus/pci/devices`` entry name; None when it is not a PCI address."""
-    match = _BDF.match(name)
-    if match is None:
+    fields = _bdf(name)
+    if fields is None:
         return None
-    bus, device, function = (int(match.group(i), 16) for i in (2, 3, 4))
+    bus, device, function = (int(field, 16) for field in fields[1:])
     return bus, (device << 3) | function
 
 

@@ -121,9 +121,7 @@ process's cpuset).
 Loaded on use: the rules a plan takes only when asked for -- the overrides'
 parsers (:mod:`._overrides`, ``nodes``/``cpus``), ``fallback="nearest"``
 (:mod:`._fallback`) and ``tiers="all"`` (:mod:`._tiers`) -- are imported by
-the step that needs them, so a worker's first bind does not load them
-(issue 38's bind path); ``OptionKeywords``, a type for checkers, is made by
-:mod:`pynumabind.options` when first asked for.
+the step that needs them, so a worker's first bind does not load them.
 
 Cost: every rank is placed (cheap), but only the asked-for rank and the
 ranks it slices a node with get CPUs, memory and reasons, and a list of

@@ -1,4 +1,4 @@
-"""Where this suite's temporary directories go (``tests/support/temproot.py``): RAM where it has room."""
+"""Where this suite's temporary directories go (``tests/support/temproot.py``): RAM, if room."""
 
 from __future__ import annotations
 

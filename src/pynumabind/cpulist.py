@@ -170,6 +170,11 @@ def _merge(intervals: List[Interval]) -> List[Interval]:
     return merged
 
 
+def _expand(runs: List[Interval]) -> List[int]:
+    """The ids of ``runs`` (``(first, last)`` pairs), merged: sorted and unique."""
+    return list(itertools.chain.from_iterable(range(lo, hi + 1) for lo, hi in _merge(runs)))
+
+
 def _item_error(
     text: str,
     start: int,
@@ -305,7 +310,7 @@ def _parse_items(
         if match.group(5) != ",":
             break
         pos = match.end()
-    return list(itertools.chain.from_iterable(range(lo, hi + 1) for lo, hi in _merge(runs)))
+    return _expand(runs)
 
 
 #: What a plain list is made of (:func:`_plain_items`).
@@ -347,7 +352,7 @@ def _plain_items(body: str, limit: int) -> Optional[List[int]]:
         if first > last or last > limit:
             return None
         runs.append((first, last))
-    return list(itertools.chain.from_iterable(range(lo, hi + 1) for lo, hi in _merge(runs)))
+    return _expand(runs)
 
 
 def _bounds(match: re.Match[str], digits: int, limit: int) -> Interval:

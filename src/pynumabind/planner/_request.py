@@ -406,21 +406,23 @@ def build_request(topology: Topology, options: Options) -> Request:
             "bind_current_process, the CLI and the framework hooks resolve it first; to plan "
             "with it here, pass options=pynumabind.load_advice().recommendation.options()"
         )
+    node_sets = cpu_sets = None
     if options.nodes is not None or options.cpus is not None:
         # The overrides' parsers: loaded on use (the planner's docstring).
         from ._overrides import parse_cpus_override, parse_nodes_override
-    node_sets = _override(
-        options,
-        "nodes",
-        lambda: parse_nodes_override(options.nodes, universe=frozenset(topology.nodes)),
-    )
-    cpu_sets = _override(
-        options,
-        "cpus",
-        lambda: parse_cpus_override(
-            options.cpus, universe=topology.online_cpus, allowed=topology.allowed_cpus
-        ),
-    )
+
+        node_sets = _override(
+            options,
+            "nodes",
+            lambda: parse_nodes_override(options.nodes, universe=frozenset(topology.nodes)),
+        )
+        cpu_sets = _override(
+            options,
+            "cpus",
+            lambda: parse_cpus_override(
+                options.cpus, universe=topology.online_cpus, allowed=topology.allowed_cpus
+            ),
+        )
     if options.priority_cores and options.cpu_mode in (CpuMode.SOCKET, CpuMode.NONE):
         raise ConfigError(
             f"priority_cores applies to mode node (the exclusive modes always give the "

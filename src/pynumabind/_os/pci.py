@@ -89,9 +89,7 @@ def _bdf(text: str) -> Optional[Tuple[str, str, str, str]]:
         return None
     domain = parts[0] if len(parts) == 3 else ""
     bus, device = parts[-2], parts[-1]
-    if (domain and not _hex(domain, 8)) or (len(parts) == 3 and not domain):
-        return None
-    if not _hex(bus, 2) or not _hex(device, 2):
+    if (len(parts) == 3 and not _hex(domain, 8)) or not _hex(bus, 2) or not _hex(device, 2):
         return None
     return domain, bus, device, function
 

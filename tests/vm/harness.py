@@ -1087,18 +1087,40 @@ def kernel_command_line(numa_balancing: bool = False) -> list[str]:
     ]
 
 
+#: The guest's CPU model (see :func:`qemu_argv`).
+GUEST_CPU = "max,-erms,-fsrm"
+
+
 def qemu_argv(
     tools: VmTools,
     topology: GuestTopology,
     initrd: str | os.PathLike[str],
     kernel_args: Sequence[str],
 ) -> list[str]:
-    """QEMU's whole command line for one guest run."""
+    """QEMU's whole command line for one guest run.
+
+    The CPU is TCG's ``max`` without ERMS and FSRM ("fast string" ``rep
+    movsb``/``rep stosb``): with them the guest kernel zeroes and copies pages
+    with byte-wise string instructions, which TCG runs one byte per iteration.
+    Without them it uses its quadword loops: the 6.1 standard session took
+    75-78 s and 90-93 s of QEMU's CPU instead of 96-99 s and 110-113 s
+    (measured twice each on the 2-core development machine, nothing else
+    running), and moving 64 MiB of pages 3-4 s instead of up to 11 s.
+    Everything else about the CPU (its caches in sysfs included) is ``max``'s.
+
+    One host thread runs the four vCPUs in turn (``thread=single``): the same
+    session then took 80 s and 80 s of CPU (twice), against 75-78 s and 90-93 s
+    with a thread per vCPU.  QEMU runs in a session of its own, which the
+    kernel's autogroup scheduling gives one share however many threads it has,
+    so on a busy host (CI) the CPU it needs is what sets its time, and the
+    other tests get the CPU it no longer uses.  The guest still has four CPUs
+    and preempts between them: the tests' threads still interleave.
+    """
     return [
         str(tools.qemu),
         "-machine", topology.machine_options(),
-        "-accel", "tcg,thread=multi",
-        "-cpu", "max",
+        "-accel", "tcg,thread=single",
+        "-cpu", GUEST_CPU,
         *topology.qemu_args(),
         "-kernel", str(tools.kernel),
         "-initrd", os.fspath(initrd),

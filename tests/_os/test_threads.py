@@ -104,23 +104,25 @@ def test_check_reads_thread_masks_while_a_thread_exits(monkeypatch: pytest.Monke
     # Reading /proc/self/task/T/status after T exited fails with ESRCH, not
     # ENOENT (measured: ~1 in 600 scans while threads churn).  Open the file,
     # let the thread exit, then let _proc.thread_status_cpus read it.
-    import builtins
-
     stop = threading.Event()
     thread = threading.Thread(target=stop.wait)
     thread.start()
     victim = f"/proc/self/task/{thread.native_id}/status"
-    real_open = builtins.open
+    real_open = os.open
+    opened = []
 
     def open_then_exit(path, *args, **kwargs):
-        handle = real_open(path, *args, **kwargs)
+        fd = real_open(path, *args, **kwargs)
         if path == victim:
+            opened.append(path)
             stop.set()
             thread.join()
             time.sleep(0.05)  # join() returns just before the kernel reaps the thread
-        return handle
+        return fd
 
-    monkeypatch.setattr(_proc, "open", open_then_exit, raising=False)
+    monkeypatch.setattr(os, "open", open_then_exit)
     masks = _proc.thread_status_cpus()
+    monkeypatch.undo()
+    assert opened == [victim]  # the file was open before the thread went
     assert thread.native_id not in masks
     assert masks[threading.get_native_id()] == frozenset(os.sched_getaffinity(0))

@@ -124,14 +124,32 @@ def _failed(path: str, exc: OSError, what: str) -> ProcessStateError:
 
 
 def _read(path: str, what: str, *, gone_ok: bool) -> Optional[str]:
-    """The text of a /proc file; None when ``gone_ok`` and the thread has exited."""
+    """The text of a /proc file; None when ``gone_ok`` and the thread has exited.
+
+    Read with ``os.open``/``os.read`` to the end, not through a text file
+    object: a bind reads each thread's name, and this takes half the time
+    (the same text, decoded as UTF-8 with replacement, the same errors).
+    """
     try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            chunks = []
+            while True:
+                chunk = os.read(fd, _CHUNK)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        finally:
+            os.close(fd)
     except OSError as exc:
         if gone_ok and exc.errno in _GONE:
             return None
         raise _failed(path, exc, what) from exc
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+#: Bytes asked for per ``read``: a thread's name or status fits in one.
+_CHUNK = 65536
 
 
 # -------------------------------------------------------------- affinity

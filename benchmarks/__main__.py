@@ -23,7 +23,13 @@ import time
 from typing import Any, Callable, Dict, List, Optional
 
 from .common import Settings, say
-from .machine import detect_virtualization, machine_info, topology_snapshot
+from .machine import (
+    bytecode_state,
+    bytecode_warning,
+    detect_virtualization,
+    machine_info,
+    topology_snapshot,
+)
 from .report import write_reports
 
 SCHEMA_VERSION = 1
@@ -81,6 +87,9 @@ def collect(settings: Settings, suites: List[str]) -> Dict[str, Any]:
     say(f"  {virtualization.verdict}")
     if kernels is None:
         say(f"  {why}")
+    bytecode = bytecode_state(os.path.dirname(pynumabind.__file__))
+    if bytecode["stale"]:
+        say(f"  {bytecode_warning(bytecode)}")
     results: Dict[str, Any] = {
         "schema": SCHEMA_VERSION,
         "suite": "pynumabind-benchmarks",
@@ -91,6 +100,7 @@ def collect(settings: Settings, suites: List[str]) -> Dict[str, Any]:
             "path": os.path.dirname(pynumabind.__file__),
         },
         "ffi_mode": ffi_mode(),
+        "bytecode": bytecode,
         "c_kernels": {"available": kernels is not None, "reason": why or None},
         "machine": machine_info(),
         "virtualization": virtualization.to_dict(),

@@ -10,6 +10,7 @@ import math
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
+from .machine import bytecode_warning
 from .stats import Summary
 
 __all__ = ["loglog_slope", "render_markdown", "render_plots", "write_reports"]
@@ -64,6 +65,9 @@ def render_markdown(results: Dict[str, Any]) -> str:
         f"> **{virt.get('verdict', 'virtualization unknown')}**",
         "",
     ]
+    bytecode = results.get("bytecode")
+    if bytecode and bytecode.get("stale"):
+        lines += [f"> **{bytecode_warning(bytecode)}**", ""]
     load = results.get("load_average")
     if load:
         lines += [

@@ -612,3 +612,40 @@ def test_gpu_advise_markdown_tables_a_measured_copy_benchmark() -> None:
     assert "| 64 MiB | 0 GB200 | 0 | 0 | 330 | 320 | 100% on node 0 |" in text
     assert "| 64 MiB | 0 GB200 | 0 | 1 | 115 | - | - |" in text
     assert "- step `nvidia-smi` failed: TimeoutExpired" in text
+
+
+# ------------------------------------------------------------ stale bytecode
+
+
+def test_bytecode_state_names_the_modules_a_fresh_process_would_compile(tmp_path: Path) -> None:
+    import py_compile
+
+    from benchmarks.machine import bytecode_state
+
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    for name in ("a.py", "b.py", "sub/c.py", "sub/d.py"):
+        (package / name).write_text("x = 1\n", encoding="utf-8")
+    py_compile.compile(str(package / "a.py"), doraise=True)
+    py_compile.compile(
+        str(package / "sub/c.py"),
+        doraise=True,
+        invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH,
+    )
+    py_compile.compile(str(package / "sub/d.py"), doraise=True)
+    (package / "sub/d.py").write_text("x = 22\n", encoding="utf-8")  # changed after: stale
+    state = bytecode_state(str(package))
+    assert state["modules"] == 4
+    assert state["stale"] == ["b.py", os.path.join("sub", "d.py")]
+    (package / "sub/c.py").write_text("x = 3\n", encoding="utf-8")  # same size, other hash
+    assert os.path.join("sub", "c.py") in bytecode_state(str(package))["stale"]
+
+
+def test_the_report_warns_when_bytecode_is_stale_and_not_written() -> None:
+    stale = {"modules": 9, "stale": ["a.py", "b.py"], "writes": False}
+    results: dict[str, Any] = {"bytecode": stale}
+    text = report.render_markdown(results)
+    assert "2 of 9 pynumabind modules have no current bytecode (a.py, b.py)" in text
+    assert "PYTHONDONTWRITEBYTECODE is set" in text
+    results["bytecode"] = {"modules": 9, "stale": [], "writes": False}
+    assert "bytecode" not in report.render_markdown(results)

@@ -66,6 +66,7 @@ from .._record import record
 from .._text import format_ids
 from ..cpulist import parse_cpulist
 from ..errors import ListParseError, NumaSyscallError, ProcessStateError
+from .textfile import read_fd
 
 __all__ = [
     "MAPS",
@@ -126,30 +127,22 @@ def _failed(path: str, exc: OSError, what: str) -> ProcessStateError:
 def _read(path: str, what: str, *, gone_ok: bool) -> Optional[str]:
     """The text of a /proc file; None when ``gone_ok`` and the thread has exited.
 
-    Read with ``os.open``/``os.read`` to the end, not through a text file
+    Read raw to the end (:func:`.textfile.read_fd`), not through a text file
     object: a bind reads each thread's name, and this takes half the time
     (the same text, decoded as UTF-8 with replacement, the same errors).
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            chunks = []
-            while True:
-                chunk = os.read(fd, _CHUNK)
-                if not chunk:
-                    break
-                chunks.append(chunk)
+            data = read_fd(fd)
         finally:
             os.close(fd)
     except OSError as exc:
         if gone_ok and exc.errno in _GONE:
             return None
         raise _failed(path, exc, what) from exc
-    return b"".join(chunks).decode("utf-8", "replace")
-
-
-#: Bytes asked for per ``read``: a thread's name or status fits in one.
-_CHUNK = 65536
+    assert data is not None  # no limit
+    return data.decode("utf-8", "replace")
 
 
 # -------------------------------------------------------------- affinity

@@ -30,11 +30,41 @@ from ..cpulist import parse_cpulist
 from ..errors import ListParseError, TopologyError
 from . import SYSFS_ROOT
 
-__all__ = ["MAX_FILE_BYTES", "SysfsReader", "is_live_root", "numbered", "read_ascii", "read_head"]
+__all__ = [
+    "MAX_FILE_BYTES",
+    "SysfsReader",
+    "is_live_root",
+    "numbered",
+    "read_ascii",
+    "read_fd",
+    "read_head",
+]
 
 #: Far more than any sysfs attribute (a page) or KFD properties file holds.
 MAX_FILE_BYTES = 1 << 20
 _CHUNK = 8192  # two pages: one read returns a whole sysfs attribute
+
+
+def read_fd(fd: int, limit: Optional[int] = None) -> Optional[bytes]:
+    """What is left to read in ``fd``, in raw chunks; ``None`` once past ``limit`` bytes.
+
+    Raw reads in small chunks, not a file object: a sysfs attribute is at
+    most a page, and asking a buffered file for MAX_FILE_BYTES + 1 costs a
+    megabyte's allocation per file (3x the whole read, measured); a text
+    file object took twice as long for a thread's name in ``/proc``
+    (:mod:`.proc` reads its files here too).  ``OSError`` reaches the caller.
+    """
+    chunks = []
+    size = 0
+    while True:
+        chunk = os.read(fd, _CHUNK)
+        if not chunk:
+            break
+        size += len(chunk)
+        if limit is not None and size > limit:
+            return None
+        chunks.append(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def read_ascii(path: str, what: str = "sysfs file") -> str:
@@ -46,22 +76,11 @@ def read_ascii(path: str, what: str = "sysfs file") -> str:
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
         if not stat.S_ISREG(mode):
             raise TopologyError(f"{what} {path} is not a regular file")
-        # Raw reads in small chunks: a sysfs attribute is at most a page, and
-        # asking a buffered file for MAX_FILE_BYTES + 1 costs a megabyte's
-        # allocation per file (3x the whole read, measured).
-        chunks = []
-        size = 0
-        while True:
-            chunk = os.read(fd, _CHUNK)
-            if not chunk:
-                break
-            size += len(chunk)
-            if size > MAX_FILE_BYTES:
-                raise TopologyError(f"{what} {path} is larger than {MAX_FILE_BYTES} bytes")
-            chunks.append(chunk)
+        data = read_fd(fd, MAX_FILE_BYTES)
     finally:
         os.close(fd)
-    data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    if data is None:
+        raise TopologyError(f"{what} {path} is larger than {MAX_FILE_BYTES} bytes")
     try:
         return data.decode("ascii")
     except UnicodeDecodeError as exc:

@@ -17,7 +17,7 @@ __all__ = ["run_advise"]
 
 def run_advise(settings: Settings) -> Dict[str, Any]:
     from pynumabind import advise
-    from pynumabind.cli._advise import render_text
+    from pynumabind.records.report import render_text
 
     advice = advise(quick=settings.quick, progress=lambda line: say(f"  {line}"))
     return {"available": True, "advice": advice.to_dict(), "text": render_text(advice)}

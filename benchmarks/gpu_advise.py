@@ -182,7 +182,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     results["nvidia_smi_topo"] = _step(results, "nvidia-smi", _nvidia_smi_topology)
 
     def run_advise() -> Any:
-        from pynumabind.cli._advise import render_text
+        from pynumabind.records.report import render_text
 
         advice = pynumabind.advise(quick=args.quick, progress=lambda line: say(f"  {line}"))
         results["advise_text"] = render_text(advice)

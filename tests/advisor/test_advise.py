@@ -283,7 +283,7 @@ def _cache_tree(root: Path, cpus: frozenset[int], llc: str) -> None:
 def test_a_node_short_of_memory_is_skipped_not_measured_as_cache(tmp_path: Path) -> None:
     """This machine's real node 0, with what sysfs says replaced: a 32 MiB LLC, 100 MiB free."""
     from pynumabind import discovery
-    from pynumabind.cli._advise import render_text
+    from pynumabind.records.report import render_text
 
     topology = discovery.detect_topology(use_nvml=False)
     _cache_tree(tmp_path, topology.nodes[0].cpus, "32768K")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 
 def affinity_and_policy() -> Dict[str, Any]:
@@ -53,3 +53,35 @@ def exec_when_told(program: str, *args: str) -> None:
     """Wait for a line on stdin (the parent moves us into a cgroup first), then exec."""
     sys.stdin.readline()
     os.execv(program, [program, *args])
+
+
+def terminal_widths() -> List[int]:
+    """The CLI's terminal width and shutil's, in this process's environment and terminal."""
+    import shutil
+
+    from pynumabind.cli import terminal_columns
+
+    return [terminal_columns(), shutil.get_terminal_size().columns]
+
+
+def modules_exec_loads() -> List[str]:
+    """The modules ``pynumabind exec --no-nvml --rank 0 -- true`` loads, up to its execvp.
+
+    ``os.execvp`` is replaced by a function that returns them: the process is
+    not replaced, and the exit status is that of ``main``'s caller (this one).
+    """
+    before = set(sys.modules)
+    loaded: List[str] = []
+
+    def execvp(file: str, args: List[str]) -> None:
+        loaded.extend(sorted(set(sys.modules) - before))
+        raise SystemExit(0)
+
+    os.execvp = execvp  # type: ignore[assignment]
+    from pynumabind.cli import main
+
+    try:
+        main(["exec", "--no-nvml", "--rank", "0", "--", "true"])
+    except SystemExit:
+        pass
+    return loaded

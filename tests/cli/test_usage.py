@@ -8,15 +8,24 @@ machine or process that cannot do what valid options ask.
 
 from __future__ import annotations
 
+import fcntl
+import json
+import os
+import pty
 import shlex
+import struct
+import subprocess
+import termios
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 import pytest
 
 from pynumabind.cli import COMMANDS, EXAMPLES, build_parser
 
-from ..support.cli_helpers import assert_one_line_error, run
+from ..support.childproc import child_command, run_in_child
+from ..support.cli_helpers import assert_one_line_error, clean_env, run
+from . import child_cli
 
 #: Every command but advise and report takes the machine options (both are of this machine only).
 MACHINE_COMMANDS = [c for c in COMMANDS if c not in ("advise", "report")]
@@ -40,9 +49,7 @@ def test_an_unknown_option_of_any_command_is_named(command: str) -> None:
 
 
 @pytest.mark.parametrize("command", MACHINE_COMMANDS)
-def test_a_sysfs_root_that_is_no_sysfs_tree_is_a_usage_error(
-    command: str, tmp_path: Path
-) -> None:
+def test_a_sysfs_root_that_is_no_sysfs_tree_is_a_usage_error(command: str, tmp_path: Path) -> None:
     """It exited 1 ("no CPU information under ..."), unlike a file that is not a snapshot."""
     result = run(command, "--sysfs-root", str(tmp_path), *_tail(command))
     assert_one_line_error(result, 2, "--sysfs-root", str(tmp_path), "no CPU information")
@@ -111,3 +118,61 @@ def test_top_level_help_shows_examples_that_parse() -> None:
         words = shlex.split(example)[1:]
         args, extras = parser.parse_known_args(words)
         assert args.command in COMMANDS and not extras, example
+
+
+@pytest.mark.parametrize("columns", [None, "123", "0", "-5", "wide", ""])
+@pytest.mark.parametrize("tty", [False, True], ids=["pipe", "terminal"])
+def test_help_wraps_to_the_width_shutil_gives(columns: Optional[str], tty: bool) -> None:
+    """The CLI's own terminal width (argparse's, without shutil) is shutil's, case by case.
+
+    On a real terminal (a pty 97 columns wide) and on a pipe, with ``COLUMNS``
+    unset, positive, zero, negative, not a number and empty.
+    """
+    env = clean_env()
+    env.pop("COLUMNS", None)
+    env.pop("LINES", None)
+    if columns is not None:
+        env["COLUMNS"] = columns
+    if tty:
+        leader, follower = pty.openpty()
+        fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 97, 0, 0))
+        try:
+            command = child_command(child_cli.terminal_widths)
+            subprocess.run(command, stdout=follower, env=env, timeout=60, check=True)
+            ours, theirs = json.loads(os.read(leader, 1024).decode())
+        finally:
+            os.close(leader)
+            os.close(follower)
+    else:
+        (ours, theirs), _ = run_in_child(child_cli.terminal_widths, env=env)
+    assert ours == theirs
+    if columns == "123":
+        assert ours == 123
+    elif tty:
+        assert ours == 97
+
+
+#: What ``exec`` must not load: JSON and the other commands' machinery, which it never runs.
+EXEC_NEVER_LOADS = (
+    "json",
+    "dataclasses",
+    "inspect",
+    "shutil",
+    "pynumabind.advisor",
+    "pynumabind.records.store",
+    "pynumabind.records.report",
+    "pynumabind.cli._report._gather",
+)
+
+
+def test_exec_loads_none_of_the_other_commands_machinery() -> None:
+    """``pynumabind exec`` binds and replaces itself: the modules it loads on the way are counted.
+
+    Each is a module loaded by ``main`` itself, up to the ``execvp`` (which the
+    child replaces with a list of them); a module loaded before (a site
+    hook's) is not counted.  ``--no-nvml`` makes the CLI read the machine at
+    full detail, HMAT included.
+    """
+    loaded, _ = run_in_child(child_cli.modules_exec_loads, env=clean_env())
+    assert "pynumabind.binding" in loaded  # it did bind
+    assert not set(loaded) & set(EXEC_NEVER_LOADS), sorted(set(loaded) & set(EXEC_NEVER_LOADS))

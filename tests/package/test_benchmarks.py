@@ -244,7 +244,7 @@ def test_bound_worker_reports_its_binding_and_samples() -> None:
 def _document() -> dict[str, object]:
     from pynumabind.advisor import Advice, MemoryCell, MemoryMatrix, Spread
     from pynumabind.advisor.rule import decide
-    from pynumabind.cli._advise import render_text
+    from pynumabind.records.report import render_text
 
     cell = MemoryCell(Spread.of([10, 11, 12]), Spread.of([90, 100, 110]), None, 2)
     memory = MemoryMatrix((0,), (0,), ((cell,),), buffer_bytes=1 << 20)

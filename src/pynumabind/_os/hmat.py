@@ -19,9 +19,9 @@ naming it (:class:`~pynumabind._os.textfile.SysfsReader`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Iterable, List, Optional, Tuple
 
+from .._record import record
 from . import SYSFS_ROOT
 from .textfile import SysfsReader, numbered
 
@@ -36,9 +36,14 @@ CPU_ACCESS = 1
 NO_HMAT = "the kernel exposes no HMAT attributes here (nodeN/access0/initiators absent)"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NodeAccess:
-    """One access class of one memory node: its nearest initiators and their performance."""
+    """One access class of one memory node: its nearest initiators and their performance.
+
+    A record (:mod:`pynumabind._record`), not a dataclass: a full-detail
+    discovery, as ``pynumabind exec --no-nvml`` makes, reads HMAT, and
+    ``dataclasses`` would load ``inspect`` with it.
+    """
 
     node: int
     access: int
@@ -47,6 +52,26 @@ class NodeAccess:
     write_bandwidth_mbs: Optional[int]
     read_latency_ns: Optional[int]
     write_latency_ns: Optional[int]
+
+    def __init__(  # noqa: PLR0917 - positional, as the dataclass's fields
+        self,
+        node: int,
+        access: int,
+        initiators: Tuple[int, ...],
+        read_bandwidth_mbs: Optional[int],
+        write_bandwidth_mbs: Optional[int],
+        read_latency_ns: Optional[int],
+        write_latency_ns: Optional[int],
+    ) -> None:
+        self.__dict__.update(
+            node=node,
+            access=access,
+            initiators=initiators,
+            read_bandwidth_mbs=read_bandwidth_mbs,
+            write_bandwidth_mbs=write_bandwidth_mbs,
+            read_latency_ns=read_latency_ns,
+            write_latency_ns=write_latency_ns,
+        )
 
 
 def node_access(sysfs: SysfsReader, node: int, access: int) -> Optional[NodeAccess]:

@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
-import json
 import logging
 import math
 import os
@@ -73,8 +72,47 @@ class UsageError(Exception):
     """A command-line mistake: exit status 2."""
 
 
+def terminal_columns() -> int:
+    """``shutil.get_terminal_size().columns``, the width argparse wraps help to, without shutil.
+
+    The same rule: a positive ``COLUMNS`` wins; else standard output's
+    terminal, when it is one; else 80.  argparse imports ``shutil`` (with
+    ``bz2``, ``lzma`` and ``fnmatch``) for this alone, each time it makes a
+    formatter -- and ``add_argument`` makes one -- which would add about 2 ms
+    to every ``pynumabind exec``.
+    """
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns > 0:
+        return columns
+    try:
+        columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+    except (AttributeError, ValueError, OSError):  # no stdout (None), not a terminal
+        columns = 0
+    return columns or 80
+
+
+class _Help(argparse.HelpFormatter):
+    """argparse's formatter, told its width (:func:`terminal_columns`, less 2, as it does)."""
+
+    def __init__(self, prog: str, *args: Any, **kwargs: Any) -> None:
+        if not args[2:] and kwargs.get("width") is None:
+            kwargs["width"] = terminal_columns() - 2
+        super().__init__(prog, *args, **kwargs)
+
+
+class _RawHelp(_Help, argparse.RawDescriptionHelpFormatter):
+    """:class:`_Help` that keeps the description's and the epilog's lines as written."""
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse that raises instead of exiting, so main() owns the exit code."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Help)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(message)
@@ -252,7 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="pynumabind",
         description="Bind GPU workers' CPUs and memory to the right NUMA node, in-process.",
         epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_RawHelp,
     )
     parser.add_argument("--version", action="version", version=f"pynumabind {__version__}")
     # Not required here: _main names a stray argument before it says a command is missing.
@@ -486,6 +524,8 @@ class _Held(logging.Filter):
         return True
 
     def said(self, record: logging.LogRecord) -> bool:
+        import json  # not at the top: ``exec`` prints JSON only with --json
+
         text = record.getMessage()
         text = text[len("pynumabind: ") :] if text.startswith("pynumabind: ") else text
         out = "".join(self.printed)
@@ -528,6 +568,8 @@ def _write_stdout(text: str) -> None:
 
 
 def _emit_json(document: Dict[str, Any]) -> None:
+    import json  # not at the top: see _Held.said
+
     _write_stdout(json.dumps({"schema": JSON_SCHEMA_VERSION, **document}, indent=2) + "\n")
 
 
@@ -801,6 +843,8 @@ def cmd_exec(args: argparse.Namespace) -> int:
         set_system_weights=args.set_system_weights,
     )
     if args.json and sys.stderr is not None:
+        import json  # only here: the common ``exec`` prints no JSON
+
         # stdout belongs to the command; the report goes to stderr.
         sys.stderr.write(json.dumps({"schema": JSON_SCHEMA_VERSION, **binding.to_dict()}) + "\n")
     for stream in (sys.stdout, sys.stderr):  # None when started with it closed

@@ -37,16 +37,14 @@ type).  A measurement is never lost to the save:
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
 from typing import Any, Dict, List, Optional
 
 from ..errors import ConfigError, PynumabindError
-from ..records.report import render_text
 
-__all__ = ["add_parser", "check_plot_path", "cmd_advise", "render_text", "write_plot"]
+__all__ = ["add_parser", "check_plot_path", "cmd_advise", "write_plot"]
 
 PLOT_HINT = "pip install 'pynumabind[plot]' (matplotlib)"
 
@@ -119,7 +117,10 @@ def _progress(line: str) -> None:
 
 def cmd_advise(args: argparse.Namespace) -> int:
     """Measure, then print the report (exit 0), or raise a PynumabindError (exit 1)."""
+    import json  # here: every command loads this module for its parser, ``exec`` too
+
     from ..advisor import advise
+    from ..records.report import render_text
 
     plot = args.plot
     if plot is not None:

@@ -23,7 +23,6 @@ verdicts -- is printed with control characters escaped.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -180,6 +179,8 @@ def cmd_records(
     ``machine_name`` what the output calls it (the CLI passes a
     ``--topology`` snapshot's).
     """
+    import json  # here: every command loads this module for its parser, ``exec`` too
+
     from ..records.store import list_records, this_machine
 
     name = "this machine" if machine_name is None else escaped(machine_name)

@@ -39,10 +39,8 @@ traceback goes into the report.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-from dataclasses import replace
 from typing import Any, Optional
 
 from ...errors import ConfigError, PynumabindError
@@ -126,6 +124,9 @@ def cmd_report(args: argparse.Namespace, layout: Layout) -> int:
     ``layout``: the CLI's own writers of what ``show``, ``plan`` and ``check``
     print (:class:`Layout`).
     """
+    import json  # here, not at the top: ``exec`` loads this module for its parser only
+    from dataclasses import replace
+
     from ...model import SCHEMA_VERSION
     from ._gather import Settings, build_report, redact
     from ._text import render, summary

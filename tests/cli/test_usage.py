@@ -176,3 +176,18 @@ def test_exec_loads_none_of_the_other_commands_machinery() -> None:
     loaded, _ = run_in_child(child_cli.modules_exec_loads, env=clean_env())
     assert "pynumabind.binding" in loaded  # it did bind
     assert not set(loaded) & set(EXEC_NEVER_LOADS), sorted(set(loaded) & set(EXEC_NEVER_LOADS))
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_parser_for_one_command_parses_and_helps_as_the_full_one(command: str) -> None:
+    """``main`` builds only the subparser of the command named first: nothing else changes."""
+    words = [command, *_tail(command)]
+    full, alone = build_parser(), build_parser(command)
+    assert vars(alone.parse_args(words)) == vars(full.parse_args(words))
+    subparsers = [
+        action.choices[command]
+        for parser in (full, alone)
+        for action in parser._subparsers._group_actions  # type: ignore[union-attr]
+    ]
+    assert subparsers[0].format_help() == subparsers[1].format_help()
+    assert set(alone._subparsers._group_actions[0].choices) == {command}  # type: ignore[union-attr]

@@ -36,7 +36,19 @@ import logging
 import math
 import os
 import sys
-from typing import Any, Dict, Iterator, List, Mapping, NoReturn, Optional, Sequence, Tuple, Union
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Dict,
+    Iterator,
+    List,
+    Mapping,
+    NoReturn,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
 
 from .. import discovery
 from .._os import SYSFS_ROOT
@@ -46,14 +58,10 @@ from ..cpulist import format_cpulist, parse_cpulist, parse_nodelist
 from ..errors import ConfigError, ListParseError, PynumabindError, TopologyError
 from ..model import SCHEMA_VERSION, CpuMode, Gpu, MemoryPolicy, Plan, Topology
 from ..options import Options
-from ._advise import add_parser as _add_advise_parser
-from ._advise import cmd_advise
-from ._records import add_parser as _add_records_parser
-from ._records import cmd_records as _cmd_records
-from ._report import Layout as _ReportLayout
-from ._report import add_parser as _add_report_parser
-from ._report import cmd_report as _cmd_report
 from ._tables import by_rank
+
+if TYPE_CHECKING:
+    from ._report import Layout
 
 log = logging.getLogger("pynumabind.cli")
 
@@ -284,8 +292,15 @@ examples:
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
-    common = _common_options()
+def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
+    """The CLI's parser; ``only``: with that command's subparser alone.
+
+    :func:`main` asks for ``only`` the command named first: the other
+    commands' options are never parsed then, and their modules (``advise``'s,
+    ``records``', the report's) stay unloaded -- milliseconds that ``exec``
+    would add to every command it wraps.  What such a parser accepts, and
+    every message and help text it prints, is the full parser's.
+    """
     parser = _Parser(
         prog="pynumabind",
         description="Bind GPU workers' CPUs and memory to the right NUMA node, in-process.",
@@ -295,7 +310,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"pynumabind {__version__}")
     # Not required here: _main names a stray argument before it says a command is missing.
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    common = _common_options()
+    for name, add in _SUBPARSERS.items():
+        if only is None or name == only:
+            add(commands, common)
+    return parser
 
+
+def _add_show(commands: Any, common: argparse.ArgumentParser) -> None:
     commands.add_parser(
         "show",
         parents=[common],
@@ -304,6 +326,9 @@ def build_parser() -> argparse.ArgumentParser:
         "with their CPUs, memory and distances, the GPUs this process sees with their nodes, "
         "and this process's allowed CPUs and memory nodes, with warnings.",
     )
+
+
+def _add_plan(commands: Any, common: argparse.ArgumentParser) -> None:
     plan = commands.add_parser(
         "plan",
         parents=[common],
@@ -313,6 +338,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _plan_options(plan)
 
+
+def _add_exec(commands: Any, common: argparse.ArgumentParser) -> None:
     exec_ = commands.add_parser(
         "exec",
         parents=[common],
@@ -342,6 +369,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     exec_.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
 
+
+def _add_check(commands: Any, common: argparse.ArgumentParser) -> None:
     check = commands.add_parser(
         "check",
         parents=[common],
@@ -361,6 +390,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds to wait for the workers (default: 60)",
     )
 
+
+def _add_snapshot(commands: Any, common: argparse.ArgumentParser) -> None:
     snapshot = commands.add_parser(
         "snapshot",
         parents=[_common_options(json_output=False)],
@@ -372,10 +403,37 @@ def build_parser() -> argparse.ArgumentParser:
     snapshot.add_argument(
         "-o", "--output", metavar="FILE", help="write to FILE instead of standard output"
     )
-    _add_advise_parser(commands)
-    _add_records_parser(commands, common)
-    _add_report_parser(commands)
-    return parser
+
+
+def _add_advise(commands: Any, common: argparse.ArgumentParser) -> None:
+    from ._advise import add_parser
+
+    add_parser(commands)
+
+
+def _add_records(commands: Any, common: argparse.ArgumentParser) -> None:
+    from ._records import add_parser
+
+    add_parser(commands, common)
+
+
+def _add_report(commands: Any, common: argparse.ArgumentParser) -> None:
+    from ._report import add_parser
+
+    add_parser(commands)
+
+
+#: Each command's subparser, in the order ``--help`` lists them (:data:`COMMANDS`' order).
+_SUBPARSERS = {
+    "show": _add_show,
+    "plan": _add_plan,
+    "exec": _add_exec,
+    "check": _add_check,
+    "snapshot": _add_snapshot,
+    "advise": _add_advise,
+    "records": _add_records,
+    "report": _add_report,
+}
 
 
 # ------------------------------------------------------------------ helpers
@@ -1015,13 +1073,17 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
 def cmd_records(args: argparse.Namespace) -> int:
     """``records``: compared with this machine, or with a ``--topology`` snapshot's."""
+    from ._records import cmd_records as records
+
     machine, name = _planned_machine(args)
-    return _cmd_records(args, machine, name)
+    return records(args, machine, name)
 
 
-def report_layout() -> _ReportLayout:
+def report_layout() -> Layout:
     """How show, plan and check print: the report writes its sections with them."""
-    return _ReportLayout(
+    from ._report import Layout
+
+    return Layout(
         node_tables=_node_tables,
         gpu_table=_gpu_table,
         warnings=topology_warnings,
@@ -1032,7 +1094,15 @@ def report_layout() -> _ReportLayout:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    return _cmd_report(args, report_layout())
+    from ._report import cmd_report as report
+
+    return report(args, report_layout())
+
+
+def cmd_advise(args: argparse.Namespace) -> int:
+    from ._advise import cmd_advise as advise
+
+    return advise(args)
 
 
 #: The commands whose output lists warnings: they print each once (see :class:`_Held`).
@@ -1107,9 +1177,15 @@ def _parse(parser: argparse.ArgumentParser, argv: Optional[Sequence[str]]) -> ar
     return args
 
 
+def _parser_for(words: Sequence[str]) -> argparse.ArgumentParser:
+    """The parser for ``words``: a command named first is all it needs (see build_parser)."""
+    return build_parser(words[0] if words and words[0] in _SUBPARSERS else None)
+
+
 def _main(argv: Optional[Sequence[str]]) -> int:
-    parser = build_parser()
-    if not (sys.argv[1:] if argv is None else argv):
+    words = sys.argv[1:] if argv is None else argv
+    parser = _parser_for(words)
+    if not words:
         # A bare `pynumabind`: what it can do, then the usage-error exit status.
         if sys.stderr is not None:
             sys.stderr.write(parser.format_help())

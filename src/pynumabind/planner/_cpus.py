@@ -39,7 +39,6 @@ from typing import AbstractSet, Dict, List, Mapping, Optional, Tuple
 from .._text import counted, format_ids, named
 from ..errors import ConfigError, PlanError
 from ..model import CpuMode, Topology
-from . import _sets
 from ._place import RankState, node_cpus, nodes_of, primary_node, rank_ids
 
 __all__ = ["choose_cpus"]
@@ -89,6 +88,8 @@ def _from_override(
 
 def _priority(topology: Topology, state: RankState) -> None:
     """``priority_cores``: keep only the highest-performance cores of ``state.cpus``."""
+    from . import _sets  # here, as in each mode that needs it: mode node's bind never does
+
     got = state.cpus or frozenset()
     core_list = _sets.cores(got, lambda cpu: _core_of(topology, cpu))
     perfs = _sets.core_perf(core_list, lambda cpu: _perf_of(topology, cpu))
@@ -144,6 +145,8 @@ def _mode_socket(topology: Topology, state: RankState) -> None:
     source = state.affinity if state.affinity is not None else wanted
     packages = frozenset(topology.cpus[c].package for c in source if c in topology.cpus)
     if packages:
+        from . import _sets
+
         wanted = _sets.union(topology.package_cpus(p) for p in packages)
     else:
         state.reasons.append(
@@ -227,6 +230,8 @@ def _slices(
     topology: Topology, mode: CpuMode, pool: frozenset[int], ranks: int, where: str
 ) -> Tuple[List[frozenset[int]], List[str], bool, int]:
     """Per-rank slices of ``pool``, the notes, whether cores are shared, the core count."""
+    from . import _sets
+
     cores = _sets.cores(pool, lambda cpu: _core_of(topology, cpu))
     perf_of = functools.partial(_perf_of, topology)
     if mode is CpuMode.EXCLUSIVE:

@@ -145,6 +145,7 @@ def environ_value(environ: Mapping[str, str], name: str) -> Optional[str]:
         return None
     return value
 
+
 _E = TypeVar("_E", CpuMode, MemoryPolicy)
 
 

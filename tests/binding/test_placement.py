@@ -723,9 +723,7 @@ def _count_weighted_runs(runs: int = 3, run: int = 2) -> Dict[str, Any]:
     and judged against weights as bind_memory's weighted layout is."""
     region, first = _guarded(runs * run)
     try:
-        segments = tuple(
-            (first + i * run * PAGE, run * PAGE, frozenset({0})) for i in range(runs)
-        )
+        segments = tuple((first + i * run * PAGE, run * PAGE, frozenset({0})) for i in range(runs))
         placement._mbind(segments, _libnuma.MPOL_BIND, _libnuma.MPOL_MF_MOVE)
         counted = _census.count_pages(segments, True, {}, weights={0: 1}, run_pages={0: run})
         return {

@@ -296,9 +296,10 @@ def test_the_same_machine_through_the_variable_applies_it_and_says_so(two_node: 
 def test_no_visibility_variable_no_note(two_node: Path) -> None:
     done = _cli({}, "plan", "--topology", str(two_node))
     assert done.returncode == 0 and "Visible devices" not in done.stdout
-    assert json.loads(_cli({}, "plan", "--json", "--topology", str(two_node)).stdout)[
-        "visibility"
-    ] is None
+    assert (
+        json.loads(_cli({}, "plan", "--json", "--topology", str(two_node)).stdout)["visibility"]
+        is None
+    )
 
 
 def test_visibility_note_names_the_gpus_in_the_process_order() -> None:

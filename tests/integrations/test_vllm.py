@@ -490,9 +490,12 @@ PLAIN_PRELUDE = """
         pass
 """
 
-CPU_PRELUDE = PLAIN_PRELUDE + """
+CPU_PRELUDE = (
+    PLAIN_PRELUDE
+    + """
     import vllm.engine.arg_utils, vllm.platforms
 """
+)
 
 CPU_ENV = {"VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"}
 
@@ -517,6 +520,7 @@ def cpu_cases(
     tmp_path_factory: pytest.TempPathFactory, tiny_llama: Path
 ) -> Dict[str, subprocess.CompletedProcess]:
     """The probes that build a real VllmConfig, on vLLM's CPU platform."""
+
     def refusal(options: Dict[str, object], worker: str) -> str:
         probe = REFUSAL_PROBE.format(model=str(tiny_llama), options=options, worker=worker)
         return textwrap.dedent(STAND_IN) + textwrap.dedent(probe)

@@ -418,8 +418,14 @@ def test_every_test_folder_is_a_package_and_the_top_stays_small() -> None:
 
 def test_the_layout_checks_catch_a_misplaced_helper() -> None:
     modules = {
-        "support.childproc", "support._child", "support.lonely", "support.test_x",
-        "binding.test_bind", "binding.child_binding", "cli.test_cli", "cli.child_cli",
+        "support.childproc",
+        "support._child",
+        "support.lonely",
+        "support.test_x",
+        "binding.test_bind",
+        "binding.child_binding",
+        "cli.test_cli",
+        "cli.child_cli",
         "planner.test_plans",
     }
     source = (
@@ -430,7 +436,10 @@ def test_the_layout_checks_catch_a_misplaced_helper() -> None:
         "    from tests.support import lonely\n"
     )
     assert uses_of("binding.test_bind", source, modules) == {
-        "support.childproc", "binding.child_binding", "cli.child_cli", "tests (absolute)"
+        "support.childproc",
+        "binding.child_binding",
+        "cli.child_cli",
+        "tests (absolute)",
     }
     assert uses_of("support.childproc", 'ENTRY = "_child.py"', modules) == {"support._child"}
     uses = {
@@ -438,9 +447,13 @@ def test_the_layout_checks_catch_a_misplaced_helper() -> None:
         "cli.test_cli": {"support.childproc", "cli.child_cli"},
         "planner.test_plans": {"support.lonely", "tests (absolute)"},
         "support.childproc": {"support._child"},
-        "support._child": set(), "support.lonely": set(), "support.test_x": set(),
-        "binding.child_binding": set(), "cli.child_cli": set(),
-        "conftest": {"support.hooks"}, "support.hooks": set(),  # the top conftest serves all
+        "support._child": set(),
+        "support.lonely": set(),
+        "support.test_x": set(),
+        "binding.child_binding": set(),
+        "cli.child_cli": set(),
+        "conftest": {"support.hooks"},
+        "support.hooks": set(),  # the top conftest serves all
     }
     assert layout_problems(uses) == [
         "planner.test_plans imports tests absolutely",

@@ -49,12 +49,27 @@ def _session(args: List[str], env: Dict[str, str]) -> subprocess.CompletedProces
         if k != VARIABLE and k not in root_setup.REQUIRED_VARIABLES
     }
     environ.update(env)
-    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs",
-            "-o", "faulthandler_timeout=60", *args]
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-rs",
+        "-o",
+        "faulthandler_timeout=60",
+        *args,
+    ]
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         child = subprocess.Popen(
-            argv, cwd=REPO, env=environ, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-            text=True, start_new_session=True,
+            argv,
+            cwd=REPO,
+            env=environ,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            text=True,
+            start_new_session=True,
         )
         try:
             returncode = child.wait(timeout=300)

@@ -198,8 +198,10 @@ def test_nearest_by_distance_then_the_faster_tier_and_every_equal_node() -> None
     cut = topo.replace(allowed_mems=frozenset({0, 1, 3, 4}))  # a cpuset without node 2
     assert plan(cut, 1, tiers="all").mems == {1, 3}
     unknown = _tiered(topo, {0: 4, 2: 54, 3: 54, 4: 72})  # node 1's tier not known
-    assert plan(unknown, 1, tiers="all").warnings[-1].startswith(
-        "tiers all: the memory tier of node 1 is not known"
+    assert (
+        plan(unknown, 1, tiers="all")
+        .warnings[-1]
+        .startswith("tiers all: the memory tier of node 1 is not known")
     )
 
 

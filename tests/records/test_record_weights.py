@@ -227,8 +227,11 @@ def test_weights_this_machine_cannot_follow_warn_once_and_plan_the_default(
     "given, environ, named",
     [
         (Options(mode="advised", rank=0, tiers="all"), {}, "tiers="),
-        (None, {"PYNUMABIND_MODE": "advised", "PYNUMABIND_TIERS": "all", "LOCAL_RANK": "0"},
-         "PYNUMABIND_TIERS"),
+        (
+            None,
+            {"PYNUMABIND_MODE": "advised", "PYNUMABIND_TIERS": "all", "LOCAL_RANK": "0"},
+            "PYNUMABIND_TIERS",
+        ),
     ],
     ids=["keyword", "environment"],
 )
@@ -243,6 +246,7 @@ def test_mode_advised_and_tiers_all_both_choosing_the_policy_is_refused(
     path = tmp_path / "advice.json"
     path.write_text(json.dumps(document(weighted_advice(), topology)))
     with pytest.raises(ConfigError, match="mode 'advised' takes the memory policy") as caught:
-        store.resolve_advised(options, topology, {"PYNUMABIND_ADVICE": str(path)},
-                              machine=fingerprint(topology))
+        store.resolve_advised(
+            options, topology, {"PYNUMABIND_ADVICE": str(path)}, machine=fingerprint(topology)
+        )
     assert "tiers 'all'" in str(caught.value) and named in str(caught.value)

@@ -23,6 +23,7 @@ PACKAGE = Path(pynumabind.__file__).parent
 #: from a source tree; ``_os.libnuma`` falls back without it.
 BUILT: FrozenSet[str] = frozenset({"_libnuma_ffi"})
 
+
 def _name(path: Path) -> str:
     parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
     if parts[-1] == "__init__" and len(parts) > 1:
@@ -109,5 +110,3 @@ def runtime_nodes(tree: ast.AST, *, functions: bool = True) -> List[ast.AST]:
             continue
         todo.extend(ast.iter_child_nodes(node))
     return out
-
-

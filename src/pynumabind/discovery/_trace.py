@@ -129,9 +129,7 @@ def nvml(
         return
     assert report is not None
     denied = f"; denied (device cgroup): {format_ids(report.denied)}" if report.denied else ""
-    log.info(
-        "discovery: NVML: asked (%s): %s%s", why, counted(len(report.devices), "GPU"), denied
-    )
+    log.info("discovery: NVML: asked (%s): %s%s", why, counted(len(report.devices), "GPU"), denied)
     if log.isEnabledFor(logging.DEBUG):
         for device in report.devices:
             memory = (

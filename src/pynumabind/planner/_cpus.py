@@ -150,8 +150,7 @@ def _mode_socket(topology: Topology, state: RankState) -> None:
         wanted = _sets.union(topology.package_cpus(p) for p in packages)
     else:
         state.reasons.append(
-            f"mode socket: packages of {named('node', state.nodes)} unknown; "
-            "using the node's CPUs"
+            f"mode socket: packages of {named('node', state.nodes)} unknown; using the node's CPUs"
         )
     got = wanted & topology.allowed_cpus
     if not got:

@@ -219,7 +219,52 @@ def _property_sentence(
             lines[0] = f"{head} -- {rest}"
 
 
+#: Where the names a module imports for type checkers only come from.
+_TYPING_MODULES = ("typing", "typing_extensions", "collections.abc")
+
+
+def _type_checking_names(module: Any) -> None:
+    """Give ``module`` the typing names it imports under ``TYPE_CHECKING`` only.
+
+    The bind path's modules import ``typing`` for type checkers alone (a bind
+    loads none of it), and autodoc evaluates an annotation in the module's
+    namespace: without these names it would print the annotation's text
+    (``Optional[Plan]``) instead of what it means (``Plan | None``), as it
+    does for a module that imports them.  Only names from
+    :data:`_TYPING_MODULES`, only where the module lacks them, and only in the
+    build's own process.
+    """
+    import ast
+
+    path = getattr(module, "__file__", None)
+    if not path or not path.endswith(".py") or getattr(module, "_typing_names_given", False):
+        return
+    with open(path, encoding="utf-8") as handle:
+        tree = ast.parse(handle.read())
+    for node in tree.body:
+        test = getattr(node, "test", None)
+        if not (isinstance(node, ast.If) and isinstance(test, ast.Name)):
+            continue
+        if test.id != "TYPE_CHECKING":
+            continue
+        for statement in node.body:
+            if isinstance(statement, ast.ImportFrom) and statement.module in _TYPING_MODULES:
+                source = importlib.import_module(statement.module)
+                for alias in statement.names:
+                    if hasattr(source, alias.name):
+                        value = getattr(source, alias.name)
+                        vars(module).setdefault(alias.asname or alias.name, value)
+    module._typing_names_given = True
+
+
+def _give_typing_names(app: Any, obj: Any, bound_method: bool) -> None:
+    module = sys.modules.get(getattr(obj, "__module__", None) or "")
+    if module is not None and module.__name__.startswith("pynumabind"):
+        _type_checking_names(module)
+
+
 def setup(app: Any) -> None:
+    app.connect("autodoc-before-process-signature", _give_typing_names)
     app.connect("autodoc-process-docstring", _property_sentence, priority=400)
     app.connect("missing-reference", _resolve_alias)
     # After autodoc_typehints has recorded the annotations (priority 500).

@@ -24,7 +24,11 @@ run-time fallback call.  The loader's symbol check reads only the data.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, FrozenSet, Tuple
+
+# typing is for type checkers only: a bind loads none of it (see pynumabind._record).
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import FrozenSet, Tuple
 
 if TYPE_CHECKING:  # pragma: no cover
     from cffi import FFI

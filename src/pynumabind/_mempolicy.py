@@ -36,9 +36,12 @@ works.
 
 from __future__ import annotations
 
-from typing import Callable, Dict, FrozenSet, Optional, Tuple
-
 from ._text import format_ids, named
+
+# typing is for type checkers only: a bind loads none of it (see pynumabind._record).
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Callable, Dict, FrozenSet, Optional, Tuple
 
 __all__ = [
     "ALLOWED",

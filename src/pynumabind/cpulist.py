@@ -64,15 +64,19 @@ and ``numa_parse_nodestring_all`` (which read numbers with ``strtoul(s,
 
 from __future__ import annotations
 
+import collections.abc as _abc
 import itertools
 import operator
 import re
 import reprlib
-from collections.abc import Mapping
-from typing import AbstractSet, Iterable, List, Optional, Sequence, Tuple, Union
 
 from ._text import Pattern, clipped, format_ids
 from .errors import ListParseError
+
+# typing is for type checkers only: a bind loads none of it (see pynumabind._record).
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import AbstractSet, Iterable, List, Optional, Sequence, Tuple, Union
 
 __all__ = [
     "format_cpulist",
@@ -107,7 +111,8 @@ _TOKEN_CHARS = 64
 # even on a one-node machine).
 _MASK_SLACK_BITS = 2048
 
-Interval = Tuple[int, int]
+if TYPE_CHECKING:  # pragma: no cover
+    Interval = Tuple[int, int]
 
 _REPR = reprlib.Repr()
 _REPR.maxlevel = 2
@@ -613,7 +618,7 @@ def _parse_mask_text(text: str, max_id: int) -> frozenset[int]:
 def _parse_mask_words(words: object, max_id: int, word_bits: int) -> frozenset[int]:
     # bytes iterate as small ints and sets or mappings have no word order:
     # reading any of them as NVML words would give a silently wrong set.
-    if isinstance(words, (bytes, bytearray, memoryview, AbstractSet, Mapping)):
+    if isinstance(words, (bytes, bytearray, memoryview, _abc.Set, _abc.Mapping)):
         raise _wrong_type(words, "a cpumask as str or as a sequence of int words")
     try:
         # iter(), not isinstance(Iterable): pynvml's nvmlDeviceGetCpuAffinity

@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import errno as _errno
 import os
-from typing import AbstractSet, Optional
 
 from ._text import clipped, format_ids
+
+# typing is for type checkers only: a bind loads none of it (see pynumabind._record).
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import AbstractSet, Optional
 
 __all__ = [
     "BindError",

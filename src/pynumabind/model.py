@@ -39,13 +39,18 @@ snapshots are always complete.
 
 from __future__ import annotations
 
+import collections.abc as _abc
 import enum
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Type, TypeVar
 
 from ._record import FACTORY, field, record
 from ._record import replace as _replace
 from .cpulist import DEFAULT_MAX_ID, format_cpulist, parse_cpulist
 from .errors import ConfigError, ListParseError, TopologyError
+
+# typing is for type checkers only: a bind loads none of it (see pynumabind._record).
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any, Dict, List, Mapping, Optional, Tuple, Type, TypeVar
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -525,7 +530,7 @@ class Topology:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Topology:
         """The topology a snapshot dict describes; every field is checked (see the module)."""
-        if not isinstance(data, Mapping):
+        if not isinstance(data, _abc.Mapping):
             raise TopologyError("topology snapshot must be a JSON object")
         schema = data.get("schema")
         if isinstance(schema, bool) or schema not in READ_SCHEMAS:
@@ -766,7 +771,8 @@ class _Snapshot:
 # ------------------------------------------------------------------ plans
 
 
-_Choice = TypeVar("_Choice", bound=enum.Enum)
+if TYPE_CHECKING:  # pragma: no cover
+    _Choice = TypeVar("_Choice", bound=enum.Enum)
 
 
 def _parse_choice(cls: Type[_Choice], value: object, source: str) -> _Choice:

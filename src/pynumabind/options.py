@@ -89,29 +89,22 @@ no value for, counts as unset.
 
 from __future__ import annotations
 
-from typing import (
-    TYPE_CHECKING,
-    Any,
-    Dict,
-    Iterable,
-    Mapping,
-    Optional,
-    Sequence,
-    Tuple,
-    Type,
-    TypeVar,
-    Union,
-)
+import collections.abc as _abc
 
 from ._record import FACTORY, field, field_names, record
 from ._text import shown
 from .errors import ConfigError, ListParseError, PynumabindError
 from .model import CpuMode, MemoryPolicy
 
+# typing is for type checkers only: a bind loads none of it (see pynumabind._record).
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
-    from typing_extensions import TypedDict, Unpack
-else:
-    from typing import TypedDict
+    from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Type, TypeVar, Union
+
+if TYPE_CHECKING:  # pragma: no cover
+    from typing_extensions import Unpack
+
+    from ._keywords import ArgumentKeywords, OptionKeywords
 
 __all__ = [
     "MAX_NPROCS",
@@ -124,6 +117,21 @@ MAX_NPROCS = 65536  # local ranks; bounds the work when nprocs comes from the en
 ARGUMENT = "argument"
 COMMAND_LINE = "command line"
 CHOSEN_BY_CHECK = "pynumabind check"  # nprocs of check's workers: the default, chosen in the parent
+
+
+def __getattr__(name: str) -> Any:
+    """:class:`OptionKeywords` and :class:`ArgumentKeywords`, from :mod:`._keywords` on first use.
+
+    A TypedDict needs ``typing`` at run time, and a bind loads none of it.
+    Reading one of the two is an import, as ``import pynumabind.x`` is: the
+    caller's own (see :mod:`pynumabind._os.forksafe`).
+    """
+    if name in ("ArgumentKeywords", "OptionKeywords"):
+        from . import _keywords
+
+        return getattr(_keywords, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 # Only ASCII whitespace is trimmed: str.strip() would also eat U+00A0 and its
 # kind, so a value made of them would silently count as unset.
@@ -146,34 +154,8 @@ def environ_value(environ: Mapping[str, str], name: str) -> Optional[str]:
     return value
 
 
-_E = TypeVar("_E", CpuMode, MemoryPolicy)
-
-
-class OptionKeywords(TypedDict, total=False):
-    """The keywords every public front takes besides rank, nprocs, mode and policy: written once."""
-
-    nodes: Any  # NodesOverride, as given
-    cpus: Any  # CpusOverride, as given
-    gpu: Optional[int]
-    gpus: Optional[Sequence[int]]
-    rank_gpus: Optional[Sequence[int]]
-    gpu_memory: bool
-    interleave_nodes: Union[str, Iterable[int], None]
-    weights: Union[str, Mapping[int, int], None]
-    require_node: bool
-    local_gpus: Optional[Sequence[int]]
-    priority_cores: bool
-    fallback: Optional[str]
-    tiers: Optional[str]
-
-
-class ArgumentKeywords(OptionKeywords, total=False):
-    """:class:`OptionKeywords` and the four the fronts take positionally: rank ... policy."""
-
-    rank: Optional[int]
-    nprocs: Optional[int]
-    mode: Union[str, CpuMode, None]
-    policy: Union[str, MemoryPolicy, None]
+if TYPE_CHECKING:  # pragma: no cover
+    _E = TypeVar("_E", CpuMode, MemoryPolicy)
 
 
 def check_int(value: object, what: str) -> int:
@@ -225,7 +207,7 @@ def _interleave(value: Union[str, Iterable[int], None]) -> Union[str, frozenset[
     """A node-list string (parsed against the machine by the planner) or a set of ids."""
     if value is None or isinstance(value, (str, frozenset)):
         return value
-    if not isinstance(value, Iterable):
+    if not isinstance(value, _abc.Iterable):
         raise ConfigError(
             f"interleave_nodes must be a node list string or an iterable of node ids, not {value!r}"
         )
@@ -256,7 +238,7 @@ NOT_GPU_LISTS = (str, bytes, bytearray, memoryview)
 def _gpu_list(value: Optional[Sequence[int]], name: str, what: str) -> Optional[Tuple[int, ...]]:
     if value is None:
         return None
-    if isinstance(value, NOT_GPU_LISTS) or not isinstance(value, Sequence):
+    if isinstance(value, NOT_GPU_LISTS) or not isinstance(value, _abc.Sequence):
         raise ConfigError(f"{name} must be a sequence giving {what}, not {value!r}")
     return tuple(check_int(item, "GPU index") for item in value)
 

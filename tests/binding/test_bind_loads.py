@@ -53,11 +53,15 @@ PACKAGE_NOT_NEEDED = (
     "pynumabind._os.weights",
     "pynumabind._weights",
     "pynumabind.discovery._trace",
+    "pynumabind._keywords",
 )
 
 #: Standard-library modules a bind has no use for: JSON (snapshots, records),
-#: the dataclass machinery and what it pulls in, command lines and processes.
+#: the dataclass machinery and what it pulls in, command lines and processes,
+#: and ``typing`` (the annotations are for type checkers: every module of the
+#: bind path imports it under ``TYPE_CHECKING`` only).
 STDLIB_NOT_NEEDED = (
+    "typing",
     "json",
     "dataclasses",
     "inspect",
@@ -113,6 +117,7 @@ def test_a_node_bind_loads_no_module_of_other_commands(node_bind: Dict[str, Any]
     assert ran <= set(loaded)
     assert _under(loaded, PACKAGE_NOT_NEEDED) == []
     assert _under(loaded, STDLIB_NOT_NEEDED) == []
+    assert "pynumabind.planner._sets" not in loaded  # cores and caches: other modes only
     if node_bind["gpus"] == 0:  # no GPU to hide or renumber: no visibility rules
         assert "pynumabind.discovery._visible" not in loaded
 

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Dict, List
+
+TYPE_CHECKING = False  # not typing's: the exec test counts typing among what exec loads
+if TYPE_CHECKING:
+    from typing import Any, Dict, List
 
 
 def affinity_and_policy() -> Dict[str, Any]:
@@ -64,12 +67,17 @@ def terminal_widths() -> List[int]:
     return [terminal_columns(), shutil.get_terminal_size().columns]
 
 
-def modules_exec_loads() -> List[str]:
+def modules_exec_loads(*watched: str) -> List[str]:
     """The modules ``pynumabind exec --no-nvml --rank 0 -- true`` loads, up to its execvp.
 
+    ``watched`` modules that a site hook loaded before (this machine's Python
+    has one that loads ``typing`` and ``shutil``) are dropped from
+    ``sys.modules`` first, so that an import of one by ``exec`` counts.
     ``os.execvp`` is replaced by a function that returns them: the process is
-    not replaced, and the exit status is that of ``main``'s caller (this one).
+    not replaced.
     """
+    for name in watched:
+        sys.modules.pop(name, None)
     before = set(sys.modules)
     loaded: List[str] = []
 

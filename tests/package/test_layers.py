@@ -145,6 +145,7 @@ BUILD: FrozenSet[str] = frozenset({"_libnuma_build"}) | BUILT
 PURE_STDLIB: FrozenSet[str] = frozenset(
     {
         "__future__",
+        "collections",  # collections.abc: the abstract base classes isinstance checks against
         "typing",
         "typing_extensions",
         "dataclasses",
@@ -174,8 +175,10 @@ PACKAGE_EAGER: Set[str] = {"_os", "_os.forksafe", "_version"}
 #: does not).  The eleventh and twelfth: ``_weights``, weighted interleave's
 #: values, which the options, the environment's reader, the planner and the
 #: binding all read; and ``_record``, the value classes' decorator, which every
-#: floor's values use.
-MAX_TOP_LEVEL = 12
+#: floor's values use.  The thirteenth: ``_keywords``, the public fronts' keyword
+#: TypedDicts, which ``options`` hands out on first use: a TypedDict needs
+#: ``typing`` at run time, and a bind loads none of it.
+MAX_TOP_LEVEL = 13
 
 
 def floor(module: str) -> str:

@@ -18,10 +18,13 @@ Every file is optional: a cache the kernel does not describe is unknown
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Tuple
-
 from . import SYSFS_ROOT
 from .textfile import SysfsReader, numbered
+
+# typing is for type checkers only: a bind loads none of it (see pynumabind._record).
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Optional, Sequence, Tuple
 
 __all__ = ["cache_size", "cpu_llc", "l3_group", "llc_bytes"]
 

@@ -19,11 +19,14 @@ naming it (:class:`~pynumabind._os.textfile.SysfsReader`).
 
 from __future__ import annotations
 
-from typing import Iterable, List, Optional, Tuple
-
 from .._record import record
 from . import SYSFS_ROOT
 from .textfile import SysfsReader, numbered
+
+# typing is for type checkers only: a bind loads none of it (see pynumabind._record).
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Iterable, List, Optional, Tuple
 
 __all__ = ["ACCESS_CLASSES", "CPU_ACCESS", "NO_HMAT", "NodeAccess", "node_access", "read_hmat"]
 

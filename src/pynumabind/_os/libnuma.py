@@ -28,7 +28,6 @@ import errno
 import logging
 import os
 import threading
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 # The memory-policy modes (linux/mempolicy.h) are written once, in the policy
 # table; the syscalls here take them, so __all__ re-exports them for callers.
@@ -46,10 +45,11 @@ from .._mempolicy import (
 from .._record import record
 from ..errors import LibnumaUnavailableError, NumaSyscallError
 
+# typing is for type checkers only: a bind loads none of it (see pynumabind._record).
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Set as AbstractSet
-else:
-    from typing import AbstractSet
+    from typing import Any, Dict, List, Optional, Tuple
 
 __all__ = [
     "ERRORS",

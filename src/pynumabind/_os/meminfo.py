@@ -20,11 +20,15 @@ Errors, translated here once:
 from __future__ import annotations
 
 import re
-from typing import Dict, Iterable, Optional, Tuple
 
 from ..errors import TopologyError
 from . import PROC_ROOT
 from .textfile import SysfsReader, is_live_root, read_ascii
+
+# typing is for type checkers only: a bind loads none of it (see pynumabind._record).
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Dict, Iterable, Optional, Tuple
 
 __all__ = [
     "PROC_MEMINFO",

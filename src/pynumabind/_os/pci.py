@@ -16,15 +16,20 @@ every error.
 
 from __future__ import annotations
 
+import collections.abc as _abc
 import operator
 import os
-from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from .._record import record
 from ..errors import TopologyError
 from ..model import Gpu, NumaNode
 from . import PROC_ROOT
 from .textfile import is_live_root, read_ascii
+
+# typing is for type checkers only: a bind loads none of it (see pynumabind._record).
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 if TYPE_CHECKING:  # pragma: no cover
     from .textfile import SysfsReader
@@ -160,7 +165,7 @@ def as_id(value: object) -> Optional[int]:
 def _class_matchers(classes: Iterable[Union[str, int]]) -> List[Tuple[int, int]]:
     """(value, shift) pairs: ``0x03`` matches the base class, ``0x0302`` base+sub."""
     out = []
-    if isinstance(classes, (str, bytes)) or not isinstance(classes, Iterable):
+    if isinstance(classes, (str, bytes)) or not isinstance(classes, _abc.Iterable):
         raise TopologyError(f"PCI classes must be a list of classes, not {classes!r}")
     for item in classes:
         if not isinstance(item, str):
@@ -190,9 +195,9 @@ def vendor_names(vendors: Union[Mapping[int, str], Iterable[int]]) -> Dict[int, 
     Bare ids take the name :data:`DEFAULT_GPU_VENDORS` gives them, or their
     hex id; anything but ids up to 0xffff is a :class:`TopologyError`.
     """
-    if isinstance(vendors, (str, bytes)) or not isinstance(vendors, Iterable):
+    if isinstance(vendors, (str, bytes)) or not isinstance(vendors, _abc.Iterable):
         raise TopologyError(f"PCI vendors must be ids or a mapping of ids, not {vendors!r}")
-    pairs = vendors.items() if isinstance(vendors, Mapping) else ((v, None) for v in vendors)
+    pairs = vendors.items() if isinstance(vendors, _abc.Mapping) else ((v, None) for v in vendors)
     names = dict(DEFAULT_GPU_VENDORS)
     out: Dict[int, str] = {}
     for key, name in pairs:

@@ -60,13 +60,17 @@ from __future__ import annotations
 
 import errno
 import os
-from typing import AbstractSet, Dict, List, Optional, Sequence, Tuple
 
 from .._record import record
 from .._text import format_ids
 from ..cpulist import parse_cpulist
 from ..errors import ListParseError, NumaSyscallError, ProcessStateError
 from .textfile import read_fd
+
+# typing is for type checkers only: a bind loads none of it (see pynumabind._record).
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import AbstractSet, Dict, List, Optional, Sequence, Tuple
 
 __all__ = [
     "MAPS",

@@ -23,8 +23,8 @@ gracefully and leaves a note in :attr:`~pynumabind.model.Topology.notes`.
 
 from __future__ import annotations
 
+import collections.abc as _abc
 import os
-from typing import Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from .._text import format_ids
 from ..cpulist import parse_cpulist
@@ -34,6 +34,11 @@ from . import SYSFS_ROOT
 from . import pci as _pci
 from . import proc as _proc
 from .textfile import SysfsReader, is_live_root, numbered
+
+# typing is for type checkers only: a bind loads none of it (see pynumabind._record).
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 __all__ = ["kernel_release", "read_layout", "with_allowed"]
 
@@ -360,7 +365,7 @@ def _id_argument(value: object, what: str) -> frozenset[int]:
             return parse_cpulist(value)
         except ListParseError as exc:
             raise ConfigError(f"{what}: {exc}") from exc
-    if isinstance(value, (bytes, bytearray)) or not isinstance(value, Iterable):
+    if isinstance(value, (bytes, bytearray)) or not isinstance(value, _abc.Iterable):
         raise ConfigError(f"{what} must be a list string or an iterable of ids, not {value!r}")
     out = set()
     for item in value:

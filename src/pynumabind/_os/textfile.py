@@ -24,11 +24,15 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from typing import Iterable, List, Optional
 
 from ..cpulist import parse_cpulist
 from ..errors import ListParseError, TopologyError
 from . import SYSFS_ROOT
+
+# typing is for type checkers only: a bind loads none of it (see pynumabind._record).
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Iterable, List, Optional
 
 __all__ = [
     "MAX_FILE_BYTES",

@@ -28,13 +28,17 @@ import enum
 import errno
 import threading
 import time
-from typing import Dict, List, Optional, Tuple
 
 from .._record import record
 from .._text import format_ids
 from ..cpulist import format_cpulist
 from ..errors import NumaSyscallError
 from . import proc as _proc
+
+# typing is for type checkers only: a bind loads none of it (see pynumabind._record).
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Dict, List, Optional, Tuple
 
 __all__ = [
     "ThreadAction",

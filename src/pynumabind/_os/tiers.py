@@ -19,10 +19,13 @@ kernel lists in two tiers.
 
 from __future__ import annotations
 
-from typing import Dict
-
 from ..errors import TopologyError
 from .textfile import SysfsReader, numbered
+
+# typing is for type checkers only: a bind loads none of it (see pynumabind._record).
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Dict
 
 __all__ = ["node_tiers"]
 

@@ -48,16 +48,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import (
-    TYPE_CHECKING,
-    Any,
-    Dict,
-    List,
-    Mapping,
-    Optional,
-    Tuple,
-    Union,
-)
 
 from .._mempolicy import VERIFY_PAGES
 from .._os import forksafe as _forksafe
@@ -74,6 +64,11 @@ from ..model import FALLBACK_WARNING, CpuMode, MemoryPolicy, Plan
 from ..options import Options, union_front
 from . import _apply
 from ._apply import Journal, Skipped
+
+# typing is for type checkers only: a bind loads none of it (see pynumabind._record).
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Unpack

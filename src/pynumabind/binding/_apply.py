@@ -35,7 +35,6 @@ import itertools
 import os
 import threading
 import weakref
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from .._mempolicy import POLICIES
 from .._os import libnuma as _libnuma
@@ -52,6 +51,11 @@ from ..errors import (
     PynumabindError,
 )
 from ..model import Plan
+
+# typing is for type checkers only: a bind loads none of it (see pynumabind._record).
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 __all__ = [
     "CpuUndo",
@@ -140,7 +144,7 @@ _CHURN_FIX = (
 # ------------------------------------------------------------------ journal
 
 
-class ThreadMasks(Dict[int, "frozenset[int]"]):
+class ThreadMasks(dict[int, frozenset[int]]):
     """tid -> mask before the bind, and each thread's start time.
 
     :func:`~pynumabind._os.threads.bind_threads` sets an entry just before it
@@ -247,7 +251,8 @@ class PolicyUndo:
         return []
 
 
-UndoRecord = Union[CpuUndo, PolicyUndo]
+if TYPE_CHECKING:  # pragma: no cover
+    UndoRecord = Union[CpuUndo, PolicyUndo]
 
 
 class Journal:

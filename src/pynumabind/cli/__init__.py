@@ -36,19 +36,6 @@ import logging
 import math
 import os
 import sys
-from typing import (
-    TYPE_CHECKING,
-    Any,
-    Dict,
-    Iterator,
-    List,
-    Mapping,
-    NoReturn,
-    Optional,
-    Sequence,
-    Tuple,
-    Union,
-)
 
 from .. import discovery
 from .._os import SYSFS_ROOT
@@ -59,6 +46,22 @@ from ..errors import ConfigError, ListParseError, PynumabindError, TopologyError
 from ..model import SCHEMA_VERSION, CpuMode, Gpu, MemoryPolicy, Plan, Topology
 from ..options import Options
 from ._tables import by_rank
+
+# typing is for type checkers only: a bind loads none of it (see pynumabind._record).
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import (
+        Any,
+        Dict,
+        Iterator,
+        List,
+        Mapping,
+        NoReturn,
+        Optional,
+        Sequence,
+        Tuple,
+        Union,
+    )
 
 if TYPE_CHECKING:
     from ._report import Layout

@@ -7,7 +7,10 @@ The package's shared text helpers (the table format, sizes, counts) are
 
 from __future__ import annotations
 
-from typing import List, Sequence, Tuple
+# typing is for type checkers only: a bind loads none of it (see pynumabind._record).
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import List, Sequence, Tuple
 
 __all__ = ["by_rank"]
 

@@ -98,7 +98,6 @@ from __future__ import annotations
 import logging
 import os
 import stat
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from .._os import SYSFS_ROOT
 from .._os import forksafe as _forksafe
@@ -106,6 +105,11 @@ from .._record import replace as _replace
 from .._text import format_ids
 from ..errors import SnapshotFileError, TopologyError
 from ..model import CpuMode, Detail, Gpu, Topology
+
+# typing is for type checkers only: a bind loads none of it (see pynumabind._record).
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 if TYPE_CHECKING:  # pragma: no cover
     from .._os.nvml import NvmlDevice, NvmlReport

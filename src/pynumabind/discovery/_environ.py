@@ -71,7 +71,6 @@ Rules
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, Mapping, Optional, Tuple
 
 from .._record import replace
 from .._text import Pattern, shown
@@ -86,6 +85,11 @@ from ..options import (
     parse_fallback,
     parse_tiers,
 )
+
+# typing is for type checkers only: a bind loads none of it (see pynumabind._record).
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any, Dict, Mapping, Optional, Tuple
 
 __all__ = [
     "CPUS_VARIABLE",

@@ -131,24 +131,14 @@ plans in about half a second (``python -m benchmarks.bench_planner``).
 
 from __future__ import annotations
 
-from typing import (
-    TYPE_CHECKING,
-    AbstractSet,
-    Dict,
-    List,
-    Mapping,
-    Optional,
-    Sequence,
-    Tuple,
-    Union,
-)
+import collections.abc as _abc
 
 from .._mempolicy import POLICIES
 from .._record import replace
 from .._text import counted, format_ids
 from ..errors import ConfigError, PlanError, PynumabindError, UnknownIdError
 from ..model import CpuMode, Gpu, MemoryPolicy, Plan, Topology
-from ..options import MAX_NPROCS, NOT_GPU_LISTS, OptionKeywords, Options, check_int, union_front
+from ..options import MAX_NPROCS, NOT_GPU_LISTS, Options, check_int, union_front
 from ._cpus import choose_cpus
 from ._memory import choose_mems
 from ._place import (
@@ -167,8 +157,15 @@ from ._request import (
     gpu_index,
 )
 
+# typing is for type checkers only: a bind loads none of it (see pynumabind._record).
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import AbstractSet, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
 if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Unpack
+
+    from ..options import OptionKeywords
 
 __all__ = [
     "OptionKeywords",
@@ -178,6 +175,15 @@ __all__ = [
     "plan_each",
     "plan_gpus_for",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``OptionKeywords``, from :mod:`pynumabind.options`, which makes it on first use."""
+    if name == "OptionKeywords":
+        from .. import options
+
+        return options.OptionKeywords
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _finish(topology: Topology, request: Request, state: RankState) -> Union[Plan, PynumabindError]:
@@ -463,7 +469,7 @@ def _union_member(
 
 def _union_indices(topology: Topology, gpus: Sequence[int]) -> List[int]:
     """``gpus`` checked and sorted, once each."""
-    if isinstance(gpus, NOT_GPU_LISTS) or not isinstance(gpus, Sequence) or not gpus:
+    if isinstance(gpus, NOT_GPU_LISTS) or not isinstance(gpus, _abc.Sequence) or not gpus:
         raise ConfigError(f"gpus must be a non-empty sequence of GPU indices, not {gpus!r}")
     return sorted({gpu_index(topology, check_int(d, "GPU index")) for d in gpus})
 

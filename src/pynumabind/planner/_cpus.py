@@ -34,12 +34,16 @@ Plans never leave the allowed CPUs; an empty intersection is a
 from __future__ import annotations
 
 import functools
-from typing import AbstractSet, Dict, List, Mapping, Optional, Tuple
 
 from .._text import counted, format_ids, named
 from ..errors import ConfigError, PlanError
 from ..model import CpuMode, Topology
 from ._place import RankState, node_cpus, nodes_of, primary_node, rank_ids
+
+# typing is for type checkers only: a bind loads none of it (see pynumabind._record).
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import AbstractSet, Dict, List, Mapping, Optional, Tuple
 
 __all__ = ["choose_cpus"]
 

@@ -16,13 +16,16 @@ takes weights, and how a reason names it, is its row in the policy table
 
 from __future__ import annotations
 
-from typing import List, Mapping, Optional, Tuple
-
 from .._mempolicy import POLICIES, PolicyRow
 from .._text import format_ids, named
 from ..errors import PlanError
 from ..model import MemoryPolicy, Topology
 from ._place import RankState, nodes_of
+
+# typing is for type checkers only: a bind loads none of it (see pynumabind._record).
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import List, Mapping, Optional, Tuple
 
 __all__ = ["choose_mems", "own_memory_nodes"]
 

@@ -24,11 +24,14 @@ only that one).
 
 from __future__ import annotations
 
-from typing import AbstractSet, Dict, Iterable, List, Mapping, Optional, Tuple
-
 from .._text import counted, format_ids
 from ..errors import PlanError, PynumabindError
 from ..model import Gpu, Topology
+
+# typing is for type checkers only: a bind loads none of it (see pynumabind._record).
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import AbstractSet, Dict, Iterable, List, Mapping, Optional, Tuple
 
 __all__ = [
     "RankState",

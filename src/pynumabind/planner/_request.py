@@ -27,8 +27,6 @@ visible GPU, else one per NUMA node with allowed CPUs.
 
 from __future__ import annotations
 
-from typing import Callable, Dict, Mapping, Optional, Tuple, Union
-
 from .._mempolicy import POLICIES
 from .._record import field, record
 from .._text import counted, format_ids, shown
@@ -45,6 +43,11 @@ from ..options import (
     check_nprocs,
 )
 from ._place import cpu_bearing_nodes
+
+# typing is for type checkers only: a bind loads none of it (see pynumabind._record).
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Callable, Dict, Mapping, Optional, Tuple, Union
 
 __all__ = [
     "CHOSEN_BY_CHECK",

@@ -27,9 +27,12 @@ with a handful of ints.
 
 from __future__ import annotations
 
-from typing import AbstractSet, Callable, Dict, Iterable, List, Optional, Tuple
-
 from .._text import counted, format_ids
+
+# typing is for type checkers only: a bind loads none of it (see pynumabind._record).
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import AbstractSet, Callable, Dict, Iterable, List, Optional, Tuple
 
 __all__ = [
     "balanced",
@@ -45,9 +48,9 @@ __all__ = [
     "union",
 ]
 
-PerfOf = Callable[[int], Optional[int]]  # a CPU's highest performance, None when unknown
-
-Slices = Tuple[List[frozenset[int]], List[str], bool]  # per-rank CPUs, notes, shared cores
+if TYPE_CHECKING:  # pragma: no cover
+    PerfOf = Callable[[int], Optional[int]]  # a CPU's highest performance, None when unknown
+    Slices = Tuple[List[frozenset[int]], List[str], bool]  # per-rank CPUs, notes, shared cores
 
 
 def union(sets: Iterable[AbstractSet[int]]) -> frozenset[int]:

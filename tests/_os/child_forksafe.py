@@ -155,21 +155,43 @@ class _PauseLogging:
             time.sleep(0.3)
 
 
-def fork_waiting_for_the_first_lock() -> str:
+#: What :func:`_bind_then_warn` says (on stderr, by logging's last-resort handler).
+WARNED = "pynumabind: a bind's warning"
+
+
+def _bind_then_warn() -> Any:
+    """A bind, then a warning through the bind path's own logger, as a bind that warns says it.
+
+    ``logging`` is not loaded yet: the warning imports it, holding the fork
+    lock (:class:`pynumabind._os.forksafe.Logger`), the one import of
+    ``logging`` the fork handlers expect to meet under the lock.
+    """
     import pynumabind
+    from pynumabind._os import forksafe
+
+    binding = pynumabind.bind_current_process(0, nprocs=1, environ={})
+    forksafe.Logger("pynumabind.binding").warning("pynumabind: %s", "a bind's warning")
+    return binding
+
+
+def _bind() -> Any:
+    import pynumabind
+
+    return pynumabind.bind_current_process(0, nprocs=1, environ={})
+
+
+def fork_waiting_for_the_first_lock() -> str:
+    """Fork while a bind's warning imports logging under the lock (held there for 0.3 s)."""
+    import pynumabind  # noqa: F401 - the package first, as a worker has it
 
     assert "logging" not in sys.modules, "logging was loaded before the race"
     parent = os.getpid()
     paused = threading.Event()
     sys.meta_path.insert(0, _PauseLogging(parent, paused))
-
-    def bind() -> Any:
-        return pynumabind.bind_current_process(0, nprocs=1, environ={})
-
-    thread = threading.Thread(target=bind)
+    thread = threading.Thread(target=_bind_then_warn)
     thread.start()
     paused.wait()
-    pid = fork_a_binding_child(bind)
+    pid = fork_a_binding_child(_bind)
     thread.join()
     import logging
 
@@ -178,10 +200,10 @@ def fork_waiting_for_the_first_lock() -> str:
 
 
 def fork_once_logging_registered_its_handlers() -> Dict[str, Any]:
-    """Fork while the first lock() is importing logging, after logging's module
+    """Fork while a bind's warning imports logging under the lock, after logging's module
     registered its fork handlers: logging's *before* handler is in this fork's
     list and runs first, and the import still has to take logging's lock."""
-    import pynumabind
+    import pynumabind  # noqa: F401 - the package first, as a worker has it
 
     assert "logging" not in sys.modules, "logging was loaded before the race"
     parent = os.getpid()
@@ -196,15 +218,11 @@ def fork_once_logging_registered_its_handlers() -> Dict[str, Any]:
             time.sleep(0.3)  # the main thread's fork begins meanwhile
 
     os.register_at_fork = register  # type: ignore[assignment]
-
-    def bind() -> Any:
-        return pynumabind.bind_current_process(0, nprocs=1, environ={})
-
-    thread = threading.Thread(target=bind)
+    thread = threading.Thread(target=_bind_then_warn)
     thread.start()
     registered.wait()
     before = time.monotonic()
-    pid = fork_a_binding_child(bind)
+    pid = fork_a_binding_child(_bind)
     waited = time.monotonic() - before
     os.register_at_fork = real  # type: ignore[assignment]
     thread.join()

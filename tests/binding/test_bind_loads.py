@@ -58,10 +58,14 @@ PACKAGE_NOT_NEEDED = (
 
 #: Standard-library modules a bind has no use for: JSON (snapshots, records),
 #: the dataclass machinery and what it pulls in, command lines and processes,
-#: and ``typing`` (the annotations are for type checkers: every module of the
-#: bind path imports it under ``TYPE_CHECKING`` only).
+#: ``typing`` (the annotations are for type checkers: every module of the
+#: bind path imports it under ``TYPE_CHECKING`` only) and ``logging`` with
+#: ``traceback`` (a bind that says nothing imports neither: see
+#: :class:`pynumabind._os.forksafe.Logger`).
 STDLIB_NOT_NEEDED = (
     "typing",
+    "logging",
+    "traceback",
     "json",
     "dataclasses",
     "inspect",

@@ -21,25 +21,31 @@ The rules:
   fork handler could arrange that), the fork goes ahead after it, as it
   would have without pynumabind.  The handler logs nothing: logging's own
   locks are taken around the fork.
-* The handler that waits is registered after ``logging`` is imported, so
-  it runs before logging's (before-fork handlers run in reverse order of
-  registration): a bind that logs while the fork waits must not find
-  logging's lock taken by the forking thread.  So that ``import
-  pynumabind`` need not load ``logging`` (it would add to the bare
-  import's cost), that registration happens on the first :func:`lock` call, holding
-  the lock while it imports ``logging``.  A second handler, registered at
-  import, covers the time before: it waits for the same lock, so a fork
-  never copies a half-done first registration, and once the first handler
-  holds the lock it takes it again at once (the lock is reentrant).  Each
-  handler counts what it took and the parent releases exactly that.
+* ``import pynumabind``, and a bind that has nothing to say, load no
+  ``logging`` (it and what it loads are several milliseconds of a bare
+  interpreter's first bind): the bind path logs through :class:`Logger`,
+  which drops a DEBUG or INFO record while nothing has loaded ``logging``
+  (nothing can have configured it then) and imports ``logging``, holding the
+  lock, to say a warning.
+* The one *before* handler is registered at import, so it runs *after*
+  logging's whenever logging was loaded later (before-fork handlers run in
+  reverse order of registration): the forking thread may already hold
+  logging's lock when it comes to wait.  The thread holding this lock may
+  need logging's to go on (logging's own import takes it, and so does a
+  bind that logs), so the handler lets logging's lock go while it waits and
+  takes it back before the fork goes on.  Without that, a fork that began
+  while a warning was importing logging under the lock (after logging had
+  registered its handlers) waited out :data:`FORK_WAIT`, and the child then
+  hung on the half-done import.  The handler counts what it took and the
+  parent releases exactly that.
 * A module imported while a fork waits must not register fork handlers of
   its own: the fork took its list of *before* handlers when it began, and
   the *after* ones when the child exists, so a pair registered in between
   runs only its *after* half -- ``logging``'s releases a lock it never took
   and prints ``RuntimeError: cannot release un-acquired lock`` in the
   parent.  ``logging``, the one module imported under the lock
-  that registers such a pair, gets its *before* half run here: when
-  :func:`lock` imported ``logging`` while this fork waited (``logging``
+  that registers such a pair, gets its *before* half run here: when a
+  warning imported ``logging`` while this fork waited (``logging``
   was not loaded when this module was, is loaded now, and the forking
   thread does not hold its lock), the waiting handler takes logging's lock
   for it, which logging's own *after* handlers then release.  Nothing else
@@ -50,15 +56,6 @@ The rules:
   A framework's own modules (vLLM, SGLang, torch) are never imported under
   the lock: they may register such handlers, and making their imports
   fork-safe is theirs.
-* The handler registered at import runs *after* logging's whenever logging
-  was loaded later, so the forking thread already holds logging's lock when
-  it comes to wait for this one.  The thread holding this lock may need
-  logging's to go on (logging's own import takes it, and so does a bind that
-  logs), so that handler lets logging's lock go while it waits and takes it
-  back before the fork goes on.  Without that, a fork that began while a
-  first :func:`lock` was importing logging (after logging had registered its
-  handlers) waited out :data:`FORK_WAIT`, and the child then hung on the
-  half-done import.
 * **Every public entry point that imports or loads holds the lock** for
   its whole call (:func:`guarded`, or a ``with lock():``): the lazy exports,
   ``bind_current_process``, ``apply_plan``, ``Binding.verify`` and
@@ -86,28 +83,26 @@ from _thread import _local
 # loads this module and must not load typing (several milliseconds).
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
+    import logging
     import threading
     from typing import Any, Callable, Optional, Tuple, TypeVar
 
     F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["FORK_WAIT", "guarded", "lock"]
+__all__ = ["FORK_WAIT", "Logger", "guarded", "lock"]
 
 #: Longest a fork waits for a bind or import in another thread, in seconds.
 FORK_WAIT = 10.0
 
 _lock = _RLock()
 _held = _local()  # per forking thread: how many times its before-fork handlers took it
-_registered = False  # the logging-ordered handler (see the module docstring)
 #: Whether ``logging`` was loaded after this module, so that its fork
-#: handlers run before the one registered below (see :func:`_before_fork_first`).
+#: handlers run before the one registered below (see :func:`_before_fork`).
 _LOGGING_AFTER_US = "logging" not in sys.modules
 
 
 def lock() -> threading.RLock:
     """The lock every lazy import and every bind holds (see the module docstring)."""
-    if not _registered:
-        _register()
     return _lock
 
 
@@ -125,16 +120,58 @@ def guarded(func: F) -> F:
     return call  # type: ignore[return-value]
 
 
-def _register() -> None:
-    """Import logging, then register the handler that runs before logging's: once."""
-    global _registered  # noqa: PLW0603 - set once, here
-    with _lock:  # a fork now waits (the import-time handler) until this is done
-        if _registered:
-            return
-        import logging  # noqa: F401 - before the handler is registered; see the docstring
+#: ``logging.WARNING``, without logging.
+_WARNING = 30
 
-        os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent)
-        _registered = True
+
+class Logger:
+    """A logger of the bind path that imports ``logging`` only when it must say something.
+
+    ``logging`` and what it loads (``traceback``, ``string``, ``re`` and more)
+    are several milliseconds of a bare interpreter's first bind.  While
+    nothing has imported ``logging``, nothing can have configured it: no
+    handler, the root logger at WARNING, so a DEBUG or INFO record would be
+    dropped, and this logger drops it without the import.  A WARNING or
+    above is said as ``logging`` says it (its last-resort handler, on
+    stderr), so ``logging`` is imported for it -- under :func:`lock`, the one
+    import of ``logging`` the fork handlers here expect to meet.  Once
+    ``logging`` is loaded, by anyone, every call goes to
+    ``logging.getLogger(name)``, the caller's file and line in the record.
+    """
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def _logger(self, level: int) -> Optional[logging.Logger]:
+        if "logging" not in sys.modules:
+            if level < _WARNING:
+                return None
+            with lock():
+                import logging
+        else:
+            import logging  # loaded: a dictionary lookup (or a wait for an import under way)
+        return logging.getLogger(self.name)
+
+    def isEnabledFor(self, level: int) -> bool:
+        logger = self._logger(level)
+        return logger is not None and logger.isEnabledFor(level)
+
+    def _say(self, level: int, message: str, args: Tuple[Any, ...]) -> None:
+        logger = self._logger(level)
+        if logger is not None and logger.isEnabledFor(level):
+            # the caller's frame: past this method and the public one below
+            logger.log(level, message, *args, stacklevel=3)
+
+    def debug(self, message: str, *args: Any) -> None:
+        self._say(10, message, args)
+
+    def info(self, message: str, *args: Any) -> None:
+        self._say(20, message, args)
+
+    def warning(self, message: str, *args: Any) -> None:
+        self._say(_WARNING, message, args)
 
 
 def _take(timeout: float) -> bool:
@@ -146,14 +183,10 @@ def _take(timeout: float) -> bool:
 
 
 def _before_fork() -> None:
-    _take(FORK_WAIT)
-
-
-def _before_fork_first() -> None:
-    """The handler registered at import: it runs after logging's (when logging came later)."""
+    """The before-fork handler: take the lock, holding no lock of logging's while it waits."""
     if not _take(0):
         _wait_without_logging_lock()
-    if _registered and _LOGGING_AFTER_US:
+    if _LOGGING_AFTER_US:
         _take_logging_lock()
 
 
@@ -171,7 +204,7 @@ def _logging_lock() -> Tuple[Any, Optional[bool]]:
 
 
 def _wait_without_logging_lock() -> None:
-    """:func:`_before_fork`, holding no lock of logging's while it waits.
+    """Take the lock for this fork (:data:`FORK_WAIT` at most), holding no lock of logging's.
 
     When logging's fork handlers were registered after this module's (its
     import finished, or got that far, after ``import pynumabind``), its
@@ -191,7 +224,7 @@ def _wait_without_logging_lock() -> None:
         except Exception:  # an at-fork handler must not raise: wait holding it
             held = False
     try:
-        _before_fork()
+        _take(FORK_WAIT)
     finally:
         if held:
             lock._acquire_restore(saved)
@@ -229,7 +262,7 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(
-    before=_before_fork_first,
+    before=_before_fork,
     after_in_parent=_after_fork_in_parent,
     after_in_child=_after_fork_in_child,
 )

@@ -25,7 +25,6 @@ memory nodes from ``get_mempolicy(MPOL_F_MEMS_ALLOWED)``, read fresh.
 from __future__ import annotations
 
 import errno
-import logging
 import os
 import threading
 
@@ -44,6 +43,7 @@ from .._mempolicy import (
 )
 from .._record import record
 from ..errors import LibnumaUnavailableError, NumaSyscallError
+from . import forksafe as _forksafe
 
 # typing is for type checkers only: a bind loads none of it (see pynumabind._record).
 TYPE_CHECKING = False
@@ -100,7 +100,7 @@ __all__ = [
     "words_to_set",
 ]
 
-log = logging.getLogger(__name__)
+log = _forksafe.Logger(__name__)  # logging only when needed
 
 #: What a call into libnuma raises: catch these, never a bare ``OSError``.
 ERRORS = (NumaSyscallError, LibnumaUnavailableError)

@@ -45,7 +45,6 @@ This module is the public home of the types a :class:`Binding` holds:
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 
@@ -88,7 +87,7 @@ __all__ = [
     "bind_current_process",
 ]
 
-log = logging.getLogger(__name__)
+log = _forksafe.Logger(__name__)  # logging only when needed
 
 ON_ERROR_CHOICES: Tuple[str, ...] = ("warn", "raise")
 
@@ -680,7 +679,7 @@ def _log_outcome(binding: Binding) -> None:
             plan.gpu_info.index,
             plan.gpu_info.pci_bus_id,
         )
-    if log.isEnabledFor(logging.INFO):
+    if log.isEnabledFor(20):  # logging.INFO
         log.info("%s", binding.summary())
 
 

@@ -95,7 +95,6 @@ actor sees every GPU under Ray 2.60, and binding it to all of them would be wron
 
 from __future__ import annotations
 
-import logging
 import os
 import stat
 
@@ -116,7 +115,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from . import _trace
     from ._visible import apply_visibility
 
-log = logging.getLogger("pynumabind.discovery")
+log = _forksafe.Logger("pynumabind.discovery")  # logging only when needed
 
 __all__ = [
     "EXAMPLE_PREFIX",
@@ -163,7 +162,7 @@ class _LazyTrace:
     def __getattr__(self, name: str) -> Any:
         if name not in _LazyTrace.NAMES:
             raise AttributeError(f"pynumabind.discovery._trace has no attribute {name!r}")
-        if not log.isEnabledFor(logging.INFO):
+        if not log.isEnabledFor(20):  # logging.INFO
             return _no_trace
         with _forksafe.lock():  # not "from . import _trace": that finds this object
             from ._trace import machine, nvml, pci, visibility

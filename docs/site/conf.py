@@ -231,8 +231,9 @@ def _type_checking_names(module: Any) -> None:
     namespace: without these names it would print the annotation's text
     (``Optional[Plan]``) instead of what it means (``Plan | None``), as it
     does for a module that imports them.  Only names from
-    :data:`_TYPING_MODULES`, only where the module lacks them, and only in the
-    build's own process.
+    :data:`_TYPING_MODULES` that are installed (``typing_extensions`` may not
+    be: its names then stay unresolved, as before), only where the module
+    lacks them, and only in the build's own process.
     """
     import ast
 
@@ -249,7 +250,10 @@ def _type_checking_names(module: Any) -> None:
             continue
         for statement in node.body:
             if isinstance(statement, ast.ImportFrom) and statement.module in _TYPING_MODULES:
-                source = importlib.import_module(statement.module)
+                try:
+                    source = importlib.import_module(statement.module)
+                except ImportError:  # typing_extensions, where it is not installed
+                    continue
                 for alias in statement.names:
                     if hasattr(source, alias.name):
                         value = getattr(source, alias.name)

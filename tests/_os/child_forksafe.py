@@ -368,3 +368,50 @@ def fork_handlers_registered(snapshot: str) -> List[Any]:
     integrations.bind_visible_gpus(environ=gpus).restore()
     pynumabind.bind_current_process(0, nprocs=1, environ={}).restore()
     return made
+
+
+def logger_without_logging() -> Dict[str, Any]:
+    """What :class:`pynumabind._os.forksafe.Logger` loads: nothing below WARNING, logging for one.
+
+    Run with ``logging`` not loaded (a fresh ``-S`` interpreter has none).
+    """
+    from pynumabind._os import forksafe
+
+    assert "logging" not in sys.modules, "logging was loaded before the check"
+    log = forksafe.Logger("pynumabind.check")
+    log.debug("debug %s", "dropped")
+    log.info("info %s", "dropped")
+    quiet = {"enabled": log.isEnabledFor(20), "loaded": "logging" in sys.modules}
+    log.warning("pynumabind: said %s", "once")
+    return {"quiet": quiet, "loaded_after_warning": "logging" in sys.modules}
+
+
+def _a_caller(log: Any) -> None:
+    log.warning("from %s", "a caller")
+
+
+def logger_with_logging() -> Dict[str, Any]:
+    """With logging loaded and configured, each record is logging's, with the caller's place."""
+    import logging
+
+    from pynumabind._os import forksafe
+
+    records: List[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    logging.getLogger("pynumabind").addHandler(Keep())
+    logging.getLogger("pynumabind").setLevel(logging.DEBUG)
+    log = forksafe.Logger("pynumabind.check")
+    log.debug("d %d", 1)
+    log.info("i %d", 2)
+    _a_caller(log)
+    return {
+        "enabled": log.isEnabledFor(logging.DEBUG),
+        "records": [
+            [r.name, r.levelname, r.getMessage(), r.funcName, os.path.basename(r.pathname)]
+            for r in records
+        ],
+    }

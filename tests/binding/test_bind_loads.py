@@ -10,17 +10,12 @@ it takes: the time is the benchmarks' business (``python -m benchmarks``).
 
 from __future__ import annotations
 
-import os
-import site
-from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
 
-import pynumabind
-
 from ..support import child_cold
-from ..support.childproc import run_in_child
+from ..support.childproc import bare_env, run_in_child
 
 #: Modules of the package a bind in a plain mode never runs: other commands
 #: (the CLI, advise, report, the integrations), the advice record (mode
@@ -84,17 +79,8 @@ STDLIB_NOT_NEEDED = (
 IMPORT_LOADS = {"pynumabind", "pynumabind._os", "pynumabind._os.forksafe", "pynumabind._version"}
 
 
-def _bare_env() -> Dict[str, str]:
-    """``python -S`` with the package's source and the site directories on the path."""
-    source = str(Path(pynumabind.__file__).resolve().parents[1])
-    paths = [source, *site.getsitepackages(), site.getusersitepackages()]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if os.path.isdir(p))}
-
-
 def _loaded(mode: str) -> Dict[str, Any]:
-    found, _ = run_in_child(
-        child_cold.modules_loaded_by_a_bind, mode, flags=["-S"], env=_bare_env()
-    )
+    found, _ = run_in_child(child_cold.modules_loaded_by_a_bind, mode, flags=["-S"], env=bare_env())
     return found  # type: ignore[no-any-return]
 
 
@@ -134,7 +120,7 @@ def test_other_plain_modes_load_none_of_them_either(mode: str) -> None:
 
 
 def test_verify_loads_its_rules_on_first_use() -> None:
-    found, _ = run_in_child(child_cold.modules_loaded_by_verify, env=_bare_env(), flags=["-S"])
+    found, _ = run_in_child(child_cold.modules_loaded_by_verify, env=bare_env(), flags=["-S"])
     assert found["before"] is False
     assert found["after"] is True
     assert found["ok"] is True

@@ -104,3 +104,16 @@ def run_in_child(
             f"child failed (rc {proc.returncode})\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
         )
     return json.loads(lines[-1]), proc.stderr
+
+
+def bare_env() -> Dict[str, str]:
+    """The environment for a child run with ``-S`` (no site: no ``.pth`` file preloads
+    anything): this process's, with the package's source and the site directories
+    (for cffi) on ``PYTHONPATH`` instead."""
+    import site
+
+    import pynumabind
+
+    source = str(os.path.dirname(os.path.dirname(os.path.abspath(pynumabind.__file__))))
+    paths = [source, *site.getsitepackages(), site.getusersitepackages()]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if os.path.isdir(p))}

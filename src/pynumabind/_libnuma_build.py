@@ -30,7 +30,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
     from typing import FrozenSet, Tuple
 
-if TYPE_CHECKING:  # pragma: no cover
     from cffi import FFI
 
 #: (symbol, C declaration) for each libnuma symbol pynumabind uses.

@@ -101,7 +101,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Type, TypeVar, Union
 
-if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Unpack
 
     from ._keywords import ArgumentKeywords, OptionKeywords

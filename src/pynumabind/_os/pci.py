@@ -31,7 +31,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
-if TYPE_CHECKING:  # pragma: no cover
     from .textfile import SysfsReader
 
 __all__ = [

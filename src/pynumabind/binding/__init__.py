@@ -69,7 +69,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
-if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Unpack
 
     from ..model import Topology

@@ -63,7 +63,6 @@ if TYPE_CHECKING:  # pragma: no cover
         Union,
     )
 
-if TYPE_CHECKING:
     from ._report import Layout
 
 log = logging.getLogger("pynumabind.cli")

@@ -110,7 +110,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
-if TYPE_CHECKING:  # pragma: no cover
     from .._os.nvml import NvmlDevice, NvmlReport
     from . import _trace
     from ._visible import apply_visibility

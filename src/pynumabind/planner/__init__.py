@@ -162,7 +162,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
     from typing import AbstractSet, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Unpack
 
     from ..options import OptionKeywords

@@ -30,3 +30,15 @@ def test_with_logging_loaded_each_record_is_loggings_at_the_callers_place() -> N
         ["pynumabind.check", "INFO", "i 2", "logger_with_logging", "child_forksafe.py"],
         ["pynumabind.check", "WARNING", "from a caller", "_a_caller", "child_forksafe.py"],
     ]
+
+
+def test_the_levels_are_loggings() -> None:
+    import logging
+
+    from pynumabind._os import forksafe
+
+    assert (forksafe.DEBUG, forksafe.INFO, forksafe.WARNING) == (
+        logging.DEBUG,
+        logging.INFO,
+        logging.WARNING,
+    )

@@ -89,7 +89,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["FORK_WAIT", "Logger", "guarded", "lock"]
+__all__ = ["DEBUG", "FORK_WAIT", "INFO", "WARNING", "Logger", "guarded", "lock"]
 
 #: Longest a fork waits for a bind or import in another thread, in seconds.
 FORK_WAIT = 10.0
@@ -120,8 +120,8 @@ def guarded(func: F) -> F:
     return call  # type: ignore[return-value]
 
 
-#: ``logging.WARNING``, without logging.
-_WARNING = 30
+#: logging's levels (``logging.DEBUG``...), for :class:`Logger`'s callers, without logging.
+DEBUG, INFO, WARNING = 10, 20, 30
 
 
 class Logger:
@@ -146,7 +146,7 @@ class Logger:
 
     def _logger(self, level: int) -> Optional[logging.Logger]:
         if "logging" not in sys.modules:
-            if level < _WARNING:
+            if level < WARNING:
                 return None
             with lock():
                 import logging
@@ -165,13 +165,13 @@ class Logger:
             logger.log(level, message, *args, stacklevel=3)
 
     def debug(self, message: str, *args: Any) -> None:
-        self._say(10, message, args)
+        self._say(DEBUG, message, args)
 
     def info(self, message: str, *args: Any) -> None:
-        self._say(20, message, args)
+        self._say(INFO, message, args)
 
     def warning(self, message: str, *args: Any) -> None:
-        self._say(_WARNING, message, args)
+        self._say(WARNING, message, args)
 
 
 def _take(timeout: float) -> bool:

@@ -678,7 +678,7 @@ def _log_outcome(binding: Binding) -> None:
             plan.gpu_info.index,
             plan.gpu_info.pci_bus_id,
         )
-    if log.isEnabledFor(20):  # logging.INFO
+    if log.isEnabledFor(_forksafe.INFO):
         log.info("%s", binding.summary())
 
 

@@ -161,7 +161,7 @@ class _LazyTrace:
     def __getattr__(self, name: str) -> Any:
         if name not in _LazyTrace.NAMES:
             raise AttributeError(f"pynumabind.discovery._trace has no attribute {name!r}")
-        if not log.isEnabledFor(20):  # logging.INFO
+        if not log.isEnabledFor(_forksafe.INFO):
             return _no_trace
         with _forksafe.lock():  # not "from . import _trace": that finds this object
             from ._trace import machine, nvml, pci, visibility

@@ -427,6 +427,32 @@ def _result(proc: subprocess.Popen[str]) -> object:
     return json.loads(out.strip().splitlines()[-1])
 
 
+def test_a_directory_a_racing_writer_makes_between_two_looks_is_taken_as_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race the test below once lost, made certain: between the save's ``isdir`` (no
+    directory yet) and its ``lexists`` (something there), another writer made the directory.
+
+    That writer's directory is used, not refused as "not a directory".
+    """
+    place = tmp_path / "shared" / "records"
+    real_isdir = os.path.isdir
+    looks: List[str] = []
+
+    def isdir_before_the_racer(path: str) -> bool:
+        if path == str(place) and not looks:
+            looks.append(path)
+            assert not real_isdir(path)
+            os.makedirs(path)  # the racing writer, right after this look
+            return False
+        return real_isdir(path)
+
+    monkeypatch.setattr(os.path, "isdir", isdir_before_the_racer)
+    target = store.prepare_save(f"{place}/")
+    assert looks == [str(place)]
+    assert target.directory == str(place) and target.created == ()
+
+
 def test_racing_writers_of_two_types_leave_two_whole_records_and_no_temporary_file(
     tmp_path: Path,
 ) -> None:

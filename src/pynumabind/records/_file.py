@@ -220,6 +220,8 @@ def _make_directories(directory: str, target: str) -> Tuple[str, ...]:
     here = directory
     while not os.path.isdir(here):
         if os.path.lexists(here):
+            if os.path.isdir(here):  # a racing writer made it since the test above
+                break
             raise _cannot(target, f"{here} is not a directory")
         missing.append(here)
         parent = os.path.dirname(here)

@@ -415,3 +415,37 @@ def logger_with_logging() -> Dict[str, Any]:
             for r in records
         ],
     }
+
+
+def logger_when_logging_loads() -> Dict[str, Any]:
+    """:func:`pynumabind._os.forksafe.when_logging_loads`: run once, before the first record.
+
+    Run with ``logging`` not loaded.  The set-up given adds a handler that
+    keeps the records: a warning it keeps was handed to logging after it ran.
+    """
+    from pynumabind._os import forksafe
+
+    assert "logging" not in sys.modules, "logging was loaded before the check"
+    runs: List[bool] = []
+    kept: List[str] = []
+
+    def configure() -> None:
+        import logging
+
+        class Keep(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                kept.append(record.getMessage())
+
+        runs.append("logging" in sys.modules)
+        logging.getLogger("pynumabind").addHandler(Keep())
+
+    forksafe.when_logging_loads(configure)
+    log = forksafe.Logger("pynumabind.check")
+    log.info("dropped, nothing loaded")
+    before = {"runs": len(runs), "loaded": "logging" in sys.modules}
+    log.warning("first %s", "warning")
+    log.warning("second %s", "warning")
+    forksafe.when_logging_loads(lambda: runs.append(False))
+    forksafe.when_logging_loads(None)  # forgotten: never runs
+    log.warning("third %s", "warning")
+    return {"before": before, "runs": runs, "kept": kept}

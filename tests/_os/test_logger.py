@@ -42,3 +42,13 @@ def test_the_levels_are_loggings() -> None:
         logging.INFO,
         logging.WARNING,
     )
+
+
+def test_the_set_up_given_runs_once_before_the_first_warning_and_none_forgets_it() -> None:
+    found, stderr = run_in_child(
+        child_forksafe.logger_when_logging_loads, env=bare_env(), flags=["-S"]
+    )
+    assert found["before"] == {"runs": 0, "loaded": False}  # an INFO loads and runs nothing
+    assert found["runs"] == [True]  # once, with logging loaded
+    assert found["kept"] == ["first warning", "second warning", "third warning"]
+    assert stderr.strip() == ""  # every warning went to the handler it set up

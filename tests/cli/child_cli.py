@@ -93,3 +93,35 @@ def modules_exec_loads(*watched: str) -> List[str]:
     except SystemExit:
         pass
     return loaded
+
+
+def quiet_exec_that_warns() -> Dict[str, Any]:
+    """A quiet ``exec`` whose bind path logs a warning, then cannot run its command.
+
+    ``logging`` is dropped from ``sys.modules`` first where a site hook loaded
+    it: a quiet ``exec`` sets up the CLI's handler only when a warning comes
+    (``pynumabind.cli._configure_logging``), and that is what is checked.
+    ``os.execvp`` logs the warning through the bind path's logger, then fails
+    as for a missing program.  Returns the exit status and the ``pynumabind``
+    logger as ``main`` left it.
+    """
+    sys.modules.pop("logging", None)
+    from pynumabind._os import forksafe
+
+    def execvp(file: str, args: List[str]) -> None:
+        forksafe.Logger("pynumabind.binding").warning("pynumabind: %s", "a late warning")
+        raise FileNotFoundError(2, "No such file or directory", file)
+
+    os.execvp = execvp  # type: ignore[assignment]
+    from pynumabind.cli import main
+
+    status = main(["exec", "--no-nvml", "--rank", "0", "--", "no-such-program"])
+    import logging
+
+    logger = logging.getLogger("pynumabind")
+    return {
+        "status": status,
+        "handlers": len(logger.handlers),
+        "level": logger.level,
+        "propagate": logger.propagate,
+    }

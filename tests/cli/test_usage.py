@@ -159,6 +159,8 @@ EXEC_NEVER_LOADS = (
     "dataclasses",
     "inspect",
     "shutil",
+    "logging",  # a quiet exec sets up the CLI's handler only for a warning (cli._logs)
+    "pynumabind.cli._logs",
     "pynumabind.advisor",
     "pynumabind.records.store",
     "pynumabind.records.report",
@@ -178,6 +180,15 @@ def test_exec_loads_none_of_the_other_commands_machinery() -> None:
     loaded, _ = run_in_child(child_cli.modules_exec_loads, *stdlib, env=clean_env())
     assert "pynumabind.binding" in loaded  # it did bind
     assert not set(loaded) & set(EXEC_NEVER_LOADS), sorted(set(loaded) & set(EXEC_NEVER_LOADS))
+
+
+def test_a_quiet_execs_warning_is_said_as_every_commands_and_main_leaves_logging_unset() -> None:
+    """The CLI's handler, set up by the warning itself (no ``logging`` before it), then undone."""
+    found, stderr = run_in_child(child_cli.quiet_exec_that_warns, env=clean_env())
+    assert found == {"status": 127, "handlers": 0, "level": 0, "propagate": True}
+    lines = stderr.strip().splitlines()
+    assert lines[0] == "pynumabind: WARNING: a late warning"
+    assert "no-such-program" in lines[1] and len(lines) == 2, lines
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -85,7 +85,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
     import logging
     import threading
-    from typing import Any, Callable, Optional, Tuple, TypeVar
+    from typing import Any, Callable, List, Optional, Tuple, TypeVar
 
     F = TypeVar("F", bound=Callable[..., Any])
 
@@ -152,6 +152,8 @@ class Logger:
                 import logging
         else:
             import logging  # loaded: a dictionary lookup (or a wait for an import under way)
+        if _when_loaded:
+            _run_when_loaded()
         return logging.getLogger(self.name)
 
     def isEnabledFor(self, level: int) -> bool:
@@ -172,6 +174,31 @@ class Logger:
 
     def warning(self, message: str, *args: Any) -> None:
         self._say(WARNING, message, args)
+
+
+#: What :func:`when_logging_loads` was given, until a :class:`Logger` runs it.
+_when_loaded: List[Callable[[], None]] = []
+
+
+def when_logging_loads(configure: Optional[Callable[[], None]]) -> None:
+    """Run ``configure`` once, before a :class:`Logger` here first hands a record to ``logging``.
+
+    For the command line, whose quiet ``exec`` sets up its stderr handler
+    only when there is something to say (``pynumabind.cli._configure_logging``).
+    It runs in the thread about to log, once ``logging`` is loaded, holding
+    :func:`lock` where that thread holds it (a warning during a bind), as any
+    logging call there does; ``None`` forgets what was given.  One at a time:
+    a second call replaces the first.
+    """
+    _when_loaded[:] = [] if configure is None else [configure]
+
+
+def _run_when_loaded() -> None:
+    try:
+        configure = _when_loaded.pop()
+    except IndexError:  # another thread ran it
+        return
+    configure()
 
 
 def _take(timeout: float) -> bool:

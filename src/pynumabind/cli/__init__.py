@@ -32,13 +32,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
-import logging
 import math
 import os
 import sys
 
 from .. import discovery
-from .._os import SYSFS_ROOT
+from .._os import SYSFS_ROOT, forksafe
 from .._text import counted, format_ids, human_bytes, table
 from .._version import __version__
 from ..cpulist import format_cpulist, parse_cpulist, parse_nodelist
@@ -64,8 +63,6 @@ if TYPE_CHECKING:  # pragma: no cover
     )
 
     from ._report import Layout
-
-log = logging.getLogger("pynumabind.cli")
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -441,24 +438,27 @@ _SUBPARSERS = {
 # ------------------------------------------------------------------ helpers
 
 
-class _Formatter(logging.Formatter):
-    """``pynumabind: WARNING: ...``, once: library messages may start with the name too."""
+def _configure_logging(verbosity: int, command: str) -> None:
+    """The ``pynumabind`` logger to stderr for the command (:func:`._logs.configure`).
 
-    def format(self, record: logging.LogRecord) -> str:
-        text = super().format(record)
-        prefix = f"pynumabind: {record.levelname}: "
-        doubled = prefix + "pynumabind: "
-        return prefix + text[len(doubled) :] if text.startswith(doubled) else text
+    A quiet ``exec`` (no ``-v``) where nothing has loaded ``logging`` sets it
+    up only when a warning is about to be logged: the bind path logs through
+    :class:`pynumabind._os.forksafe.Logger`, which drops what is below WARNING
+    while ``logging`` is unloaded and loads it for a warning, and then runs
+    this set-up first.  Every other command, and ``exec -v``, sets it up now.
+    """
+    if command == "exec" and verbosity <= 0 and "logging" not in sys.modules:
+        forksafe.when_logging_loads(_quiet_logging)
+        return
+    from . import _logs
+
+    _logs.configure(verbosity)
 
 
-def _configure_logging(verbosity: int) -> None:
-    level = logging.WARNING if verbosity <= 0 else logging.INFO if verbosity == 1 else logging.DEBUG
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_Formatter("pynumabind: %(levelname)s: %(message)s"))
-    root = logging.getLogger("pynumabind")
-    root.handlers[:] = [handler]
-    root.setLevel(level)
-    root.propagate = False
+def _quiet_logging() -> None:
+    from . import _logs
+
+    _logs.configure(0)
 
 
 def _option_list(value: Optional[str], option: str, *, nodes: bool) -> Optional[frozenset[int]]:
@@ -561,74 +561,34 @@ def _machine_given(args: argparse.Namespace) -> bool:
     return any(value is not None for value in given) or args.no_nvml
 
 
-class _Held(logging.Filter):
-    """Warnings held back while a command runs, then printed unless its output said them.
-
-    Each warning once per command: ``plan --mode advised`` without a record
-    logged its ~300-character warning, then printed it under Reasons and
-    under Warnings.  A command whose output lists warnings (show, plan,
-    check) holds the ``pynumabind`` logger's WARNING records on the stderr
-    handler; :meth:`release` prints, after the output, only those the output
-    did not contain (as text, or as a JSON string).
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.records: List[logging.LogRecord] = []
-        self.printed: List[str] = []
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno >= logging.WARNING:
-            self.records.append(record)
-            return False
-        return True
-
-    def said(self, record: logging.LogRecord) -> bool:
-        import json  # not at the top: ``exec`` prints JSON only with --json
-
-        text = record.getMessage()
-        text = text[len("pynumabind: ") :] if text.startswith("pynumabind: ") else text
-        out = "".join(self.printed)
-        return text in out or json.dumps(text)[1:-1] in out
-
-    def release(self, handlers: Sequence[logging.Handler]) -> None:
-        for record in self.records:
-            if not self.said(record):
-                for handler in handlers:
-                    handler.handle(record)
-        self.records.clear()
-
-
-_HELD: List[_Held] = []  # the command's, while it holds warnings (one at a time)
+#: What the command wrote to stdout, while it holds warnings (see :class:`._logs.Held`).
+_PRINTED: List[List[str]] = []
 
 
 @contextlib.contextmanager
 def _warnings_held() -> Iterator[None]:
-    """Hold the command's warnings until its output is written (see :class:`_Held`)."""
-    held = _Held()
-    handlers = list(logging.getLogger("pynumabind").handlers)
-    for handler in handlers:
-        handler.addFilter(held)
-    _HELD.append(held)
+    """Hold the command's warnings until its output is written (see :class:`._logs.Held`)."""
+    from . import _logs
+
+    printed: List[str] = []
+    _PRINTED.append(printed)
     try:
-        yield
+        with _logs.warnings_held(printed):
+            yield
     finally:
-        _HELD.remove(held)
-        for handler in handlers:
-            handler.removeFilter(held)
-        held.release(handlers)
+        _PRINTED.remove(printed)
 
 
 def _write_stdout(text: str) -> None:
     if sys.stdout is None:  # started with fd 1 closed
         raise PynumabindError("standard output is closed")
-    for held in _HELD:
-        held.printed.append(text)
+    for printed in _PRINTED:
+        printed.append(text)
     sys.stdout.write(text)
 
 
 def _emit_json(document: Dict[str, Any]) -> None:
-    import json  # not at the top: see _Held.said
+    import json  # not at the top: ``exec`` prints JSON only with --json
 
     _write_stdout(json.dumps({"schema": JSON_SCHEMA_VERSION, **document}, indent=2) + "\n")
 
@@ -1107,7 +1067,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
     return advise(args)
 
 
-#: The commands whose output lists warnings: they print each once (see :class:`_Held`).
+#: The commands whose output lists warnings: they print each once (see :class:`._logs.Held`).
 #: Not exec (it becomes the command) nor advise (its progress is live).
 _LISTING_WARNINGS = frozenset({"show", "plan", "check"})
 
@@ -1151,12 +1111,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     back as it was when it returns, so calling ``main`` from Python (a test, a
     doctest, a launcher) leaves the caller's logging alone.
     """
-    logger = logging.getLogger("pynumabind")
-    saved = (logger.handlers[:], logger.level, logger.propagate)
+    if "logging" in sys.modules:
+        from . import _logs
+
+        saved = _logs.saved()
+    else:  # nothing configured it: put it back as nothing had (see _configure_logging)
+        saved = None
     try:
         return _main(argv)
     finally:
-        logger.handlers[:], logger.level, logger.propagate = saved[0], saved[1], saved[2]
+        forksafe.when_logging_loads(None)
+        if "logging" in sys.modules:
+            from . import _logs
+
+            _logs.restore(_logs.UNCONFIGURED if saved is None else saved)
 
 
 def _parse(parser: argparse.ArgumentParser, argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -1194,7 +1162,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         return EXIT_USAGE
     try:
         args = _parse(parser, argv)
-        _configure_logging(args.verbose)
+        _configure_logging(args.verbose, args.command)
         if args.command in _LISTING_WARNINGS:
             with _warnings_held():
                 return COMMANDS[args.command](args)

@@ -62,7 +62,7 @@ def terminal_widths() -> List[int]:
     """The CLI's terminal width and shutil's, in this process's environment and terminal."""
     import shutil
 
-    from pynumabind.cli import terminal_columns
+    from pynumabind.cli._parser import terminal_columns
 
     return [terminal_columns(), shutil.get_terminal_size().columns]
 

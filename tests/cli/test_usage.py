@@ -21,7 +21,8 @@ from typing import List, Optional
 
 import pytest
 
-from pynumabind.cli import COMMANDS, EXAMPLES, build_parser
+from pynumabind.cli import COMMANDS, build_parser
+from pynumabind.cli._parser import EXAMPLES
 
 from ..support.childproc import child_command, run_in_child
 from ..support.cli_helpers import assert_one_line_error, clean_env, run
@@ -159,6 +160,10 @@ EXEC_NEVER_LOADS = (
     "dataclasses",
     "inspect",
     "shutil",
+    "argparse",  # exec's usual line is read without it (cli._execline)
+    "gettext",
+    "locale",
+    "pynumabind.cli._parser",
     "logging",  # a quiet exec sets up the CLI's handler only for a warning (cli._logs)
     "pynumabind.cli._logs",
     "pynumabind.advisor",

@@ -499,7 +499,7 @@ def test_the_ast_scan_sees_lazy_and_relative_imports_and_skips_type_only_ones() 
     assert {"_os.libnuma", "binding._apply"} <= _package_imports("binding")
     assert "integrations._common" in _package_imports("integrations.vllm")
     assert "integrations.vllm" in _package_imports("integrations")  # lazy, in vllm_plugin
-    assert "_version" in _package_imports("cli")  # from .._version import __version__
+    assert "_version" in _package_imports("cli._parser")  # from .._version import __version__
     assert "discovery" in _package_imports("cli")  # from .. import discovery
     assert "records._file" in _package_imports("records.advice")  # lazy, in Advice.save
 

@@ -52,6 +52,7 @@ MAY_CATCH_OSERROR: Dict[str, str] = {
     "discovery": "the topology snapshot file a user names",
     "cli": "the CLI's own files (--output), stdout, and execvp",
     "cli._report": "the report's --output file (checked before the report runs, then written)",
+    "cli._parser": "the terminal's width for help text (os.get_terminal_size: none is 80 columns)",
     "_os.kernel": "/proc/sys and /sys/kernel settings, which describe the machine (optional)",
     "_os.nvidia_smi": "starting nvidia-smi and reading its pipes (the report only)",
     # The CLI's check command starts worker processes over pipes.

@@ -107,3 +107,58 @@ def new_thread_after_the_scan() -> Dict[str, List[int]]:
     t.start()
     t.join()
     return seen
+
+
+def bind_with_a_listing_given() -> Dict[str, Any]:
+    """``listed`` serves the first pass; a thread started after it is found by the next.
+
+    The listing given is made while one pool thread runs; a second starts
+    after it (and before the call), inheriting the unbound mask.  Also a
+    lone caller with its own listing given: the scan still lists once itself.
+    """
+    from pynumabind._os import proc as _proc
+
+    stop, tids = named_threads()
+    listed = _proc.list_thread_ids()
+    late = threading.Thread(target=stop.wait)
+    late.start()
+    real_list = _proc.list_thread_ids
+    calls: List[List[int]] = []
+
+    def counted() -> List[int]:
+        calls.append(real_list())
+        return calls[-1]
+
+    _proc.list_thread_ids = counted
+    try:
+        scan = _threads.bind_threads(frozenset({1}), listed=listed)
+    finally:
+        _proc.list_thread_ids = real_list
+    status = task_cpus()
+    stop.set()
+    late.join()
+    for t in threading.enumerate():
+        if t is not threading.current_thread():
+            t.join()
+    os.sched_setaffinity(0, {0, 1})
+    alone_calls: List[List[int]] = []
+
+    def counted_alone() -> List[int]:
+        alone_calls.append(real_list())
+        return alone_calls[-1]
+
+    _proc.list_thread_ids = counted_alone
+    try:
+        alone = _threads.bind_threads(frozenset({1}), listed=real_list())
+    finally:
+        _proc.list_thread_ids = real_list
+    return {
+        "late": late.native_id,
+        "status": status,
+        "actions": {r.tid: r.action.value for r in scan.results},
+        "listings": len(calls),
+        "passes": scan.passes,
+        "converged": scan.converged,
+        "alone": [alone.converged, alone.passes, len(alone_calls)],
+        "pinned": tids["pinned-0"],
+    }

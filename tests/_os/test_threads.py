@@ -126,3 +126,19 @@ def test_check_reads_thread_masks_while_a_thread_exits(monkeypatch: pytest.Monke
     assert opened == [victim]  # the file was open before the thread went
     assert thread.native_id not in masks
     assert masks[threading.get_native_id()] == frozenset(os.sched_getaffinity(0))
+
+
+def test_a_listing_given_serves_the_first_pass_and_later_threads_are_still_found() -> None:
+    # A bind lists /proc/self/task once for its journal and hands the listing
+    # to the scan, which then lists once less; a thread started after that
+    # listing is still bound, and the scan ends only on a listing of its own.
+    result, _ = run_in_child(child_threads.bind_with_a_listing_given)
+    late, pinned = str(result["late"]), str(result["pinned"])
+    assert result["actions"][late] == "bound"
+    assert result["status"][late] == "1"
+    assert result["actions"][pinned] == "left-pinned"
+    assert {v for k, v in result["status"].items() if k != pinned} == {"1"}
+    # the given listing, then the pass that finds the late thread, then one that finds none
+    assert (result["listings"], result["passes"], result["converged"]) == (2, 2, True)
+    # a lone caller with its listing given: converged on the scan's own listing
+    assert result["alone"] == [True, 0, 1]

@@ -254,7 +254,7 @@ def test_kernel_refusal_becomes_a_bind_error_naming_cpus(monkeypatch) -> None:
     """How a (real, see test_cpuset) ThreadAffinityError is reported by apply_plan."""
     from pynumabind._os import threads as _threads
 
-    def refuse(cpus, *, reference=None, max_passes=8, record=None):
+    def refuse(cpus, *, reference=None, max_passes=8, record=None, listed=None):
         raise _threads.ThreadAffinityError(22, 4242, cpus, (4241,), ())
 
     monkeypatch.setattr(_threads, "bind_threads", refuse)

@@ -207,6 +207,28 @@ class _Scan:
         action = ThreadAction.BOUND if after is not None else ThreadAction.EXITED
         self.results[tid] = ThreadResult(tid, name, before, after, action)
 
+    def run(self, max_passes: int, give_up: float, listed: Optional[List[int]]) -> Tuple[int, bool]:
+        """The caller, then passes over the threads listed; (passes, converged).
+
+        ``listed`` (the caller's listing) serves the first pass; the scan
+        ends only on a listing of its own that finds no thread not seen.
+        """
+        results = self.results
+        passes = 0
+        self.handle(self.caller)
+        while passes < max_passes and (passes == 0 or time.monotonic() < give_up):
+            given, listed = listed, None  # the caller's listing serves the first pass only
+            tids = _proc.list_thread_ids() if given is None else given
+            fresh = [tid for tid in tids if tid not in results]
+            if not fresh:
+                if given is not None:
+                    continue  # not a pass: the scan ends on a listing of its own
+                return passes, True
+            passes += 1
+            for tid in fresh:
+                self.handle(tid)
+        return passes, False
+
     def _set(self, tid: int, before: frozenset[int]) -> bool:
         """Change one mask, journalled first; False when the thread exited."""
         self.changed[tid] = before  # recorded first: an interrupt cannot lose the change
@@ -230,6 +252,7 @@ def bind_threads(
     max_passes: int = DEFAULT_MAX_PASSES,
     record: Optional[Dict[int, frozenset[int]]] = None,
     time_limit: float = DEFAULT_TIME_LIMIT,
+    listed: Optional[List[int]] = None,
 ) -> ThreadScan:
     """Set ``cpus`` as the affinity of every thread that is not pinned elsewhere.
 
@@ -247,6 +270,14 @@ def bind_threads(
     change even if an exception interrupts this call at any point; entries
     this call rolls back itself are removed again.
 
+    ``listed`` is the caller's own listing of ``/proc/self/task``, made
+    just before this call (a bind lists the threads alive before it changes
+    anything, for its undo journal): the first pass takes its threads
+    instead of listing again.  Every later pass lists afresh, so a thread
+    started after that listing is found by the next one; and the scan ends
+    only on a listing made here, after the calling thread was bound, that
+    finds no thread it has not seen (never on ``listed``).
+
     Raises :class:`ThreadAffinityError` after rolling back on any failure
     other than a thread's exit.
     """
@@ -257,26 +288,12 @@ def bind_threads(
     if reference is None:
         reference = _proc.process_affinity()
     scan = _Scan(cpus, reference, {} if record is None else record)
-    results = scan.results
-    changed = scan.changed  # tid -> mask before we changed it
-    handle = scan.handle
-    passes = 0
-    converged = False
-    give_up = time.monotonic() + time_limit
     try:
-        handle(scan.caller)
-        while passes < max_passes and (passes == 0 or time.monotonic() < give_up):
-            fresh = [tid for tid in _proc.list_thread_ids() if tid not in results]
-            if not fresh:
-                converged = True
-                break
-            passes += 1
-            for tid in fresh:
-                handle(tid)
+        passes, converged = scan.run(max_passes, time.monotonic() + time_limit, listed)
     except ThreadAffinityError:
         raise  # already rolled back
     except BaseException:
-        _roll_back(changed)  # KeyboardInterrupt, a /proc read error...: never half-bound
+        _roll_back(scan.changed)  # KeyboardInterrupt, a /proc read error...: never half-bound
         raise
-    ordered = tuple(sorted(results.values(), key=lambda r: r.tid))
+    ordered = tuple(sorted(scan.results.values(), key=lambda r: r.tid))
     return ThreadScan(ordered, passes, converged)

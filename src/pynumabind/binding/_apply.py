@@ -623,10 +623,12 @@ def bind_cpus(
         )
     try:
         # Threads on exactly ``wanted`` already are left so by restore();
-        # ones started from here on that inherit it are not.
-        record = CpuUndo(before, wanted, frozenset(_proc.list_thread_ids()))
+        # ones started from here on that inherit it are not.  The scan's
+        # first pass takes this listing: /proc/self/task is read once less.
+        listed = _proc.list_thread_ids()
+        record = CpuUndo(before, wanted, frozenset(listed))
         journal.add(record)
-        scan = _threads.bind_threads(wanted, reference=before, record=record.masks)
+        scan = _threads.bind_threads(wanted, reference=before, record=record.masks, listed=listed)
     except _threads.ThreadAffinityError as exc:
         raise _refused(exc, wanted, before) from exc
     except PynumabindError as exc:  # /proc/self/task unreadable; bind_threads rolled back

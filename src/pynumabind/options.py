@@ -99,7 +99,19 @@ from .model import CpuMode, MemoryPolicy
 # typing is for type checkers only: a bind loads none of it (see pynumabind._record).
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Type, TypeVar, Union
+    from typing import (
+        Any,
+        Callable,
+        Dict,
+        Iterable,
+        Mapping,
+        Optional,
+        Sequence,
+        Tuple,
+        Type,
+        TypeVar,
+        Union,
+    )
 
     from typing_extensions import Unpack
 
@@ -401,28 +413,19 @@ class Options:
 
     def __post_init__(self) -> None:
         prefix, source = ("--", COMMAND_LINE) if self.flags else ("", ARGUMENT)
+        values = self.__dict__
         for name in ("gpu_memory", "require_node", "disabled", "priority_cores"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"{name} must be True or False, not {getattr(self, name)!r}")
-        policy_what = "--policy" if self.flags else "memory policy"
-        checked: Dict[str, Any] = {
-            "rank": None if self.rank is None else _check_rank(self.rank, f"{prefix}rank argument"),
-            "nprocs": None if self.nprocs is None else check_nprocs(self.nprocs, f"{prefix}nprocs"),
-            "mode": parse_choice(CpuMode, self.mode, f"{prefix}mode"),
-            "policy": parse_choice(MemoryPolicy, self.policy, policy_what),
-            "gpu": None if self.gpu is None else check_int(self.gpu, "gpu"),
-            "rank_gpus": _gpu_list(self.rank_gpus, "rank_gpus", "one GPU index per rank"),
-            "gpus": _gpu_list(self.gpus, "gpus", "the GPU indices of one process"),
-            "local_gpus": _gpu_list(
-                self.local_gpus, "local_gpus", "the GPU indices of the job's processes here"
-            ),
-            "interleave_nodes": _interleave(self.interleave_nodes),
-            "weights": _weights(self.weights, f"{prefix}weights"),
-            "fallback": parse_fallback(self.fallback, f"{prefix}fallback"),
-            "tiers": parse_tiers(self.tiers, f"{prefix}tiers"),
-        }
-        checked.update(self._sources(source))
-        for name, value in checked.items():
+            if not isinstance(values[name], bool):
+                raise ConfigError(f"{name} must be True or False, not {values[name]!r}")
+        # Each check maps None to None: only the fields given are checked (the
+        # words of their errors made then), and only a changed value is set.
+        for name, check in _CHECKS:
+            value = values[name]
+            if value is not None:
+                checked = check(value, prefix, self.flags)
+                if checked is not value:
+                    object.__setattr__(self, name, checked)
+        for name, value in self._sources(source).items():
             object.__setattr__(self, name, value)
         self._check_union()
         self._check_local_gpus()
@@ -580,6 +583,41 @@ class Options:
         if self.tiers is not None:
             out["tiers"] = self.tiers
         return out
+
+
+#: What :meth:`Options.__post_init__` checks, field by field: ``check(value, prefix, flags)``
+#: for a field given (not None), ``prefix`` ``"--"`` for the CLI's flags; each the one check
+#: of its kind (the module docstring's list).
+_CHECKS: Tuple[Tuple[str, Callable[[Any, str, bool], Any]], ...] = (
+    ("rank", lambda value, prefix, flags: _check_rank(value, f"{prefix}rank argument")),
+    ("nprocs", lambda value, prefix, flags: check_nprocs(value, f"{prefix}nprocs")),
+    ("mode", lambda value, prefix, flags: parse_choice(CpuMode, value, f"{prefix}mode")),
+    (
+        "policy",
+        lambda value, prefix, flags: parse_choice(
+            MemoryPolicy, value, "--policy" if flags else "memory policy"
+        ),
+    ),
+    ("gpu", lambda value, prefix, flags: check_int(value, "gpu")),
+    (
+        "rank_gpus",
+        lambda value, prefix, flags: _gpu_list(value, "rank_gpus", "one GPU index per rank"),
+    ),
+    (
+        "gpus",
+        lambda value, prefix, flags: _gpu_list(value, "gpus", "the GPU indices of one process"),
+    ),
+    (
+        "local_gpus",
+        lambda value, prefix, flags: _gpu_list(
+            value, "local_gpus", "the GPU indices of the job's processes here"
+        ),
+    ),
+    ("interleave_nodes", lambda value, prefix, flags: _interleave(value)),
+    ("weights", lambda value, prefix, flags: _weights(value, f"{prefix}weights")),
+    ("fallback", lambda value, prefix, flags: parse_fallback(value, f"{prefix}fallback")),
+    ("tiers", lambda value, prefix, flags: parse_tiers(value, f"{prefix}tiers")),
+)
 
 
 #: The ``fallback`` choices (see :mod:`pynumabind.planner._fallback`).

@@ -86,6 +86,9 @@ def test_bitmask_round_trip_up_to_possible_ids(nbits_source: str) -> None:
             for i in (0, nbits - 1):
                 assert bool(lib.numa_bitmask_isbitset(bmp, i)) == (i in ids)
         assert _libnuma.words_to_set(_libnuma.set_to_words(ids, nbits)) == ids
+        # what get_mempolicy reads its masks with: a cffi array of the words
+        array = _libnuma._ffi().new("unsigned long[]", _libnuma.set_to_words(ids, nbits))
+        assert _libnuma._mask_to_set(array) == ids == _libnuma.words_to_set(array)
 
 
 def test_bitmask_rejects_ids_outside_width() -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import errno
 import os
+import sys
 import threading
 
 # The memory-policy modes (linux/mempolicy.h) are written once, in the policy
@@ -257,6 +258,24 @@ def words_to_set(words: Any) -> frozenset[int]:
     return frozenset(out)
 
 
+def _mask_to_set(mask: Any) -> frozenset[int]:
+    """:func:`words_to_set` of a cffi ``unsigned long[]`` the kernel filled.
+
+    On a little-endian machine the array's bytes, read as one little-endian
+    number, are the words in order (word ``i`` is bits ``64 i`` and up): one
+    conversion in C instead of one per word.  Elsewhere, word by word.
+    """
+    if sys.byteorder != "little":  # pragma: no cover - big-endian machines
+        return words_to_set(mask)
+    value = int.from_bytes(_ffi().buffer(mask), "little")
+    out: List[int] = []
+    while value:
+        low = value & -value
+        out.append(low.bit_length() - 1)
+        value ^= low
+    return frozenset(out)
+
+
 def set_to_words(ids: AbstractSet[int], nbits: int) -> List[int]:
     """Little-endian 64-bit words of an ``nbits`` wide mask holding ``ids``."""
     words = [0] * ((nbits + 63) // 64)
@@ -335,7 +354,7 @@ def get_mempolicy() -> KernelPolicy:
     if load().get_mempolicy(mode, mask, nbits + 1, ffi.NULL, 0) < 0:
         raise NumaSyscallError(ffi.errno, "get_mempolicy")
     raw = int(mode[0])
-    nodes = words_to_set(mask)
+    nodes = _mask_to_set(mask)
     base = raw & ~MPOL_MODE_FLAGS
     if base == MPOL_PREFERRED and not nodes:
         base = MPOL_LOCAL
@@ -349,7 +368,7 @@ def get_mems_allowed() -> frozenset[int]:
     mask = ffi.new("unsigned long[]", (nbits + 63) // 64)
     if load().get_mempolicy(ffi.NULL, mask, nbits + 1, ffi.NULL, MPOL_F_MEMS_ALLOWED) < 0:
         raise NumaSyscallError(ffi.errno, "get_mempolicy(MPOL_F_MEMS_ALLOWED)")
-    return words_to_set(mask)
+    return _mask_to_set(mask)
 
 
 def set_mempolicy(mode: int, nodes: AbstractSet[int] = frozenset(), flags: int = 0) -> None:
@@ -554,7 +573,7 @@ def address_policy(address: int) -> KernelPolicy:
     if load().get_mempolicy(mode, mask, nbits + 1, pointer, MPOL_F_ADDR) < 0:
         raise NumaSyscallError(ffi.errno, f"get_mempolicy(MPOL_F_ADDR, {address:#x})")
     raw = int(mode[0])
-    return KernelPolicy(raw & ~MPOL_MODE_FLAGS, words_to_set(mask), raw & MPOL_MODE_FLAGS)
+    return KernelPolicy(raw & ~MPOL_MODE_FLAGS, _mask_to_set(mask), raw & MPOL_MODE_FLAGS)
 
 
 #: ``madvise`` advice (linux/mman.h): deactivate the pages; splits a huge page it covers in part.

@@ -498,8 +498,9 @@ def _with_nvml(
             _trace.nvml(asked=False, why="use_nvml=False (the CLI's --no-nvml)")
         else:
             _trace.nvml(asked=False, why="sysfs lists no NVIDIA GPU, so NVML has none to add")
-        if has_nvidia:  # without NVIDIA GPUs, not asking NVML changes nothing worth a note
-            notes.append("NVML not used (use_nvml=False); GPU NUMA nodes from sysfs PCI")
+        if not has_nvidia:  # without NVIDIA GPUs, not asking NVML changes nothing worth a note
+            return base, None  # frozen: the same topology, not a copy of it
+        notes.append("NVML not used (use_nvml=False); GPU NUMA nodes from sysfs PCI")
         return base.replace(notes=tuple(notes)), None
     why = f"sysfs lists {sum(g.vendor == 'nvidia' for g in base.gpus)} NVIDIA GPU(s)"
     if not has_nvidia:

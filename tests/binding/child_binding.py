@@ -584,3 +584,40 @@ def printed_and_counted() -> Dict[str, Any]:
     shown["untouched_count"] = untouched.cpu_count
     shown["affinity"] = sorted(os.sched_getaffinity(0))
     return shown
+
+
+def second_bind_reads_environment_and_affinity_again() -> Dict[str, Any]:
+    """Binds in one process, each after a change: os.environ and the affinity are read anew."""
+    import pynumabind
+
+    out: Dict[str, Any] = {}
+    for key in ("PYNUMABIND_POLICY", "PYNUMABIND_CPUS", "PYNUMABIND_DISABLE", "LOCAL_RANK"):
+        os.environ.pop(key, None)
+
+    def bind(label: str, rank: Optional[int] = 0) -> None:
+        b = pynumabind.bind_current_process(rank)
+        plan = b.plan
+        out[label] = {
+            "disabled": b.disabled,
+            "rank": None if plan is None else plan.rank,
+            "policy": None if plan is None else plan.policy.value,
+            "cpus": None if plan is None or plan.cpus is None else sorted(plan.cpus),
+            "kernel": b.kernel_policy,
+        }
+        b.restore()
+
+    bind("first")
+    os.environ["PYNUMABIND_POLICY"] = "bind"
+    bind("policy")
+    os.environ["PYNUMABIND_CPUS"] = "1"
+    bind("cpus")
+    del os.environ["PYNUMABIND_CPUS"]
+    os.sched_setaffinity(0, {0})  # the allowed CPUs shrink between binds
+    bind("narrowed")
+    os.sched_setaffinity(0, {0, 1})
+    os.environ["PYNUMABIND_DISABLE"] = "1"
+    bind("disabled")
+    del os.environ["PYNUMABIND_DISABLE"]
+    os.environb[b"LOCAL_RANK"] = b"0"  # set through the bytes view: the same environment
+    bind("launcher", rank=None)
+    return out

@@ -473,3 +473,18 @@ def test_the_private_journal_is_no_argument_of_binding() -> None:
     assert "_undo" not in parameters and "plan" in parameters
     with pytest.raises(TypeError):
         binding_module.Binding(plan=None, applied=False, _undo=None)  # type: ignore[call-arg]
+
+
+def test_a_second_bind_reads_the_environment_and_the_allowed_cpus_again() -> None:
+    # Nothing a bind reads from the process or os.environ is kept between binds:
+    # each one here follows a change made after the one before.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYNUMABIND_")}
+    result, _ = run_in_child(
+        child_binding.second_bind_reads_environment_and_affinity_again, env=env
+    )
+    assert result["first"]["policy"] == "preferred" and result["first"]["cpus"] == [0, 1]
+    assert result["policy"]["policy"] == "bind" and result["policy"]["kernel"] == "MPOL_BIND"
+    assert result["cpus"]["cpus"] == [1] and result["cpus"]["policy"] == "bind"
+    assert result["narrowed"]["cpus"] == [0]
+    assert result["disabled"]["disabled"] is True and result["disabled"]["rank"] is None
+    assert result["launcher"]["rank"] == 0 and result["launcher"]["policy"] == "bind"

@@ -620,6 +620,10 @@ _CHECKS: Tuple[Tuple[str, Callable[[Any, str, bool], Any]], ...] = (
 )
 
 
+#: ``bind_current_process(on_error=)``'s choices (an argument beside the options), which
+#: ``pynumabind exec --on-error`` offers too: warn and bind the CPUs only, or raise.
+ON_ERROR_CHOICES = ("warn", "raise")
+
 #: The ``fallback`` choices (see :mod:`pynumabind.planner._fallback`).
 FALLBACKS = ("error", "nearest")
 

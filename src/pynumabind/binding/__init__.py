@@ -60,7 +60,7 @@ from .._text import format_ids
 from ..cpulist import format_cpulist
 from ..errors import BindError, ConfigError, PlanError
 from ..model import FALLBACK_WARNING, CpuMode, MemoryPolicy, Plan
-from ..options import Options, union_front
+from ..options import ON_ERROR_CHOICES, Options, union_front
 from . import _apply
 from ._apply import Journal, Skipped
 
@@ -87,8 +87,6 @@ __all__ = [
 ]
 
 log = _forksafe.Logger(__name__)  # logging only when needed
-
-ON_ERROR_CHOICES: Tuple[str, ...] = ("warn", "raise")
 
 # One bind at a time in a process: two threads binding at once would each read
 # the other's half-applied masks as "allowed" and "not pinned".  The lock is

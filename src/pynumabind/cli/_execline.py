@@ -25,13 +25,14 @@ from __future__ import annotations
 import types
 
 from ..model import CpuMode, MemoryPolicy
+from ..options import FALLBACKS, ON_ERROR_CHOICES, TIERS
 
 # typing is for type checkers only: a bind loads none of it (see pynumabind._record).
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Dict, Optional, Sequence, Set, Tuple
 
-__all__ = ["FALLBACKS", "ON_ERROR", "OPTIONS", "TIERS", "read"]
+__all__ = ["OPTIONS", "read"]
 
 # How an option's value is read: as argparse's action and type would.
 FLAG = "flag"  # store_true: no value
@@ -40,11 +41,6 @@ TEXT = "text"  # the word as given
 INT = "int"  # type=int
 LOWER = "lower"  # type=str.lower, then one of the choices
 EXACT = "exact"  # one of the choices, as given
-
-#: ``--fallback``'s, ``--tiers``' and ``--on-error``'s choices (the parser's too).
-FALLBACKS = ("error", "nearest")
-TIERS = ("local", "all")
-ON_ERROR = ("warn", "raise")
 
 _MODES = tuple(mode.value for mode in CpuMode)
 _POLICIES = tuple(policy.value for policy in MemoryPolicy)
@@ -70,7 +66,7 @@ OPTIONS: Dict[str, Tuple[str, str, Tuple[str, ...], Any]] = {
     "--interleave-nodes": ("interleave_nodes", TEXT, (), None),
     "--weights": ("weights", TEXT, (), None),
     "--set-system-weights": ("set_system_weights", FLAG, (), False),
-    "--on-error": ("on_error", EXACT, ON_ERROR, "raise"),
+    "--on-error": ("on_error", EXACT, ON_ERROR_CHOICES, "raise"),
 }
 
 

@@ -3,8 +3,8 @@
 Kept apart from :mod:`pynumabind.cli` so that a command line that needs no
 parser loads no argparse: ``exec``'s usual line is read by
 :mod:`pynumabind.cli._execline`, which answers exactly as this parser does
-or not at all.  ``exec``'s choices (``--fallback``, ``--tiers``,
-``--on-error``) are that module's, so the two read one list.
+or not at all.  The choices of ``--fallback``, ``--tiers`` and ``--on-error`` are
+:mod:`pynumabind.options`' lists, which that module reads too.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sys
 from .._os import SYSFS_ROOT
 from .._version import __version__
 from ..model import CpuMode, MemoryPolicy
-from ._execline import FALLBACKS, ON_ERROR, TIERS
+from ..options import FALLBACKS, ON_ERROR_CHOICES, TIERS
 from ._usage import UsageError
 
 # typing is for type checkers only: a bind loads none of it (see pynumabind._record).
@@ -286,7 +286,7 @@ def _add_exec(commands: Any, common: argparse.ArgumentParser) -> None:
     _system_weights_option(exec_)
     exec_.add_argument(
         "--on-error",
-        choices=list(ON_ERROR),
+        choices=list(ON_ERROR_CHOICES),
         default="raise",
         metavar="ACTION",
         help="if the memory policy cannot be applied: warn (bind CPUs only, as the library's "

@@ -232,6 +232,54 @@ def test_advise_nodes_reports_each_nodes_failure_and_raises_when_all_failed(
     assert blocker.read_text() == "a file\n"
 
 
+def _workers_running_advise() -> list:
+    """This machine's processes running advise_nodes' task (Ray titles them ``ray::NAME``)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                title = handle.read().split(b"\0")[0]
+        except OSError:  # not a process, or gone
+            continue
+        if title.strip() == b"ray::_advise_here":
+            found.append(int(entry))
+    return found
+
+
+def test_advise_nodes_stops_the_tasks_still_measuring_at_the_timeout(
+    two_node_ray, tmp_path
+) -> None:
+    """100,000 samples of 16 MiB: hours of measuring, so both nodes are at it at the deadline.
+
+    Each node's task is cancelled (force: Ray stops its worker), and each node's
+    error says so.  Before, a timeout only stopped the wait: both workers went on
+    measuring, and would have saved a record behind the caller's back.
+    """
+    import time
+
+    from pynumabind.errors import PynumabindError
+    from pynumabind.integrations.ray import advise_nodes
+
+    records = tmp_path / "records"
+    with pytest.raises(PynumabindError) as caught:
+        advise_nodes(
+            f"{records}/",
+            quick=True,
+            copies=False,
+            buffer_bytes=16 << 20,
+            repeats=100_000,
+            timeout=5,
+        )
+    message = str(caught.value)
+    stopped = "still measuring after 5 s: its task was cancelled and its worker stopped"
+    assert message.count(stopped) == 2, message
+    deadline = time.monotonic() + 30  # Ray has said both ended; their processes go too
+    while _workers_running_advise() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _workers_running_advise() == []
+    assert not list(records.glob("*.json"))
+
+
 def test_advise_nodes_wants_a_directory(tmp_path) -> None:
     """Refused before Ray is asked anything: a record file would keep one machine type."""
     from pynumabind.errors import ConfigError

@@ -28,6 +28,14 @@ Rules
   bad node must not lose the fleet's measurements.  When *every* node
   failed, nothing was saved, and that is a
   :class:`~pynumabind.errors.PynumabindError` naming each node and its error.
+* **A timeout stops what it gave up on.**  At ``timeout`` seconds every
+  node's task still running is cancelled with ``force=True`` (Ray stops the
+  worker running it), all of them before any is waited for, and then each
+  is confirmed: its node's error says it was still measuring, and no record
+  of it appears in the directory after ``advise_nodes`` returned.  A task
+  that ended just before its cancel keeps its result.  (A worker stopped
+  in the middle of its write may leave a hidden ``.advice-*.tmp`` file,
+  which readers skip: the record itself is written or not.)
 * **Each node measures itself.**  The task runs pynumabind in a Ray worker
   on that node, which needs pynumabind installed there; it asks Ray for no
   CPU (``num_cpus=0``), so a busy cluster cannot keep it waiting forever,
@@ -42,7 +50,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ..errors import ConfigError, PynumabindError
 
@@ -118,8 +126,8 @@ def advise_nodes(
     Returns one :class:`NodeAdvice` per node, in Ray's order of nodes: the
     record file written and the verdict, or the error (see the module
     docstring).  ``timeout`` (seconds) bounds the wait for all the nodes
-    together; a node still measuring then is reported with the timeout as
-    its error (its task is not cancelled).
+    together; a node still measuring then has its task cancelled (see the
+    module docstring) and is reported with the timeout as its error.
 
     Raises:
         ConfigError: ``path`` does not name a directory, Ray is not installed
@@ -148,24 +156,79 @@ def advise_nodes(
             directory, quick, advise_kwargs
         )
         pending.append((node, ref))
-    deadline = None if timeout is None else time.monotonic() + timeout
-    results = []
-    for node, ref in pending:  # one deadline for all: a slow node does not extend it
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        results.append(_collect(ray, node, ref, left))
+    results = _gather(ray, pending, timeout)
     if not any(r.ok for r in results):
         each = "; ".join(f"node {r.node_id} ({r.hostname}): {r.error}" for r in results)
         raise PynumabindError(f"advise_nodes: no node saved a record into {directory}: {each}")
     return results
 
 
-def _collect(ray: Any, node: Mapping[str, Any], ref: Any, timeout: Optional[float]) -> NodeAdvice:
-    """One node's result, any failure of its task turned into the result's error."""
-    node_id = str(node["NodeID"])
+#: Seconds to wait, after a forced cancel, for Ray to say the task ended.
+CANCEL_WAIT = 60.0
+
+
+def _gather(ray: Any, pending: List[Any], timeout: Optional[float]) -> List[NodeAdvice]:
+    """Each node's result; the tasks still running at the deadline cancelled, then confirmed.
+
+    One deadline for all the nodes: a slow node does not extend it.  Every
+    overdue task is cancelled before any is waited for, so the nodes stop
+    together.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    results: List[Optional[NodeAdvice]] = []
+    overdue = []
+    for index, (node, ref) in enumerate(pending):
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            results.append(_collect(ray, node, ref, left))
+        except ray.exceptions.GetTimeoutError:
+            results.append(None)
+            overdue.append(index)
+    for index in overdue:
+        ray.cancel(pending[index][1], force=True)
+    for index in overdue:
+        node, ref = pending[index]
+        results[index] = _cancelled(ray, node, ref, timeout)
+    return [result for result in results if result is not None]
+
+
+def _cancelled(ray: Any, node: Mapping[str, Any], ref: Any, timeout: Optional[float]) -> NodeAdvice:
+    """A node's task cancelled at the deadline: its result if it ended first, else the error."""
+    errors = ray.exceptions
+    try:
+        ray.get(ref, timeout=CANCEL_WAIT)
+    except (errors.TaskCancelledError, errors.WorkerCrashedError):
+        why = "its task was cancelled and its worker stopped, so no record of it appears later"
+    except errors.GetTimeoutError:
+        why = f"Ray was told to stop its task, which still ran {CANCEL_WAIT:g} s later"
+    except Exception:  # it failed on its own before the cancel: _collect says how
+        why = None
+    else:  # it ended just before the cancel: its result stands
+        why = None
+    if why is None:
+        return _collect(ray, node, ref, 0.0)
+    node_id, hostname = _names(node)
+    return NodeAdvice(node_id, hostname, error=f"still measuring after {timeout:g} s: {why}")
+
+
+def _names(node: Mapping[str, Any]) -> Tuple[str, str]:
+    """A node's id and host name, as Ray lists them."""
     hostname = str(node.get("NodeManagerHostname") or node.get("NodeManagerAddress") or "?")
+    return str(node["NodeID"]), hostname
+
+
+def _collect(ray: Any, node: Mapping[str, Any], ref: Any, timeout: Optional[float]) -> NodeAdvice:
+    """One node's result, any failure of its task turned into the result's error.
+
+    A wait that times out raises Ray's ``GetTimeoutError``: the caller
+    cancels the task (:func:`_gather`).
+    """
+    node_id, hostname = _names(node)
     try:
         reply = ray.get(ref, timeout=timeout)
-    except Exception as exc:  # the node died, the task raised, the wait timed out
+    except ray.exceptions.GetTimeoutError:
+        raise
+    except Exception as exc:  # the node died, the task raised
         return NodeAdvice(node_id, hostname, error=f"{type(exc).__name__}: {exc}")
     if reply.get("node_id") != node_id:  # soft=False promises this; say so if it broke
         return NodeAdvice(

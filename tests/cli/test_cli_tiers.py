@@ -47,6 +47,21 @@ def test_plan_tiers_all_spreads_each_rank_over_node_2() -> None:
     assert "memory-only node 2 (tier 54, at distance 40; node 0: tier 4)" in text.stdout
 
 
+def test_show_gives_the_firmwares_hmat_figures_where_it_has_them() -> None:
+    shown = run("show", "--sysfs-root", str(HMAT_TREE), "--no-nvml")
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[1].split() == ["node", "cpus", "memory", "free", "kind", "tier", "hmat", "read"]
+    node_rows = {line.split()[0]: line for line in lines[2:5]}
+    assert node_rows["0"].endswith("4     20480 MB/s, 100 ns")
+    assert node_rows["2"].endswith("54    5120 MB/s, 300 ns")  # the slower tier, memory only
+    assert lines[5].startswith("hmat read: the bandwidth and latency the firmware (HMAT) claims")
+    plain = run("show", "--topology", "example:dgx-h100")  # no HMAT recorded: no column
+    assert plain.returncode == 0, plain.stderr
+    assert "hmat" not in plain.stdout
+    assert plain.stdout.splitlines()[1].split()[-1] == "tier"
+
+
 def test_plan_of_a_snapshot_without_tiers_is_plain_with_one_warning() -> None:
     result = run("plan", "--topology", "example:dgx-h100", "--nprocs", "2", "--tiers", "all")
     assert result.returncode == 0, result.stderr

@@ -39,7 +39,7 @@ from .._os import forksafe
 from .._text import counted, format_ids, human_bytes, table
 from ..cpulist import format_cpulist, parse_cpulist, parse_nodelist
 from ..errors import ConfigError, ListParseError, PynumabindError, TopologyError
-from ..model import SCHEMA_VERSION, CpuMode, Gpu, Plan, Topology
+from ..model import SCHEMA_VERSION, CpuMode, Gpu, NumaNode, Plan, Topology
 from ..options import Options
 from . import _execline
 from ._tables import by_rank
@@ -307,9 +307,30 @@ def _node_kind(node: Any) -> str:
     return "cpus only" if node.cpus else "empty"
 
 
+#: The node table's HMAT column, and the line under the table that says what it holds.
+_HMAT_HEADER = "hmat read"
+_HMAT_LEGEND = (
+    "hmat read: the bandwidth and latency the firmware (HMAT) claims for reads of the node's "
+    "memory from its nearest CPUs, not measured (pynumabind advise measures)"
+)
+
+
+def _access_cell(node: NumaNode) -> str:
+    """A node's HMAT read figures, in the kernel's units (MB/s, ns); "-" where none."""
+    access = node.access
+    figures = [] if access is None else [
+        f"{value} {unit}"
+        for value, unit in ((access.read_bandwidth_mbs, "MB/s"), (access.read_latency_ns, "ns"))
+        if value is not None
+    ]  # fmt: skip
+    return ", ".join(figures) or "-"
+
+
 def _node_tables(topology: Topology) -> List[str]:
+    """The node table and the distances; an HMAT column where the firmware gave figures."""
     # Placeholder nodes would only widen the tables; the warnings list them.
     node_ids = sorted(set(topology.nodes) - _empty_nodes(topology)) or sorted(topology.nodes)
+    hmat = any(topology.nodes[n].access is not None for n in node_ids)
     rows = []
     for n in node_ids:
         node = topology.nodes[n]
@@ -321,14 +342,17 @@ def _node_tables(topology: Topology) -> List[str]:
                 human_bytes(node.memory_free if node.has_memory else 0),
                 _node_kind(node),
                 "-" if node.tier is None else str(node.tier),
+                *([_access_cell(node)] if hmat else []),
             ]
         )
     distance_rows = [
         [str(a)] + [str(topology.distance(a, b) or "-") for b in node_ids] for a in node_ids
     ]
+    headers = ["node", "cpus", "memory", "free", "kind", "tier"]
     return [
         "NUMA nodes",
-        table(["node", "cpus", "memory", "free", "kind", "tier"], rows),
+        table([*headers, _HMAT_HEADER] if hmat else headers, rows),
+        *([_HMAT_LEGEND] if hmat else []),
         "",
         "Distances",
         table(["node", *[str(n) for n in node_ids]], distance_rows),

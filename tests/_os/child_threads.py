@@ -141,6 +141,11 @@ def bind_with_a_listing_given() -> Dict[str, Any]:
         if t is not threading.current_thread():
             t.join()
     os.sched_setaffinity(0, {0, 1})
+    # A joined thread can stay listed in /proc/self/task a moment longer (Python's join
+    # returns before the kernel reaps it): wait until the caller is alone there.
+    gone_by = time.monotonic() + 10
+    while len(real_list()) > 1 and time.monotonic() < gone_by:
+        time.sleep(0.001)
     alone_calls: List[List[int]] = []
 
     def counted_alone() -> List[int]:

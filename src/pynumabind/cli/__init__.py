@@ -326,25 +326,25 @@ def _access_cell(node: NumaNode) -> str:
     return ", ".join(figures) or "-"
 
 
+def _node_row(n: int, node: NumaNode, *, hmat: bool) -> List[str]:
+    """One node's row of the node table; ``hmat``: with the HMAT column."""
+    row = [
+        str(n),
+        format_cpulist(node.cpus) or "-",
+        human_bytes(node.memory_total if node.has_memory else 0),
+        human_bytes(node.memory_free if node.has_memory else 0),
+        _node_kind(node),
+        "-" if node.tier is None else str(node.tier),
+    ]
+    return [*row, _access_cell(node)] if hmat else row
+
+
 def _node_tables(topology: Topology) -> List[str]:
     """The node table and the distances; an HMAT column where the firmware gave figures."""
     # Placeholder nodes would only widen the tables; the warnings list them.
     node_ids = sorted(set(topology.nodes) - _empty_nodes(topology)) or sorted(topology.nodes)
     hmat = any(topology.nodes[n].access is not None for n in node_ids)
-    rows = []
-    for n in node_ids:
-        node = topology.nodes[n]
-        rows.append(
-            [
-                str(n),
-                format_cpulist(node.cpus) or "-",
-                human_bytes(node.memory_total if node.has_memory else 0),
-                human_bytes(node.memory_free if node.has_memory else 0),
-                _node_kind(node),
-                "-" if node.tier is None else str(node.tier),
-                *([_access_cell(node)] if hmat else []),
-            ]
-        )
+    rows = [_node_row(n, topology.nodes[n], hmat=hmat) for n in node_ids]
     distance_rows = [
         [str(a)] + [str(topology.distance(a, b) or "-") for b in node_ids] for a in node_ids
     ]

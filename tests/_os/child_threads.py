@@ -109,6 +109,24 @@ def new_thread_after_the_scan() -> Dict[str, List[int]]:
     return seen
 
 
+def _scan_counting_listings(cpus: frozenset, listed: List[int]) -> Tuple[Any, int]:
+    """``bind_threads(cpus, listed=listed)``, and how many listings it made itself."""
+    from pynumabind._os import proc as _proc
+
+    real_list = _proc.list_thread_ids
+    calls: List[List[int]] = []
+
+    def counted() -> List[int]:
+        calls.append(real_list())
+        return calls[-1]
+
+    _proc.list_thread_ids = counted
+    try:
+        return _threads.bind_threads(cpus, listed=listed), len(calls)
+    finally:
+        _proc.list_thread_ids = real_list
+
+
 def bind_with_a_listing_given() -> Dict[str, Any]:
     """``listed`` serves the first pass; a thread started after it is found by the next.
 
@@ -122,18 +140,7 @@ def bind_with_a_listing_given() -> Dict[str, Any]:
     listed = _proc.list_thread_ids()
     late = threading.Thread(target=stop.wait)
     late.start()
-    real_list = _proc.list_thread_ids
-    calls: List[List[int]] = []
-
-    def counted() -> List[int]:
-        calls.append(real_list())
-        return calls[-1]
-
-    _proc.list_thread_ids = counted
-    try:
-        scan = _threads.bind_threads(frozenset({1}), listed=listed)
-    finally:
-        _proc.list_thread_ids = real_list
+    scan, listings = _scan_counting_listings(frozenset({1}), listed)
     status = task_cpus()
     stop.set()
     late.join()
@@ -144,26 +151,16 @@ def bind_with_a_listing_given() -> Dict[str, Any]:
     # A joined thread can stay listed in /proc/self/task a moment longer (Python's join
     # returns before the kernel reaps it): wait until the caller is alone there.
     gone_by = time.monotonic() + 10
-    while len(real_list()) > 1 and time.monotonic() < gone_by:
+    while len(_proc.list_thread_ids()) > 1 and time.monotonic() < gone_by:
         time.sleep(0.001)
-    alone_calls: List[List[int]] = []
-
-    def counted_alone() -> List[int]:
-        alone_calls.append(real_list())
-        return alone_calls[-1]
-
-    _proc.list_thread_ids = counted_alone
-    try:
-        alone = _threads.bind_threads(frozenset({1}), listed=real_list())
-    finally:
-        _proc.list_thread_ids = real_list
+    alone, alone_listings = _scan_counting_listings(frozenset({1}), _proc.list_thread_ids())
     return {
         "late": late.native_id,
         "status": status,
         "actions": {r.tid: r.action.value for r in scan.results},
-        "listings": len(calls),
+        "listings": listings,
         "passes": scan.passes,
         "converged": scan.converged,
-        "alone": [alone.converged, alone.passes, len(alone_calls)],
+        "alone": [alone.converged, alone.passes, alone_listings],
         "pinned": tids["pinned-0"],
     }

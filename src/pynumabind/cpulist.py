@@ -569,8 +569,12 @@ def format_cpulist(ids: Iterable[int]) -> str:
     return format_ids(_checked_ids(ids), empty="")
 
 
-def _set_bits(value: int, base: int, out: List[int]) -> None:
-    """Append ``base + b`` for every set bit ``b`` of ``value``, ascending."""
+def set_bits(value: int, base: int, out: List[int]) -> None:
+    """Append ``base + b`` for every set bit ``b`` of ``value``, ascending.
+
+    Not public (not in ``__all__``): the one loop over a mask's bits, for the
+    mask parsers here and the kernel's node masks (:mod:`pynumabind._os.libnuma`).
+    """
     while value:
         low = value & -value
         out.append(base + low.bit_length() - 1)
@@ -610,7 +614,7 @@ def _parse_mask_text(text: str, max_id: int) -> frozenset[int]:
                     text[pos:word_end],
                     pos,
                 )
-            _set_bits(value, base, out)
+            set_bits(value, base, out)
         pos = word_end + 1
     return frozenset(out)
 
@@ -657,7 +661,7 @@ def _parse_mask_words(words: object, max_id: int, word_bits: int) -> frozenset[i
                     token=_short_repr(word),
                     position=index,
                 )
-            _set_bits(value, base, out)
+            set_bits(value, base, out)
     return frozenset(out)
 
 

@@ -43,6 +43,7 @@ from .._mempolicy import (
     NODELESS_MODES,
 )
 from .._record import record
+from ..cpulist import set_bits
 from ..errors import LibnumaUnavailableError, NumaSyscallError
 from . import forksafe as _forksafe
 
@@ -249,12 +250,7 @@ def words_to_set(words: Any) -> frozenset[int]:
     """Bits set in a little-endian sequence of 64-bit words."""
     out: List[int] = []
     for index, word in enumerate(words):
-        value = int(word)
-        base = index * 64
-        while value:
-            low = value & -value
-            out.append(base + low.bit_length() - 1)
-            value ^= low
+        set_bits(int(word), index * 64, out)
     return frozenset(out)
 
 
@@ -267,12 +263,8 @@ def _mask_to_set(mask: Any) -> frozenset[int]:
     """
     if sys.byteorder != "little":  # pragma: no cover - big-endian machines
         return words_to_set(mask)
-    value = int.from_bytes(_ffi().buffer(mask), "little")
     out: List[int] = []
-    while value:
-        low = value & -value
-        out.append(low.bit_length() - 1)
-        value ^= low
+    set_bits(int.from_bytes(_ffi().buffer(mask), "little"), 0, out)
     return frozenset(out)
 
 
